@@ -1,0 +1,136 @@
+"""The policy interface shared by `colocate schedule`, the simulator and the executors.
+
+A policy is pure (AdaptDL/SkyPilot style): plain values in (jobs, cluster, what the caller knows this
+round), allocations out. It never touches processes, files or clocks; the caller applies the decision and
+hands the result of the *placement* stage (:func:`scheduler.placement.place`) back in the next round's
+:class:`RoundContext`.
+
+Every policy returns a :class:`RoundDecision` that satisfies, for every GPU type ``t``::
+
+    sum over allocations a with a.gpu_type == t, counting a pair once, of a.num_gpus <= capacity(t)
+
+and every job appears exactly once, either in ``allocations`` or in ``unallocated``. Partners are
+symmetric: if ``a.partner == b`` then ``b``'s allocation names ``a`` as partner, with the same GPU type
+and count (:func:`check_decision` asserts all of this; the simulator calls it every round).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, runtime_checkable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from scheduler.cluster import Cluster
+    from scheduler.colocation import ColocationTable
+    from scheduler.goodput import GoodputModel
+    from scheduler.jobs import Job
+    from scheduler.placement import Placement
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What one job gets this round.
+
+    ``batch_size`` is the global batch; ``num_nodes`` follows from the configuration (powers of two inside
+    one node, then whole nodes). ``partner`` names the job sharing the same GPUs (packing), else None.
+    ``expected_goodput`` is the job's own goodput in samples/s, including its co-location ratio if packed.
+    """
+
+    job: str
+    gpu_type: str
+    num_gpus: int
+    batch_size: int
+    partner: str | None = None
+    expected_goodput: float = 0.0
+    num_nodes: int = 1
+
+
+@dataclass(frozen=True)
+class SolverInfo:
+    """How the decision was reached. ``status`` is the solver's word ("Optimal", "TimeLimit", ...).
+
+    ``fallback`` is None when the solver's answer was used, "incumbent" when a time-limited run's best
+    feasible solution was used, "greedy" when the greedy allocation replaced a failed solve.
+    ``bound`` and ``gap`` are the solver's best bound and relative gap when it reports them.
+    """
+
+    name: str
+    status: str
+    objective: float
+    time_s: float
+    bound: float | None = None
+    gap: float | None = None
+    fallback: str | None = None
+    num_variables: int = 0
+    num_constraints: int = 0
+
+
+@dataclass(frozen=True)
+class RoundDecision:
+    """A policy's answer for one round."""
+
+    allocations: tuple[Allocation, ...]
+    unallocated: tuple[str, ...]
+    objective: float
+    solver: SolverInfo
+
+    def by_job(self) -> dict[str, Allocation]:
+        return {a.job: a for a in self.allocations}
+
+    def gpus_used(self) -> dict[str, int]:
+        """GPUs used per type, a packed pair counted once."""
+        used: dict[str, int] = {}
+        for a in self.allocations:
+            if a.partner is not None and a.partner < a.job:
+                continue  # the pair was counted with its first member
+            used[a.gpu_type] = used.get(a.gpu_type, 0) + a.num_gpus
+        return used
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """What the caller knows this round.
+
+    ``goodput`` answers throughput/goodput questions (:class:`scheduler.goodput.GoodputModel`);
+    ``colocation`` holds pair ratios (None: no packing possible); ``previous_placement`` is last round's
+    placement so the placement stage can keep jobs where they were.
+    """
+
+    goodput: "GoodputModel"
+    time_s: float = 0.0
+    colocation: "ColocationTable | None" = None
+    previous_placement: "Placement | None" = None
+    round_duration_s: float = 60.0
+    extras: Mapping[str, object] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Every scheduling policy (the packing ILP, Sia without packing, baselines) implements this."""
+
+    name: str
+
+    def allocate(self, jobs: Sequence["Job"], cluster: "Cluster", context: RoundContext) -> RoundDecision:
+        """Decide every job's GPU type, GPU count, batch size and partner for this round."""
+        ...
+
+
+def check_decision(decision: RoundDecision, jobs: Sequence["Job"], cluster: "Cluster") -> None:
+    """Raise AssertionError if ``decision`` breaks an invariant (capacity, one choice per job, pairing)."""
+    names = [j.name for j in jobs]
+    alloc = decision.by_job()
+    assert len(alloc) == len(decision.allocations), "a job has two allocations"
+    seen = set(alloc) | set(decision.unallocated)
+    assert len(decision.unallocated) == len(set(decision.unallocated)), "a job is unallocated twice"
+    assert not (set(alloc) & set(decision.unallocated)), "a job is both allocated and unallocated"
+    assert seen == set(names), f"jobs missing or unknown: {sorted(seen ^ set(names))}"
+    for a in decision.allocations:
+        assert a.gpu_type in cluster, f"{a.job}: unknown GPU type {a.gpu_type}"
+        assert a.num_gpus >= 1, f"{a.job}: {a.num_gpus} GPUs"
+        if a.partner is not None:
+            b = alloc.get(a.partner)
+            assert b is not None and b.partner == a.job, f"{a.job}: partner {a.partner} is not paired back"
+            assert (b.gpu_type, b.num_gpus) == (a.gpu_type, a.num_gpus), f"{a.job}: pair configs differ"
+    for gpu_type, used in decision.gpus_used().items():
+        cap = cluster.capacity(gpu_type)
+        assert used <= cap, f"{gpu_type}: {used} GPUs used > capacity {cap}"
