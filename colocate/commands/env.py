@@ -1,0 +1,95 @@
+"""``colocate env``: versions, devices and what is usable (MPS, NVML, GPM, ncu) — for bug reports."""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+from importlib import metadata
+from typing import Any
+
+import typer
+
+PACKAGES = ("colocate", "torch", "numpy", "pandas", "pyarrow", "networkx", "pulp", "highspy", "nvidia-ml-py",
+            "nvtx", "typer", "rich", "matplotlib", "ray")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("env")(env)
+
+
+def collect_env() -> dict[str, Any]:
+    """Everything a bug report needs, as a plain dict."""
+    import torch
+
+    from profiler.mps import CONTROL_BINARY
+    from profiler.nvml import device_info, gpm_supported, nvml_status
+
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for package in PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    cuda = torch.cuda.is_available()
+    devices = []
+    if cuda:
+        for index in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(index)
+            devices.append({"index": index, "name": props.name, "memory_gib": round(props.total_memory / 2**30, 1),
+                            "capability": f"{props.major}.{props.minor}", "sms": props.multi_processor_count})
+    nvml_ok, nvml_why = nvml_status()
+    gpus = []
+    if nvml_ok:
+        import pynvml
+
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+        pynvml.nvmlShutdown()
+        for index in range(count):
+            gpm_ok, gpm_why = gpm_supported(index)
+            gpus.append({"nvml_index": index, **device_info(index), "gpm": gpm_ok, "gpm_why": gpm_why})
+    return {
+        "platform": platform.platform(),
+        "versions": versions,
+        "torch_cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "cuda_available": cuda,
+        "cuda_devices": devices,
+        "nvml": {"usable": nvml_ok, "why": nvml_why, "gpus": gpus},
+        "mps_control": shutil.which(CONTROL_BINARY),
+        "ncu": shutil.which("ncu"),
+        "nsys": shutil.which("nsys"),
+        "cpu_threads": torch.get_num_threads(),
+    }
+
+
+def env(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+    """Print versions, devices and whether MPS, NVML and GPM are usable."""
+    from rich.table import Table
+
+    from colocate.commands._output import console
+
+    info = collect_env()
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return
+    table = Table(title="colocate env", show_header=False)
+    table.add_column("item", style="bold")
+    table.add_column("value", overflow="fold")
+    table.add_row("platform", info["platform"])
+    for name, version in info["versions"].items():
+        table.add_row(name, version or "[dim]not installed[/]")
+    table.add_row("torch CUDA", str(info["torch_cuda"]))
+    table.add_row("CUDA available", str(info["cuda_available"]))
+    for device in info["cuda_devices"]:
+        table.add_row(f"cuda:{device['index']}", f"{device['name']}, {device['memory_gib']} GiB, "
+                      f"sm_{device['capability']}, {device['sms']} SMs")
+    table.add_row("NVML", f"{'yes' if info['nvml']['usable'] else 'no'} ({info['nvml']['why']})")
+    for gpu in info["nvml"]["gpus"]:
+        table.add_row(f"  GPU {gpu['nvml_index']}", f"{gpu.get('name')} driver {gpu.get('driver')}; "
+                      f"GPM {'yes' if gpu['gpm'] else 'no'} ({gpu['gpm_why']})")
+    table.add_row("MPS", info["mps_control"] or "no (nvidia-cuda-mps-control not on PATH)")
+    table.add_row("Nsight Compute", info["ncu"] or "no (ncu not on PATH)")
+    table.add_row("CPU threads", str(info["cpu_threads"]))
+    console.print(table)

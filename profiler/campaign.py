@@ -1,0 +1,188 @@
+"""Run a whole campaign into a results directory, resuming where an earlier invocation stopped.
+
+Solo runs come first and provide each job type's baseline t (mean over its ok solo repeats) and peak
+memory; every group run then computes δ against those baselines. Completed runs are never re-run; runs
+recorded as skipped (no GPU or MPS on the machine that ran them) are tried again.
+"""
+
+from __future__ import annotations
+
+import getpass
+import math
+import platform
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from profiler.cells import JobType, Run, plan_runs
+from profiler.devices import DeviceTarget, resolve_device
+from profiler.errors import InputError
+from profiler.mps import mps_unavailable_reason
+from profiler.nvml import gpm_supported, nvml_status
+from profiler.runner import RunRecord, SoloBaseline, execute_run
+from profiler.schema import SHARING_SOLO, STATUS_OK
+from profiler.spec import CampaignSpec
+from profiler.store import ResultsStore
+
+# Spec fields that change what a number means: a results directory holds one protocol only.
+PROTOCOL_FIELDS = ("device", "image_size", "num_classes", "warmup_iters", "min_window_iters",
+                   "min_window_seconds", "threads_per_job")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Reported after every run: how far the campaign is and what the last run gave."""
+
+    done: int
+    total: int
+    record: RunRecord | None
+    resumed: int  # runs found already done at start
+
+
+def baselines_from(store: ResultsStore) -> dict[JobType, SoloBaseline]:
+    """Solo baselines from the store's committed rows."""
+    runs = store.runs()
+    jobs = store.jobs()
+    result: dict[JobType, SoloBaseline] = {}
+    if runs.empty:
+        return result
+    solo_runs = runs[runs["sharing"] == SHARING_SOLO]
+    solo_jobs = jobs[jobs["run_id"].isin(solo_runs["run_id"])]
+    for job_type, rows in solo_jobs.groupby("job_type"):
+        ok = rows[rows["status"] == STATUS_OK]
+        times = [float(t) for t in ok["iter_time_s"] if not pd.isna(t)]
+        peaks = [float(p) for p in rows["peak_memory_mib"] if not pd.isna(p)]
+        if times:
+            result[JobType.parse(str(job_type))] = SoloBaseline(
+                sum(times) / len(times), max(peaks) if peaks else None, STATUS_OK)
+        else:
+            last = rows.iloc[-1]
+            result[JobType.parse(str(job_type))] = SoloBaseline(None, None, str(last["status"]),
+                                                                 str(last["error"]))
+    return result
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def build_meta(spec: CampaignSpec, target: DeviceTarget) -> dict[str, Any]:
+    """meta.json: resolved spec, software versions, host and what the device supports (and why not)."""
+    import torch
+
+    nvml_ok, nvml_why = nvml_status() if target.nvml_index is not None else (
+        False, f"off: the campaign device is '{spec.device}', not a GPU")
+    gpm_ok, gpm_why = gpm_supported(target.nvml_index) if target.nvml_index is not None else (False, nvml_why)
+    mps_reason = mps_unavailable_reason(spec.device)
+    return {
+        "spec": spec.to_dict(),
+        "device": {"spec": spec.device, "name": target.name, "gpu_type": target.gpu_type,
+                   "physical_gpu": target.physical_gpu, "memory_total_mib": target.memory_total_mib},
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+                     "colocate": _version("colocate"), "nvidia-ml-py": _version("nvidia-ml-py")},
+        "nvml": {"enabled": nvml_ok, "why": nvml_why},
+        "gpm": {"enabled": gpm_ok, "why": gpm_why},
+        "mps": {"available": mps_reason is None, "why": mps_reason or "nvidia-cuda-mps-control found"},
+        "host": {"hostname": socket.gethostname(), "platform": platform.platform(), "user": getpass.getuser()},
+        "occupancy_note": "kernel occupancy from the PyTorch profiler is the CUDA occupancy-calculator "
+                          "estimate, identical alone or co-located",
+    }
+
+
+def check_resumable(store: ResultsStore, spec: CampaignSpec, out: Path) -> None:
+    """Refuse to mix two measurement protocols in one directory."""
+    previous = store.read_meta().get("spec")
+    if not previous:
+        return
+    current = spec.to_dict()
+    for key in PROTOCOL_FIELDS:
+        if previous.get(key) != current.get(key):
+            raise InputError(
+                f"holds a campaign measured with {key}={previous.get(key)!r}, the spec says {current.get(key)!r}",
+                source=out, field=key, valid="the same value, or a new --out directory")
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM unwinds like Ctrl-C so every run's teardown (and the MPS daemon's quit) still happens."""
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_campaign(
+    spec: CampaignSpec,
+    out: str | Path,
+    *,
+    on_progress: Callable[[Progress], None] | None = None,
+    runs: list[Run] | None = None,
+) -> ResultsStore:
+    """Measure every planned run not yet in ``out``; returns the store. Safe to call again to resume."""
+    out = Path(out)
+    store = ResultsStore(out)
+    check_resumable(store, spec, out)
+    target = resolve_device(spec.device)
+    meta = store.read_meta()
+    meta.update(build_meta(spec, target))
+    sessions = list(meta.get("sessions", []))
+    session: dict[str, Any] = {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                               "argv": sys.argv}
+    sessions.append(session)
+    meta["sessions"] = sessions
+    store.write_meta(meta)
+
+    planned = runs if runs is not None else plan_runs(spec)
+    finished = store.finished_run_ids()
+    todo = [run for run in planned if run.run_id not in finished]
+    resumed = len(planned) - len(todo)
+    done = resumed
+    if on_progress:
+        on_progress(Progress(done, len(planned), None, resumed))
+    baselines = baselines_from(store)
+    wall_start = time.perf_counter()
+    window_total = 0.0
+    try:
+        with _sigterm_as_interrupt():
+            for run in todo:
+                record = execute_run(run, spec, target, baselines)
+                store.append_run(record.run, record.jobs)
+                if run.cell.sharing == SHARING_SOLO:
+                    baselines = baselines_from(store)
+                window = record.run.get("window_s")
+                if window is not None and not math.isnan(window):
+                    window_total += float(window)
+                done += 1
+                if on_progress:
+                    on_progress(Progress(done, len(planned), record, resumed))
+    finally:
+        wall = time.perf_counter() - wall_start
+        session.update(finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       runs_executed=done - resumed, wall_s=round(wall, 3),
+                       measured_window_s=round(window_total, 3),
+                       efficiency=round(window_total / wall, 4) if wall > 0 else None,
+                       complete=done == len(planned))
+        store.write_meta(meta)
+    return store

@@ -1,0 +1,147 @@
+"""Expand a campaign spec into cells (configurations) and an ordered list of runs (cell × repeat).
+
+Order matters for a campaign that may be cut off: all solo runs come first (every group needs its members'
+baselines and solo peak memory), then per batch size the pairs, then the triples, with sharing modes and
+repeats shuffled together inside each block (seeded), so a cut-off leaves whole batch sizes measured and
+no systematic drift lines up with one mode.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from profiler.schema import SHARING_SOLO
+from profiler.spec import CampaignSpec, parse_job_type
+
+KIND_BY_SIZE = {1: "solo", 2: "pair", 3: "triple"}
+
+
+@dataclass(frozen=True, order=True)
+class JobType:
+    model: str
+    batch_size: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}@{self.batch_size}"
+
+    @classmethod
+    def parse(cls, text: str) -> JobType:
+        model, batch = parse_job_type(text)
+        if batch is None:
+            raise ValueError(f"job type '{text}' needs a batch size: 'model@batch'")
+        return cls(model, batch)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One configuration to measure: a group of job types sharing one device in one mode."""
+
+    jobs: tuple[JobType, ...]
+    sharing: str  # "none" for solo, else timeslice | mps
+    mps_thread_percentage: int | None = None
+
+    @property
+    def kind(self) -> str:
+        return KIND_BY_SIZE[len(self.jobs)]
+
+    @property
+    def mode_label(self) -> str:
+        if self.sharing == "mps" and self.mps_thread_percentage is not None:
+            return f"mps{self.mps_thread_percentage}"
+        return self.sharing
+
+    @property
+    def cell_id(self) -> str:
+        return f"{self.kind}|{self.mode_label}|" + "+".join(job.label for job in self.jobs)
+
+    @property
+    def batch_key(self) -> int:
+        return max(job.batch_size for job in self.jobs)
+
+
+@dataclass(frozen=True)
+class Run:
+    cell: Cell
+    repeat: int
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.cell.cell_id}#r{self.repeat}"
+
+
+def _groups(spec: CampaignSpec) -> list[tuple[JobType, ...]]:
+    """Job-type groups of size ≥ 2 (solo groups are derived from their members)."""
+    groups: list[tuple[JobType, ...]] = []
+    if spec.combinations is not None:
+        for combo in spec.combinations:
+            if len(combo) < 2:
+                continue
+            parsed = [parse_job_type(text) for text in combo]
+            if all(batch is not None for _, batch in parsed):
+                groups.append(tuple(JobType(m, b) for m, b in parsed))  # type: ignore[arg-type]
+            else:
+                for batch in spec.batch_sizes:
+                    groups.append(tuple(JobType(m, b if b is not None else batch) for m, b in parsed))
+        return groups
+    combine = itertools.combinations_with_replacement if spec.repetition else itertools.combinations
+    for size in spec.group_sizes:
+        if size < 2:
+            continue
+        for batch in spec.batch_sizes:
+            for models in combine(spec.models, size):
+                groups.append(tuple(JobType(m, batch) for m in models))
+    return groups
+
+
+def _dedupe(items: Iterable[Cell]) -> list[Cell]:
+    seen: dict[str, Cell] = {}
+    for cell in items:
+        seen.setdefault(cell.cell_id, cell)
+    return list(seen.values())
+
+
+def expand_cells(spec: CampaignSpec) -> list[Cell]:
+    """All cells of a campaign: solos for every job type any group (or group size 1) needs, then groups."""
+    groups = _groups(spec)
+    solo_types: set[JobType] = {job for group in groups for job in group}
+    if 1 in spec.group_sizes or spec.combinations is not None:
+        if spec.combinations is None:
+            solo_types.update(JobType(m, b) for m in spec.models for b in spec.batch_sizes)
+        else:
+            for combo in spec.combinations:
+                if len(combo) == 1:
+                    model, batch = parse_job_type(combo[0])
+                    batches = [batch] if batch is not None else list(spec.batch_sizes)
+                    solo_types.update(JobType(model, b) for b in batches)
+    cells = [Cell((job,), SHARING_SOLO) for job in sorted(solo_types)]
+    modes: list[tuple[str, int | None]] = []
+    for mode in spec.sharing:
+        if mode == "mps" and spec.mps_thread_percentages:
+            modes.extend(("mps", pct) for pct in spec.mps_thread_percentages)
+        else:
+            modes.append((mode, None))
+    for group in groups:
+        ordered = tuple(sorted(group))  # a pair is unordered: one canonical cell id
+        cells.extend(Cell(ordered, mode, pct) for mode, pct in modes)
+    return _dedupe(cells)
+
+
+def plan_runs(spec: CampaignSpec) -> list[Run]:
+    """Runs in execution order (see module docstring)."""
+    rng = random.Random(spec.seed)
+    cells = expand_cells(spec)
+    blocks: dict[tuple[int, int, int], list[Run]] = {}
+    for cell in cells:
+        size = len(cell.jobs)
+        key = (0 if size == 1 else 1, 0 if size == 1 else cell.batch_key, size)
+        blocks.setdefault(key, []).extend(Run(cell, r) for r in range(spec.repeats))
+    ordered: list[Run] = []
+    for key in sorted(blocks):
+        block = blocks[key]
+        rng.shuffle(block)
+        ordered.extend(block)
+    return ordered

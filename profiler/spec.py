@@ -1,0 +1,245 @@
+"""Campaign specification: the YAML a user writes, validated into a frozen :class:`CampaignSpec`.
+
+Every problem is reported as one :class:`~profiler.errors.InputError` naming the file, the key and the
+valid values, e.g. ``spec.yaml: field 'sharing[1]': 'mpss' is not a sharing mode (valid: timeslice, mps)``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from profiler.errors import InputError
+from profiler.schema import SHARING_MODES
+
+DEVICE_PATTERN = re.compile(r"^(cpu|cuda|cuda:\d+)$")
+GROUP_SIZES = (1, 2, 3)
+
+
+@dataclass(frozen=True)
+class CampaignSpec:
+    """A resolved campaign: which job types to run alone and together, how, and how long to measure."""
+
+    name: str
+    models: tuple[str, ...]
+    batch_sizes: tuple[int, ...]
+    device: str = "cpu"
+    image_size: int = 32
+    num_classes: int = 10
+    group_sizes: tuple[int, ...] = (1, 2)
+    # Explicit groups; each entry is a tuple of job types "model@batch" (or bare models, crossed with
+    # batch_sizes). None = all combinations of `models` per group size and batch size.
+    combinations: tuple[tuple[str, ...], ...] | None = None
+    repetition: bool = False  # with the default combinations: also pair a model with itself
+    sharing: tuple[str, ...] = ("timeslice",)
+    mps_thread_percentages: tuple[int, ...] | None = None
+    warmup_iters: int = 10
+    min_window_iters: int | None = 20
+    min_window_seconds: float | None = None
+    repeats: int = 3
+    seed: int = 0
+    threads_per_job: int = 1
+    kernels: bool = False  # also record a kernel profile for every solo job type
+    run_timeout_s: float = 600.0  # a run still going after this is failed (hung worker)
+    memory_headroom_mib: int = 512  # per-process CUDA context allowance in the memory pre-check
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key, value in data.items():
+            if isinstance(value, tuple):
+                data[key] = [list(v) if isinstance(v, tuple) else v for v in value]
+        return data
+
+
+@dataclass(frozen=True)
+class _Key:
+    kind: str  # str, int, float, bool, list[str], list[int], combos
+    valid: str
+    required: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_KEYS: dict[str, _Key] = {
+    "name": _Key("str", "a non-empty name such as 'h100-pairs'", required=True),
+    "models": _Key("list[str]", "a non-empty list of model names", required=True),
+    "batch_sizes": _Key("list[int]", "a non-empty list of positive integers", required=True),
+    "device": _Key("str", "cpu, cuda or cuda:N"),
+    "image_size": _Key("int", "an integer >= 32 (below 96: CIFAR-style models; 224: ImageNet-style)"),
+    "num_classes": _Key("int", "a positive integer"),
+    "group_sizes": _Key("list[int]", "a non-empty subset of 1, 2, 3"),
+    "combinations": _Key("combos", "a list of groups, each a list of 1-3 job types 'model' or 'model@batch'"),
+    "repetition": _Key("bool", "true or false"),
+    "sharing": _Key("list[str]", ", ".join(SHARING_MODES)),
+    "mps_thread_percentages": _Key("list[int]", "a list of integers in 1..100"),
+    "warmup_iters": _Key("int", "an integer >= 1"),
+    "min_window_iters": _Key("int", "an integer >= 2"),
+    "min_window_seconds": _Key("float", "a number > 0"),
+    "repeats": _Key("int", "an integer >= 1"),
+    "seed": _Key("int", "an integer"),
+    "threads_per_job": _Key("int", "an integer >= 1"),
+    "kernels": _Key("bool", "true or false"),
+    "run_timeout_s": _Key("float", "a number > 0 (seconds)"),
+    "memory_headroom_mib": _Key("int", "an integer >= 0 (MiB)"),
+}
+
+
+def _type_ok(kind: str, value: Any) -> bool:
+    if kind == "str":
+        return isinstance(value, str) and bool(value.strip())
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "list[str]":
+        return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v for v in value)
+    if kind == "list[int]":
+        return (
+            isinstance(value, list)
+            and bool(value)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        )
+    if kind == "combos":
+        return isinstance(value, list) and bool(value) and all(
+            isinstance(group, list) and group and all(isinstance(j, str) and j for j in group)
+            for group in value
+        )
+    raise AssertionError(kind)
+
+
+def parse_job_type(text: str) -> tuple[str, int | None]:
+    """Split 'resnet18@64' into ('resnet18', 64); a bare model name gives (name, None)."""
+    if "@" not in text:
+        return text.strip(), None
+    model, _, batch = text.partition("@")
+    if not batch.isdigit() or int(batch) <= 0:
+        raise ValueError(f"'{text}' has no positive batch size after '@'")
+    return model.strip(), int(batch)
+
+
+def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
+    """Validate a parsed YAML mapping; raise :class:`InputError` on the first problem found."""
+    from models import registered_names  # models is below profiler in the dependency order
+
+    MODEL_NAMES = registered_names()
+
+    if not isinstance(data, dict):
+        raise InputError("the campaign file must be a YAML mapping of keys to values", source=source,
+                         valid="keys " + ", ".join(_KEYS))
+    unknown = [k for k in data if k not in _KEYS]
+    if unknown:
+        raise InputError(f"unknown key '{unknown[0]}'", source=source, field=str(unknown[0]),
+                         valid=", ".join(_KEYS))
+    for key, rule in _KEYS.items():
+        if rule.required and key not in data:
+            raise InputError("missing required key", source=source, field=key, valid=rule.valid)
+        if key in data and data[key] is not None and not _type_ok(rule.kind, data[key]):
+            raise InputError(f"{data[key]!r} has the wrong type", source=source, field=key, valid=rule.valid)
+
+    def fail(key: str, message: str) -> InputError:
+        return InputError(message, source=source, field=key, valid=_KEYS[key.split("[")[0]].valid)
+
+    models = tuple(data["models"])
+    for i, model in enumerate(models):
+        if model not in MODEL_NAMES:
+            raise InputError(f"unknown model '{model}'", source=source, field=f"models[{i}]",
+                             valid=", ".join(MODEL_NAMES))
+    batch_sizes = tuple(data["batch_sizes"])
+    for i, batch in enumerate(batch_sizes):
+        if batch <= 0:
+            raise fail(f"batch_sizes[{i}]", f"{batch} is not positive")
+    device = data.get("device", "cpu")
+    if not DEVICE_PATTERN.match(device):
+        raise fail("device", f"'{device}' is not a device")
+    group_sizes = tuple(sorted(set(data.get("group_sizes", [1, 2]))))
+    for size in group_sizes:
+        if size not in GROUP_SIZES:
+            raise fail("group_sizes", f"{size} is not a group size")
+    sharing = tuple(data.get("sharing", ["timeslice"]))
+    for i, mode in enumerate(sharing):
+        if mode not in SHARING_MODES:
+            raise fail(f"sharing[{i}]", f"'{mode}' is not a sharing mode")
+    if len(set(sharing)) != len(sharing):
+        raise fail("sharing", "a sharing mode is listed twice")
+    percentages = data.get("mps_thread_percentages")
+    if percentages is not None:
+        for i, pct in enumerate(percentages):
+            if not 1 <= pct <= 100:
+                raise fail(f"mps_thread_percentages[{i}]", f"{pct} is out of range")
+        if "mps" not in sharing:
+            raise fail("mps_thread_percentages", "set, but 'mps' is not in 'sharing'")
+    combinations = None
+    if data.get("combinations") is not None:
+        parsed: list[tuple[str, ...]] = []
+        for g, group in enumerate(data["combinations"]):
+            if not 1 <= len(group) <= 3:
+                raise fail(f"combinations[{g}]", f"a group of {len(group)} jobs")
+            for j, job_type in enumerate(group):
+                try:
+                    model, _ = parse_job_type(job_type)
+                except ValueError as err:
+                    raise fail(f"combinations[{g}][{j}]", str(err)) from None
+                if model not in MODEL_NAMES:
+                    raise InputError(f"unknown model '{model}'", source=source,
+                                     field=f"combinations[{g}][{j}]", valid=", ".join(MODEL_NAMES))
+            parsed.append(tuple(group))
+        combinations = tuple(parsed)
+
+    def number(key: str, default: Any, minimum: float, *, strict: bool = False) -> Any:
+        value = data.get(key, default)
+        if value is None:
+            return None
+        if value < minimum or (strict and value <= minimum):
+            raise fail(key, f"{value} is out of range")
+        return value
+
+    min_iters = number("min_window_iters", None, 2)
+    min_seconds = number("min_window_seconds", None, 0, strict=True)
+    if min_iters is None and min_seconds is None:
+        min_iters = 20  # the default window when the user sets neither
+    image_size = number("image_size", 32, 32)
+    return CampaignSpec(
+        name=data["name"].strip(),
+        models=models,
+        batch_sizes=batch_sizes,
+        device=device,
+        image_size=image_size,
+        num_classes=number("num_classes", 10 if image_size < 96 else 1000, 1),
+        group_sizes=group_sizes,
+        combinations=combinations,
+        repetition=data.get("repetition", False),
+        sharing=sharing,
+        mps_thread_percentages=tuple(percentages) if percentages is not None else None,
+        warmup_iters=number("warmup_iters", 10, 1),
+        min_window_iters=min_iters,
+        min_window_seconds=float(min_seconds) if min_seconds is not None else None,
+        repeats=number("repeats", 3, 1),
+        seed=data.get("seed", 0),
+        threads_per_job=number("threads_per_job", 1, 1),
+        kernels=data.get("kernels", False),
+        run_timeout_s=float(number("run_timeout_s", 600.0, 0, strict=True)),
+        memory_headroom_mib=number("memory_headroom_mib", 512, 0),
+    )
+
+
+def load_spec(path: str | Path) -> CampaignSpec:
+    """Read and validate a campaign YAML file."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("no such campaign file", source=path, valid="a path to a YAML file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise InputError(f"not valid YAML{where}: {getattr(err, 'problem', err)}", source=path) from None
+    return spec_from_dict(data, source=path)

@@ -1,0 +1,111 @@
+"""The results directory of a campaign: runs.parquet, jobs.parquet, kernels.parquet, meta.json (+ CSVs).
+
+Appends are atomic and keyed by ``run_id``: each write goes to a temporary file that replaces the old one
+with ``os.replace``, jobs before runs, and ``runs.parquet`` is the commit record — job rows whose run is not
+in it (a kill between the two writes) are ignored and overwritten. A killed campaign therefore loses at most
+the run in flight and a rerun never duplicates a row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from profiler.schema import JOB_COLUMNS, KERNEL_COLUMNS, RUN_COLUMNS, STATUS_SKIPPED
+
+RUNS_FILE = "runs.parquet"
+JOBS_FILE = "jobs.parquet"
+KERNELS_FILE = "kernels.parquet"
+META_FILE = "meta.json"
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        write(temp)
+        with open(temp, "rb") as stream:
+            os.fsync(stream.fileno())
+        os.replace(temp, path)
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)
+
+
+def _frame(rows: Iterable[Mapping[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
+    frame = pd.DataFrame(list(rows))
+    for column in columns:
+        if column not in frame.columns:
+            frame[column] = pd.NA
+    return frame[list(columns)]
+
+
+class ResultsStore:
+    """Read and append the tables of one results directory."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    # -- reading -------------------------------------------------------------------------------------
+    def _read(self, name: str, columns: tuple[str, ...]) -> pd.DataFrame:
+        path = self.root / name
+        if not path.is_file():
+            return _frame([], columns)
+        return pd.read_parquet(path)
+
+    def runs(self) -> pd.DataFrame:
+        return self._read(RUNS_FILE, RUN_COLUMNS)
+
+    def jobs(self) -> pd.DataFrame:
+        jobs = self._read(JOBS_FILE, JOB_COLUMNS)
+        committed = set(self.runs()["run_id"])
+        return jobs[jobs["run_id"].isin(committed)].reset_index(drop=True)
+
+    def kernels(self) -> pd.DataFrame:
+        return self._read(KERNELS_FILE, KERNEL_COLUMNS)
+
+    def finished_run_ids(self) -> set[str]:
+        """Runs that are done for good; skipped runs (no GPU, no MPS here) are retried on resume."""
+        runs = self.runs()
+        return set(runs.loc[runs["status"] != STATUS_SKIPPED, "run_id"])
+
+    def read_meta(self) -> dict[str, Any]:
+        path = self.root / META_FILE
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    # -- writing -------------------------------------------------------------------------------------
+    def append_run(self, run_row: Mapping[str, Any], job_rows: Iterable[Mapping[str, Any]]) -> None:
+        """Add one run (replacing an earlier row with the same run_id) — jobs first, runs last."""
+        run_id = run_row["run_id"]
+        jobs = self._read(JOBS_FILE, JOB_COLUMNS)
+        new_jobs = _frame(job_rows, JOB_COLUMNS)
+        jobs = pd.concat([jobs[jobs["run_id"] != run_id], new_jobs], ignore_index=True) if len(jobs) else new_jobs
+        self._write_table(JOBS_FILE, jobs)
+        runs = self.runs()
+        new_run = _frame([run_row], RUN_COLUMNS)
+        runs = pd.concat([runs[runs["run_id"] != run_id], new_run], ignore_index=True) if len(runs) else new_run
+        self._write_table(RUNS_FILE, runs)
+
+    def append_kernels(self, rows: pd.DataFrame, *, replace_job_type: str | None = None) -> None:
+        kernels = self.kernels()
+        if replace_job_type is not None and len(kernels):
+            kernels = kernels[kernels["job_type"] != replace_job_type]
+        rows = _frame(rows.to_dict("records"), KERNEL_COLUMNS) if len(rows) else _frame([], KERNEL_COLUMNS)
+        merged = pd.concat([kernels, rows], ignore_index=True) if len(kernels) else rows
+        self._write_table(KERNELS_FILE, merged)
+
+    def _write_table(self, name: str, frame: pd.DataFrame) -> None:
+        _atomic_write(self.root / name, lambda temp: frame.to_parquet(temp, index=False))
+        csv_path = (self.root / name).with_suffix(".csv")
+        _atomic_write(csv_path, lambda temp: frame.to_csv(temp, index=False))
+
+    def write_meta(self, meta: Mapping[str, Any]) -> None:
+        text = json.dumps(meta, indent=2, sort_keys=True, default=str)
+        _atomic_write(self.root / META_FILE, lambda temp: Path(temp).write_text(text + "\n"))
