@@ -1,15 +1,26 @@
 """Goodput: what a job achieves on a configuration = throughput × statistical efficiency (Pollux, OSDI'21).
 
 This module defines the interface policies and the simulator call (:class:`GoodputModel`,
-:class:`GoodputEstimate`); implementations follow below.
+:class:`GoodputEstimate`) and two implementations: :class:`ProfileGoodputModel` (measured profiles, a
+Pollux-form fitted step-time model, statistical efficiency from gradient-noise curves, Sia's 1-GPU
+bootstrap for new GPU types) and :class:`TableGoodputModel` (an explicit table, for tests and examples).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
 
 from scheduler.jobs import Job
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from scheduler.configs import Configuration
+    from scheduler.profiles import GnsCurve
 
 
 @dataclass(frozen=True)
@@ -44,3 +55,374 @@ class GoodputModel(Protocol):
                    num_nodes: int = 1) -> float | None:
         """Samples/s at a given global batch size, or None when unknown."""
         ...
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared helpers
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EstimateArrays:
+    """Estimates for many configurations at once as arrays (NaN where the job cannot run)."""
+
+    goodput: "np.ndarray"
+    batch_size: "np.ndarray"
+    throughput: "np.ndarray"
+    efficiency: "np.ndarray"
+
+    @classmethod
+    def empty(cls, n: int) -> "EstimateArrays":
+        nan = np.full(n, np.nan)
+        return cls(nan, nan.copy(), nan.copy(), nan.copy())
+
+    @classmethod
+    def from_list(cls, estimates: "Sequence[GoodputEstimate | None]") -> "EstimateArrays":
+        def col(f):
+            return np.array([np.nan if e is None else f(e) for e in estimates], dtype=float)
+
+        return cls(col(lambda e: e.goodput), col(lambda e: e.batch_size), col(lambda e: e.throughput),
+                   col(lambda e: e.efficiency))
+
+    def at(self, i: int) -> GoodputEstimate | None:
+        if not (self.goodput[i] > 0):
+            return None
+        return GoodputEstimate(int(self.batch_size[i]), float(self.throughput[i]), float(self.efficiency[i]))
+
+    def to_list(self) -> list[GoodputEstimate | None]:
+        return [self.at(i) for i in range(len(self.goodput))]
+
+
+class GoodputModelBase:
+    """Mixin: ``estimate_many``/``estimate_arrays`` and ``estimate`` in terms of each other."""
+
+    def estimate_arrays(self, job: Job, configs: "Sequence[Configuration]") -> EstimateArrays:
+        """All configurations at once (the ILP calls this once per job); override for speed."""
+        return EstimateArrays.from_list(self.estimate_many(job, configs))
+
+    def estimate(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1) -> GoodputEstimate | None:
+        from scheduler.configs import Configuration
+
+        return self.estimate_many(job, [Configuration(gpu_type, num_nodes, num_gpus)])[0]
+
+    def estimate_many(self, job: Job, configs: "Sequence[Configuration]") -> list[GoodputEstimate | None]:
+        """One estimate per configuration (vectorised in subclasses; the ILP calls this once per job)."""
+        return [self.estimate(job, c.gpu_type, c.num_gpus, c.num_nodes) for c in configs]
+
+
+def estimate_many(model: GoodputModel, job: Job, configs: "Sequence[Configuration]") -> list[GoodputEstimate | None]:
+    """``model.estimate_many`` when the model has it, else one ``estimate`` call per configuration."""
+    bulk = getattr(model, "estimate_many", None)
+    if bulk is not None:
+        return bulk(job, configs)
+    return [model.estimate(job, c.gpu_type, c.num_gpus, c.num_nodes) for c in configs]
+
+
+def estimate_arrays(model: GoodputModel, job: Job, configs: "Sequence[Configuration]") -> EstimateArrays:
+    """``model.estimate_arrays`` when the model has it, else built from per-configuration estimates."""
+    bulk = getattr(model, "estimate_arrays", None)
+    if bulk is not None:
+        return bulk(job, configs)
+    return EstimateArrays.from_list(estimate_many(model, job, configs))
+
+
+class TableGoodputModel(GoodputModelBase):
+    """Goodput from an explicit table ``(application, gpu_type, num_gpus) -> samples/s`` (efficiency 1).
+
+    For tests, examples and users who already know their throughputs; rigid jobs use their own batch size
+    (or ``default_batch_size``) and adaptive jobs the same, since the table has no batch dimension.
+    """
+
+    def __init__(self, table: "Mapping[tuple[str, str, int], float]", default_batch_size: int = 32) -> None:
+        self.table = dict(table)
+        self.default_batch_size = default_batch_size
+
+    def estimate(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1) -> GoodputEstimate | None:
+        value = self.table.get((job.application, gpu_type, num_gpus))
+        if value is None or value <= 0:
+            return None
+        return GoodputEstimate(job.batch_size or self.default_batch_size, float(value), 1.0)
+
+    def throughput(self, application: str, gpu_type: str, num_gpus: int, batch_size: int,
+                   num_nodes: int = 1) -> float | None:
+        return self.table.get((application, gpu_type, num_gpus))
+
+
+# --------------------------------------------------------------------------------------------------
+# Pollux-form step-time model
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StepTimeModel:
+    """Pollux's (OSDI'21 §3.2) iteration-time model for one application on one GPU type.
+
+    ``T_grad(m) = α_c + β_c·m`` (local batch m), ``T_sync = 0`` on one GPU, ``α_r + β_r·(N−2)`` inside one
+    node and ``α_n + β_n·(N−2)`` across nodes, and ``T_iter = (T_grad^γ + T_sync^γ)^(1/γ)`` (γ ≥ 1 models
+    the overlap of computation and all-reduce). Throughput = N·m / T_iter samples/s.
+    """
+
+    alpha_c: float
+    beta_c: float
+    alpha_r: float = 0.0
+    beta_r: float = 0.0
+    alpha_n: float = 0.0
+    beta_n: float = 0.0
+    gamma: float = 1.0
+
+    def step_time(self, local_bsz: "np.ndarray | float", num_gpus: int, num_nodes: int = 1) -> "np.ndarray":
+        m = np.asarray(local_bsz, dtype=float)
+        grad = self.alpha_c + self.beta_c * m
+        if num_gpus <= 1:
+            return grad
+        if num_nodes <= 1:
+            sync = self.alpha_r + self.beta_r * (num_gpus - 2)
+        else:
+            sync = self.alpha_n + self.beta_n * (num_gpus - 2)
+        sync = max(sync, 0.0)
+        g = self.gamma
+        return (grad ** g + sync ** g) ** (1.0 / g)
+
+    def throughput(self, local_bsz: "np.ndarray | float", num_gpus: int, num_nodes: int = 1) -> "np.ndarray":
+        m = np.asarray(local_bsz, dtype=float)
+        return num_gpus * m / self.step_time(m, num_gpus, num_nodes)
+
+
+def _linear_fit(x: "np.ndarray", y: "np.ndarray") -> tuple[float, float]:
+    """Least-squares ``y ≈ a + b·x`` with a, b ≥ 0 (one distinct x: a line through the origin)."""
+    if len(x) == 0:
+        return 0.0, 0.0
+    if len(np.unique(x)) < 2:
+        mean_x = float(np.mean(x))
+        if mean_x == 0:
+            return max(float(np.mean(y)), 0.0), 0.0
+        return 0.0, max(float(np.mean(y)) / mean_x, 0.0)
+    b, a = np.polyfit(x, y, 1)
+    if b < 0:  # noisy data: a flat line is the best monotone fit
+        return max(float(np.mean(y)), 0.0), 0.0
+    if a < 0:
+        return 0.0, max(float(np.sum(x * y) / np.sum(x * x)), 0.0)
+    return float(a), float(b)
+
+
+def fit_step_time(rows: "pd.DataFrame") -> StepTimeModel:
+    """Fit :class:`StepTimeModel` to profile rows of one (application, GPU type) (see :mod:`scheduler.profiles`)."""
+    m = rows["local_bsz"].to_numpy(float)
+    n = rows["num_gpus"].to_numpy(int)
+    k = rows["num_nodes"].to_numpy(int)
+    step = rows["step_time"].to_numpy(float)
+    sync = rows["sync_time"].to_numpy(float)
+    has_sync = np.isfinite(sync)
+    compute = np.where(has_sync & (n > 1), np.maximum(step - np.nan_to_num(sync), 1e-9), step)
+    # compute time does not depend on N; single-GPU rows are the cleanest, use every row if they are few
+    solo = n == 1
+    use = solo if solo.sum() >= 2 else np.ones_like(solo)
+    alpha_c, beta_c = _linear_fit(m[use], compute[use])
+    grad = alpha_c + beta_c * m
+    observed_sync = np.where(has_sync, np.nan_to_num(sync), np.maximum(step - grad, 0.0))
+    local = (n > 1) & (k == 1)
+    remote = (n > 1) & (k > 1)
+    alpha_r, beta_r = _linear_fit((n[local] - 2).astype(float), observed_sync[local])
+    alpha_n, beta_n = _linear_fit((n[remote] - 2).astype(float), observed_sync[remote])
+    if not remote.any():  # no multi-node data: assume the network is no better than the local links
+        alpha_n, beta_n = alpha_r, beta_r
+    if not local.any():
+        alpha_r, beta_r = alpha_n, beta_n
+    best = StepTimeModel(alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n, 1.0)
+    multi = n > 1
+    if multi.any():
+        best_err = float("inf")
+        for gamma in (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 10.0):
+            cand = StepTimeModel(alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n, gamma)
+            pred = np.array([cand.step_time(mi, int(ni), int(ki)) for mi, ni, ki in zip(m[multi], n[multi], k[multi])])
+            err = float(np.mean(np.log(pred / step[multi]) ** 2))
+            if err < best_err:
+                best, best_err = cand, err
+    return best
+
+
+# --------------------------------------------------------------------------------------------------
+# Goodput from profiles (+ optional gradient-noise curves)
+# --------------------------------------------------------------------------------------------------
+
+def statistical_efficiency(batch_size: "np.ndarray | float", init_batch_size: int, noise_scale: float) -> "np.ndarray":
+    """Pollux's efficiency ``(φ + M0) / (φ + M)`` for global batch M ≥ M0, capped at 1 below M0."""
+    M = np.asarray(batch_size, dtype=float)
+    if not np.isfinite(noise_scale):
+        return np.ones_like(M)
+    eff = (noise_scale + init_batch_size) / (noise_scale + M)
+    return np.minimum(eff, 1.0)
+
+
+class ProfileGoodputModel(GoodputModelBase):
+    """Goodput from measured profiles: fitted step-time model × GNS efficiency, with Sia's bootstrap.
+
+    * Measured points are used as they are; other (N, nodes, batch) points come from the Pollux-form fit.
+    * A GPU type with only 1-GPU rows for an application is bootstrapped from a reference type that has
+      multi-GPU rows (Sia §3.4): ``tput_B(N, m) ≈ tput_B(1, m) / tput_A(1, m) · tput_A(N, m)``.
+    * The local batch may not exceed the largest profiled on that GPU type (memory limit).
+    * Adaptive jobs: the global batch is chosen on a geometric grid between the job's (or the
+      application's) limits to maximise goodput; rigid jobs use their own batch (or the best one if unset).
+    """
+
+    GRID_POINTS = 24
+
+    def __init__(self, profiles: "pd.DataFrame", curves: "Mapping[str, GnsCurve] | None" = None) -> None:
+        self.profiles = profiles
+        self.curves = dict(curves or {})
+        self._models: dict[tuple[str, str], StepTimeModel] = {}
+        self._reference: dict[str, str | None] = {}
+        self._local_range: dict[tuple[str, str], tuple[float, float]] = {}
+        self._measured: dict[tuple[str, str, int, int, float], float] = {}
+        self._multi: set[tuple[str, str]] = set()
+        self._table_cache: dict[tuple, tuple[object, "np.ndarray"]] = {}
+        self._apps = set(profiles["application"].unique())
+        self._grid_cache: dict[tuple, tuple[int, ...]] = {}
+        self._content_cache: dict[tuple, "np.ndarray"] = {}
+        self._grid_arrays: dict[tuple[int, ...], "np.ndarray"] = {}
+        self._curve_arrays = {
+            app: (np.asarray(c.progress), np.asarray(c.grad_sqr), np.asarray(c.grad_var), c.init_batch_size)
+            for app, c in self.curves.items()
+        }
+        for (app, gpu), rows in profiles.groupby(["application", "gpu_type"], sort=False):
+            self._models[(app, gpu)] = fit_step_time(rows)
+            self._local_range[(app, gpu)] = (float(rows["local_bsz"].min()), float(rows["local_bsz"].max()))
+            if (rows["num_gpus"] > 1).any():
+                self._multi.add((app, gpu))
+            means = rows.groupby(["num_gpus", "num_nodes", "local_bsz"])["step_time"].mean()
+            for (n, k, m), t in means.items():
+                self._measured[(app, gpu, int(n), int(k), round(float(m), 6))] = float(t)
+        for app in profiles["application"].unique():
+            multi = profiles[(profiles["application"] == app) & (profiles["num_gpus"] > 1)]
+            self._reference[app] = multi["gpu_type"].value_counts().index[0] if len(multi) else None
+
+    @classmethod
+    def from_path(cls, path: "str | Path") -> "ProfileGoodputModel":
+        """From a generic profile CSV or a Sia traces directory (see :func:`scheduler.profiles.load_profiles`)."""
+        from scheduler.profiles import load_profiles
+
+        profiles, curves = load_profiles(path)
+        return cls(profiles, curves)
+
+    @property
+    def applications(self) -> set[str]:
+        return {a for a, _ in self._models}
+
+    def gpu_types(self, application: str) -> set[str]:
+        return {g for a, g in self._models if a == application}
+
+    def local_batch_range(self, application: str, gpu_type: str) -> tuple[float, float] | None:
+        return self._local_range.get((application, gpu_type))
+
+    def _step_times(self, app: str, gpu: str, local: "np.ndarray", n: int, k: int) -> "np.ndarray":
+        model = self._models[(app, gpu)]
+        if n > 1 and (app, gpu) not in self._multi:
+            ref = self._reference.get(app)
+            if ref is not None and ref != gpu:
+                ref_model = self._models[(app, ref)]
+                times = model.step_time(local, 1) * ref_model.step_time(local, n, k) / ref_model.step_time(local, 1)
+            else:
+                times = model.step_time(local, n, k)
+        else:
+            times = model.step_time(local, n, k)
+        times = np.array(times, dtype=float, copy=True).reshape(np.shape(local))
+        for idx, m in np.ndenumerate(local):
+            hit = self._measured.get((app, gpu, n, k, round(float(m), 6)))
+            if hit is not None:
+                times[idx] = hit
+        return times
+
+    def throughput(self, application: str, gpu_type: str, num_gpus: int, batch_size: int,
+                   num_nodes: int = 1) -> float | None:
+        if (application, gpu_type) not in self._models:
+            return None
+        local = batch_size / num_gpus
+        lo, hi = self._local_range[(application, gpu_type)]
+        if local > hi * (1 + 1e-9):
+            return None
+        t = float(self._step_times(application, gpu_type, np.array([local]), num_gpus, num_nodes)[0])
+        return batch_size / t
+
+    def _batch_grid(self, job: Job) -> tuple[int, ...]:
+        key = (job.application, job.adaptive, job.batch_size, job.min_batch_size, job.max_batch_size)
+        grid = self._grid_cache.get(key)
+        if grid is None:
+            grid = self._grid_cache[key] = self._make_batch_grid(job)
+        return grid
+
+    def _make_batch_grid(self, job: Job) -> tuple[int, ...]:
+        if not job.adaptive and job.batch_size:
+            return (int(job.batch_size),)
+        curve = self.curves.get(job.application)
+        ranges = [r for (a, _), r in self._local_range.items() if a == job.application]
+        lo = job.min_batch_size or (curve.init_batch_size if curve else int(min(r[0] for r in ranges)))
+        hi = job.max_batch_size or (curve.max_batch_size if curve else int(max(r[1] for r in ranges) * 64))
+        lo, hi = int(lo), int(max(hi, lo))
+        grid = np.unique(np.round(np.geomspace(lo, hi, self.GRID_POINTS)).astype(int))
+        return tuple(int(x) for x in grid)
+
+    def _table(self, app: str, grid: tuple[int, ...], configs: "tuple[Configuration, ...]") -> "np.ndarray":
+        """Throughput [config × batch], NaN where the local batch does not fit or the type is unprofiled."""
+        # fast path by identity (the ILP passes the same tuple for every job of a kind), then by content
+        key = (app, grid, id(configs))
+        hit = self._table_cache.get(key)
+        if hit is not None and hit[0] is configs:  # the entry keeps its tuple alive, so the id is not reused
+            return hit[1]
+        content_key = (app, grid, configs)
+        table = self._content_cache.get(content_key)
+        if table is not None:
+            self._table_cache[key] = (configs, table)
+            return table
+        M = np.asarray(grid, dtype=float)
+        table = np.full((len(configs), len(grid)), np.nan)
+        for row, c in enumerate(configs):
+            rng = self._local_range.get((app, c.gpu_type))
+            if rng is None:
+                continue
+            local = M / c.num_gpus
+            ok = local <= rng[1] * (1 + 1e-9)
+            if not ok.any():
+                continue
+            times = self._step_times(app, c.gpu_type, local[ok], c.num_gpus, c.num_nodes)
+            table[row, ok] = M[ok] / times
+        if len(self._table_cache) > 4096:
+            self._table_cache.clear()
+            self._content_cache.clear()
+        self._table_cache[key] = (configs, table)
+        self._content_cache[content_key] = table
+        return table
+
+    def efficiency(self, job: Job, batch_size: "np.ndarray | float") -> "np.ndarray":
+        """Pollux efficiency of ``job`` at its current progress for each global batch size."""
+        arrays = self._curve_arrays.get(job.application)
+        if arrays is None:
+            return np.ones_like(np.asarray(batch_size, dtype=float))
+        progress, sqr, var, m0 = arrays
+        g2 = float(np.interp(job.progress, progress, sqr))
+        v = float(np.interp(job.progress, progress, var))
+        phi = m0 * v / g2 if g2 > 0 else float("inf")
+        return statistical_efficiency(batch_size, m0, phi)
+
+    def estimate_arrays(self, job: Job, configs: "Sequence[Configuration]") -> "EstimateArrays":
+        if job.application not in self._apps:
+            return EstimateArrays.empty(len(configs))
+        grid = self._batch_grid(job)
+        configs = configs if isinstance(configs, tuple) else tuple(configs)
+        table = self._table(job.application, grid, configs)
+        grid_arr = self._grid_arrays.get(grid)
+        if grid_arr is None:
+            grid_arr = self._grid_arrays[grid] = np.asarray(grid, dtype=float)
+        eff = self.efficiency(job, grid_arr)
+        good = np.where(np.isnan(table), -np.inf, table * eff[None, :])
+        best = np.argmax(good, axis=1)
+        rows = np.arange(len(configs))
+        value = good[rows, best]
+        ok = np.isfinite(value) & (value > 0)
+        batch = grid_arr[best]
+        return EstimateArrays(
+            goodput=np.where(ok, value, np.nan),
+            batch_size=np.where(ok, batch, np.nan),
+            throughput=np.where(ok, table[rows, best], np.nan),
+            efficiency=np.where(ok, eff[best], np.nan),
+        )
+
+    def estimate_many(self, job: Job, configs: "Sequence[Configuration]") -> list[GoodputEstimate | None]:
+        return self.estimate_arrays(job, configs).to_list()

@@ -1,0 +1,786 @@
+r"""One ILP per round for heterogeneity, adaptivity and packing: Sia's formulation plus pair variables.
+
+Notation
+--------
+* ``J`` jobs; GPU types ``t`` with capacity ``K_t`` GPUs; configurations ``c`` (``n_c`` GPUs of one type,
+  powers of two inside a node, then whole nodes: :mod:`scheduler.configs`).
+* ``C_i`` — configurations valid for job ``i``: the goodput model knows the job there, its memory fits
+  (``m_i ≤ M_t``), rigid jobs only at their own GPU count, a pinned job (checkpoint-restore) only at its
+  current configuration.
+* ``g_ic`` — goodput (samples/s × statistical efficiency) of job ``i`` alone on ``c``.
+* Normalised goodput (Sia): ``G_ic = g_ic / min_{c' ∈ C_i} g_ic' · R_ic``, with the restart factor
+  ``R_ic = max(T_i − N_i·S, 0) / (T_i + S)`` when job ``i`` runs now on another configuration (``T_i`` its
+  age, ``N_i`` its restarts, ``S`` the restart cost), else ``R_ic = 1``. Columns with ``G_ic = 0`` are dropped.
+* Pair candidates ``P``: ``(i, k, c)`` with ``c`` single-node and in ``C_i ∩ C_k``, co-location ratios
+  ``ρ_i, ρ_k > 0`` on type(c) from the colocation table (``ρ = t / t'``), ``m_i + m_k + 2·m_ctx ≤ M_t`` when
+  memory is known, ``ρ_i + ρ_k ≥ 1 + β`` (minimum benefit ``β``), and ``k`` among the top-k partners of ``i``
+  or ``i`` among those of ``k`` (:func:`pair_candidates`).
+
+Variables ``x_ic ∈ {0, 1}`` (job ``i`` alone on ``c``), ``y_ikc ∈ {0, 1}`` (``i`` and ``k`` share ``c``).
+
+For ``p < 0`` (Sia's default ``p = −0.5``)::
+
+    minimise   Σ_ic G_ic^p · x_ic  +  Σ_(i,k,c)∈P [ (ρ_i G_ic)^p + (ρ_k G_kc)^p ] · y_ikc  +  λ Σ_i u_i
+    where      u_i = 1 − Σ_c x_ic − Σ_(k,c) y_ikc                      (job i unallocated; λ = 1.1)
+
+For ``p > 0`` (``p = 1``: the plain sum of normalised goodputs)::
+
+    maximise   Σ_ic G_ic^p · x_ic  +  Σ_(i,k,c)∈P [ (ρ_i G_ic)^p + (ρ_k G_kc)^p ] · y_ikc
+
+subject to::
+
+    (1)  Σ_c x_ic + Σ_(k,c) y_ikc  ≤ 1          for every job i   (= 1 for a pinned job)
+    (2)  Σ_(i, c of type t) n_c x_ic + Σ_((i,k,c), c of type t) n_c y_ikc  ≤ K_t     for every type t
+                                                    (a pair uses its n_c GPUs once)
+
+With ``P = ∅`` (``--no-packing``) this is exactly Sia's ILP. Because ``u_i`` is linear in the other
+variables, it is substituted: the solver minimises ``Σ (cost − λ·|members|) · z`` and ``λ·|J|`` is added
+back when reporting. Configurations dominated for a job (same type, more GPUs, no more goodput) are
+removed before solving; that cannot change the optimum.
+
+Solver: HiGHS by default — the column-wise matrix handed to highspy in one call, since building the same
+model through ``pulp.HiGHS`` costs more than solving it — and CBC through PuLP as the fallback
+(``solver="pulp-highs"`` runs HiGHS through PuLP). Always a time limit and a relative gap. The answer's
+solution status is read as well as its model status: a time-limited run can report "Optimal"/"Time limit
+reached" with an integer-feasible, not proven-optimal incumbent (used, and reported as such). When no
+feasible solution comes back, a greedy allocation is used, so a round always yields a decision.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal, Mapping, Sequence
+
+import numpy as np
+
+from scheduler.cluster import Cluster
+from scheduler.configs import Configuration, configurations
+from scheduler.goodput import GoodputEstimate, GoodputModel, estimate_arrays
+from scheduler.jobs import Job
+from scheduler.policy import Allocation, RoundContext, RoundDecision, SolverInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from scheduler.colocation import ColocationTable
+
+
+@dataclass(frozen=True)
+class IlpConfig:
+    """Knobs of the round ILP (all have the defaults used in the README and benchmarks).
+
+    ``p``: goodput power (Sia −0.5; must not be 0). ``lambda_unallocated``: penalty λ per unallocated job
+    (used when p < 0). ``restart_cost_s``: Sia's S. ``packing``: add pair variables. ``top_k``: partners
+    kept per job; ``min_benefit``: β, a pair needs ``ρ_a + ρ_b ≥ 1 + β``. ``pair_candidates``: "top-k" (ours)
+    or "all" (every compatible pair, as in Gavel's packed LP; for comparisons). ``time_limit_s`` and
+    ``mip_gap`` (relative gap of the objective above) always go to the solver. ``solver``: "highs" (highspy),
+    "pulp-highs" (HiGHS through PuLP) or "cbc" (through PuLP). ``max_gpus_per_job`` caps multi-node
+    shapes of adaptive jobs (None: the job's own ``max_gpus`` or the cluster). ``context_memory_gb``: per
+    process CUDA context added when checking a pair's memory.
+    """
+
+    p: float = -0.5
+    lambda_unallocated: float = 1.1
+    restart_cost_s: float = 25.0
+    packing: bool = True
+    top_k: int = 3
+    min_benefit: float = 0.05
+    pair_candidates: Literal["top-k", "all"] = "top-k"
+    time_limit_s: float = 10.0
+    mip_gap: float = 5e-3
+    solver: Literal["highs", "pulp-highs", "cbc"] = "highs"
+    threads: int | None = 1
+    max_gpus_per_job: int | None = None
+    context_memory_gb: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.p == 0 or not math.isfinite(self.p):
+            raise ValueError("p must be a finite non-zero number (Sia uses -0.5; 1 = sum of goodputs)")
+        if self.top_k < 0:
+            raise ValueError("top_k must be >= 0")
+        if self.time_limit_s <= 0 or self.mip_gap < 0:
+            raise ValueError("time_limit_s must be > 0 and mip_gap >= 0")
+
+
+@dataclass
+class RoundProblem:
+    """The ILP of one round as plain arrays, independent of any solver.
+
+    Column ``j`` puts the jobs ``members[j]`` (one, or two for a pair) on configuration ``configs[conf[j]]``,
+    taking ``gpus[j]`` GPUs of that type; ``values[j]`` are the members' normalised goodputs (times their
+    co-location ratio for a pair) and ``weight[j]`` the column's coefficient in the minimisation form.
+    """
+
+    jobs: tuple[Job, ...]
+    cluster: Cluster
+    configs: tuple[Configuration, ...]
+    p: float
+    lam: float
+    members: list[tuple[int, ...]] = field(default_factory=list)
+    conf: list[int] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)
+    values: list[tuple[float, ...]] = field(default_factory=list)
+    estimates: list[tuple[GoodputEstimate, ...]] = field(default_factory=list)
+    ratios: list[tuple[float, ...]] = field(default_factory=list)
+    weight: list[float] = field(default_factory=list)
+    pinned: list[bool] = field(default_factory=list)
+    num_pairs: int = 0
+    num_pair_candidates: int = 0
+    build_time_s: float = 0.0
+
+    @property
+    def num_columns(self) -> int:
+        return len(self.members)
+
+    def job_columns(self) -> list[list[int]]:
+        cols: list[list[int]] = [[] for _ in self.jobs]
+        for j, mem in enumerate(self.members):
+            for i in mem:
+                cols[i].append(j)
+        return cols
+
+    def add(self, members: tuple[int, ...], conf_index: int, gpus: int, values: tuple[float, ...],
+            estimates: tuple[GoodputEstimate, ...], ratios: tuple[float, ...] | None = None) -> None:
+        self.members.append(members)
+        self.ratios.append(ratios if ratios is not None else (1.0,) * len(members))
+        self.conf.append(conf_index)
+        self.gpus.append(gpus)
+        self.values.append(values)
+        self.estimates.append(estimates)
+        self.weight.append(column_weight(values, self.p, self.lam))
+
+    def objective(self, selected: Sequence[int]) -> float:
+        """The natural objective of a selection (p < 0: Σ G^p + λ·unallocated, minimised; p > 0: maximised)."""
+        allocated = sum(len(self.members[j]) for j in selected)
+        total = sum(v ** self.p for j in selected for v in self.values[j])
+        if self.p < 0:
+            return total + self.lam * (len(self.jobs) - allocated)
+        return total
+
+    def objective_from_weights(self, weight_sum: float) -> float:
+        """Natural objective from the minimisation form's value."""
+        return weight_sum + self.lam * len(self.jobs) if self.p < 0 else -weight_sum
+
+    def check(self, selected: Sequence[int]) -> None:
+        """AssertionError if a selection breaks (1) or (2)."""
+        used: dict[int, int] = {}
+        per_type: dict[str, int] = {}
+        for j in selected:
+            for i in self.members[j]:
+                used[i] = used.get(i, 0) + 1
+            t = self.configs[self.conf[j]].gpu_type
+            per_type[t] = per_type.get(t, 0) + self.gpus[j]
+        assert all(v == 1 for v in used.values()), "a job is chosen twice"
+        for t, n in per_type.items():
+            assert n <= self.cluster.capacity(t), f"{t}: {n} GPUs > capacity"
+
+
+def column_weight(values: Sequence[float], p: float, lam: float) -> float:
+    """Coefficient in the minimisation form: ``Σ v^p − λ·|members|`` (p < 0) or ``−Σ v^p`` (p > 0)."""
+    total = 0.0
+    for v in values:  # a plain loop: this runs for every column, tens of thousands per round
+        total += v ** p
+    return total - lam * len(values) if p < 0 else -total
+
+
+def restart_factor(job: Job, restart_cost_s: float) -> float:
+    """Sia's ``max(T − N·S, 0) / (T + S)``: how much of a move's goodput survives the restart."""
+    denom = job.age_s + restart_cost_s
+    if denom <= 0:
+        return 1.0
+    return max(job.age_s - job.restarts * restart_cost_s, 0.0) / denom
+
+
+def _shape_for(job: Job, gpu_type: str, per_node: int) -> tuple[Configuration, Configuration] | None:
+    """A rigid job's (reserved, used) shapes on a type: its own count; multi-node jobs take whole nodes."""
+    n = job.num_gpus
+    if n <= per_node:
+        return Configuration(gpu_type, 1, n), Configuration(gpu_type, 1, n)
+    nodes = -(-n // per_node)
+    return Configuration(gpu_type, nodes, nodes * per_node), Configuration(gpu_type, nodes, n)
+
+
+@dataclass
+class _JobColumns:
+    """Per job: columns to offer alone (after dominance) and every valid single-node configuration (for pairs).
+
+    Both map a configuration index to (normalised G after the restart factor, estimate).
+    """
+
+    alone: dict[int, tuple[float, GoodputEstimate]] = field(default_factory=dict)
+    single: dict[int, tuple[float, GoodputEstimate]] = field(default_factory=dict)
+    pinned: bool = False
+    split_cache: dict[str, dict[int, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Shapes:
+    """The configurations one kind of job may use: reserved (capacity) and used (goodput) shapes.
+
+    Shapes are sorted by (GPU type, size) so dominance is one running maximum over the array.
+    """
+
+    reserved: "np.ndarray"          # indices into the round's configuration list
+    used: tuple[Configuration, ...]
+    type_of: "np.ndarray"           # small int per shape: its GPU type
+    size: "np.ndarray"              # reserved GPUs
+    single_node: "np.ndarray"       # bool
+    segment_start: "np.ndarray"     # bool: first shape of its GPU type
+
+
+def _shapes_for(job: Job, cluster: Cluster, configs: tuple[Configuration, ...], index: dict[Configuration, int],
+                cfg: IlpConfig, sia_shapes: frozenset[Configuration]) -> _Shapes:
+    entries: list[tuple[int, int, int, Configuration]] = []  # (type, size, reserved index, used shape)
+    types = {name: n for n, name in enumerate(cluster.type_names)}
+    for t in cluster:
+        if job.memory_gb is not None and job.memory_gb > t.memory_gb:
+            continue
+        if job.adaptive:
+            cap = job.max_gpus if job.max_gpus is not None else cfg.max_gpus_per_job
+            for c in configs:
+                if c.gpu_type == t.name and (cap is None or c.num_gpus <= cap) and c in sia_shapes:
+                    entries.append((types[t.name], c.num_gpus, index[c], c))
+        else:
+            shapes = _shape_for(job, t.name, t.gpus_per_node)
+            if shapes is None or shapes[0] not in index:
+                continue
+            entries.append((types[t.name], shapes[0].num_gpus, index[shapes[0]], shapes[1]))
+    entries.sort(key=lambda e: (e[0], e[1]))
+    type_of = np.array([e[0] for e in entries], dtype=int)
+    start = np.ones(len(entries), dtype=bool)
+    if len(entries) > 1:
+        start[1:] = type_of[1:] != type_of[:-1]
+    return _Shapes(
+        reserved=np.array([e[2] for e in entries], dtype=int), used=tuple(e[3] for e in entries),
+        type_of=type_of, size=np.array([e[1] for e in entries], dtype=int),
+        single_node=np.array([configs[e[2]].single_node for e in entries], dtype=bool), segment_start=start,
+    )
+
+
+def _job_options(job: Job, shapes: _Shapes, configs: tuple[Configuration, ...], goodput: GoodputModel,
+                 cfg: IlpConfig, type_index: Mapping[str, int]) -> _JobColumns:
+    """Valid configurations of one job with Sia's normalised, restart-adjusted goodput, dominance-filtered."""
+    out = _JobColumns()
+    if not shapes.used:
+        return out
+    arrays = estimate_arrays(goodput, job, shapes.used)
+    g = np.nan_to_num(arrays.goodput, nan=0.0)
+    valid = g > 0
+    if not valid.any():
+        return out
+    is_current = None
+    if job.is_running:
+        is_current = (shapes.type_of == type_index.get(job.current_gpu_type, -1)) & (shapes.size == job.current_num_gpus)
+        if job.pinned and (valid & is_current).any():
+            valid &= is_current
+            out.pinned = True
+    G = np.where(valid, g / g[valid].min(), 0.0)
+    if is_current is not None:
+        G = np.where(is_current, G, G * restart_factor(job, cfg.restart_cost_s))
+    valid &= G > 0
+    G = np.where(valid, G, 0.0)
+    # dominance inside each GPU type: shapes are sorted by (type, size); lifting each type's values above
+    # the previous types' lets one running maximum serve every segment
+    lifted = G + shapes.type_of * (float(G.max()) + 1.0)
+    running = np.maximum.accumulate(lifted)
+    prev = np.empty_like(running)
+    prev[0] = -np.inf
+    prev[1:] = running[:-1]
+    prev[shapes.segment_start] = -np.inf
+    keep = valid & (lifted > prev + 1e-12 * np.abs(lifted))
+    for pos in np.nonzero(keep | (valid & shapes.single_node))[0]:
+        est = arrays.at(int(pos))
+        if est is None:
+            continue
+        entry = (float(G[pos]), est)
+        ci = int(shapes.reserved[pos])
+        if keep[pos]:
+            out.alone[ci] = entry
+        if shapes.single_node[pos]:
+            out.single[ci] = entry
+    return out
+
+
+def _split_beats_pair(a: _JobColumns, b: _JobColumns, c: Configuration, configs: tuple[Configuration, ...],
+                      va: float, vb: float, cfg: IlpConfig) -> bool:
+    """True when ``a`` and ``b`` alone on two shapes of c's type with n_a + n_b ≤ n_c do at least as well.
+
+    Such a pair column can never improve the optimum (it uses as many GPUs of the same type for no more
+    objective), so it is not generated. Only single-node shapes can fit inside a single-node pair.
+    """
+    if c.num_gpus < 2:
+        return False
+    pair_w = column_weight((va, vb), cfg.p, cfg.lambda_unallocated)
+    best_a = _best_weight_by_size(a, c.gpu_type, configs, cfg)
+    best_b = _best_weight_by_size(b, c.gpu_type, configs, cfg)
+    for na, wa in best_a.items():
+        for nb, wb in best_b.items():
+            if na + nb <= c.num_gpus and wa + wb <= pair_w:
+                return True
+    return False
+
+
+def _best_weight_by_size(opts: _JobColumns, gpu_type: str, configs: tuple[Configuration, ...], cfg: IlpConfig
+                         ) -> dict[int, float]:
+    """Single-node size -> the best (lowest) weight of running the job alone on at most that many GPUs."""
+    cached = opts.split_cache.get(gpu_type)
+    if cached is not None:
+        return cached
+    weights: dict[int, float] = {}
+    for ci, (g, _) in opts.single.items():
+        c = configs[ci]
+        if c.gpu_type == gpu_type:
+            weights[c.num_gpus] = min(weights.get(c.num_gpus, math.inf), column_weight((g,), cfg.p, cfg.lambda_unallocated))
+    best: dict[int, float] = {}
+    running = math.inf
+    for n in sorted(weights):
+        running = min(running, weights[n])
+        best[n] = running
+    opts.split_cache[gpu_type] = best
+    return best
+
+
+def _class_key(job: Job) -> tuple[str, str]:
+    return (job.application, job.job_type)
+
+
+def pair_candidates(jobs: Sequence[Job], options: Sequence[_JobColumns], configs: tuple[Configuration, ...],
+                    colocation: "ColocationTable", cfg: IlpConfig) -> tuple[set[tuple[int, int]], "object"]:
+    """Unordered job pairs worth a pair variable, and the class-level compatibility graph.
+
+    Jobs are grouped into classes (application, job type): ratios depend only on the class and GPU type.
+    The networkx graph has one node per class and an edge where some GPU type gives ``ρ_a, ρ_b > 0`` and
+    ``ρ_a + ρ_b ≥ 1 + β`` (weight = the best such sum). Each job takes up to ``top_k`` partners from its
+    classes' neighbours, best edge first; within a partner class, partners are spread by rank (job j of
+    class A meets jobs near rank j·|B|/|A| of class B, both sorted by preferred shape) so that many
+    disjoint pairs exist, instead of every job naming the same few partners.
+    With ``pair_candidates="all"`` every pair of jobs in adjacent classes is a candidate.
+    """
+    import networkx as nx
+
+    classes: dict[tuple[str, str], list[int]] = {}
+    for i, job in enumerate(jobs):
+        if any(configs[ci].single_node for ci in options[i].single):
+            classes.setdefault(_class_key(job), []).append(i)
+    graph = nx.Graph()
+    graph.add_nodes_from(classes)
+    keys = list(classes)
+    types = sorted(colocation.gpu_types)
+    for a_pos, a in enumerate(keys):
+        rep_a = jobs[classes[a][0]]
+        for b in keys[a_pos:]:
+            rep_b = jobs[classes[b][0]]
+            if a == b and len(classes[a]) < 2:
+                continue
+            best = 0.0
+            for t in types:
+                r = colocation.lookup(t, rep_a, rep_b)
+                if r is None or r[0] <= 0 or r[1] <= 0:
+                    continue
+                best = max(best, r[0] + r[1])
+            if best >= 1 + cfg.min_benefit:
+                graph.add_edge(a, b, weight=best)
+    pairs: set[tuple[int, int]] = set()
+    if cfg.pair_candidates == "all":
+        for a, b in graph.edges:
+            for i in classes[a]:
+                for k in classes[b]:
+                    if i != k:
+                        pairs.add((min(i, k), max(i, k)))
+        return pairs, graph
+    if cfg.top_k == 0:
+        return pairs, graph
+
+    def shape_key(i: int) -> tuple:
+        opts = options[i].single
+        best_ci = max(opts, key=lambda ci: opts[ci][0])
+        c = configs[best_ci]
+        return (c.gpu_type, c.num_gpus, -opts[best_ci][0], jobs[i].name)
+
+    ordered = {key: sorted(members, key=shape_key) for key, members in classes.items()}
+    rank = {i: r for members in ordered.values() for r, i in enumerate(members)}
+    for a, members in ordered.items():
+        neighbours = sorted(graph[a].items(), key=lambda kv: (-kv[1]["weight"], kv[0]))
+        for i in members:
+            chosen: list[int] = []
+            for b, _ in neighbours:
+                pool = ordered[b]
+                if a == b:
+                    start = rank[i] + 1
+                else:
+                    start = (rank[i] * len(pool)) // len(members)
+                for step in range(len(pool)):
+                    if len(chosen) >= cfg.top_k:
+                        break
+                    k = pool[(start + step) % len(pool)]
+                    if k != i and k not in chosen:
+                        chosen.append(k)
+                if len(chosen) >= cfg.top_k:
+                    break
+            for k in chosen:
+                pairs.add((min(i, k), max(i, k)))
+    return pairs, graph
+
+
+def build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
+                  colocation: "ColocationTable | None" = None, cfg: IlpConfig = IlpConfig()) -> RoundProblem:
+    """Columns of the round ILP (see the module docstring)."""
+    started = time.perf_counter()
+    jobs = tuple(jobs)
+    configs = list(configurations(cluster))
+    sia_shapes = frozenset(configs)
+    index = {c: i for i, c in enumerate(configs)}
+    for job in jobs:  # rigid multi-node shapes that are not in Sia's list (e.g. 12 GPUs on 8-GPU nodes)
+        if not job.adaptive:
+            for t in cluster:
+                shapes = _shape_for(job, t.name, t.gpus_per_node)
+                if shapes and shapes[0] not in index and shapes[0].num_gpus <= t.total_gpus:
+                    index[shapes[0]] = len(configs)
+                    configs.append(shapes[0])
+    configs_t = tuple(configs)
+    problem = RoundProblem(jobs, cluster, configs_t, cfg.p, cfg.lambda_unallocated)
+    shape_cache: dict[tuple, _Shapes] = {}
+    type_index = {name: n for n, name in enumerate(cluster.type_names)}
+    options = []
+    for job in jobs:
+        kind = (job.adaptive, job.max_gpus, job.memory_gb) if job.adaptive else (False, job.num_gpus, job.memory_gb)
+        if kind not in shape_cache:
+            shape_cache[kind] = _shapes_for(job, cluster, configs_t, index, cfg, sia_shapes)
+        options.append(_job_options(job, shape_cache[kind], configs_t, goodput, cfg, type_index))
+    problem.pinned = [o.pinned for o in options]
+    for i, opt in enumerate(options):
+        for ci, (g, est) in opt.alone.items():
+            problem.add((i,), ci, configs_t[ci].num_gpus, (g,), (est,))
+    if cfg.packing and colocation is not None and len(colocation):
+        candidates, _ = pair_candidates(jobs, options, configs_t, colocation, cfg)
+        problem.num_pair_candidates = len(candidates)
+        mem_of = {t.name: t.memory_gb for t in cluster}
+        for i, k in sorted(candidates):
+            a, b = jobs[i], jobs[k]
+            if options[i].pinned or options[k].pinned:
+                # a pinned job keeps its configuration; it may keep (not gain) a partner
+                if not (a.current_partner == b.name and b.current_partner == a.name):
+                    continue
+            ratio_cache: dict[str, tuple[float, float] | None] = {}
+            kept: dict[str, list[tuple[float, float]]] = {}
+            common = sorted(
+                (ci for ci in options[i].single if ci in options[k].single and configs_t[ci].single_node),
+                key=lambda ci: (configs_t[ci].gpu_type, configs_t[ci].num_gpus),
+            )
+            for ci in common:
+                c = configs_t[ci]
+                if c.gpu_type not in ratio_cache:
+                    ratio_cache[c.gpu_type] = colocation.lookup(c.gpu_type, a, b)
+                r = ratio_cache[c.gpu_type]
+                if r is None or r[0] <= 0 or r[1] <= 0 or r[0] + r[1] < 1 + cfg.min_benefit:
+                    continue
+                if a.memory_gb is not None and b.memory_gb is not None:
+                    if a.memory_gb + b.memory_gb + 2 * cfg.context_memory_gb > mem_of[c.gpu_type]:
+                        continue
+                gi, ei = options[i].single[ci]
+                gk, ek = options[k].single[ci]
+                vi, vk = gi * r[0], gk * r[1]
+                seen = kept.setdefault(c.gpu_type, [])
+                if any(pi >= vi and pk >= vk for pi, pk in seen):
+                    continue  # a smaller shape of this type is at least as good for both jobs
+                if _split_beats_pair(options[i], options[k], c, configs_t, vi, vk, cfg):
+                    continue  # running both alone on the same GPUs, split, is at least as good
+                seen.append((vi, vk))
+                problem.add((i, k), ci, c.num_gpus, (vi, vk), (ei, ek), (r[0], r[1]))
+                problem.num_pairs += 1
+    problem.build_time_s = time.perf_counter() - started
+    return problem
+
+
+# --------------------------------------------------------------------------------------------------
+# Solving
+# --------------------------------------------------------------------------------------------------
+
+def greedy_selection(problem: RoundProblem) -> list[int]:
+    """A feasible selection without a solver: pinned jobs first, then the best weight per GPU.
+
+    Used when the solver fails or returns no solution; never optimal, never empty-handed.
+    """
+    order = sorted(range(problem.num_columns),
+                   key=lambda j: (not any(problem.pinned[i] for i in problem.members[j]),
+                                  problem.weight[j] / problem.gpus[j], problem.weight[j]))
+    free = {t.name: t.total_gpus for t in problem.cluster}
+    taken: set[int] = set()
+    chosen: list[int] = []
+    for j in order:
+        if problem.weight[j] >= 0 and not any(problem.pinned[i] for i in problem.members[j]):
+            continue  # worse than leaving the jobs unallocated
+        mem = problem.members[j]
+        if any(i in taken for i in mem):
+            continue
+        t = problem.configs[problem.conf[j]].gpu_type
+        if free[t] < problem.gpus[j]:
+            continue
+        free[t] -= problem.gpus[j]
+        taken.update(mem)
+        chosen.append(j)
+    return chosen
+
+
+@dataclass(frozen=True)
+class Solution:
+    selected: tuple[int, ...]
+    info: SolverInfo
+
+
+def _highs_available() -> bool:
+    try:
+        import highspy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class _RawResult:
+    """What one solver run returned: a selection (None: no feasible solution), its status words and bound."""
+
+    selected: list[int] | None
+    status: str
+    proven_optimal: bool
+    bound_weight: float | None = None
+    num_constraints: int = 0
+
+
+def _rows(problem: RoundProblem) -> tuple[list[list[int]], list[tuple[str, list[int]]]]:
+    """Constraint (1) rows (jobs with columns) and constraint (2) rows that can bind."""
+    job_cols = problem.job_columns()
+    type_cols: dict[str, list[int]] = {}
+    for j in range(problem.num_columns):
+        type_cols.setdefault(problem.configs[problem.conf[j]].gpu_type, []).append(j)
+    capacity = [(t, cols) for t, cols in type_cols.items()
+                if sum(problem.gpus[j] for j in cols) > problem.cluster.capacity(t)]
+    return job_cols, capacity
+
+
+def _solve_highspy(problem: RoundProblem, cfg: IlpConfig) -> _RawResult:
+    """HiGHS through highspy, the matrix passed in one call (column-wise, from numpy arrays).
+
+    This is the model ``pulp.HiGHS`` would build, without its per-variable Python calls (≈1.5 s at 1,000
+    jobs on the dev machine, more than the solve itself). The constant ``λ·|J|`` goes in as the objective
+    offset so the relative gap HiGHS enforces is the gap of the natural objective.
+    """
+    import highspy
+
+    n = problem.num_columns
+    job_cols, capacity = _rows(problem)
+    job_row = {}
+    row_lower: list[float] = []
+    row_upper: list[float] = []
+    for i, cols in enumerate(job_cols):
+        if cols:
+            job_row[i] = len(row_lower)
+            row_lower.append(1.0 if problem.pinned[i] else -highspy.kHighsInf)
+            row_upper.append(1.0)
+    cap_row = {}
+    for t, _ in capacity:
+        cap_row[t] = len(row_lower)
+        row_lower.append(-highspy.kHighsInf)
+        row_upper.append(float(problem.cluster.capacity(t)))
+    starts = np.zeros(n + 1, dtype=np.int32)
+    index: list[int] = []
+    value: list[float] = []
+    for j in range(n):
+        for i in problem.members[j]:
+            index.append(job_row[i])
+            value.append(1.0)
+        t = problem.configs[problem.conf[j]].gpu_type
+        if t in cap_row:
+            index.append(cap_row[t])
+            value.append(float(problem.gpus[j]))
+        starts[j + 1] = len(index)
+    lp = highspy.HighsLp()
+    lp.num_col_ = n
+    lp.num_row_ = len(row_lower)
+    maximise = problem.p > 0
+    weights = np.asarray(problem.weight, dtype=float)
+    lp.col_cost_ = -weights if maximise else weights
+    lp.offset_ = 0.0 if maximise else problem.lam * len(problem.jobs)
+    lp.sense_ = highspy.ObjSense.kMaximize if maximise else highspy.ObjSense.kMinimize
+    lp.col_lower_ = np.zeros(n)
+    lp.col_upper_ = np.ones(n)
+    lp.row_lower_ = np.asarray(row_lower, dtype=float)
+    lp.row_upper_ = np.asarray(row_upper, dtype=float)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = starts
+    lp.a_matrix_.index_ = np.asarray(index, dtype=np.int32)
+    lp.a_matrix_.value_ = np.asarray(value, dtype=float)
+    lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(cfg.time_limit_s))
+    h.setOptionValue("mip_rel_gap", float(cfg.mip_gap))
+    # presolve costs more than it saves on these assignment-shaped models (1.5 s vs 0.6 s at 1,000 jobs):
+    # the root LP is nearly integral and HiGHS's rounding closes the gap from there
+    h.setOptionValue("presolve", "off")
+    if cfg.threads is not None:
+        h.setOptionValue("threads", int(cfg.threads))
+    h.passModel(lp)
+    h.run()
+    model_status = h.getModelStatus()
+    status = h.modelStatusToString(model_status)
+    info = h.getInfo()
+    bound = None
+    if math.isfinite(info.mip_dual_bound):
+        # back to the minimisation form without the offset, which is what objective_from_weights expects
+        bound = -info.mip_dual_bound if maximise else info.mip_dual_bound - lp.offset_
+    if info.primal_solution_status != 2:  # 2 = feasible (kSolutionStatusFeasible)
+        return _RawResult(None, status, False, bound, lp.num_row_)
+    values = np.asarray(h.getSolution().col_value)
+    selected = [int(j) for j in np.nonzero(values > 0.5)[0]]
+    return _RawResult(selected, status, model_status == highspy.HighsModelStatus.kOptimal, bound, lp.num_row_)
+
+
+def _solve_pulp(problem: RoundProblem, cfg: IlpConfig, backend: str) -> _RawResult:
+    """The same model through PuLP: ``backend`` "cbc" (PULP_CBC_CMD) or "pulp-highs" (pulp.HiGHS)."""
+    import pulp
+
+    n = problem.num_columns
+    job_cols, capacity = _rows(problem)
+    prob = pulp.LpProblem("colocate_round", pulp.LpMinimize)
+    xs = [pulp.LpVariable(f"z{j}", cat=pulp.LpBinary) for j in range(n)]
+    prob.setObjective(pulp.LpAffineExpression(zip(xs, problem.weight)))
+    for i, cols in enumerate(job_cols):
+        if cols:
+            expr = pulp.LpAffineExpression((xs[j], 1) for j in cols)
+            sense = pulp.LpConstraintEQ if problem.pinned[i] else pulp.LpConstraintLE
+            prob.addConstraint(pulp.LpConstraint(expr, sense=sense, rhs=1), name=f"job{i}")
+    for t, cols in capacity:
+        expr = pulp.LpAffineExpression((xs[j], problem.gpus[j]) for j in cols)
+        prob.addConstraint(pulp.LpConstraint(expr, sense=pulp.LpConstraintLE, rhs=problem.cluster.capacity(t)),
+                           name=f"cap_{t}")
+    if backend == "pulp-highs":
+        solver = pulp.HiGHS(msg=False, timeLimit=cfg.time_limit_s, gapRel=cfg.mip_gap, threads=cfg.threads,
+                            presolve="off")
+    else:
+        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=cfg.time_limit_s, gapRel=cfg.mip_gap, threads=cfg.threads)
+    prob.solve(solver)
+    status = pulp.LpStatus.get(prob.status, str(prob.status))
+    bound = None
+    if backend == "pulp-highs" and getattr(prob, "solverModel", None) is not None:
+        model = prob.solverModel
+        status = model.modelStatusToString(model.getModelStatus())
+        raw = model.getInfo().mip_dual_bound
+        bound = raw if math.isfinite(raw) else None
+    # a time-limited run reports status "Optimal" with sol_status "integer feasible": read both
+    if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        return _RawResult(None, status, False, bound, len(prob.constraints))
+    selected = [j for j in range(n) if (xs[j].varValue or 0.0) > 0.5]
+    return _RawResult(selected, status, prob.sol_status == pulp.LpSolutionOptimal, bound, len(prob.constraints))
+
+
+SOLVER_NAMES = {"highs": "HiGHS", "pulp-highs": "HiGHS (PuLP)", "cbc": "CBC (PuLP)"}
+
+
+def solve_problem(problem: RoundProblem, cfg: IlpConfig = IlpConfig()) -> Solution:
+    """Solve the round ILP; fall back to CBC, then to the greedy selection. Never raises for solver trouble.
+
+    ``cfg.solver``: "highs" (highspy, default), "pulp-highs" (the same solver through PuLP's interface) or
+    "cbc" (PuLP's bundled CBC). If HiGHS is missing or errors, CBC is tried; if no solver returns a
+    feasible selection (e.g. the time limit struck before the first incumbent), :func:`greedy_selection`
+    is used and ``SolverInfo.fallback`` says so.
+    """
+    started = time.perf_counter()
+    if problem.num_columns == 0:
+        objective = problem.objective([])
+        info = SolverInfo("none", "Empty", objective, 0.0, objective, 0.0)
+        return Solution((), info)
+    chain = [cfg.solver] if cfg.solver == "cbc" else [cfg.solver, "cbc"]
+    if not _highs_available():
+        chain = ["cbc"]
+    result: _RawResult | None = None
+    used = chain[0]
+    errors: list[str] = []
+    for backend in chain:
+        used = backend
+        try:
+            result = _solve_highspy(problem, cfg) if backend == "highs" else _solve_pulp(problem, cfg, backend)
+        except Exception as err:  # noqa: BLE001 - a broken solver install must not break the round
+            errors.append(f"{backend}: {type(err).__name__}: {err}".split("\n")[0])
+            result = None
+            continue
+        break
+    selected = result.selected if result is not None else None
+    fallback: str | None = None
+    if selected is not None:
+        try:
+            problem.check(selected)
+            job_cols = problem.job_columns()
+            chosen = set(selected)
+            assert not [i for i, c in enumerate(job_cols) if problem.pinned[i] and c
+                        and not chosen.intersection(c)], "pinned job left out"
+        except AssertionError:
+            selected = None
+        else:
+            if not result.proven_optimal:
+                fallback = "incumbent"
+    if selected is None:
+        selected = greedy_selection(problem)
+        fallback = "greedy"
+    objective = problem.objective(selected)
+    bound = None
+    if result is not None and result.bound_weight is not None:
+        bound = problem.objective_from_weights(result.bound_weight)
+    gap = abs(objective - bound) / max(abs(objective), 1e-9) if bound is not None else None
+    status = result.status if result is not None else "; ".join(errors) or "Error"
+    info = SolverInfo(name=SOLVER_NAMES.get(used, used), status=status, objective=objective,
+                      time_s=time.perf_counter() - started, bound=bound, gap=gap, fallback=fallback,
+                      num_variables=problem.num_columns,
+                      num_constraints=result.num_constraints if result is not None else 0)
+    return Solution(tuple(sorted(selected)), info)
+
+
+def decision_from(problem: RoundProblem, solution: Solution) -> RoundDecision:
+    """Turn selected columns into a :class:`RoundDecision` (expected goodput includes pair ratios)."""
+    allocations: list[Allocation] = []
+    placed: set[int] = set()
+    for j in solution.selected:
+        c = problem.configs[problem.conf[j]]
+        mem = problem.members[j]
+        for pos, i in enumerate(mem):
+            est = problem.estimates[j][pos]
+            goodput = est.goodput
+            partner = None
+            if len(mem) == 2:
+                other = mem[1 - pos]
+                partner = problem.jobs[other].name
+                goodput = est.goodput * problem.ratios[j][pos]
+            allocations.append(Allocation(job=problem.jobs[i].name, gpu_type=c.gpu_type, num_gpus=problem.gpus[j],
+                                          batch_size=int(est.batch_size), partner=partner,
+                                          expected_goodput=float(goodput), num_nodes=c.num_nodes))
+            placed.add(i)
+    unallocated = tuple(job.name for i, job in enumerate(problem.jobs) if i not in placed)
+    return RoundDecision(tuple(allocations), unallocated, solution.info.objective, solution.info)
+
+
+# --------------------------------------------------------------------------------------------------
+# The policy
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PackingPolicy:
+    """The packing-aware Sia policy: ``allocate`` builds the round ILP, solves it, returns the decision.
+
+    ``PackingPolicy(IlpConfig(packing=False), name="sia")`` is Sia without packing.
+    """
+
+    config: IlpConfig = IlpConfig()
+    name: str = "colocate"
+
+    def allocate(self, jobs: Sequence[Job], cluster: Cluster, context: RoundContext) -> RoundDecision:
+        problem = build_problem(jobs, cluster, context.goodput, context.colocation, self.config)
+        solution = solve_problem(problem, self.config)
+        return decision_from(problem, solution)
+
+    def with_config(self, **changes: object) -> "PackingPolicy":
+        return replace(self, config=replace(self.config, **changes))
+
+
+def sia_policy(**changes: object) -> PackingPolicy:
+    """Sia's policy (no pair variables) with optional :class:`IlpConfig` changes."""
+    return PackingPolicy(replace(IlpConfig(packing=False), **changes), name="sia")
