@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "demo",
     "profile",
     "env",
+    "schedule",
 )
 
 app = typer.Typer(

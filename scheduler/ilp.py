@@ -618,6 +618,10 @@ def _solve_highspy(problem: RoundProblem, cfg: IlpConfig) -> _RawResult:
     # presolve costs more than it saves on these assignment-shaped models (1.5 s vs 0.6 s at 1,000 jobs):
     # the root LP is nearly integral and HiGHS's rounding closes the gap from there
     h.setOptionValue("presolve", "off")
+    # the cheap rounding heuristics find near-optimal incumbents from that LP (300 jobs: 0.14 s vs 1.2 s
+    # spent in sub-MIPs without them)
+    h.setOptionValue("mip_heuristic_run_zi_round", True)
+    h.setOptionValue("mip_heuristic_run_shifting", True)
     if cfg.threads is not None:
         h.setOptionValue("threads", int(cfg.threads))
     h.passModel(lp)
