@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from profiler.cells import JobType, Run, plan_runs
+from profiler.cells import JobType, Run, plan_runs, runs_for_gpu_type
 from profiler.devices import DeviceTarget, resolve_device
 from profiler.errors import InputError
 from profiler.mps import mps_unavailable_reason
@@ -49,14 +49,16 @@ class Progress:
     resumed: int  # runs found already done at start
 
 
-def baselines_from(store: ResultsStore) -> dict[JobType, SoloBaseline]:
-    """Solo baselines from the store's committed rows."""
+def baselines_from(store: ResultsStore, gpu_type: str | None = None) -> dict[JobType, SoloBaseline]:
+    """Solo baselines from the store's committed rows (with ``gpu_type``: only that type's typed cells)."""
     runs = store.runs()
     jobs = store.jobs()
     result: dict[JobType, SoloBaseline] = {}
     if runs.empty:
         return result
     solo_runs = runs[runs["sharing"] == SHARING_SOLO]
+    if gpu_type is not None:
+        solo_runs = solo_runs[solo_runs["cell_id"].astype(str).str.startswith(f"{gpu_type}:")]
     solo_jobs = jobs[jobs["run_id"].isin(solo_runs["run_id"])]
     for job_type, rows in solo_jobs.groupby("job_type"):
         ok = rows[rows["status"] == STATUS_OK]
@@ -139,12 +141,23 @@ def run_campaign(
     *,
     on_progress: Callable[[Progress], None] | None = None,
     runs: list[Run] | None = None,
+    on_run_start: Callable[[Run, list[int]], None] | None = None,
 ) -> ResultsStore:
-    """Measure every planned run not yet in ``out``; returns the store. Safe to call again to resume."""
+    """Measure every planned run not yet in ``out``; returns the store. Safe to call again to resume.
+
+    ``on_run_start(run, pids)`` is called with the worker PIDs of each run as it starts (for tools that
+    attach to the workers, e.g. a profiler or a fault injector).
+    """
     out = Path(out)
     store = ResultsStore(out)
     check_resumable(store, spec, out)
     target = resolve_device(spec.device)
+    typed = None  # with gpu_types, this device measures (and takes baselines from) its own type only
+    if spec.gpu_types:
+        typed = target.gpu_type
+        if typed not in spec.gpu_types:
+            raise InputError(f"this machine's device is of type '{typed}'", field="gpu_types",
+                             valid="a list including it, or --backend ray to route runs to other types")
     meta = store.read_meta()
     meta.update(build_meta(spec, target))
     sessions = list(meta.get("sessions", []))
@@ -155,22 +168,25 @@ def run_campaign(
     store.write_meta(meta)
 
     planned = runs if runs is not None else plan_runs(spec)
+    if typed is not None:
+        planned = runs_for_gpu_type(planned, typed)
     finished = store.finished_run_ids()
     todo = [run for run in planned if run.run_id not in finished]
     resumed = len(planned) - len(todo)
     done = resumed
     if on_progress:
         on_progress(Progress(done, len(planned), None, resumed))
-    baselines = baselines_from(store)
+    baselines = baselines_from(store, typed)
     wall_start = time.perf_counter()
     window_total = 0.0
     try:
         with _sigterm_as_interrupt():
             for run in todo:
-                record = execute_run(run, spec, target, baselines)
+                pids_hook = (lambda pids, run=run: on_run_start(run, pids)) if on_run_start else None
+                record = execute_run(run, spec, target, baselines, on_pids=pids_hook)
                 store.append_run(record.run, record.jobs)
                 if run.cell.sharing == SHARING_SOLO:
-                    baselines = baselines_from(store)
+                    baselines = baselines_from(store, typed)
                 window = record.run.get("window_s")
                 if window is not None and not math.isnan(window):
                     window_total += float(window)

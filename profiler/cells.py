@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from profiler.schema import SHARING_SOLO
 from profiler.spec import CampaignSpec, parse_job_type
@@ -43,6 +43,8 @@ class Cell:
     jobs: tuple[JobType, ...]
     sharing: str  # "none" for solo, else timeslice | mps
     mps_thread_percentage: int | None = None
+    gpu_type: str | None = None  # set when the spec lists gpu_types: the cell is measured on that type
+
 
     @property
     def kind(self) -> str:
@@ -56,7 +58,9 @@ class Cell:
 
     @property
     def cell_id(self) -> str:
-        return f"{self.kind}|{self.mode_label}|" + "+".join(job.label for job in self.jobs)
+        # Typed cells carry their GPU type as a prefix ("h100:pair|mps|..."), as Gavel-converted rows do.
+        prefix = f"{self.gpu_type}:" if self.gpu_type else ""
+        return f"{prefix}{self.kind}|{self.mode_label}|" + "+".join(job.label for job in self.jobs)
 
     @property
     def batch_key(self) -> int:
@@ -127,7 +131,15 @@ def expand_cells(spec: CampaignSpec) -> list[Cell]:
     for group in groups:
         ordered = tuple(sorted(group))  # a pair is unordered: one canonical cell id
         cells.extend(Cell(ordered, mode, pct) for mode, pct in modes)
-    return _dedupe(cells)
+    cells = _dedupe(cells)
+    if spec.gpu_types:
+        cells = [replace(cell, gpu_type=gpu_type) for gpu_type in spec.gpu_types for cell in cells]
+    return cells
+
+
+def runs_for_gpu_type(runs: Iterable[Run], gpu_type: str) -> list[Run]:
+    """The runs one device of ``gpu_type`` measures: untyped runs and runs of that type."""
+    return [run for run in runs if run.cell.gpu_type in (None, gpu_type)]
 
 
 def plan_runs(spec: CampaignSpec) -> list[Run]:

@@ -17,6 +17,8 @@ from profiler.errors import InputError
 from profiler.schema import SHARING_MODES
 
 DEVICE_PATTERN = re.compile(r"^(cpu|cuda|cuda:\d+)$")
+# Short GPU type names as profiler.devices.gpu_type_from_name gives them ('h100', 'a100', 't4', '2080').
+GPU_TYPE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 GROUP_SIZES = (1, 2, 3)
 
 
@@ -46,6 +48,9 @@ class CampaignSpec:
     kernels: bool = False  # also record a kernel profile for every solo job type
     run_timeout_s: float = 600.0  # a run still going after this is failed (hung worker)
     memory_headroom_mib: int = 512  # per-process CUDA context allowance in the memory pre-check
+    # Measure every cell on each of these GPU types (the Ray backend routes each run to a node of its
+    # type; the local backend measures the type of its own device). None = just the spec's device.
+    gpu_types: tuple[str, ...] | None = None
 
     @property
     def is_cuda(self) -> bool:
@@ -88,6 +93,8 @@ _KEYS: dict[str, _Key] = {
     "kernels": _Key("bool", "true or false"),
     "run_timeout_s": _Key("float", "a number > 0 (seconds)"),
     "memory_headroom_mib": _Key("int", "an integer >= 0 (MiB)"),
+    "gpu_types": _Key("list[str]", "a list of distinct lower-case GPU type names as `colocate env` shows them, "
+                                   "e.g. [h100, a100]"),
 }
 
 
@@ -139,8 +146,10 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
     if unknown:
         raise InputError(f"unknown key '{unknown[0]}'", source=source, field=str(unknown[0]),
                          valid=", ".join(_KEYS))
+    # An explicit null means "use the default" for optional keys; required keys need a value.
+    data = {k: v for k, v in data.items() if v is not None or _KEYS[k].required}
     for key, rule in _KEYS.items():
-        if rule.required and key not in data:
+        if rule.required and data.get(key) is None:
             raise InputError("missing required key", source=source, field=key, valid=rule.valid)
         if key in data and data[key] is not None and not _type_ok(rule.kind, data[key]):
             raise InputError(f"{data[key]!r} has the wrong type", source=source, field=key, valid=rule.valid)
@@ -194,6 +203,14 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
             parsed.append(tuple(group))
         combinations = tuple(parsed)
 
+    gpu_types = data.get("gpu_types")
+    if gpu_types is not None:
+        for i, name in enumerate(gpu_types):
+            if not GPU_TYPE_PATTERN.match(name):
+                raise fail(f"gpu_types[{i}]", f"'{name}' is not a GPU type name")
+        if len(set(gpu_types)) != len(gpu_types):
+            raise fail("gpu_types", "a GPU type is listed twice")
+
     def number(key: str, default: Any, minimum: float, *, strict: bool = False) -> Any:
         value = data.get(key, default)
         if value is None:
@@ -228,6 +245,7 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
         kernels=data.get("kernels", False),
         run_timeout_s=float(number("run_timeout_s", 600.0, 0, strict=True)),
         memory_headroom_mib=number("memory_headroom_mib", 512, 0),
+        gpu_types=tuple(gpu_types) if gpu_types is not None else None,
     )
 
 

@@ -15,6 +15,8 @@ from rich.table import Table
 from colocate.summary import format_ci
 
 console = Console()
+if not console.is_terminal:  # piped or captured: don't squeeze tables into 80 columns
+    console = Console(width=160)
 error_console = Console(stderr=True)
 
 
