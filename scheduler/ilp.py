@@ -647,7 +647,7 @@ def _solve_pulp(problem: RoundProblem, cfg: IlpConfig, backend: str) -> _RawResu
     n = problem.num_columns
     job_cols, capacity = _rows(problem)
     prob = pulp.LpProblem("colocate_round", pulp.LpMinimize)
-    xs = [pulp.LpVariable(f"z{j}", cat=pulp.LpBinary) for j in range(n)]
+    xs = [prob.add_variable(f"z{j}", 0, 1, cat=pulp.LpBinary) for j in range(n)]
     prob.setObjective(pulp.LpAffineExpression(zip(xs, problem.weight)))
     for i, cols in enumerate(job_cols):
         if cols:
@@ -658,11 +658,12 @@ def _solve_pulp(problem: RoundProblem, cfg: IlpConfig, backend: str) -> _RawResu
         expr = pulp.LpAffineExpression((xs[j], problem.gpus[j]) for j in cols)
         prob.addConstraint(pulp.LpConstraint(expr, sense=pulp.LpConstraintLE, rhs=problem.cluster.capacity(t)),
                            name=f"cap_{t}")
+    num_rows = sum(1 for cols in job_cols if cols) + len(capacity)
     if backend == "pulp-highs":
         solver = pulp.HiGHS(msg=False, timeLimit=cfg.time_limit_s, gapRel=cfg.mip_gap, threads=cfg.threads,
                             presolve="off")
     else:
-        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=cfg.time_limit_s, gapRel=cfg.mip_gap, threads=cfg.threads)
+        solver = _cbc(cfg)
     prob.solve(solver)
     status = pulp.LpStatus.get(prob.status, str(prob.status))
     bound = None
@@ -673,9 +674,24 @@ def _solve_pulp(problem: RoundProblem, cfg: IlpConfig, backend: str) -> _RawResu
         bound = raw if math.isfinite(raw) else None
     # a time-limited run reports status "Optimal" with sol_status "integer feasible": read both
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-        return _RawResult(None, status, False, bound, len(prob.constraints))
+        return _RawResult(None, status, False, bound, num_rows)
     selected = [j for j in range(n) if (xs[j].varValue or 0.0) > 0.5]
-    return _RawResult(selected, status, prob.sol_status == pulp.LpSolutionOptimal, bound, len(prob.constraints))
+    return _RawResult(selected, status, prob.sol_status == pulp.LpSolutionOptimal, bound, num_rows)
+
+
+def _cbc(cfg: IlpConfig):
+    """CBC: a system ``cbc`` (COIN_CMD) if installed, else the binary bundled with PuLP (PULP_CBC_CMD)."""
+    import warnings
+
+    import pulp
+
+    options = dict(msg=False, timeLimit=cfg.time_limit_s, gapRel=cfg.mip_gap, threads=cfg.threads)
+    coin = pulp.COIN_CMD(**options)
+    if coin.available():
+        return coin
+    with warnings.catch_warnings():  # PuLP 3 deprecates the bundled binary in favour of pulp[cbc]
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return pulp.PULP_CBC_CMD(**options)
 
 
 SOLVER_NAMES = {"highs": "HiGHS", "pulp-highs": "HiGHS (PuLP)", "cbc": "CBC (PuLP)"}

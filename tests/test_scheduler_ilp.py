@@ -1,0 +1,362 @@
+"""The round ILP against independent oracles: brute force, networkx matching, and a direct Sia formulation."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import networkx as nx
+import pytest
+
+from scheduler.cluster import Cluster, GpuType
+from scheduler.colocation import ColocationTable
+from scheduler.configs import configurations
+from scheduler.goodput import TableGoodputModel
+from scheduler.ilp import IlpConfig, PackingPolicy, build_problem, greedy_selection, restart_factor, solve_problem
+from scheduler.jobs import Job
+from scheduler.placement import place
+from scheduler.policy import RoundContext, check_decision
+
+CONTEXT_GB = 0.5
+
+
+def tiny_cluster() -> Cluster:
+    return Cluster({
+        "big": GpuType("big", nodes=1, gpus_per_node=4, memory_gb=16),
+        "small": GpuType("small", nodes=1, gpus_per_node=2, memory_gb=8),
+    })
+
+
+def random_instance(seed: int, num_jobs: int):
+    """Jobs, a goodput table, a ratio dict (oracle) and the same ratios as a ColocationTable."""
+    rng = random.Random(seed)
+    cluster = tiny_cluster()
+    apps = [f"app{n}" for n in range(num_jobs)]
+    table: dict[tuple[str, str, int], float] = {}
+    for app in apps:
+        for t in cluster:
+            if rng.random() < 0.15:
+                continue  # application not profiled on this type
+            base = rng.uniform(10, 100)
+            for c in configurations(cluster):
+                if c.gpu_type == t.name:
+                    table[(app, t.name, c.num_gpus)] = base * c.num_gpus ** rng.uniform(0.3, 1.0)
+    ratios: dict[tuple[str, str, str], tuple[float, float]] = {}
+    rows = []
+    for t in cluster:
+        for a, b in itertools.combinations_with_replacement(apps, 2):
+            if rng.random() < 0.3:
+                continue  # never measured
+            ra, rb = (0.0, 0.0) if rng.random() < 0.1 else (rng.uniform(0.35, 0.95), rng.uniform(0.35, 0.95))
+            rows.append((t.name, a, b, ra, rb))
+            ratios[(t.name, a, b)] = (ra, rb)
+            ratios[(t.name, b, a)] = (rb, ra)
+    jobs = []
+    for n, app in enumerate(apps):
+        adaptive = rng.random() < 0.5
+        running = rng.random() < 0.4
+        cur_type = rng.choice(cluster.type_names) if running else None
+        jobs.append(Job(
+            name=f"j{n}", application=app, adaptive=adaptive,
+            num_gpus=1 if adaptive else rng.choice([1, 1, 2]),
+            memory_gb=rng.choice([None, 2.0, 5.0, 9.0]),
+            age_s=rng.uniform(0, 600), restarts=rng.randint(0, 3),
+            current_gpu_type=cur_type, current_num_gpus=rng.choice([1, 2]) if running else 0,
+        ))
+    return cluster, jobs, table, ratios, ColocationTable.from_rows(rows)
+
+
+def brute_force(cluster: Cluster, jobs: list[Job], table, ratios, cfg: IlpConfig) -> float:
+    """Enumerate every assignment (alone, paired, unallocated) and return the best objective."""
+    configs = configurations(cluster)
+    mem = {t.name: t.memory_gb for t in cluster}
+    options: list[dict] = []
+    for job in jobs:
+        raw = {}
+        for c in configs:
+            if not job.adaptive and c.num_gpus != job.num_gpus:
+                continue
+            if job.memory_gb is not None and job.memory_gb > mem[c.gpu_type]:
+                continue
+            g = table.get((job.application, c.gpu_type, c.num_gpus))
+            if g:
+                raw[c] = g
+        norm = {}
+        if raw:
+            base = min(raw.values())
+            factor = restart_factor(job, cfg.restart_cost_s)
+            for c, g in raw.items():
+                value = g / base
+                if job.is_running and (c.gpu_type, c.num_gpus) != (job.current_gpu_type, job.current_num_gpus):
+                    value *= factor
+                if value > 0:
+                    norm[c] = value
+        options.append(norm)
+
+    def score(values: list[float]) -> float:
+        return sum(v ** cfg.p for v in values)
+
+    best = math.inf if cfg.p < 0 else -math.inf
+    n = len(jobs)
+
+    def recurse(i: int, assigned: dict[int, tuple], used: dict[str, int], values: list[float]) -> None:
+        nonlocal best
+        if i == n:
+            unalloc = n - len(values)
+            obj = score(values) + (cfg.lambda_unallocated * unalloc if cfg.p < 0 else 0.0)
+            best = min(best, obj) if cfg.p < 0 else max(best, obj)
+            return
+        if i in assigned:
+            recurse(i + 1, assigned, used, values)
+            return
+        recurse(i + 1, assigned, used, values)  # unallocated
+        for c, v in options[i].items():
+            if used[c.gpu_type] + c.num_gpus <= cluster.capacity(c.gpu_type):
+                used[c.gpu_type] += c.num_gpus
+                recurse(i + 1, assigned, used, values + [v])
+                used[c.gpu_type] -= c.num_gpus
+        if not cfg.packing:
+            return
+        for k in range(i + 1, n):
+            if k in assigned:
+                continue
+            for c, vi in options[i].items():
+                if c.num_nodes != 1 or c not in options[k]:
+                    continue
+                r = ratios.get((c.gpu_type, jobs[i].application, jobs[k].application))
+                if r is None or r[0] <= 0 or r[1] <= 0 or r[0] + r[1] < 1 + cfg.min_benefit:
+                    continue
+                mi, mk = jobs[i].memory_gb, jobs[k].memory_gb
+                if mi is not None and mk is not None and mi + mk + 2 * CONTEXT_GB > mem[c.gpu_type]:
+                    continue
+                if used[c.gpu_type] + c.num_gpus > cluster.capacity(c.gpu_type):
+                    continue
+                used[c.gpu_type] += c.num_gpus
+                assigned[k] = c
+                recurse(i + 1, assigned, used, values + [vi * r[0], options[k][c] * r[1]])
+                del assigned[k]
+                used[c.gpu_type] -= c.num_gpus
+
+    recurse(0, {}, {t.name: 0 for t in cluster}, [])
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_brute_force_equals_ilp_on_tiny_instances(seed: int) -> None:
+    num_jobs = 5 if seed % 3 else 6
+    cluster, jobs, table, ratios, coloc = random_instance(seed, num_jobs)
+    for p, packing in ((-0.5, True), (1.0, True), (-0.5, False)):
+        cfg = IlpConfig(p=p, packing=packing, pair_candidates="all", mip_gap=0.0, time_limit_s=30)
+        decision = PackingPolicy(cfg).allocate(jobs, cluster, RoundContext(TableGoodputModel(table), colocation=coloc))
+        check_decision(decision, jobs, cluster)
+        expected = brute_force(cluster, jobs, table, ratios, cfg)
+        assert decision.solver.fallback is None
+        assert decision.objective == pytest.approx(expected, rel=1e-7, abs=1e-9), (p, packing)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_matching_oracle_one_type_rigid_one_gpu_jobs(seed: int) -> None:
+    """One GPU type, rigid 1-GPU jobs, p = 1, 2N jobs on N GPUs: optimum = N + max-weight matching of (ρa+ρb−1)."""
+    rng = random.Random(100 + seed)
+    gpus = 4 + seed % 3
+    cluster = Cluster({"v100": GpuType("v100", nodes=1, gpus_per_node=gpus, memory_gb=32)})
+    jobs = [Job(f"j{n}", f"m{n}") for n in range(2 * gpus)]
+    table = {(j.application, "v100", 1): rng.uniform(50, 500) for j in jobs}
+    rows, graph = [], nx.Graph()
+    beta = 0.05
+    for a, b in itertools.combinations(jobs, 2):
+        ra, rb = rng.uniform(0.3, 0.9), rng.uniform(0.3, 0.9)
+        rows.append(("v100", a.application, b.application, ra, rb))
+        if ra + rb >= 1 + beta:
+            graph.add_edge(a.name, b.name, weight=ra + rb - 1)
+    matching = nx.max_weight_matching(graph)
+    expected = gpus + sum(graph[u][v]["weight"] for u, v in matching)
+    context = RoundContext(TableGoodputModel(table), colocation=ColocationTable.from_rows(rows))
+    for candidates, top_k in (("all", 0), ("top-k", len(jobs))):
+        cfg = IlpConfig(p=1.0, min_benefit=beta, pair_candidates=candidates, top_k=top_k, mip_gap=0.0)
+        decision = PackingPolicy(cfg).allocate(jobs, cluster, context)
+        check_decision(decision, jobs, cluster)
+        assert decision.objective == pytest.approx(expected, rel=1e-9)
+        assert sum(1 for a in decision.allocations if a.partner) // 2 == len(matching)
+
+
+def sia_direct_objective(cluster: Cluster, jobs: list[Job], table, cfg: IlpConfig) -> float:
+    """Sia's ILP written out directly in PuLP (every configuration, no dominance, no pairs)."""
+    import pulp
+
+    configs = configurations(cluster)
+    prob = pulp.LpProblem("sia", pulp.LpMinimize if cfg.p < 0 else pulp.LpMaximize)
+    x, terms, per_job = {}, [], {}
+    for i, job in enumerate(jobs):
+        raw = {c: table.get((job.application, c.gpu_type, c.num_gpus)) for c in configs
+               if job.adaptive or c.num_gpus == job.num_gpus}
+        raw = {c: g for c, g in raw.items() if g}
+        if not raw:
+            continue
+        base = min(raw.values())
+        for c, g in raw.items():
+            value = g / base
+            if job.is_running and (c.gpu_type, c.num_gpus) != (job.current_gpu_type, job.current_num_gpus):
+                value *= restart_factor(job, cfg.restart_cost_s)
+            if value <= 0:
+                continue
+            x[i, c] = prob.add_variable(f"x_{i}_{c.gpu_type}_{c.num_gpus}", 0, 1, cat="Binary")
+            terms.append(value ** cfg.p * x[i, c])
+            per_job.setdefault(i, []).append(x[i, c])
+    unalloc = [1 - pulp.lpSum(per_job.get(i, [])) for i in range(len(jobs))]
+    prob += pulp.lpSum(terms) + (cfg.lambda_unallocated * pulp.lpSum(unalloc) if cfg.p < 0 else 0)
+    for i, vars_ in per_job.items():
+        prob += pulp.lpSum(vars_) <= 1
+    for t in cluster:
+        prob += pulp.lpSum(c.num_gpus * v for (i, c), v in x.items() if c.gpu_type == t.name) <= t.total_gpus
+    prob.solve(pulp.HiGHS(msg=False))
+    assert prob.sol_status == pulp.LpSolutionOptimal
+    return pulp.value(prob.objective)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_no_packing_is_exactly_sia(seed: int) -> None:
+    rng = random.Random(seed)
+    cluster = Cluster({"a100": GpuType("a100", 2, 8, 40), "t4": GpuType("t4", 3, 4, 16)})
+    jobs, table = [], {}
+    for n in range(14):
+        app = f"app{n % 5}"
+        jobs.append(Job(f"j{n}", app, adaptive=rng.random() < 0.6, num_gpus=rng.choice([1, 2, 4]),
+                        age_s=rng.uniform(0, 900), restarts=rng.randint(0, 2),
+                        current_gpu_type="a100" if n % 4 == 0 else None, current_num_gpus=2 if n % 4 == 0 else 0))
+    for app in {j.application for j in jobs}:
+        for c in configurations(cluster):
+            table[(app, c.gpu_type, c.num_gpus)] = rng.uniform(5, 20) * c.num_gpus ** rng.uniform(0.2, 0.95)
+    coloc = ColocationTable.from_rows([(t, "app0", "app1", 0.9, 0.9) for t in ("a100", "t4")])
+    model = TableGoodputModel(table)
+    for p in (-0.5, 1.0):
+        cfg = IlpConfig(p=p, packing=False, mip_gap=0.0)
+        with_table = PackingPolicy(cfg).allocate(jobs, cluster, RoundContext(model, colocation=coloc))
+        without = PackingPolicy(cfg).allocate(jobs, cluster, RoundContext(model))
+        assert with_table.allocations == without.allocations
+        assert not any(a.partner for a in with_table.allocations)
+        assert with_table.objective == pytest.approx(sia_direct_objective(cluster, jobs, table, cfg), rel=1e-7)
+
+
+def test_packing_never_worse_and_pairs_share_gpus() -> None:
+    cluster, jobs, table, ratios, coloc = random_instance(7, 6)
+    model = TableGoodputModel(table)
+    packed = PackingPolicy(IlpConfig(mip_gap=0.0)).allocate(jobs, cluster, RoundContext(model, colocation=coloc))
+    alone = PackingPolicy(IlpConfig(mip_gap=0.0, packing=False)).allocate(jobs, cluster, RoundContext(model))
+    assert packed.objective <= alone.objective + 1e-9  # p < 0 minimises
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_invariants_on_larger_random_instances(seed: int) -> None:
+    rng = random.Random(seed)
+    cluster = Cluster({"a": GpuType("a", 4, 8, 40), "b": GpuType("b", 6, 4, 16), "c": GpuType("c", 3, 8, 11)})
+    apps = [f"app{n}" for n in range(6)]
+    table = {}
+    for app in apps:
+        for c in configurations(cluster):
+            if rng.random() < 0.95:
+                table[(app, c.gpu_type, c.num_gpus)] = rng.uniform(1, 10) * c.num_gpus ** rng.uniform(0.2, 0.95)
+    rows = [(t, a, b, rng.uniform(0.3, 0.95), rng.uniform(0.3, 0.95))
+            for t in cluster.type_names for a, b in itertools.combinations_with_replacement(apps, 2)]
+    jobs = []
+    for n in range(150):
+        running = rng.random() < 0.3
+        adaptive = rng.random() < 0.5
+        num_gpus = rng.choice([1, 1, 2, 4, 8])
+        jobs.append(Job(f"j{n}", rng.choice(apps), adaptive=adaptive, num_gpus=num_gpus,
+                        memory_gb=rng.choice([None, 3.0, 10.0]), age_s=rng.uniform(0, 5000),
+                        current_gpu_type=rng.choice("ab") if running else None,
+                        current_num_gpus=(rng.choice([1, 2, 4]) if adaptive else num_gpus) if running else 0,
+                        pinned=running and rng.random() < 0.2))
+    context = RoundContext(TableGoodputModel(table), colocation=ColocationTable.from_rows(rows))
+    decision = PackingPolicy(IlpConfig(time_limit_s=20)).allocate(jobs, cluster, context)
+    check_decision(decision, jobs, cluster)
+    by_job = decision.by_job()
+    for job in jobs:  # pinned jobs keep their configuration when it is valid
+        if job.pinned and (job.application, job.current_gpu_type, job.current_num_gpus) in table:
+            a = by_job[job.name]  # a pinned job is always allocated (constraint (1) with equality)
+            assert (a.gpu_type, a.num_gpus) == (job.current_gpu_type, job.current_num_gpus)
+    placement = place(decision, cluster)
+    assert not placement.unplaced
+    occupants = placement.occupants()
+    assert all(len(names) <= 2 for names in occupants.values())
+    for a in decision.allocations:
+        where = placement.of(a.job)
+        assert where is not None and where.num_gpus == a.num_gpus and where.gpu_type == a.gpu_type
+        if a.partner:
+            assert set(placement.of(a.partner).slots()) == set(where.slots())
+
+
+def test_time_limit_falls_back_without_dropping_the_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster, jobs, table, ratios, coloc = random_instance(3, 6)
+    context = RoundContext(TableGoodputModel(table), colocation=coloc)
+    problem = build_problem(jobs, cluster, context.goodput, coloc, IlpConfig())
+    # the greedy selection alone is feasible
+    problem.check(greedy_selection(problem))
+    # a solver that finds nothing in time: the round still gets a (greedy) decision
+    import scheduler.ilp as ilp
+
+    def no_solution(problem, cfg):
+        return ilp._RawResult(None, "Time limit reached", False, None, 0)
+
+    monkeypatch.setattr(ilp, "_solve_highspy", no_solution)
+    monkeypatch.setattr(ilp, "_solve_pulp", no_solution)
+    decision = PackingPolicy(IlpConfig(time_limit_s=1e-3)).allocate(jobs, cluster, context)
+    check_decision(decision, jobs, cluster)
+    assert decision.solver.fallback == "greedy"
+    assert decision.solver.status == "Time limit reached"
+    assert decision.allocations  # greedy allocates where anything fits
+
+
+def test_broken_highs_falls_back_to_cbc(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster, jobs, table, ratios, coloc = random_instance(4, 5)
+    context = RoundContext(TableGoodputModel(table), colocation=coloc)
+    reference = PackingPolicy(IlpConfig(mip_gap=0.0)).allocate(jobs, cluster, context)
+    import scheduler.ilp as ilp
+
+    def broken(problem, cfg):
+        raise RuntimeError("highspy crashed")
+
+    monkeypatch.setattr(ilp, "_solve_highspy", broken)
+    decision = PackingPolicy(IlpConfig(mip_gap=0.0)).allocate(jobs, cluster, context)
+    assert decision.solver.name.startswith("CBC")
+    assert decision.objective == pytest.approx(reference.objective, rel=1e-7)
+
+
+def test_real_time_limit_on_a_large_round_still_valid() -> None:
+    """A real, very short HiGHS time limit: incumbent or greedy, never an invalid or missing decision."""
+    rng = random.Random(11)
+    cluster = Cluster({"a": GpuType("a", 16, 8, 40)})
+    apps = [f"app{n}" for n in range(10)]
+    table = {(app, "a", c.num_gpus): rng.uniform(1, 10) * c.num_gpus ** rng.uniform(0.3, 0.9)
+             for app in apps for c in configurations(cluster)}
+    rows = [("a", x, y, rng.uniform(0.3, 0.95), rng.uniform(0.3, 0.95))
+            for x, y in itertools.combinations_with_replacement(apps, 2)]
+    jobs = [Job(f"j{n}", rng.choice(apps), adaptive=True) for n in range(300)]
+    context = RoundContext(TableGoodputModel(table), colocation=ColocationTable.from_rows(rows))
+    decision = PackingPolicy(IlpConfig(time_limit_s=0.01, mip_gap=0.0)).allocate(jobs, cluster, context)
+    check_decision(decision, jobs, cluster)
+    assert decision.solver.time_s < 5
+
+
+def test_cbc_and_pulp_highs_agree_with_highspy() -> None:
+    cluster, jobs, table, ratios, coloc = random_instance(5, 6)
+    context = RoundContext(TableGoodputModel(table), colocation=coloc)
+    objectives = []
+    for solver in ("highs", "pulp-highs", "cbc"):
+        decision = PackingPolicy(IlpConfig(solver=solver, mip_gap=0.0)).allocate(jobs, cluster, context)
+        check_decision(decision, jobs, cluster)
+        objectives.append(decision.objective)
+    assert objectives == pytest.approx([objectives[0]] * 3, rel=1e-7)
+
+
+def test_restart_factor_matches_sia() -> None:
+    job = Job("a", "x", age_s=1000, restarts=2)
+    assert restart_factor(job, 100) == pytest.approx((1000 - 200) / 1100)
+    assert restart_factor(Job("b", "x", age_s=10, restarts=1), 100) == 0.0
+
+
+def test_ilp_config_rejects_p_zero() -> None:
+    with pytest.raises(ValueError):
+        IlpConfig(p=0)
