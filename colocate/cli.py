@@ -21,6 +21,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "profile",
     "env",
     "schedule",
+    "launch",
+    "bench",
 )
 
 app = typer.Typer(

@@ -126,6 +126,7 @@ class RoundProblem:
     pinned: list[bool] = field(default_factory=list)
     num_pairs: int = 0
     num_pair_candidates: int = 0
+    single_node_g: list[dict[int, float]] = field(default_factory=list)  # per job: config -> G (for bounds)
     build_time_s: float = 0.0
 
     @property
@@ -402,20 +403,25 @@ def pair_candidates(jobs: Sequence[Job], options: Sequence[_JobColumns], configs
     for a, members in ordered.items():
         neighbours = sorted(graph[a].items(), key=lambda kv: (-kv[1]["weight"], kv[0]))
         for i in members:
+            # round-robin over the neighbouring classes, best edge first: one partner from each of the
+            # top classes before a second from any, so a job's candidates are not all of one kind
             chosen: list[int] = []
-            for b, _ in neighbours:
-                pool = ordered[b]
-                if a == b:
-                    start = rank[i] + 1
-                else:
-                    start = (rank[i] * len(pool)) // len(members)
-                for step in range(len(pool)):
+            offset = {b: 0 for b, _ in neighbours}
+            while len(chosen) < cfg.top_k:
+                progressed = False
+                for b, _ in neighbours:
                     if len(chosen) >= cfg.top_k:
                         break
-                    k = pool[(start + step) % len(pool)]
-                    if k != i and k not in chosen:
-                        chosen.append(k)
-                if len(chosen) >= cfg.top_k:
+                    pool = ordered[b]
+                    start = rank[i] + 1 if a == b else (rank[i] * len(pool)) // len(members)
+                    while offset[b] < len(pool):
+                        k = pool[(start + offset[b]) % len(pool)]
+                        offset[b] += 1
+                        if k != i and k not in chosen:
+                            chosen.append(k)
+                            progressed = True
+                            break
+                if not progressed:
                     break
             for k in chosen:
                 pairs.add((min(i, k), max(i, k)))
@@ -448,6 +454,7 @@ def build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
             shape_cache[kind] = _shapes_for(job, cluster, configs_t, index, cfg, sia_shapes)
         options.append(_job_options(job, shape_cache[kind], configs_t, goodput, cfg, type_index))
     problem.pinned = [o.pinned for o in options]
+    problem.single_node_g = [{ci: g for ci, (g, _) in o.single.items()} for o in options]
     for i, opt in enumerate(options):
         for ci, (g, est) in opt.alone.items():
             problem.add((i,), ci, configs_t[ci].num_gpus, (g,), (est,))
@@ -558,18 +565,17 @@ def _rows(problem: RoundProblem) -> tuple[list[list[int]], list[tuple[str, list[
     return job_cols, capacity
 
 
-def _solve_highspy(problem: RoundProblem, cfg: IlpConfig) -> _RawResult:
-    """HiGHS through highspy, the matrix passed in one call (column-wise, from numpy arrays).
+def highs_lp(problem: RoundProblem) -> tuple["object", dict[int, int], dict[str, int]]:
+    """The round ILP as a ``highspy.HighsLp`` (column-wise), with the row of each job and capacity.
 
-    This is the model ``pulp.HiGHS`` would build, without its per-variable Python calls (≈1.5 s at 1,000
-    jobs on the dev machine, more than the solve itself). The constant ``λ·|J|`` goes in as the objective
-    offset so the relative gap HiGHS enforces is the gap of the natural objective.
+    For p < 0 the objective is ``Σ weight·z + λ·|J|`` (minimised; the constant is the offset), for p > 0
+    ``Σ v^p·z`` (maximised), so HiGHS's objective, bound and relative gap are those of the natural objective.
     """
     import highspy
 
     n = problem.num_columns
     job_cols, capacity = _rows(problem)
-    job_row = {}
+    job_row: dict[int, int] = {}
     row_lower: list[float] = []
     row_upper: list[float] = []
     for i, cols in enumerate(job_cols):
@@ -577,7 +583,7 @@ def _solve_highspy(problem: RoundProblem, cfg: IlpConfig) -> _RawResult:
             job_row[i] = len(row_lower)
             row_lower.append(1.0 if problem.pinned[i] else -highspy.kHighsInf)
             row_upper.append(1.0)
-    cap_row = {}
+    cap_row: dict[str, int] = {}
     for t, _ in capacity:
         cap_row[t] = len(row_lower)
         row_lower.append(-highspy.kHighsInf)
@@ -610,7 +616,21 @@ def _solve_highspy(problem: RoundProblem, cfg: IlpConfig) -> _RawResult:
     lp.a_matrix_.start_ = starts
     lp.a_matrix_.index_ = np.asarray(index, dtype=np.int32)
     lp.a_matrix_.value_ = np.asarray(value, dtype=float)
-    lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+    return lp, job_row, cap_row
+
+
+def _solve_highspy(problem: RoundProblem, cfg: IlpConfig) -> _RawResult:
+    """HiGHS through highspy, the matrix passed in one call (column-wise, from numpy arrays).
+
+    This is the model ``pulp.HiGHS`` would build, without its per-variable Python calls (≈1.5 s at 1,000
+    jobs on the dev machine, more than the solve itself). The constant ``λ·|J|`` goes in as the objective
+    offset so the relative gap HiGHS enforces is the gap of the natural objective.
+    """
+    import highspy
+
+    lp, _, _ = highs_lp(problem)
+    maximise = problem.p > 0
+    lp.integrality_ = [highspy.HighsVarType.kInteger] * problem.num_columns
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(cfg.time_limit_s))

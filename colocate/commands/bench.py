@@ -1,0 +1,42 @@
+"""``colocate bench <what>``: benchmarks that print the figures recorded in results/BENCHMARKS.md.
+
+``bench`` is a Typer sub-app. Each benchmark lives in its own module that exposes
+``register_bench(bench_app)`` and adds one subcommand; to add one, append the module's dotted path to
+:data:`BENCHMARK_MODULES` (a one-line edit, like ``COMMAND_MODULES`` in ``colocate/cli.py``). Benchmark
+modules import their heavy dependencies inside the command body so ``colocate --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+# Dotted paths of modules exposing register_bench(bench_app); order = order in `colocate bench --help`.
+BENCHMARK_MODULES: tuple[str, ...] = (
+    "scheduler.benchmark",
+)
+
+bench_app = typer.Typer(
+    name="bench",
+    help="Benchmarks (speed and quality figures for results/BENCHMARKS.md).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_registered = False
+
+
+def _register_benchmarks() -> None:
+    global _registered
+    if _registered:
+        return
+    for module_name in BENCHMARK_MODULES:
+        importlib.import_module(module_name).register_bench(bench_app)
+    _registered = True
+
+
+def register(app: typer.Typer) -> None:
+    _register_benchmarks()
+    app.add_typer(bench_app, name="bench")

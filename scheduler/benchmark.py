@@ -1,0 +1,382 @@
+"""``colocate bench scheduler``: how long one round takes, with and without packing, and how good it is.
+
+For each (cluster size, active jobs) case and each of ``repeats`` random rounds:
+
+* **sia** — the ILP without pair variables (Sia's formulation);
+* **top-k** — our packing ILP (pair candidates pruned to the top-k partners per job);
+* **all-pairs** — the same ILP with every compatible pair as a candidate (what Gavel's packed LP does),
+  under a time limit (its build time counts too); skipped, and said so, when its candidate count is
+  above ``all_pairs_max_pairs``;
+* **exact reference** — the optimum of the all-pairs ILP (solved to gap 0) where that finishes within
+  ``exact_time_limit``; otherwise a *lower bound* on it: the all-pairs LP relaxation solved by column
+  generation (pricing every pair and configuration with numpy). ``gap_vs_exact`` is then an upper bound
+  on the true gap.
+
+Clusters are Sia's 64-GPU cluster scaled by 1, 4, 16 and 32 (64 to 2,048 GPUs, as in Sia's scalability
+study); jobs are drawn from Sia's six applications with Sia's profiles and GNS curves (read at run time),
+a mix of adaptive and rigid jobs, some running (restart factors apply). The colocation table is the one
+given, else the transferred Gavel table in ``scheduler/examples`` when present, else a seeded synthetic
+one (ratios uniform in [0.4, 0.95], 10 % infeasible pairs). Times are wall-clock seconds on whatever
+machine runs it; the medians over the repeats are reported.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from scheduler.cluster import Cluster, load_cluster
+from scheduler.colocation import ColocationTable
+from scheduler.configs import configurations
+from scheduler.goodput import ProfileGoodputModel
+from scheduler.ilp import IlpConfig, RoundProblem, build_problem, column_weight, highs_lp, solve_problem
+from scheduler.jobs import Job
+
+EXAMPLES = Path(__file__).resolve().parent / "examples"
+SIA_APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
+DEFAULT_CASES = ((64, 50), (256, 200), (1024, 500), (2048, 1000))
+TRANSFERRED_TABLE = EXAMPLES / "colocation-sia-transferred.csv"
+
+
+def sia_cluster(num_gpus: int) -> Cluster:
+    """Sia's 64-GPU heterogeneous cluster scaled to ``num_gpus`` (a multiple of 64)."""
+    base = load_cluster(EXAMPLES / "sia-64gpu.yaml")
+    if num_gpus % base.total_gpus:
+        raise ValueError(f"cluster sizes must be multiples of {base.total_gpus}")
+    return base.scaled(num_gpus // base.total_gpus)
+
+
+def synthetic_jobs(cluster: Cluster, model: ProfileGoodputModel, num_jobs: int, seed: int) -> list[Job]:
+    """Active jobs of one round: 70 % adaptive, rigid sizes 1/2/4/8 GPUs, about half running."""
+    rng = random.Random(seed)
+    jobs = []
+    types = [t for t in cluster.type_names]
+    for n in range(num_jobs):
+        app = rng.choice(SIA_APPS)
+        adaptive = rng.random() < 0.7
+        num_gpus = 1 if adaptive else rng.choices([1, 2, 4, 8], weights=[60, 15, 15, 10])[0]
+        curve = model.curves.get(app)
+        progress = rng.uniform(0, curve.max_progress) if curve else 0.0
+        running = rng.random() < 0.5
+        current_type = rng.choice(types) if running else None
+        current_n = (rng.choice([1, 2, 4]) if adaptive else num_gpus) if running else 0
+        batch = None if adaptive else (curve.init_batch_size * num_gpus if curve else None)
+        jobs.append(Job(
+            name=f"{app}-{n}", application=app, adaptive=adaptive, num_gpus=num_gpus, batch_size=batch,
+            max_gpus=64 if adaptive else None, age_s=rng.uniform(0, 4 * 3600), restarts=rng.randint(0, 3),
+            current_gpu_type=current_type, current_num_gpus=current_n, progress=progress,
+        ))
+    return jobs
+
+
+def synthetic_colocation(gpu_types: Sequence[str], seed: int = 0) -> ColocationTable:
+    """Seeded stand-in ratios for the six Sia applications (only when no table is available)."""
+    rng = random.Random(seed)
+    rows = []
+    for t in gpu_types:
+        for a_pos, a in enumerate(SIA_APPS):
+            for b in SIA_APPS[a_pos:]:
+                if rng.random() < 0.1:
+                    rows.append((t, a, b, 0.0, 0.0))
+                else:
+                    rows.append((t, a, b, rng.uniform(0.4, 0.95), rng.uniform(0.4, 0.95)))
+    return ColocationTable.from_rows(rows)
+
+
+def all_pairs_count(problem: RoundProblem, colocation: ColocationTable, cfg: IlpConfig) -> int:
+    """How many job pairs the all-pairs formulation considers (before configurations)."""
+    from scheduler.ilp import _class_key
+
+    classes: dict[tuple[str, str], int] = {}
+    reps: dict[tuple[str, str], Job] = {}
+    for i, job in enumerate(problem.jobs):
+        if problem.single_node_g[i]:
+            key = _class_key(job)
+            classes[key] = classes.get(key, 0) + 1
+            reps.setdefault(key, job)
+    keys = list(classes)
+    total = 0
+    for a_pos, a in enumerate(keys):
+        for b in keys[a_pos:]:
+            best = 0.0
+            for t in colocation.gpu_types:
+                r = colocation.lookup(t, reps[a], reps[b])
+                if r and r[0] > 0 and r[1] > 0:
+                    best = max(best, r[0] + r[1])
+            if best >= 1 + cfg.min_benefit:
+                total += classes[a] * (classes[a] - 1) // 2 if a == b else classes[a] * classes[b]
+    return total
+
+
+def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: IlpConfig,
+                       max_iterations: int = 60, batch: int = 20000) -> tuple[float, int]:
+    """Lower bound (p < 0) on the all-pairs ILP optimum: its LP relaxation, by column generation.
+
+    ``problem`` is extended in place with priced-in pair columns. Returns (bound, iterations). Pricing:
+    for every GPU type and single-node configuration, the reduced cost of every job pair at once,
+    ``w_ikc − y_i − y_k − n_c·μ_t`` from the LP's row duals; columns with negative reduced cost are added
+    (most negative first) until none is left, at which point the LP value is the all-pairs LP optimum.
+    """
+    import highspy
+
+    if cfg.p >= 0:
+        raise ValueError("the bound is implemented for p < 0 (minimisation)")
+    from scheduler.ilp import _class_key
+
+    jobs = problem.jobs
+    n = len(jobs)
+    class_ids: dict[tuple[str, str], int] = {}
+    reps: list[Job] = []
+    cls = np.zeros(n, dtype=int)
+    for i, job in enumerate(jobs):
+        key = _class_key(job)
+        if key not in class_ids:
+            class_ids[key] = len(reps)
+            reps.append(job)
+        cls[i] = class_ids[key]
+    mem = np.array([np.nan if j.memory_gb is None else j.memory_gb for j in jobs])
+    blocked = np.array(problem.pinned, dtype=bool)  # pinned jobs gain no new partner (as in build_problem)
+    ratio: dict[str, np.ndarray] = {}
+    for t in problem.cluster.type_names:
+        r = np.zeros((len(reps), len(reps)))
+        for a, ja in enumerate(reps):
+            for b, jb in enumerate(reps):
+                hit = colocation.lookup(t, ja, jb)
+                if hit and hit[0] > 0 and hit[1] > 0 and hit[0] + hit[1] >= 1 + cfg.min_benefit:
+                    r[a, b] = hit[0]
+        ratio[t] = r
+    existing = {(mem_, c) for mem_, c in zip(problem.members, problem.conf) if len(mem_) == 2}
+    by_conf: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for ci, c in enumerate(problem.configs):
+        if not c.single_node:
+            continue
+        idx = np.array([i for i in range(n) if ci in problem.single_node_g[i] and not blocked[i]], dtype=int)
+        if len(idx) >= 2:
+            by_conf[ci] = (idx, np.array([problem.single_node_g[i][ci] for i in idx]))
+    mem_cap = {t.name: t.memory_gb for t in problem.cluster}
+    value = math.nan
+    for iteration in range(1, max_iterations + 1):
+        lp, job_row, cap_row = highs_lp(problem)
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.passModel(lp)
+        h.run()
+        value = h.getInfo().objective_function_value
+        duals = np.asarray(h.getSolution().row_dual)
+        y = np.zeros(n)
+        for i, row in job_row.items():
+            y[i] = duals[row]
+        added = []
+        for ci, (idx, g) in by_conf.items():
+            c = problem.configs[ci]
+            mu = duals[cap_row[c.gpu_type]] if c.gpu_type in cap_row else 0.0
+            r = ratio[c.gpu_type][np.ix_(cls[idx], cls[idx])]
+            ok = (r > 0) & (r.T > 0)
+            m = mem[idx]
+            both = ~np.isnan(m[:, None]) & ~np.isnan(m[None, :])
+            ok &= ~both | (np.nan_to_num(m[:, None]) + np.nan_to_num(m[None, :]) + 2 * cfg.context_memory_gb
+                           <= mem_cap[c.gpu_type])
+            ok &= np.triu(np.ones_like(ok, dtype=bool), k=1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                va = g[:, None] * r
+                vb = g[None, :] * r.T
+                w = np.where(ok, np.power(np.where(ok, va, 1.0), cfg.p) + np.power(np.where(ok, vb, 1.0), cfg.p)
+                             - 2 * cfg.lambda_unallocated, np.inf)
+            reduced = w - y[idx][:, None] - y[idx][None, :] - c.num_gpus * mu
+            rows, cols = np.nonzero(reduced < -1e-9)
+            for a, b in zip(rows, cols):
+                added.append((reduced[a, b], int(idx[a]), int(idx[b]), ci, float(va[a, b]), float(vb[a, b])))
+        added.sort()
+        fresh = 0
+        for _, i, k, ci, vi, vk in added:
+            if fresh >= batch:
+                break
+            if ((i, k), ci) in existing:
+                continue
+            existing.add(((i, k), ci))
+            problem.members.append((i, k))
+            problem.conf.append(ci)
+            problem.gpus.append(problem.configs[ci].num_gpus)
+            problem.values.append((vi, vk))
+            problem.estimates.append(())
+            problem.ratios.append(())
+            problem.weight.append(column_weight((vi, vk), cfg.p, cfg.lambda_unallocated))
+            fresh += 1
+        if fresh == 0:
+            return value, iteration
+    return value, max_iterations
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    gpus: int
+    jobs: int
+    rows: list[dict[str, Any]]
+
+
+def _timed_round(jobs: list[Job], cluster: Cluster, model: ProfileGoodputModel, coloc: ColocationTable | None,
+                 cfg: IlpConfig) -> dict[str, Any]:
+    started = time.perf_counter()
+    problem = build_problem(jobs, cluster, model, coloc, cfg)
+    built = time.perf_counter()
+    solution = solve_problem(problem, cfg)
+    done = time.perf_counter()
+    return {"build_s": built - started, "solve_s": done - built, "round_s": done - started,
+            "objective": solution.info.objective, "status": solution.info.status, "fallback": solution.info.fallback,
+            "columns": problem.num_columns, "pairs": problem.num_pairs, "problem": problem,
+            "pairs_used": sum(1 for j in solution.selected if len(problem.members[j]) == 2)}
+
+
+def run_case(num_gpus: int, num_jobs: int, model: ProfileGoodputModel, coloc: ColocationTable, *, repeats: int,
+             cfg: IlpConfig, all_pairs_time_limit: float, all_pairs_max_pairs: int, exact_time_limit: float,
+             seed: int = 0, on_step: Any = None) -> list[dict[str, Any]]:
+    """All formulations on ``repeats`` random rounds of one (cluster, jobs) case; one dict per round."""
+    cluster = sia_cluster(num_gpus)
+    rows = []
+    for rep in range(repeats):
+        jobs = synthetic_jobs(cluster, model, num_jobs, seed=seed + 1000 * rep + num_jobs)
+        row: dict[str, Any] = {"gpus": num_gpus, "jobs": num_jobs, "repeat": rep}
+        sia = _timed_round(jobs, cluster, model, None, replace(cfg, packing=False))
+        topk = _timed_round(jobs, cluster, model, coloc, cfg)
+        for name, r in (("sia", sia), ("topk", topk)):
+            for key in ("build_s", "solve_s", "round_s", "objective", "columns", "status", "fallback"):
+                row[f"{name}_{key}"] = r[key]
+        row["topk_pairs_used"] = topk["pairs_used"]
+        all_cfg = replace(cfg, pair_candidates="all", time_limit_s=all_pairs_time_limit)
+        count = all_pairs_count(topk["problem"], coloc, cfg)
+        row["all_pairs_candidates"] = count
+        if count <= all_pairs_max_pairs:
+            allp = _timed_round(jobs, cluster, model, coloc, all_cfg)
+            for key in ("build_s", "solve_s", "round_s", "objective", "columns", "status", "fallback"):
+                row[f"all_{key}"] = allp[key]
+        else:
+            row["all_status"] = f"not attempted ({count:,} candidate pairs)"
+        # exact reference: the all-pairs optimum if provable in time, else the LP bound (a lower bound)
+        exact_cfg = replace(all_cfg, mip_gap=0.0, time_limit_s=exact_time_limit)
+        row["exact_kind"] = "lp-bound"
+        if count <= all_pairs_max_pairs and exact_time_limit > 0:
+            ex = _timed_round(jobs, cluster, model, coloc, exact_cfg)
+            if ex["status"] == "Optimal" and ex["fallback"] is None:
+                row["exact_objective"], row["exact_kind"] = ex["objective"], "ilp-optimum"
+        if row["exact_kind"] == "lp-bound":
+            problem = build_problem(jobs, cluster, model, coloc, cfg)
+            row["exact_objective"], row["lp_iterations"] = lp_bound_all_pairs(problem, coloc, cfg)
+        ref = row["exact_objective"]
+        row["topk_gap_vs_exact"] = (row["topk_objective"] - ref) / abs(ref) if ref else math.nan
+        rows.append(row)
+        if on_step is not None:
+            on_step()
+    return rows
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Medians per (gpus, jobs) case."""
+    out = []
+    keys = sorted({(r["gpus"], r["jobs"]) for r in rows})
+    for gpus, jobs in keys:
+        group = [r for r in rows if (r["gpus"], r["jobs"]) == (gpus, jobs)]
+
+        def med(key: str) -> float:
+            values = [r[key] for r in group if isinstance(r.get(key), (int, float)) and not math.isnan(r[key])]
+            return statistics.median(values) if values else math.nan
+
+        summary = {"gpus": gpus, "jobs": jobs, "repeats": len(group)}
+        for key in ("sia_round_s", "sia_solve_s", "topk_build_s", "topk_solve_s", "topk_round_s", "all_round_s",
+                    "all_solve_s", "topk_columns", "all_columns", "topk_pairs_used", "all_pairs_candidates",
+                    "topk_gap_vs_exact"):
+            summary[key] = med(key)
+        summary["max_gap_vs_exact"] = max((r["topk_gap_vs_exact"] for r in group), default=math.nan)
+        summary["speedup_vs_all_pairs"] = (summary["all_round_s"] / summary["topk_round_s"]
+                                           if summary["all_round_s"] == summary["all_round_s"] else math.nan)
+        statuses = sorted({str(r.get("all_status")) for r in group})
+        summary["all_status"] = "/".join(statuses)
+        summary["exact_kind"] = "/".join(sorted({r["exact_kind"] for r in group}))
+        out.append(summary)
+    return out
+
+
+def default_colocation(path: Path | None, gpu_types: Sequence[str]) -> tuple[ColocationTable, str]:
+    if path is not None:
+        return ColocationTable.load(path), str(path)
+    if TRANSFERRED_TABLE.is_file():
+        return ColocationTable.load(TRANSFERRED_TABLE), str(TRANSFERRED_TABLE.name)
+    return synthetic_colocation(gpu_types), "synthetic (seeded)"
+
+
+def register_bench(bench_app: Any) -> None:
+    """Add ``colocate bench scheduler`` to the bench sub-app."""
+    import typer
+
+    @bench_app.command("scheduler")
+    def scheduler_bench(
+        cases: str = typer.Option(",".join(f"{g}:{j}" for g, j in DEFAULT_CASES), "--cases",
+                                  help="GPUS:JOBS pairs, comma-separated (GPUS a multiple of 64)."),
+        repeats: int = typer.Option(3, "--repeats", help="Random rounds per case (medians are reported)."),
+        profiles: Path = typer.Option(None, "--profiles", help="Sia traces directory (default ../shared/data/sia/traces)."),
+        colocation: Path = typer.Option(None, "--colocation", help="Colocation table (default: transferred table)."),
+        top_k: int = typer.Option(3, "--top-k"),
+        time_limit: float = typer.Option(10.0, "--time-limit", help="Solver limit for sia and top-k rounds."),
+        all_pairs_time_limit: float = typer.Option(60.0, "--all-pairs-time-limit"),
+        all_pairs_max_pairs: int = typer.Option(150_000, "--all-pairs-max-pairs",
+                                                help="Skip all-pairs above this many candidate pairs."),
+        exact_time_limit: float = typer.Option(120.0, "--exact-time-limit",
+                                               help="Limit for the gap-0 all-pairs solve (else LP bound)."),
+        out: Path = typer.Option(None, "--out", help="Write per-round rows as CSV here."),
+        seed: int = typer.Option(0, "--seed"),
+    ) -> None:
+        """Round solve time at 64..2,048 GPUs, with/without packing, vs all-pairs; gap vs the exact optimum."""
+        import pandas as pd
+        from rich.console import Console
+        from rich.progress import Progress
+        from rich.table import Table
+
+        from colocate.commands.schedule import default_profiles_path
+        from colocate.errors import InputError
+
+        parsed = []
+        for item in cases.split(","):
+            try:
+                g, j = (int(x) for x in item.split(":"))
+                sia_cluster(g)
+            except ValueError:
+                raise InputError(f"bad case {item!r}", field="--cases", valid="GPUS:JOBS with GPUS a multiple of 64")
+            parsed.append((g, j))
+        path = profiles or default_profiles_path()
+        if path is None:
+            raise InputError("Sia traces not found", field="--profiles", valid="Sia's traces directory")
+        model = ProfileGoodputModel.from_path(path)
+        coloc, coloc_name = default_colocation(colocation, sia_cluster(64).type_names)
+        cfg = IlpConfig(top_k=top_k, time_limit_s=time_limit)
+        console = Console(stderr=True)
+        rows: list[dict[str, Any]] = []
+        with Progress(console=console) as progress:
+            task = progress.add_task("rounds", total=len(parsed) * repeats)
+            for g, j in parsed:
+                rows += run_case(g, j, model, coloc, repeats=repeats, cfg=cfg, all_pairs_time_limit=all_pairs_time_limit,
+                                 all_pairs_max_pairs=all_pairs_max_pairs, exact_time_limit=exact_time_limit,
+                                 seed=seed, on_step=lambda: progress.advance(task))
+        summary = summarize(rows)
+        table = Table(title=f"Scheduler round time (median of {repeats}); colocation: {coloc_name}")
+        for col in ("GPUs", "jobs", "sia round s", "top-k round s (build+solve)", "top-k pairs", "all-pairs round s",
+                    "speed-up", "gap vs exact (median/max)", "reference"):
+            table.add_column(col, justify="right")
+        for s in summary:
+            all_cell = f"{s['all_round_s']:.2f}" if s["all_round_s"] == s["all_round_s"] else s["all_status"]
+            speed = f"{s['speedup_vs_all_pairs']:.0f}×" if s["speedup_vs_all_pairs"] == s["speedup_vs_all_pairs"] else "—"
+            table.add_row(str(s["gpus"]), str(s["jobs"]), f"{s['sia_round_s']:.2f}",
+                          f"{s['topk_round_s']:.2f} ({s['topk_build_s']:.2f}+{s['topk_solve_s']:.2f})",
+                          f"{s['topk_pairs_used']:.0f}", all_cell, speed,
+                          f"{100 * s['topk_gap_vs_exact']:.3f} % / {100 * s['max_gap_vs_exact']:.3f} %",
+                          s["exact_kind"])
+        Console(width=200).print(table)
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            pd.DataFrame(rows).to_csv(out, index=False)
+            Console(stderr=True).print(f"per-round rows written to {out}")
