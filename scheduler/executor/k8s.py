@@ -1,0 +1,157 @@
+"""Write one Kubernetes pod manifest per job, pinning partners to one GPU with HAMi.
+
+Kubernetes' device plugins hand out whole GPUs (or anonymous time-slices): nothing says "these two pods
+share that GPU". HAMi (CNCF sandbox, https://github.com/Project-HAMi/HAMi) does, through pod annotations:
+
+* ``nvidia.com/use-gpuuuid: GPU-...`` restricts a pod to the listed GPU UUIDs — both pods of a pair name the
+  same UUID, so they land on the same physical GPU (a solo job names its own GPUs);
+* ``nvidia.com/vgpu-mode: mps`` for pairs that share by MPS (HAMi runs the MPS server), ``hami-core`` for
+  time-sliced pairs (HAMi's own sharing);
+* ``nvidia.com/use-gputype`` names the GPU type as well, so a missing UUID still lands on the right type.
+
+Each pod asks for ``nvidia.com/gpu: N`` (one vGPU per physical GPU) and, in a pair, its share of the GPU's
+memory (``nvidia.com/gpumem-percentage``, default 50 %: without it HAMi gives a vGPU the whole memory and
+the partner could not fit). GPU UUIDs and node names come from an inventory YAML::
+
+    h100:                       # GPU type as in the allocation
+      - node: gpu-node-17       # Kubernetes node name of the allocation's node 0 of that type
+        gpus: [GPU-8f3e..., GPU-0a1b..., ...]   # UUIDs by GPU index (nvidia-smi -L)
+
+Without an inventory the manifests hold placeholders (``GPU-UUID-h100-node0-gpu1``) to fill in; the
+nodeSelector is then left out (the UUID pins the node anyway).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from colocate.errors import InputError
+from profiler.ray_backend import ray_accelerator_name
+from scheduler.executor.command import RunSettings, job_argv
+from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment
+
+ANNOTATION_UUID = "nvidia.com/use-gpuuuid"
+ANNOTATION_MODE = "nvidia.com/vgpu-mode"
+ANNOTATION_TYPE = "nvidia.com/use-gputype"
+RESOURCE_GPU = "nvidia.com/gpu"
+RESOURCE_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
+HAMI_SCHEDULER = "hami-scheduler"
+_DNS_LABEL = re.compile(r"[^a-z0-9-]+")
+
+
+@dataclass(frozen=True)
+class K8sOptions:
+    image: str = "colocate:latest"  # an image with this package, torch and CUDA
+    namespace: str | None = None
+    memory_percent_per_partner: int = 50
+    scheduler_name: str = HAMI_SCHEDULER
+    python: str = "python3"
+
+
+Inventory = dict[str, list[dict[str, Any]]]
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Read and validate the inventory YAML (see the module docstring)."""
+    path = Path(path)
+    valid = "gpu_type: [{node: NAME, gpus: [GPU-UUID, ...]}, ...]"
+    if not path.is_file():
+        raise InputError("inventory file not found", source=path, field="--inventory", valid=valid)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise InputError(f"not valid YAML: {getattr(err, 'problem', err)}", source=path, valid=valid) from None
+    if not isinstance(data, dict):
+        raise InputError("must be a mapping of GPU types to node lists", source=path, valid=valid)
+    for gpu_type, nodes in data.items():
+        if not isinstance(nodes, list):
+            raise InputError("is not a list of nodes", source=path, field=str(gpu_type), valid=valid)
+        for i, node in enumerate(nodes):
+            where = f"{gpu_type}[{i}]"
+            if not isinstance(node, dict) or not isinstance(node.get("node"), str):
+                raise InputError("needs a 'node' name", source=path, field=where, valid=valid)
+            gpus = node.get("gpus")
+            if not isinstance(gpus, list) or not all(isinstance(g, str) and g for g in gpus):
+                raise InputError("needs 'gpus', a list of GPU UUIDs", source=path, field=f"{where}.gpus", valid=valid)
+    return {str(k): v for k, v in data.items()}
+
+
+def dns_name(text: str, limit: int = 63) -> str:
+    """An RFC 1123 label (pod names): lower-case alphanumerics and '-'."""
+    name = _DNS_LABEL.sub("-", text.lower()).strip("-")
+    return (name or "job")[:limit].rstrip("-")
+
+
+def _gpu_uuids(group: GpuGroup, inventory: Inventory | None, source: str) -> tuple[list[str], str | None]:
+    if inventory is None:
+        return [f"GPU-UUID-{group.gpu_type}-node{group.node}-gpu{g}" for g in group.gpus], None
+    nodes = inventory.get(group.gpu_type)
+    if nodes is None or group.node >= len(nodes):
+        raise InputError(f"no node {group.node} of type {group.gpu_type} for group {group.label}", source=source,
+                         field=group.gpu_type, valid=f"at least {group.node + 1} nodes listed under {group.gpu_type}")
+    node = nodes[group.node]
+    if max(group.gpus) >= len(node["gpus"]):
+        raise InputError(f"node {node['node']} lists {len(node['gpus'])} GPUs; group {group.label} uses GPU "
+                         f"{max(group.gpus)}", source=source, field=f"{group.gpu_type}[{group.node}].gpus",
+                         valid="a UUID for every GPU index")
+    return [node["gpus"][g] for g in group.gpus], node["node"]
+
+
+def pod_manifest(job: JobLaunch, group: GpuGroup, run: RunSettings, options: K8sOptions,
+                 inventory: Inventory | None = None, source: str = "<inventory>") -> dict[str, Any]:
+    """The pod of one job (a plain dict, ready for ``yaml.safe_dump``)."""
+    uuids, node_name = _gpu_uuids(group, inventory, source)
+    annotations = {ANNOTATION_UUID: ",".join(uuids), ANNOTATION_TYPE: ray_accelerator_name(group.gpu_type)}
+    limits: dict[str, Any] = {RESOURCE_GPU: group.gpus_per_node}
+    if len(group.jobs) > 1:
+        annotations[ANNOTATION_MODE] = "mps" if group.sharing == "mps" else "hami-core"
+        limits[RESOURCE_MEMORY_PERCENT] = options.memory_percent_per_partner
+    if job.partner:
+        annotations["colocate.io/partner"] = job.partner
+    env = {**job_environment(job, group), "COLOCATE_PROGRESS_FILE": f"/tmp/{dns_name(job.name)}.progress.json"}
+    argv = job_argv(job, run, python=options.python, progress_file=env["COLOCATE_PROGRESS_FILE"])
+    metadata: dict[str, Any] = {
+        "name": dns_name(f"colocate-{job.name}"),
+        "labels": {"app.kubernetes.io/part-of": "colocate", "colocate.io/group": group.key,
+                   "colocate.io/job": dns_name(job.name)},
+        "annotations": annotations,
+    }
+    if options.namespace:
+        metadata["namespace"] = options.namespace
+    spec: dict[str, Any] = {
+        "schedulerName": options.scheduler_name,
+        "restartPolicy": "Never",
+        "containers": [{
+            "name": "train",
+            "image": options.image,
+            "command": argv,
+            "env": [{"name": k, "value": v} for k, v in env.items()],
+            "resources": {"limits": limits},
+        }],
+    }
+    if node_name is not None:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node_name}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def emit_k8s(plan: LaunchPlan, out_dir: str | Path, run: RunSettings, options: K8sOptions,
+             inventory: Inventory | None = None, inventory_source: str = "<inventory>") -> list[Path]:
+    """Write ``<group>-<job>.yaml`` per job; returns the files written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for group in plan.groups:
+        if group.multi_node:
+            raise InputError(f"group {group.label} spans nodes {list(group.nodes)}", source=plan.source,
+                             field="nodes", valid="single-node groups for Kubernetes; use --emit slurm for multi-node jobs")
+        for job in group.jobs:
+            manifest = pod_manifest(job, group, run, options, inventory, inventory_source)
+            path = out / f"{group.key}-{dns_name(job.name)}.yaml"
+            path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+            written.append(path)
+    return written

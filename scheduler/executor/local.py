@@ -1,0 +1,253 @@
+"""Run GPU groups on this node: one process per job, MPS per GPU group when asked, logs and progress per job.
+
+Each job runs in its own session (process group) with ``PR_SET_PDEATHSIG`` set before ``exec``, so a
+launcher that dies takes its jobs with it, and teardown can signal a job's whole process tree. Teardown —
+at the end, after ``--duration``, on Ctrl-C or SIGTERM — sends SIGTERM to every job's process group, waits
+``stop_grace_s``, then SIGKILLs what is left, and only then quits the MPS daemons (a daemon must outlive its
+clients). The MPS daemon of a group is private to it (:func:`profiler.mps.mps_daemon`: own pipe and log
+directories, only our daemon is ever stopped).
+
+Progress comes from each job's progress file (the built-in trainer writes it; user commands may write the
+same JSON to ``$COLOCATE_PROGRESS_FILE``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from colocate.errors import InputError
+from scheduler.executor.command import RunSettings, job_argv
+from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment, safe_name
+from scheduler.executor.train import read_progress
+
+POLL_INTERVAL_S = 0.25
+# exec the job with PR_SET_PDEATHSIG set (kept across execve), without running Python code in a forked
+# child of a possibly multi-threaded launcher (a Ray worker, for one).
+_PDEATHSIG_EXEC = ("import ctypes, os, signal, sys; ctypes.CDLL('libc.so.6').prctl(1, signal.SIGKILL); "
+                   "os.getppid() == int(sys.argv[1]) or sys.exit(1); os.execvp(sys.argv[2], sys.argv[2:])")
+
+STATE_RUNNING = "running"
+STATE_FINISHED = "finished"
+STATE_FAILED = "failed"
+STATE_STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """How the local executor runs and supervises jobs."""
+
+    run: RunSettings = field(default_factory=RunSettings)
+    log_dir: Path = Path("launch-logs")
+    duration_s: float | None = None  # stop every job after this long (None = until they end or Ctrl-C)
+    stop_grace_s: float = 10.0
+    python: str = sys.executable
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """One job as the launcher sees it right now."""
+
+    job: str
+    group: str
+    host: str
+    state: str  # running | finished | failed | stopped
+    step: int = 0
+    steps: int | None = None
+    samples_per_s: float | None = None
+    exit_code: int | None = None
+    log: str = ""
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class LaunchReport:
+    jobs: tuple[JobStatus, ...]
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.interrupted and all(j.state in (STATE_FINISHED, STATE_STOPPED) for j in self.jobs)
+
+
+@dataclass
+class _Process:
+    job: JobLaunch
+    group: GpuGroup
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    progress_path: Path
+    log_handle: IO[bytes]
+    stopped: bool = False  # we asked it to stop (duration reached, Ctrl-C)
+
+
+def check_local(plan: LaunchPlan, settings: LaunchSettings) -> None:
+    """Refuse what this node cannot run before anything starts."""
+    from profiler.mps import mps_unavailable_reason
+
+    for group in plan.groups:
+        if group.multi_node:
+            raise InputError(f"group {group.label} spans nodes {list(group.nodes)}", source=plan.source,
+                             field="nodes", valid="single-node groups here; use --emit slurm for multi-node jobs")
+        if group.sharing == "mps":
+            if settings.run.device == "cpu":
+                raise InputError(f"group {group.label} asks for MPS but --device is cpu", source=plan.source,
+                                 field="sharing", valid="timeslice on CPU (--sharing timeslice)")
+            reason = mps_unavailable_reason("cuda")
+            if reason:
+                raise InputError(f"group {group.label} asks for MPS: {reason}", source=plan.source, field="sharing",
+                                 valid="timeslice (--sharing timeslice), or a node with NVIDIA MPS")
+
+
+def physical_gpus(group: GpuGroup) -> list[str]:
+    """CUDA_VISIBLE_DEVICES entries for a group's GPU indices on this node (honouring an existing mask)."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if not visible:
+        return [str(g) for g in group.gpus]
+    missing = [g for g in group.gpus if g >= len(visible)]
+    if missing:
+        raise InputError(f"group {group.label} wants GPU {missing[0]} but CUDA_VISIBLE_DEVICES has {len(visible)}",
+                         field="gpus", valid=f"GPU indices below {len(visible)} on this node")
+    return [visible[g] for g in group.gpus]
+
+
+def _start_job(job: JobLaunch, group: GpuGroup, settings: LaunchSettings, env: Mapping[str, str]) -> _Process:
+    stem = f"{group.key}-{safe_name(job.name)}"
+    log_path = settings.log_dir / f"{stem}.log"
+    progress_path = settings.log_dir / f"{stem}.progress.json"
+    progress_path.unlink(missing_ok=True)
+    argv = job_argv(job, settings.run, python=settings.python, progress_file=str(progress_path))
+    full_env = {**os.environ, **env, **job_environment(job, group), "COLOCATE_PROGRESS_FILE": str(progress_path),
+                "PYTHONUNBUFFERED": "1"}
+    handle = open(log_path, "ab")
+    handle.write(f"# colocate launch: {job.name} on {group.where} ({group.sharing}); argv: {argv}\n".encode())
+    handle.flush()
+    popen = subprocess.Popen([sys.executable, "-c", _PDEATHSIG_EXEC, str(os.getpid()), *argv], stdout=handle,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env, start_new_session=True)
+    return _Process(job, group, popen, log_path, progress_path, handle)
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+def _status(process: _Process, host: str) -> JobStatus:
+    progress = read_progress(process.progress_path) or {}
+    code = process.popen.poll()
+    if code is None:
+        state = STATE_RUNNING
+    elif process.stopped:
+        state = STATE_STOPPED if progress.get("state") != STATE_FINISHED else STATE_FINISHED
+    else:
+        state = STATE_FINISHED if code == 0 else STATE_FAILED
+    error = _last_line(process.log_path) if state == STATE_FAILED else ""
+    if state == STATE_FAILED and code is not None and code < 0:
+        error = f"killed by signal {-code}; {error}"
+    return JobStatus(process.job.name, process.group.slug, host, state, int(progress.get("step", 0) or 0),
+                     progress.get("steps"), progress.get("samples_per_s"), code, str(process.log_path), error)
+
+
+def _signal_group(process: _Process, signum: int) -> None:
+    try:
+        os.killpg(process.popen.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop(processes: Sequence[_Process], grace_s: float) -> None:
+    """SIGTERM every job's process group, wait, SIGKILL the rest; always reaps every child."""
+    for process in processes:
+        if process.popen.poll() is None:
+            process.stopped = True
+            _signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        try:
+            process.popen.wait(timeout=max(deadline - time.monotonic(), 0.05))
+        except subprocess.TimeoutExpired:
+            pass
+    for process in processes:
+        _signal_group(process, signal.SIGKILL)  # also any grandchildren left in the group
+        if process.popen.poll() is None:
+            process.popen.kill()
+        process.popen.wait()
+        process.log_handle.close()
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: the caller handles termination
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_groups(
+    groups: Sequence[GpuGroup],
+    settings: LaunchSettings,
+    *,
+    gpu_assignment: Callable[[GpuGroup], list[str]] = physical_gpus,
+    on_progress: Callable[[list[JobStatus]], None] | None = None,
+) -> LaunchReport:
+    """Start ``groups`` on this node and supervise them until every job ends (or the duration is over).
+
+    ``gpu_assignment`` maps a group to its CUDA_VISIBLE_DEVICES entries (the Ray executor passes the GPUs
+    Ray assigned). Ctrl-C/SIGTERM stop everything cleanly and return a report with ``interrupted`` set.
+    """
+    from profiler.mps import mps_daemon
+
+    settings.log_dir.mkdir(parents=True, exist_ok=True)
+    host = socket.gethostname()
+    processes: list[_Process] = []
+    interrupted = False
+    with ExitStack() as daemons:
+        try:
+            with _sigterm_as_interrupt():
+                for group in groups:
+                    env: dict[str, str] = {}
+                    if settings.run.device != "cpu":
+                        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_assignment(group))
+                    if group.sharing == "mps":
+                        daemon = daemons.enter_context(mps_daemon(env["CUDA_VISIBLE_DEVICES"]))
+                        env.update(daemon.client_env())
+                    for job in group.jobs:
+                        processes.append(_start_job(job, group, settings, env))
+                deadline = time.monotonic() + settings.duration_s if settings.duration_s else None
+                while any(p.popen.poll() is None for p in processes):
+                    if on_progress:
+                        on_progress([_status(p, host) for p in processes])
+                    if deadline is not None and time.monotonic() >= deadline:
+                        break
+                    time.sleep(POLL_INTERVAL_S)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            _stop(processes, settings.stop_grace_s)  # before the daemons quit (ExitStack unwinds after this)
+    report = LaunchReport(tuple(_status(p, host) for p in processes), interrupted)
+    if on_progress:
+        on_progress(list(report.jobs))
+    return report

@@ -1,0 +1,404 @@
+"""Read a scheduling decision (``colocate schedule --json``) into GPU groups, and decide what each job runs.
+
+The allocation JSON (schema in the README)::
+
+    {"allocations": [{"job": "a", "gpu_type": "h100", "num_gpus": 1, "batch_size": 64, "partner": "b",
+                      "node": 0, "gpus": [1]}, ...],
+     "unallocated": ["c"], "objective": ..., "solver": {...}}
+
+Extra keys written by ``colocate schedule`` (``nodes``, ``expected_goodput``, ``unplaced``) are understood;
+``sharing`` (``timeslice`` | ``mps``), ``command`` and ``application`` may be added per allocation by hand.
+A *GPU group* is the unit every executor works with: one job alone on its GPUs, or a packed pair sharing
+exactly the same GPUs.
+
+What a job runs, first match wins:
+
+1. a command for the job's name, then for its application, in the ``--commands`` YAML file;
+2. the allocation's own ``command``;
+3. the built-in trainer (:mod:`scheduler.executor.train`) with the job's application as a model of the zoo
+   (``resnet18``, ``tiny_cnn``, ...) or one of the aliases in :data:`APPLICATION_MODELS`; the application
+   comes from the allocation's ``application`` or from the jobs CSV given to ``colocate schedule``.
+
+Commands may use the placeholders ``{job}``, ``{batch_size}``, ``{num_gpus}``, ``{gpu_type}``,
+``{partner}``, ``{node}`` and ``{gpus}`` (write ``{{``/``}}`` for literal braces); the same values are in
+the environment of every job as ``COLOCATE_JOB``, ``COLOCATE_BATCH_SIZE``, ... (see :func:`job_environment`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from colocate.errors import InputError
+
+# Applications of public traces (Sia/Pollux names) that the zoo can stand in for: (model, image size).
+APPLICATION_MODELS: dict[str, tuple[str, int]] = {
+    "cifar10": ("resnet18", 32),
+    "imagenet": ("resnet50", 224),
+}
+SHARING_MODES = ("timeslice", "mps")
+PLACEHOLDERS = ("job", "batch_size", "num_gpus", "gpu_type", "partner", "node", "gpus")
+DEFAULT_IMAGE_SIZE = 32
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def safe_name(text: str, limit: int = 60) -> str:
+    """A file-name-safe version of a job or group name."""
+    return (_SAFE.sub("-", text).strip("-.") or "job")[:limit]
+
+
+@dataclass(frozen=True)
+class JobLaunch:
+    """One job to start: either the built-in trainer on ``model`` or a user ``command``."""
+
+    name: str
+    gpu_type: str
+    num_gpus: int
+    batch_size: int  # global batch (all GPUs together), as the scheduler decided it
+    partner: str | None
+    model: str | None = None  # built-in trainer
+    image_size: int = DEFAULT_IMAGE_SIZE
+    command: str | None = None  # user shell command, placeholders already filled in
+
+    @property
+    def builtin(self) -> bool:
+        return self.command is None
+
+
+@dataclass(frozen=True)
+class GpuGroup:
+    """Jobs that share exactly the same GPUs: one job (solo) or a packed pair."""
+
+    index: int
+    gpu_type: str
+    nodes: tuple[int, ...]  # indices within gpu_type; more than one only for a multi-node solo job
+    gpus: tuple[int, ...]  # GPU indices on each node
+    jobs: tuple[JobLaunch, ...]
+    sharing: str  # "none" (solo), "timeslice" or "mps"
+
+    @property
+    def node(self) -> int:
+        return self.nodes[0]
+
+    @property
+    def key(self) -> str:
+        return f"g{self.index:02d}"
+
+    @property
+    def label(self) -> str:
+        return "+".join(job.name for job in self.jobs)
+
+    @property
+    def slug(self) -> str:
+        """File-name-safe name: ``g00-jobA+jobB``."""
+        return f"{self.key}-" + "+".join(safe_name(job.name, 40) for job in self.jobs)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def multi_node(self) -> bool:
+        return len(self.nodes) > 1
+
+    @property
+    def where(self) -> str:
+        nodes = ",".join(str(n) for n in self.nodes)
+        return f"{self.gpu_type} node {nodes} GPU {','.join(str(g) for g in self.gpus)}"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """All GPU groups of one decision, plus the jobs it left out (unallocated or unplaced)."""
+
+    groups: tuple[GpuGroup, ...]
+    not_launched: tuple[str, ...] = ()
+    source: str = "<allocation>"
+
+    @property
+    def jobs(self) -> list[JobLaunch]:
+        return [job for group in self.groups for job in group.jobs]
+
+    def node_keys(self) -> list[tuple[str, int]]:
+        """Distinct ``(gpu_type, node)`` pairs the plan uses, in order of first use."""
+        seen: dict[tuple[str, int], None] = {}
+        for group in self.groups:
+            for node in group.nodes:
+                seen.setdefault((group.gpu_type, node), None)
+        return list(seen)
+
+    def on_node(self, gpu_type: str, node: int) -> LaunchPlan:
+        """The groups placed on one node."""
+        return replace(self, groups=tuple(g for g in self.groups if g.gpu_type == gpu_type and node in g.nodes))
+
+
+def job_environment(job: JobLaunch, group: GpuGroup) -> dict[str, str]:
+    """What every job's process finds in its environment (user commands may read it)."""
+    return {
+        "COLOCATE_JOB": job.name,
+        "COLOCATE_BATCH_SIZE": str(job.batch_size),
+        "COLOCATE_NUM_GPUS": str(job.num_gpus),
+        "COLOCATE_GPU_TYPE": job.gpu_type,
+        "COLOCATE_PARTNER": job.partner or "",
+        "COLOCATE_GROUP": group.slug,
+    }
+
+
+# -- reading ---------------------------------------------------------------------------------------------
+def _read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise InputError("allocation file not found", source=path, valid="the output of colocate schedule --json")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise InputError(f"not valid JSON at line {err.lineno}: {err.msg}", source=path,
+                         valid="the output of colocate schedule --json") from None
+
+
+def load_commands(path: Path) -> dict[str, str]:
+    """The ``--commands`` YAML: a mapping from job name or application to a shell command."""
+    import yaml
+
+    if not path.is_file():
+        raise InputError("commands file not found", source=path, field="--commands",
+                         valid="a YAML mapping of job or application names to shell commands")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise InputError(f"not valid YAML: {getattr(err, 'problem', err)}", source=path) from None
+    if not isinstance(data, dict):
+        raise InputError("must be a mapping", source=path, valid="job-or-application: 'shell command'")
+    for key, value in data.items():
+        if not isinstance(value, str) or not value.strip():
+            raise InputError(f"{value!r} is not a command", source=path, field=str(key),
+                             valid="a non-empty shell command string")
+        _check_placeholders(value, source=str(path), field=str(key))
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def _check_placeholders(command: str, *, source: str, field: str) -> None:
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(command) if name is not None]
+    except ValueError as err:
+        raise InputError(f"bad placeholder syntax ({err})", source=source, field=field,
+                         valid="{" + "}, {".join(PLACEHOLDERS) + "}; {{ and }} for literal braces") from None
+    for name in names:
+        if name not in PLACEHOLDERS:
+            raise InputError(f"unknown placeholder {{{name}}}", source=source, field=field,
+                             valid="{" + "}, {".join(PLACEHOLDERS) + "}; {{ and }} for literal braces")
+
+
+def load_plan(
+    path: str | Path,
+    *,
+    jobs_path: str | Path | None = None,
+    commands_path: str | Path | None = None,
+    sharing: str = "timeslice",
+    image_size: int | None = None,
+) -> LaunchPlan:
+    """Read the allocation JSON, the jobs CSV (for applications) and the commands file into a plan."""
+    applications: dict[str, str] = {}
+    batch_sizes: dict[str, int] = {}
+    if jobs_path is not None:
+        from scheduler.jobs import load_jobs
+
+        for job in load_jobs(jobs_path):
+            applications[job.name] = job.application
+            if job.batch_size:
+                batch_sizes[job.name] = job.batch_size
+    commands = load_commands(Path(commands_path)) if commands_path is not None else {}
+    path = Path(path)
+    return build_plan(_read_json(path), source=str(path), applications=applications, batch_sizes=batch_sizes,
+                      commands=commands, sharing=sharing, image_size=image_size)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _entry_fields(entry: Any, i: int, source: str) -> dict[str, Any]:
+    """Validate one allocation entry and return its normalised fields."""
+    where = f"allocations[{i}]"
+    if not isinstance(entry, dict):
+        raise InputError("is not an object", source=source, field=where,
+                         valid='{"job","gpu_type","num_gpus","batch_size","partner","node","gpus"}')
+
+    def bad(key: str, message: str, valid: str) -> InputError:
+        return InputError(message, source=source, field=f"{where}.{key}", valid=valid)
+
+    job = entry.get("job")
+    if not isinstance(job, str) or not job.strip():
+        raise bad("job", f"{job!r} is not a job name", "a non-empty string")
+    gpu_type = entry.get("gpu_type")
+    if not isinstance(gpu_type, str) or not gpu_type.strip():
+        raise bad("gpu_type", f"{gpu_type!r} is not a GPU type", "a GPU type name such as h100")
+    num_gpus = entry.get("num_gpus")
+    if not _is_int(num_gpus) or num_gpus < 1:
+        raise bad("num_gpus", f"{num_gpus!r} is not a GPU count", "an integer >= 1")
+    batch = entry.get("batch_size")
+    if batch is not None and (not _is_int(batch) or batch < 1):
+        raise bad("batch_size", f"{batch!r} is not a batch size", "an integer >= 1 or null")
+    partner = entry.get("partner")
+    if partner is not None and (not isinstance(partner, str) or not partner or partner == job):
+        raise bad("partner", f"{partner!r} is not a partner", "another job's name or null")
+    node = entry.get("node")
+    nodes = entry.get("nodes")
+    if node is None and not nodes:
+        return {"job": job, "placed": False}
+    if nodes:
+        if not isinstance(nodes, list) or not all(_is_int(n) and n >= 0 for n in nodes) or len(set(nodes)) != len(nodes):
+            raise bad("nodes", f"{nodes!r} is not a list of node indices", "distinct integers >= 0")
+        if node is not None and node != nodes[0]:
+            raise bad("node", f"{node!r} is not the first of nodes {nodes}", "nodes[0]")
+    else:
+        if not _is_int(node) or node < 0:
+            raise bad("node", f"{node!r} is not a node index", "an integer >= 0, or null when unplaced")
+        nodes = [node]
+    gpus = entry.get("gpus")
+    if (not isinstance(gpus, list) or not gpus or not all(_is_int(g) and g >= 0 for g in gpus)
+            or len(set(gpus)) != len(gpus)):
+        raise bad("gpus", f"{gpus!r} is not a list of GPU indices", "a non-empty list of distinct integers >= 0")
+    if num_gpus != len(gpus) * len(nodes):
+        raise bad("num_gpus", f"{num_gpus} GPUs but {len(nodes)} node(s) × {len(gpus)} GPU indices",
+                  "num_gpus = len(nodes) × len(gpus)")
+    sharing = entry.get("sharing")
+    if sharing is not None and sharing not in SHARING_MODES:
+        raise bad("sharing", f"{sharing!r} is not a sharing mode", ", ".join(SHARING_MODES))
+    for key in ("command", "application"):
+        value = entry.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise bad(key, f"{value!r} is not a {key}", "a non-empty string")
+    return {"job": job, "placed": True, "gpu_type": gpu_type, "num_gpus": num_gpus, "batch_size": batch,
+            "partner": partner, "nodes": tuple(nodes), "gpus": tuple(gpus), "sharing": sharing,
+            "command": entry.get("command"), "application": entry.get("application")}
+
+
+def _resolve_job(
+    fields: dict[str, Any], i: int, *, source: str, applications: Mapping[str, str], batch_sizes: Mapping[str, int],
+    commands: Mapping[str, str], image_size: int | None,
+) -> JobLaunch:
+    """What job ``fields`` runs (see the module docstring for the order)."""
+    from models import registered_names
+
+    name = fields["job"]
+    where = f"allocations[{i}]"
+    batch = fields["batch_size"] or batch_sizes.get(name)
+    if batch is None:
+        raise InputError(f"job {name!r} has no batch size", source=source, field=f"{where}.batch_size",
+                         valid="an integer >= 1 here or in the jobs CSV")
+    application = fields["application"] or applications.get(name)
+    values = {"job": name, "batch_size": batch, "num_gpus": fields["num_gpus"], "gpu_type": fields["gpu_type"],
+              "partner": fields["partner"] or "", "node": fields["nodes"][0],
+              "gpus": ",".join(str(g) for g in fields["gpus"])}
+    base = JobLaunch(name, fields["gpu_type"], fields["num_gpus"], batch, fields["partner"])
+    template: str | None = None
+    if name in commands:
+        template, template_source, template_field = commands[name], "--commands", name
+    elif application is not None and application in commands:
+        template, template_source, template_field = commands[application], "--commands", application
+    elif fields["command"] is not None:
+        template, template_source, template_field = fields["command"], source, f"{where}.command"
+    if template is not None:
+        _check_placeholders(template, source=template_source, field=template_field)
+        try:
+            return replace(base, command=template.format_map(values))
+        except (KeyError, IndexError, ValueError) as err:
+            raise InputError(f"cannot fill in the command ({err})", source=template_source, field=template_field,
+                             valid="{" + "}, {".join(PLACEHOLDERS) + "}; {{ and }} for literal braces") from None
+    if application is None:
+        raise InputError(f"job {name!r}: nothing to run (no application, no command)", source=source,
+                         field=f"{where}.application",
+                         valid="give --jobs JOBS.csv (its application column), or a command in --commands")
+    if application in registered_names():
+        return replace(base, model=application, image_size=image_size or DEFAULT_IMAGE_SIZE)
+    if application in APPLICATION_MODELS:
+        model, size = APPLICATION_MODELS[application]
+        return replace(base, model=model, image_size=image_size or size)
+    raise InputError(f"job {name!r}: application {application!r} is neither a model of the zoo nor has a command",
+                     source=source, field=f"{where}.application",
+                     valid="a model (" + ", ".join(registered_names()) + "), an alias ("
+                           + ", ".join(APPLICATION_MODELS) + "), or a command for it in --commands")
+
+
+def build_plan(
+    data: Any,
+    *,
+    source: str = "<allocation>",
+    applications: Mapping[str, str] | None = None,
+    batch_sizes: Mapping[str, int] | None = None,
+    commands: Mapping[str, str] | None = None,
+    sharing: str = "timeslice",
+    image_size: int | None = None,
+) -> LaunchPlan:
+    """Validate a parsed allocation document and group its jobs by the GPUs they share."""
+    if sharing not in SHARING_MODES:
+        raise InputError(f"unknown sharing mode {sharing!r}", field="--sharing", valid=", ".join(SHARING_MODES))
+    if not isinstance(data, dict) or not isinstance(data.get("allocations"), list):
+        raise InputError("has no 'allocations' list", source=source, field="allocations",
+                         valid="the output of colocate schedule --json")
+    unallocated = data.get("unallocated", [])
+    if not isinstance(unallocated, list) or not all(isinstance(n, str) for n in unallocated):
+        raise InputError(f"{unallocated!r} is not a list of job names", source=source, field="unallocated",
+                         valid="a list of job names")
+    entries = [_entry_fields(entry, i, source) for i, entry in enumerate(data["allocations"])]
+    index_of: dict[str, int] = {}
+    for i, fields in enumerate(entries):
+        if fields["job"] in index_of:
+            raise InputError(f"job {fields['job']!r} is allocated twice", source=source, field=f"allocations[{i}].job",
+                             valid="each job at most once")
+        index_of[fields["job"]] = i
+    not_launched = list(unallocated) + [f["job"] for f in entries if not f["placed"]]
+    placed = [(i, f) for i, f in enumerate(entries) if f["placed"]]
+
+    # partners: symmetric, same GPUs
+    for i, fields in placed:
+        partner = fields["partner"]
+        if partner is None:
+            continue
+        j = index_of.get(partner)
+        other = entries[j] if j is not None else None
+        if other is None or not other["placed"] or other["partner"] != fields["job"]:
+            raise InputError(f"job {fields['job']!r} names partner {partner!r}, which does not name it back",
+                             source=source, field=f"allocations[{i}].partner",
+                             valid="partners that name each other and are both placed")
+        for key in ("gpu_type", "nodes", "gpus"):
+            if fields[key] != other[key]:
+                raise InputError(f"partners {fields['job']!r} and {partner!r} differ in {key}", source=source,
+                                 field=f"allocations[{i}].{key}", valid="the same GPUs for both jobs of a pair")
+    # one group per GPU set; no GPU used by two groups
+    groups: list[GpuGroup] = []
+    used: dict[tuple[str, int, int], str] = {}
+    seen: set[str] = set()
+    for i, fields in placed:
+        if fields["job"] in seen:
+            continue
+        members = [(i, fields)]
+        if fields["partner"] is not None:
+            j = index_of[fields["partner"]]
+            members.append((j, entries[j]))
+        for node in fields["nodes"]:
+            for gpu in fields["gpus"]:
+                slot = (fields["gpu_type"], node, gpu)
+                if slot in used:
+                    raise InputError(f"GPU {gpu} of {fields['gpu_type']} node {node} is given to both "
+                                     f"{used[slot]!r} and {fields['job']!r}", source=source,
+                                     field=f"allocations[{i}].gpus", valid="GPUs shared only by partners")
+                used[slot] = fields["job"]
+        modes = {f["sharing"] for _, f in members if f["sharing"] is not None}
+        if len(modes) > 1:
+            raise InputError(f"partners of {fields['job']!r} ask for different sharing modes", source=source,
+                             field=f"allocations[{i}].sharing", valid="the same mode for both jobs of a pair")
+        mode = "none" if len(members) == 1 else (modes.pop() if modes else sharing)
+        jobs = tuple(
+            _resolve_job(f, k, source=source, applications=applications or {}, batch_sizes=batch_sizes or {},
+                         commands=commands or {}, image_size=image_size)
+            for k, f in members
+        )
+        seen.update(job.name for job in jobs)
+        groups.append(GpuGroup(len(groups), fields["gpu_type"], fields["nodes"], fields["gpus"], jobs, mode))
+    return LaunchPlan(tuple(groups), tuple(not_launched), source)

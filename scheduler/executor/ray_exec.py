@@ -1,0 +1,171 @@
+"""Run a plan on a Ray cluster: one whole-GPU task per GPU group, on a node of the group's GPU type.
+
+The pair is the unit, as in the profiler's Ray backend: a task asks for ``num_gpus`` = the group's GPU count
+(whole GPUs; with fractional GPUs Ray would choose the partner, not the scheduler) and a sliver of the
+``accelerator_type:<NAME>`` resource of the group's type, then runs the group with the local executor
+(:func:`scheduler.executor.local.run_groups`) on the GPUs Ray assigned — both jobs of a pair, MPS if the
+group asks for it. Ray chooses the node and GPU indices inside the GPU type; the allocation's node and
+GPU numbers are advisory here.
+
+Progress: tasks report job statuses to a small actor (:class:`ProgressBoard`) that the driver polls.
+Logs are written on the worker's node under the same ``--log-dir`` path (a shared file system makes them
+visible on the driver); a failed job's last log line comes back in its status.
+Ctrl-C or SIGTERM on the driver cancels every task with ``force=True``: the worker dies and its job
+processes with it (``PR_SET_PDEATHSIG``).
+
+``ray`` is an optional extra: it is imported inside the functions only.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+from colocate.errors import InputError
+from profiler.ray_backend import ROUTING_FRACTION, routing_resource
+from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings, run_groups
+from scheduler.executor.plan import GpuGroup, LaunchPlan
+
+TASK_NAME_PREFIX = "colocate-group"
+POLL_INTERVAL_S = 0.5
+
+
+class ProgressBoard:
+    """Latest status of every job, reported by the group tasks (a Ray actor)."""
+
+    def __init__(self) -> None:
+        self.statuses: dict[str, dict[str, Any]] = {}
+
+    def report(self, statuses: list[dict[str, Any]]) -> None:
+        for status in statuses:
+            self.statuses[status["job"]] = status
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        return dict(self.statuses)
+
+
+def run_group_task(group: GpuGroup, settings: LaunchSettings, board: Any) -> list[dict[str, Any]]:
+    """Body of one Ray task: run ``group`` on the GPUs Ray assigned; report progress to ``board``."""
+    import ray
+
+    settings = replace(settings, python=sys.executable)  # this node's interpreter, not the driver's
+    assigned = [str(g) for g in ray.get_gpu_ids()]
+    last = [0.0]
+
+    def report(statuses: list[JobStatus]) -> None:
+        now = time.monotonic()
+        if now - last[0] >= POLL_INTERVAL_S or any(s.state != "running" for s in statuses):
+            board.report.remote([s.to_dict() for s in statuses])
+            last[0] = now
+
+    result = run_groups([group], settings, gpu_assignment=lambda g: assigned, on_progress=report)
+    return [s.to_dict() for s in result.jobs]
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def check_ray(plan: LaunchPlan) -> None:
+    """Refuse groups the cluster can never run (their tasks would wait forever)."""
+    import ray
+
+    resources = ray.cluster_resources()
+    for group in plan.groups:
+        if group.multi_node:
+            raise InputError(f"group {group.label} spans nodes {list(group.nodes)}", source=plan.source,
+                             field="nodes", valid="single-node groups on Ray; use --emit slurm for multi-node jobs")
+        if resources.get("GPU", 0) < group.gpus_per_node:
+            raise InputError(f"group {group.label} needs {group.gpus_per_node} GPUs; the Ray cluster has "
+                             f"{resources.get('GPU', 0):g}", source=plan.source, field="num_gpus",
+                             valid="a cluster with enough GPUs (logical ones on CPU: ray start --num-gpus N)")
+        if resources.get(routing_resource(group.gpu_type), 0) <= 0:
+            present = sorted(k.split(":", 1)[1] for k in resources if k.startswith("accelerator_type:"))
+            raise InputError(f"no node of the Ray cluster has '{routing_resource(group.gpu_type)}' for group "
+                             f"{group.label}", source=plan.source, field="gpu_type",
+                             valid="types present: " + (", ".join(present) or "none"))
+
+
+def run_plan_on_ray(
+    plan: LaunchPlan,
+    settings: LaunchSettings,
+    *,
+    address: str | None = None,
+    num_cpus: float = 1.0,
+    on_progress: Callable[[list[JobStatus]], None] | None = None,
+) -> LaunchReport:
+    """Submit one task per group, stream progress, wait for all; returns every job's final status."""
+    import ray
+    from ray.exceptions import RayError
+
+    started = False
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        started = True
+    try:
+        check_ray(plan)
+        board = ray.remote(num_cpus=0)(ProgressBoard).remote()
+        task = ray.remote(run_group_task)
+        refs: dict[Any, GpuGroup] = {}
+        for group in plan.groups:
+            refs[task.options(
+                num_gpus=group.gpus_per_node, num_cpus=num_cpus,
+                resources={routing_resource(group.gpu_type): ROUTING_FRACTION},
+                max_retries=0,  # a training job is not idempotent: a lost group is reported, not rerun
+                name=f"{TASK_NAME_PREFIX} {group.slug}",
+            ).remote(group, settings, board)] = group
+        finals: dict[str, JobStatus] = {}
+        interrupted = False
+        pending = list(refs)
+        try:
+            with _sigterm_as_interrupt():
+                while pending:
+                    done, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_INTERVAL_S)
+                    for ref in done:
+                        group = refs[ref]
+                        try:
+                            for status in ray.get(ref):
+                                finals[status["job"]] = JobStatus(**status)
+                        except RayError as exc:  # the worker or node died: the group's jobs are lost
+                            reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
+                            for job in group.jobs:
+                                finals[job.name] = JobStatus(job.name, group.slug, "?", "failed", error=reason)
+                    if on_progress:
+                        live = {name: JobStatus(**s) for name, s in ray.get(board.snapshot.remote()).items()}
+                        live.update(finals)
+                        on_progress([live[j.name] for j in plan.jobs if j.name in live])
+        except KeyboardInterrupt:
+            interrupted = True
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            snapshot = ray.get(board.snapshot.remote())
+            for ref in pending:
+                for job in refs[ref].jobs:
+                    last = snapshot.get(job.name, {})
+                    finals[job.name] = JobStatus(job.name, refs[ref].slug, last.get("host", "?"), "stopped",
+                                                 int(last.get("step", 0) or 0), last.get("steps"),
+                                                 last.get("samples_per_s"), None, last.get("log", ""))
+        report = LaunchReport(tuple(finals[j.name] for j in plan.jobs if j.name in finals), interrupted)
+        if on_progress:
+            on_progress(list(report.jobs))
+        return report
+    finally:
+        if started:
+            ray.shutdown()
