@@ -147,8 +147,12 @@ def execute_run(
     baselines: Mapping[JobType, SoloBaseline],
     *,
     on_pids: Callable[[list[int]], None] | None = None,
+    sample_nvml: bool = True,
 ) -> RunRecord:
-    """Run one cell repeat end to end and return its rows (never raises for job failures)."""
+    """Run one cell repeat end to end and return its rows (never raises for job failures).
+
+    ``sample_nvml=False`` turns the NVML sampler off (used by the sampler-overhead benchmark).
+    """
     blocked = precheck(run, spec, target, baselines)
     if blocked is not None:
         return blocked
@@ -165,7 +169,8 @@ def execute_run(
                 except MpsUnavailable as exc:
                     return _not_run(run, spec, target, STATUS_SKIPPED, str(exc))
                 env.update(daemon.client_env(cell.mps_thread_percentage))
-            sampler = stack.enter_context(NvmlSampler(target.nvml_index)) if target.nvml_index is not None else None
+            sampler = (stack.enter_context(NvmlSampler(target.nvml_index))
+                       if target.nvml_index is not None and sample_nvml else None)
             configs = [
                 JobConfig(
                     model=job.model, batch_size=job.batch_size, image_size=spec.image_size,

@@ -15,6 +15,7 @@ import typer
 # Dotted paths of modules exposing register_bench(bench_app); order = order in `colocate bench --help`.
 BENCHMARK_MODULES: tuple[str, ...] = (
     "scheduler.benchmark",
+    "colocate.commands.bench_profiler",
 )
 
 bench_app = typer.Typer(
