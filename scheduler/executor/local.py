@@ -67,6 +67,7 @@ class JobStatus:
     exit_code: int | None = None
     log: str = ""
     error: str = ""
+    node_id: str = ""  # the Ray node that ran it (Ray executor only)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

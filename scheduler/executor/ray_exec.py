@@ -55,16 +55,17 @@ def run_group_task(group: GpuGroup, settings: LaunchSettings, board: Any) -> lis
 
     settings = replace(settings, python=sys.executable)  # this node's interpreter, not the driver's
     assigned = [str(g) for g in ray.get_gpu_ids()]
+    node_id = ray.get_runtime_context().get_node_id()
     last = [0.0]
 
     def report(statuses: list[JobStatus]) -> None:
         now = time.monotonic()
         if now - last[0] >= POLL_INTERVAL_S or any(s.state != "running" for s in statuses):
-            board.report.remote([s.to_dict() for s in statuses])
+            board.report.remote([{**s.to_dict(), "node_id": node_id} for s in statuses])
             last[0] = now
 
     result = run_groups([group], settings, gpu_assignment=lambda g: assigned, on_progress=report)
-    return [s.to_dict() for s in result.jobs]
+    return [{**s.to_dict(), "node_id": node_id} for s in result.jobs]
 
 
 @contextmanager

@@ -74,8 +74,7 @@ def _multi_node_command(job: JobLaunch, group: GpuGroup, run: RunSettings, progr
     if job.command is not None:
         return f"srun --kill-on-bad-exit=1 /bin/sh -c {shlex.quote(job.command)}"
     single = job_argv(job, run, python="PYTHON", progress_file="PROGRESS")
-    trainer = single[single.index("-m"):]  # "-m scheduler.executor.train --job ..."
-    assert trainer[1] == TRAINER_MODULE
+    trainer = single[single.index(TRAINER_MODULE) - 1:]  # "-m scheduler.executor.train --job ..."
     torchrun = ["srun", "--kill-on-bad-exit=1", "PYTHON", "-m", "torch.distributed.run",
                 f"--nnodes={len(group.nodes)}", f"--nproc-per-node={group.gpus_per_node}",
                 "--rdzv-backend=c10d", "--rdzv-id=RDZV_ID", "--rdzv-endpoint=RDZV_ENDPOINT", *trainer]
@@ -112,6 +111,7 @@ def render_script(group: GpuGroup, run: RunSettings, options: SlurmOptions, sour
         "PIDS=()",
         "NAMES=()",
         'MPS_ROOT=""',
+        'MPS_STARTED=""',
         "",
         "cleanup() {",
         "  trap - EXIT INT TERM",
@@ -122,11 +122,14 @@ def render_script(group: GpuGroup, run: RunSettings, options: SlurmOptions, sour
         f"    for _ in $(seq 1 {options.grace_s}); do kill -0 \"$pid\" 2>/dev/null || break; sleep 1; done",
         '    kill -KILL -- "-$pid" 2>/dev/null || true',
         "  done",
-        '  if [[ -n "$MPS_ROOT" ]]; then',
-        "    # quit only the daemon this script started: its pipe directory is private",
-        "    echo quit | nvidia-cuda-mps-control || true",
-        '    rm -rf "$MPS_ROOT"',
-        "  fi",
+    ]
+    if group.sharing == "mps":
+        lines += [
+            "  # quit only the daemon this script started (its pipe directory is private), after its clients",
+            '  if [[ -n "$MPS_STARTED" ]]; then echo quit | nvidia-cuda-mps-control || true; fi',
+            '  if [[ -n "$MPS_ROOT" ]]; then rm -rf "$MPS_ROOT"; fi',
+        ]
+    lines += [
         "}",
         "trap cleanup EXIT",
         "trap 'exit 143' TERM",
@@ -143,6 +146,7 @@ def render_script(group: GpuGroup, run: RunSettings, options: SlurmOptions, sour
             'export CUDA_MPS_PIPE_DIRECTORY="$MPS_ROOT/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_ROOT/log"',
             'mkdir -m 700 "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"',
             'nvidia-cuda-mps-control -d || { echo "colocate: could not start the MPS daemon" >&2; exit 1; }',
+            "MPS_STARTED=1",
             "",
         ]
     for job in group.jobs:
