@@ -23,6 +23,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "schedule",
     "launch",
     "bench",
+    "simulate",
+    "compare",
 )
 
 app = typer.Typer(

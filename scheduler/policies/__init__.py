@@ -1,0 +1,109 @@
+"""Scheduling policies by name, all behind :class:`scheduler.policy.Policy`.
+
+=================  ========  =======  ==========================================================================
+name               jobs      packing  what it is
+=================  ========  =======  ==========================================================================
+``colocate``       adaptive  yes      ours: Sia's ILP plus pair variables (:class:`scheduler.ilp.PackingPolicy`)
+``sia``            adaptive  no       the same code with packing off = Sia's formulation (SOSP'23)
+``gavel``          rigid     no       heterogeneity-aware max-min fairness over time fractions (OSDI'20)
+``gavel-packed``   rigid     yes      Gavel's space-sharing variant: all same-size pairs in the LP
+``tiresias``       rigid     no       discretised 2D-LAS (NSDI'19)
+``gandiva``        rigid     yes      random pairing when oversubscribed, unpack pairs with Σ ratio < 1 (OSDI'18)
+``fifo``           rigid     no       first come first served with backfilling
+=================  ========  =======  ==========================================================================
+
+Adaptive jobs get their GPU count and batch size chosen by goodput (the workload's batch size is their
+upper limit, as in Sia's simulator); rigid jobs run exactly as submitted. :func:`make_policy` builds a fresh
+policy object per simulation (baselines keep per-run bookkeeping such as attained service).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from colocate.errors import InputError
+from scheduler.policy import Policy
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """What the simulator needs to know about a named policy."""
+
+    name: str
+    adaptive: bool
+    packing: bool
+    description: str
+    factory: Callable[..., Policy]
+
+
+def _colocate(seed: int = 0, **options: Any) -> Policy:
+    from scheduler.ilp import IlpConfig, PackingPolicy
+
+    return PackingPolicy(IlpConfig(packing=True, **options), name="colocate")
+
+
+def _sia(seed: int = 0, **options: Any) -> Policy:
+    from scheduler.ilp import sia_policy
+
+    return sia_policy(**options)
+
+
+def _gavel(seed: int = 0, **options: Any) -> Policy:
+    from scheduler.policies.gavel import GavelPolicy
+
+    return GavelPolicy(packing=False, name="gavel", **options)
+
+
+def _gavel_packed(seed: int = 0, **options: Any) -> Policy:
+    from scheduler.policies.gavel import GavelPolicy
+
+    return GavelPolicy(packing=True, name="gavel-packed", **options)
+
+
+def _tiresias(seed: int = 0, **options: Any) -> Policy:
+    from scheduler.policies.tiresias import TiresiasPolicy
+
+    return TiresiasPolicy(**options)
+
+
+def _gandiva(seed: int = 0, **options: Any) -> Policy:
+    from scheduler.policies.gandiva import GandivaPolicy
+
+    return GandivaPolicy(seed=seed, **options)
+
+
+def _fifo(seed: int = 0, **options: Any) -> Policy:
+    from scheduler.policies.fifo import FifoPolicy
+
+    return FifoPolicy(**options)
+
+
+POLICIES: dict[str, PolicySpec] = {
+    s.name: s for s in (
+        PolicySpec("colocate", True, True, "Sia's ILP with packing (ours)", _colocate),
+        PolicySpec("sia", True, False, "Sia's ILP, packing off", _sia),
+        PolicySpec("gavel", False, False, "Gavel max-min fairness, rigid", _gavel),
+        PolicySpec("gavel-packed", False, True, "Gavel with space sharing (all pairs)", _gavel_packed),
+        PolicySpec("tiresias", False, False, "Tiresias discretised 2D-LAS", _tiresias),
+        PolicySpec("gandiva", False, True, "Gandiva random packing + unpacking", _gandiva),
+        PolicySpec("fifo", False, False, "FIFO with backfilling", _fifo),
+    )
+}
+POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
+
+
+def policy_spec(name: str) -> PolicySpec:
+    """The :class:`PolicySpec` for ``name``; an unknown name is an :class:`InputError` listing valid ones."""
+    spec = POLICIES.get(name.strip().lower())
+    if spec is None:
+        raise InputError(f"unknown policy {name!r}", source="--policy", field="policy", valid=", ".join(POLICY_NAMES))
+    return spec
+
+
+def make_policy(name: str, *, seed: int = 0, **options: Any) -> Policy:
+    """A fresh policy object; ``options`` go to its constructor (e.g. ``top_k=5`` for colocate)."""
+    return policy_spec(name).factory(seed=seed, **options)
+
+
+__all__ = ["POLICIES", "POLICY_NAMES", "PolicySpec", "make_policy", "policy_spec"]

@@ -1,0 +1,210 @@
+r"""Gavel (OSDI'20): heterogeneity-aware max-min fairness over time fractions, rigid jobs; and packed Gavel.
+
+**Allocation.** For the active rigid jobs ``j`` and GPU types ``t`` (throughput ``T_jt``: the job's goodput
+alone at its own size), Gavel solves an LP for the fraction of time ``x_ct`` each *combination* ``c`` (a job
+alone, or — packed variant — two jobs of the same size sharing GPUs) should spend on each type::
+
+    maximise   z + ε Σ_j n_j
+    where      n_j = Σ_{c ∋ j, t} T_jct x_ct / T̄_j          (normalised throughput of job j)
+    subject to n_j ≥ z                                      for every job j
+               Σ_{c ∋ j, t} x_ct ≤ 1                         for every job j (time fractions)
+               Σ_{c, t} g_ct x_ct ≤ K_t                       for every type t (g_ct: GPUs c reserves on t)
+               x_ct ≥ 0
+
+``T_jct`` is ``T_jt`` for a job alone and ``T_jt · ρ_j`` in a pair (co-location ratio). ``T̄_j`` is the
+throughput the job would get spread over the cluster in proportion to each type's capacity
+(``Σ_t T_jt K_t / Σ_t K_t``), so every job is compared with its own fair reference. The tiny ε term
+(default 1e-3) breaks ties toward using leftover capacity. The packed variant enumerates *every* pair of
+same-size single-node jobs with a measured, feasible ratio on the type (Gavel's all-pairs formulation);
+the LP is re-solved only when the set of jobs changes, as Gavel does.
+
+**Mechanism.** Gavel decides in its own rounds (``round_s``, 6 minutes as in the Gavel paper; a shorter
+round makes rigid jobs pay a checkpoint-restore nearly every simulator round). At each Gavel round,
+combinations are ranked by ``x_ct / f_ct`` where ``f_ct`` is the fraction of
+rounds (since its jobs arrived) the combination has received on ``t`` (never received: first), and admitted
+greedily while capacity lasts, skipping combinations whose jobs are already placed; jobs in
+checkpoint-restore keep their GPUs first (as in Sia's simulator). Between Gavel rounds running
+combinations keep their GPUs and GPUs freed by finished jobs are refilled in priority order. The received fractions are the policy's
+own bookkeeping of its decisions.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from scheduler.cluster import Cluster
+from scheduler.goodput import GoodputEstimate
+from scheduler.jobs import Job
+from scheduler.policies.common import FreeGpus, Shape, current_shape, job_shapes, make_decision, pair, single
+from scheduler.policy import Allocation, RoundContext, RoundDecision
+
+Combo = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Option:
+    combo: Combo
+    shape: Shape
+    estimates: tuple[GoodputEstimate, ...]
+    ratios: tuple[float, ...]
+
+    @property
+    def key(self) -> tuple[Combo, str]:
+        return self.combo, self.shape.gpu_type
+
+
+@dataclass
+class GavelPolicy:
+    """Max-min fairness LP + round-based priority mechanism (see the module docstring)."""
+
+    packing: bool = False
+    name: str = "gavel"
+    adaptive: bool = False
+    epsilon: float = 1e-3
+    round_s: float = 360.0
+    time_limit_s: float = 60.0
+    received_s: dict[tuple[Combo, str], float] = field(default_factory=dict)
+    active_s: dict[str, float] = field(default_factory=dict)
+    lp_solves: int = 0
+    lp_time_s: float = 0.0
+    _round_start: float | None = field(default=None, repr=False)
+    _cache_key: tuple = field(default=(), repr=False)
+    _fractions: dict[tuple[Combo, str], float] = field(default_factory=dict, repr=False)
+
+    # ------------------------------------------------------------------ options
+    def _options(self, jobs: Sequence[Job], cluster: Cluster, context: RoundContext) -> list[_Option]:
+        singles = {j.name: job_shapes(j, cluster, context) for j in jobs}
+        out = [_Option((j.name,), shape, (est,), (1.0,)) for j in jobs for shape, est in singles[j.name].values()]
+        if not self.packing or context.colocation is None:
+            return out
+        ordered = sorted(jobs, key=lambda j: j.name)
+        for i, a in enumerate(ordered):
+            for b in ordered[i + 1:]:
+                for t, (shape_a, est_a) in singles[a.name].items():
+                    hit = singles[b.name].get(t)
+                    if hit is None or hit[0] != shape_a or shape_a.nodes != 1:
+                        continue
+                    ratios = context.colocation.lookup(t, a, b)
+                    if ratios is None or ratios[0] <= 0 or ratios[1] <= 0 or ratios[0] + ratios[1] < 1.0:
+                        continue
+                    out.append(_Option((a.name, b.name), shape_a, (est_a, hit[1]), ratios))
+        return out
+
+    # ------------------------------------------------------------------ the LP
+    def _solve(self, jobs: Sequence[Job], cluster: Cluster, options: list[_Option]) -> dict[tuple[Combo, str], float]:
+        import pulp
+
+        started = time.perf_counter()
+        total = sum(t.total_gpus for t in cluster)
+        solo = {(o.combo[0], o.shape.gpu_type): o.estimates[0].goodput for o in options if len(o.combo) == 1}
+        ref = {}
+        for j in jobs:
+            ref[j.name] = sum(solo.get((j.name, t.name), 0.0) * t.total_gpus for t in cluster) / total
+        prob = pulp.LpProblem("gavel_max_min", pulp.LpMaximize)
+        z = prob.add_variable("z", None, None)
+        xs = [prob.add_variable(f"x{k}", 0, None) for k in range(len(options))]
+        norm: dict[str, list] = {j.name: [] for j in jobs}
+        share: dict[str, list] = {j.name: [] for j in jobs}
+        gpus: dict[str, list] = {t.name: [] for t in cluster}
+        for x, o in zip(xs, options):
+            for pos, name in enumerate(o.combo):
+                if ref[name] > 0:
+                    norm[name].append((x, o.estimates[pos].goodput * o.ratios[pos] / ref[name]))
+                share[name].append((x, 1.0))
+            gpus[o.shape.gpu_type].append((x, float(o.shape.gpus)))
+        served = [name for name, terms in norm.items() if terms]
+        prob.setObjective(z + self.epsilon * pulp.lpSum(pulp.LpAffineExpression(norm[n]) for n in served))
+        for n, name in enumerate(served):
+            prob.addConstraint(pulp.LpAffineExpression(norm[name]) - z >= 0, name=f"minmax_{n}")
+            prob.addConstraint(pulp.LpAffineExpression(share[name]) <= 1, name=f"share_{n}")
+        for t in cluster:
+            if gpus[t.name]:
+                prob.addConstraint(pulp.LpAffineExpression(gpus[t.name]) <= t.total_gpus, name=f"cap_{t.name}")
+        fractions: dict[tuple[Combo, str], float] = {}
+        try:
+            prob.solve(pulp.HiGHS(msg=False, timeLimit=self.time_limit_s, threads=1))
+            ok = pulp.LpStatus.get(prob.status) == "Optimal"
+        except pulp.PulpSolverError:
+            ok = False
+        if ok:
+            for x, o in zip(xs, options):
+                value = x.varValue or 0.0
+                if value > 1e-6:
+                    fractions[o.key] = value
+        else:  # never leave a round without an answer: each job on its fastest type
+            best: dict[str, _Option] = {}
+            for o in options:
+                if len(o.combo) == 1 and (o.combo[0] not in best or o.estimates[0].goodput > best[o.combo[0]].estimates[0].goodput):
+                    best[o.combo[0]] = o
+            fractions = {o.key: 1.0 for o in best.values()}
+        self.lp_solves += 1
+        self.lp_time_s += time.perf_counter() - started
+        return fractions
+
+    # ------------------------------------------------------------------ a round
+    def allocate(self, jobs: Sequence[Job], cluster: Cluster, context: RoundContext) -> RoundDecision:
+        started = time.perf_counter()
+        live = {j.name for j in jobs}
+        self.active_s = {k: v for k, v in self.active_s.items() if k in live}
+        self.received_s = {k: v for k, v in self.received_s.items() if all(n in live for n in k[0])}
+        options = self._options(jobs, cluster, context)
+        key = (tuple(sorted(live)), hash(cluster), id(context.colocation))
+        if key != self._cache_key:
+            self._fractions = self._solve(jobs, cluster, options)
+            self._cache_key = key
+        by_key = {o.key: o for o in options}
+        by_name = {j.name: j for j in jobs}
+        free = FreeGpus(cluster)
+        chosen: dict[str, Allocation] = {}
+        picked: list[_Option] = []
+
+        def admit(o: _Option) -> bool:
+            if any(n in chosen for n in o.combo) or not free.take(o.shape):
+                return False
+            if len(o.combo) == 1:
+                chosen[o.combo[0]] = single(by_name[o.combo[0]], o.shape, o.estimates[0])
+            else:
+                a, b = pair(by_name[o.combo[0]], by_name[o.combo[1]], o.shape, o.estimates[0], o.estimates[1],
+                            (o.ratios[0], o.ratios[1]))
+                chosen[a.job], chosen[b.job] = a, b
+            picked.append(o)
+            return True
+
+        # Between Gavel rounds every running combination keeps its GPUs; at a round boundary only jobs in
+        # checkpoint-restore do (with their partner when both are restoring). Freed GPUs are refilled by
+        # priority either way (work-conserving).
+        new_round = self._round_start is None or context.time_s >= self._round_start + self.round_s - 1e-9
+        if new_round:
+            self._round_start = context.time_s
+        for job in sorted(jobs, key=lambda j: j.name):
+            if job.name in chosen or not job.is_running or (new_round and not job.pinned):
+                continue
+            partner = job.current_partner
+            combo = tuple(sorted((job.name, partner))) if partner in live else (job.name,)
+            o = by_key.get((combo, job.current_gpu_type or ""))
+            if o is None:
+                opts = job_shapes(job, cluster, context)
+                keep = current_shape(job, opts)
+                o = _Option((job.name,), keep[0], (keep[1],), (1.0,)) if keep else None
+            if o is not None:
+                admit(o)
+
+        def priority(item: tuple[tuple[Combo, str], float]) -> tuple:
+            (combo, t), x = item
+            age = min(self.active_s.get(n, 0.0) for n in combo)
+            got = self.received_s.get((combo, t), 0.0)
+            rank = float("inf") if got <= 0 or age <= 0 else x / (got / age)
+            return (-rank, -x, combo, t)
+
+        for k, _x in sorted(self._fractions.items(), key=priority):
+            o = by_key.get(k)
+            if o is not None:
+                admit(o)
+        r = context.round_duration_s
+        for name in live:
+            self.active_s[name] = self.active_s.get(name, 0.0) + r
+        for o in picked:
+            self.received_s[o.key] = self.received_s.get(o.key, 0.0) + r
+        return make_decision(jobs, chosen.values(), self.name, time.perf_counter() - started, status="LP+priority")

@@ -1,0 +1,80 @@
+"""``colocate simulate`` / ``colocate compare`` end to end on Sia's profiles (skipped without the public data)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from scheduler.simulator import SUMMARY_KEYS, simulate
+
+REPO = Path(__file__).resolve().parents[1]
+CLUSTER = REPO / "scheduler/examples/sia-64gpu.yaml"
+TINY = "name,time,application,num_replicas,batch_size,work\n" \
+       "cifar10-0,0,cifar10,1,128,300000\ncifar10-1,30,cifar10,2,256,400000\n" \
+       "bert-2,60,bert,1,12,6000\ndeepspeech2-3,100,deepspeech2,1,20,40000\n"
+
+
+def run_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "colocate.cli", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=timeout)
+
+
+@pytest.mark.slow
+def test_simulate_json_schema_and_logs(shared_data, tmp_path):
+    workload = tmp_path / "tiny.csv"
+    workload.write_text(TINY)
+    out = tmp_path / "run"
+    proc = run_cli("simulate", "--cluster", str(CLUSTER), "--workload", str(workload), "--policy", "colocate",
+                   "--out", str(out), "--json", "--profiles", str(shared_data / "sia/traces"))
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert list(summary) == list(SUMMARY_KEYS)
+    assert summary["policy"] == "colocate" and summary["jobs"] == summary["completed"] == 4
+    assert summary["p50_jct_s"] <= summary["p99_jct_s"] and 0 < summary["utilization"] <= 1
+    jobs = pd.read_parquet(out / "jobs.parquet")
+    rounds = pd.read_parquet(out / "rounds.parquet")
+    assert jobs["completed"].all() and len(rounds) > 0
+    assert jobs["jct_s"].mean() == pytest.approx(summary["avg_jct_s"])
+    assert rounds["gpu_s"].sum() / 3600 == pytest.approx(summary["gpu_hours"])
+
+
+@pytest.mark.slow
+def test_simulate_function_on_the_bundled_demo_workload(shared_data):
+    """The function the demo calls: colocate and sia on the bundled workload, same jobs done, logs filled."""
+    demo = REPO / "scheduler/examples/demo-workload.csv"
+    results = {p: simulate(CLUSTER, demo, p, profiles=shared_data / "sia/traces") for p in ("colocate", "sia")}
+    for name, r in results.items():
+        assert r.summary["completed"] == r.summary["jobs"] == len(r.jobs)
+        assert r.summary["policy"] == name
+    assert results["sia"].summary["packed_fraction"] == 0.0
+    assert results["colocate"].allocations["partner"].notna().any()  # the transferred table lets it pack
+
+
+@pytest.mark.slow
+def test_compare_writes_report_table_and_plots(shared_data, tmp_path):
+    for k in (1, 2):
+        (tmp_path / "set").mkdir(exist_ok=True)
+        (tmp_path / "set" / f"workload-{k}.csv").write_text(TINY if k == 1 else TINY.replace("300000", "200000"))
+    out = tmp_path / "report"
+    proc = run_cli("compare", "--cluster", str(CLUSTER), "--workloads", str(tmp_path / "set" / "workload-*.csv"),
+                   "--policies", "colocate,sia,fifo", "--out", str(out), "--workers", "2",
+                   "--profiles", str(shared_data / "sia/traces"), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("report.md", "summary.csv", "jct_cdf.png", "utilization.png", "packed_fraction.png"):
+        assert (out / name).is_file(), name
+    summary = pd.read_csv(out / "summary.csv")
+    assert len(summary) == 6 and set(summary["policy"]) == {"colocate", "sia", "fifo"}
+    report = (out / "report.md").read_text()
+    assert "## Targets" in report and "avg JCT colocate / sia" in report and "transferred" in report
+    assert "| `colocate` | 2 | 8/8 |" in report
+    # a second run reuses the finished simulations
+    again = run_cli("compare", "--cluster", str(CLUSTER), "--workloads", str(tmp_path / "set" / "workload-*.csv"),
+                    "--policies", "colocate,sia,fifo", "--out", str(out), "--workers", "1",
+                    "--profiles", str(shared_data / "sia/traces"))
+    assert again.returncode == 0, again.stderr
+    pd.testing.assert_frame_equal(pd.read_csv(out / "summary.csv"), summary)
