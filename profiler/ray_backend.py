@@ -63,6 +63,16 @@ ROUTING_FRACTION = 0.001  # how much of the node's accelerator_type resource a t
 TASK_NAME_PREFIX = "colocate-run"  # Ray workers show "ray::colocate-run <run_id>" in ps while a run executes
 
 
+def require_ray() -> Any:
+    """The ``ray`` module, or a one-line :class:`InputError` saying how to install the extra."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise InputError(f"the ray backend is unavailable ({exc})", field="--backend",
+                         valid="local, or install Ray (the 'ray' extra of colocate: pip install ray)") from None
+    return ray
+
+
 def ray_accelerator_name(gpu_type: str) -> str:
     """Ray's accelerator type for a short GPU type ('h100' -> 'H100'), as in ``accelerator_type:<NAME>``."""
     return _RAY_ACCELERATOR_NAMES.get(gpu_type, gpu_type.upper())
@@ -193,7 +203,7 @@ def run_campaign_on_ray(
     ``requeues`` how often the driver resubmits a run after Ray gave up, ``max_in_flight`` how many tasks
     are submitted at once (default: twice the cluster's GPUs, so Ctrl-C has little to cancel).
     """
-    import ray
+    ray = require_ray()
     from ray.exceptions import RayError, RayTaskError, TaskCancelledError
 
     out = Path(out)

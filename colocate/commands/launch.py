@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -159,9 +158,10 @@ def launch(
         check_local(plan, settings)
     elif backend != "ray":
         raise InputError(f"unknown backend {backend!r}", field="--backend", valid="local, ray")
-    elif importlib.util.find_spec("ray") is None:
-        raise InputError("the ray backend needs the optional 'ray' package", field="--backend",
-                         valid="local, or install the extra: pip install -e '.[ray]'")
+    else:
+        from profiler.ray_backend import require_ray
+
+        require_ray()
     if not as_json:
         console.print(_plan_table(plan))
         console.print(f"logs and progress files in {settings.log_dir}", highlight=False)

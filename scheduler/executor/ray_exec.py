@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from colocate.errors import InputError
-from profiler.ray_backend import ROUTING_FRACTION, routing_resource
+from profiler.ray_backend import ROUTING_FRACTION, require_ray, routing_resource
 from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings, run_groups
 from scheduler.executor.plan import GpuGroup, LaunchPlan
 
@@ -113,7 +113,7 @@ def run_plan_on_ray(
     on_progress: Callable[[list[JobStatus]], None] | None = None,
 ) -> LaunchReport:
     """Submit one task per group, stream progress, wait for all; returns every job's final status."""
-    import ray
+    ray = require_ray()
     from ray.exceptions import RayError
 
     started = False
