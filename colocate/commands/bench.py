@@ -16,6 +16,7 @@ import typer
 BENCHMARK_MODULES: tuple[str, ...] = (
     "scheduler.benchmark",
     "colocate.commands.bench_profiler",
+    "scheduler.bench_simulator",
 )
 
 bench_app = typer.Typer(

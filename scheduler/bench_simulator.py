@@ -1,0 +1,78 @@
+"""``colocate bench simulator``: wall time to simulate 160-job workloads (target: ≤ 60 s on 2 cores with colocate).
+
+Runs each policy on each workload in this process, one after the other (one core; the compare command is
+what uses several), and prints wall time, simulated rounds, and the per-round policy time (median, p95,
+max) so a slow run can be attributed to the policy or to the simulator's own bookkeeping. The Sia profiles
+are loaded once before timing (≈2 s, shared by every run of a process).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+DEFAULT_WORKLOADS = ("sia/workloads/philly/workload-1.csv", "sia/workloads/saturn/workload-1.csv")
+
+
+def run_benchmark(workloads: list[Path], policies: list[str], cluster: Path, profiles: Path | None) -> list[dict[str, Any]]:
+    """One row per (workload, policy): jobs, rounds, wall seconds, policy seconds per round."""
+    import numpy as np
+
+    from scheduler.cluster import load_cluster
+    from scheduler.simulator import load_goodput_model, simulate
+    from scheduler.workloads import read_workload
+
+    cluster_obj = load_cluster(cluster)
+    rows = []
+    for path in workloads:
+        work = read_workload(path)
+        model = load_goodput_model(profiles, applications=work.applications, gpu_types=cluster_obj.type_names)
+        for policy in policies:
+            result = simulate(cluster_obj, work, policy, profiles=model)
+            per_round = result.rounds["policy_s"].to_numpy(float)
+            rows.append({
+                "workload": f"{path.parent.name}/{path.stem}", "policy": policy, "jobs": len(work),
+                "rounds": len(per_round), "wall_s": result.summary["wall_s"],
+                "policy_s": float(per_round.sum()), "round_median_ms": float(np.median(per_round) * 1e3),
+                "round_p95_ms": float(np.percentile(per_round, 95) * 1e3), "round_max_ms": float(per_round.max() * 1e3),
+                "avg_jct_h": result.summary["avg_jct_s"] / 3600,
+            })
+    return rows
+
+
+def register_bench(bench_app: Any) -> None:
+    """Add ``colocate bench simulator`` to the bench sub-app."""
+    import typer
+
+    @bench_app.command("simulator")
+    def simulator_bench(
+        workloads: str = typer.Option(None, "--workloads",
+                                      help="Comma-separated workload files (default: Sia's philly and saturn "
+                                           "workload-1, 160 jobs each)."),
+        policies: str = typer.Option("colocate", "--policies", help="Comma-separated policies."),
+        cluster: Path = typer.Option(Path(__file__).resolve().parent / "examples" / "sia-64gpu.yaml", "--cluster"),
+        profiles: Path = typer.Option(None, "--profiles", help="Sia traces directory (default <shared>/sia/traces)."),
+        target_s: float = typer.Option(60.0, "--target", help="Wall-time target per 160-job run, seconds."),
+    ) -> None:
+        """Simulate 160-job workloads and print the wall time of each run against the target."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from scheduler.policies import policy_spec
+        from scheduler.workloads import shared_data_dir
+
+        files = ([Path(p.strip()) for p in workloads.split(",") if p.strip()] if workloads
+                 else [shared_data_dir() / p for p in DEFAULT_WORKLOADS])
+        names = [policy_spec(p).name for p in policies.split(",") if p.strip()]
+        rows = run_benchmark(files, names, cluster, profiles)
+        table = Table(title=f"colocate bench simulator · {cluster.name} · target ≤ {target_s:g} s per run")
+        for col in ("workload", "policy", "jobs", "rounds", "wall s", "policy s", "round median ms",
+                    "round p95 ms", "round max ms", "avg JCT h", "target"):
+            table.add_column(col, justify="left" if col in ("workload", "policy") else "right")
+        for r in rows:
+            ok = r["wall_s"] <= target_s
+            table.add_row(r["workload"], r["policy"], str(r["jobs"]), str(r["rounds"]), f"{r['wall_s']:.1f}",
+                          f"{r['policy_s']:.1f}", f"{r['round_median_ms']:.1f}", f"{r['round_p95_ms']:.1f}",
+                          f"{r['round_max_ms']:.0f}", f"{r['avg_jct_h']:.3f}",
+                          "[green]met[/]" if ok else "[red]missed[/]")
+        Console().print(table)
