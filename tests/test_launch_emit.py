@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -191,20 +190,24 @@ def test_an_inventory_fills_in_gpu_uuids_and_node_names(tmp_path: Path) -> None:
 
 
 def test_cli_emits_and_prints_where(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from colocate.cli import app
+
     allocation = tmp_path / "alloc.json"
     allocation.write_text(json.dumps(ALLOCATION))
     jobs = tmp_path / "jobs.csv"
     jobs.write_text("name,application\n" + "".join(f"{n},{a}\n" for n, a in APPS.items()))
     commands = tmp_path / "commands.yaml"
     commands.write_text(yaml.safe_dump(COMMANDS))
-    base = [sys.executable, "-m", "colocate.cli", "launch", str(allocation), "--jobs", str(jobs), "--commands",
-            str(commands), "--json"]
-    for kind, suffix in (("slurm", ".sbatch"), ("k8s", ".yaml")):
-        result = subprocess.run([*base, "--emit", kind, str(tmp_path / kind)], capture_output=True, text=True,
-                                timeout=120)
-        assert result.returncode == 0, result.stderr
+    base = ["launch", str(allocation), "--jobs", str(jobs), "--commands", str(commands)]
+    runner = CliRunner()
+    for kind, suffix, count in (("slurm", ".sbatch", 3), ("k8s", ".yaml", 5)):
+        result = runner.invoke(app, [*base, "--emit", kind, str(tmp_path / kind), "--json"])
+        assert result.exit_code == 0, result.output
         files = json.loads(result.stdout)["files"]
-        assert len(files) == (3 if kind == "slurm" else 5) and all(f.endswith(suffix) for f in files)
-    result = subprocess.run([*base, "--emit", "nomad", str(tmp_path / "n")], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and "--emit" in result.stderr and "slurm DIR, k8s DIR" in result.stderr
-    assert shutil.which("bash")
+        assert len(files) == count and all(f.endswith(suffix) and Path(f).is_file() for f in files)
+    result = runner.invoke(app, [*base, "--emit", "k8s", str(tmp_path / "table")])
+    assert result.exit_code == 0 and "GPU-UUID placeholders" in result.stdout and "g02" in result.stdout
+    result = runner.invoke(app, [*base, "--emit", "nomad", str(tmp_path / "n")])
+    assert isinstance(result.exception, InputError) and "slurm DIR, k8s DIR" in str(result.exception)

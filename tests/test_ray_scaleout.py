@@ -17,7 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
+from typer.testing import CliRunner
 
+from colocate.cli import app
 from colocate.errors import InputError
 from profiler.cells import plan_runs
 from profiler.spec import spec_from_dict
@@ -90,7 +93,8 @@ def test_campaign_over_two_gpu_types_survives_a_killed_worker(cluster, tmp_path:
     killer = threading.Thread(target=kill_a_group_run, daemon=True)
     killer.start()
     events = []
-    store = run_campaign_on_ray(spec, tmp_path, on_progress=events.append)
+    # task_retries=0: Ray reports the dead worker to the driver, whose own re-queueing must recover the run
+    store = run_campaign_on_ray(spec, tmp_path, on_progress=events.append, task_retries=0)
     killer.join(timeout=5)
 
     runs = store.runs()
@@ -105,11 +109,18 @@ def test_campaign_over_two_gpu_types_survives_a_killed_worker(cluster, tmp_path:
     # routed by GPU type: each run ran on a node carrying its accelerator_type resource
     session = store.read_meta()["sessions"][-1]
     assert session["backend"] == "ray" and session["runs_executed"] == 8 and session["complete"]
+    assert session["requeued"] == {killed["run_id"]: 1} and session["lost"] == {}
     for run_id, where in session["placements"].items():
         assert cluster[where["node_id"]] == TYPES[planned[run_id].cell.gpu_type], run_id
     assert events[-1].done == events[-1].total == 8
-    # a second invocation resumes: nothing to run, nothing duplicated
-    again = run_campaign_on_ray(spec, tmp_path)
+    # the same campaign through the CLI resumes: nothing to run, nothing duplicated, the same summary
+    spec_path = tmp_path / "campaign.yaml"
+    spec_path.write_text(yaml.safe_dump(CAMPAIGN))
+    result = CliRunner().invoke(app, ["profile", str(spec_path), "--backend", "ray", "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    cells = json.loads(result.stdout[result.stdout.index("{"):])["cells"]
+    assert len(cells) == 4 and {c["status"] for c in cells} == {"ok"} and {c["ok"] for c in cells} == {2}
+    again = ResultsStore(tmp_path)
     assert again.read_meta()["sessions"][-1]["runs_executed"] == 0
     assert sorted(again.runs()["run_id"]) == sorted(planned)
 
