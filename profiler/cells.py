@@ -4,6 +4,9 @@ Order matters for a campaign that may be cut off: all solo runs come first (ever
 baselines and solo peak memory), then per batch size the pairs, then the triples, with sharing modes and
 repeats shuffled together inside each block (seeded), so a cut-off leaves whole batch sizes measured and
 no systematic drift lines up with one mode.
+
+With ``gpu_types`` in the spec every cell is planned once per type, the type prefixed to its id
+(``h100:pair|mps|...``); each type's group runs use that type's solo baselines.
 """
 
 from __future__ import annotations
@@ -44,7 +47,6 @@ class Cell:
     sharing: str  # "none" for solo, else timeslice | mps
     mps_thread_percentage: int | None = None
     gpu_type: str | None = None  # set when the spec lists gpu_types: the cell is measured on that type
-
 
     @property
     def kind(self) -> str:
