@@ -143,15 +143,18 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
         cls[i] = class_ids[key]
     mem = np.array([np.nan if j.memory_gb is None else j.memory_gb for j in jobs])
     blocked = np.array(problem.pinned, dtype=bool)  # pinned jobs gain no new partner (as in build_problem)
-    ratio: dict[str, np.ndarray] = {}
+    # first[a, b] / second[a, b]: ratios of the lower- and higher-indexed member of a pair of classes a, b
+    # (as the ILP's columns assign them; a table may give two copies of one job type different ratios)
+    ratio: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for t in problem.cluster.type_names:
-        r = np.zeros((len(reps), len(reps)))
+        first = np.zeros((len(reps), len(reps)))
+        second = np.zeros((len(reps), len(reps)))
         for a, ja in enumerate(reps):
             for b, jb in enumerate(reps):
                 hit = colocation.lookup(t, ja, jb)
                 if hit and hit[0] > 0 and hit[1] > 0 and hit[0] + hit[1] >= 1 + cfg.min_benefit:
-                    r[a, b] = hit[0]
-        ratio[t] = r
+                    first[a, b], second[a, b] = hit
+        ratio[t] = (first, second)
     existing = {(mem_, c) for mem_, c in zip(problem.members, problem.conf) if len(mem_) == 2}
     by_conf: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for ci, c in enumerate(problem.configs):
@@ -177,16 +180,18 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
         for ci, (idx, g) in by_conf.items():
             c = problem.configs[ci]
             mu = duals[cap_row[c.gpu_type]] if c.gpu_type in cap_row else 0.0
-            r = ratio[c.gpu_type][np.ix_(cls[idx], cls[idx])]
-            ok = (r > 0) & (r.T > 0)
+            first, second = ratio[c.gpu_type]
+            r1 = first[np.ix_(cls[idx], cls[idx])]
+            r2 = second[np.ix_(cls[idx], cls[idx])]
+            ok = (r1 > 0) & (r2 > 0)
             m = mem[idx]
             both = ~np.isnan(m[:, None]) & ~np.isnan(m[None, :])
             ok &= ~both | (np.nan_to_num(m[:, None]) + np.nan_to_num(m[None, :]) + 2 * cfg.context_memory_gb
                            <= mem_cap[c.gpu_type])
             ok &= np.triu(np.ones_like(ok, dtype=bool), k=1)
             with np.errstate(divide="ignore", invalid="ignore"):
-                va = g[:, None] * r
-                vb = g[None, :] * r.T
+                va = g[:, None] * r1  # row job = lower index (upper triangle below)
+                vb = g[None, :] * r2
                 w = np.where(ok, np.power(np.where(ok, va, 1.0), cfg.p) + np.power(np.where(ok, vb, 1.0), cfg.p)
                              - 2 * cfg.lambda_unallocated, np.inf)
             reduced = w - y[idx][:, None] - y[idx][None, :] - c.num_gpus * mu

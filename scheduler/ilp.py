@@ -13,8 +13,8 @@ Notation
   age, ``N_i`` its restarts, ``S`` the restart cost), else ``R_ic = 1``. Columns with ``G_ic = 0`` are dropped.
 * Pair candidates ``P``: ``(i, k, c)`` with ``c`` single-node and in ``C_i ∩ C_k``, co-location ratios
   ``ρ_i, ρ_k > 0`` on type(c) from the colocation table (``ρ = t / t'``), ``m_i + m_k + 2·m_ctx ≤ M_t`` when
-  memory is known, ``ρ_i + ρ_k ≥ 1 + β`` (minimum benefit ``β``), and ``k`` among the top-k partners of ``i``
-  or ``i`` among those of ``k`` (:func:`pair_candidates`).
+  memory is known, ``ρ_i + ρ_k ≥ 1 + β`` (minimum benefit ``β``), and ``(i, k)`` adjacent in the networkx
+  compatibility graph of job classes. Not every such pair gets a variable: see "Keeping it small".
 
 Variables ``x_ic ∈ {0, 1}`` (job ``i`` alone on ``c``), ``y_ikc ∈ {0, 1}`` (``i`` and ``k`` share ``c``).
 
@@ -34,9 +34,30 @@ subject to::
                                                     (a pair uses its n_c GPUs once)
 
 With ``P = ∅`` (``--no-packing``) this is exactly Sia's ILP. Because ``u_i`` is linear in the other
-variables, it is substituted: the solver minimises ``Σ (cost − λ·|members|) · z`` and ``λ·|J|`` is added
-back when reporting. Configurations dominated for a job (same type, more GPUs, no more goodput) are
-removed before solving; that cannot change the optimum.
+variables, it is substituted: the solver minimises ``Σ (cost − λ·|members|) · z`` and ``λ·|J|`` is the
+objective's constant.
+
+Keeping it small
+----------------
+All compatible pairs would be O(|J|²·|C|) variables (Gavel's packed LP: 1,837 s at 1,024 jobs). Instead:
+
+1. *Seed*: each job's ``top_k`` partners from the compatibility graph (:func:`pair_candidates`).
+2. *Price* (column generation, :func:`price_pair_columns`): solve the LP relaxation, read the duals ``y_i``
+   (constraint 1) and ``μ_t`` (constraint 2), and add, per job, the ``top_k`` partners whose pair column
+   has negative reduced cost ``w(ρ_i G_ic) − y_i + w(ρ_k G_kc) − y_k − n_c μ_t``. For one configuration
+   and one pair of job classes the ratios are constants, so the reduced cost separates into
+   ``a_i + b_k``; its minimum over all pairs is a rank-aligned pair of the two sorted lists, found with
+   a sort instead of a pass over all pairs (:func:`dual_ranked_partners`). Repeated until no negative
+   column is left, this solves the *all-pairs* LP relaxation exactly (a test checks it); by default a
+   few passes are made (``pricing_passes``), within a third of the time limit.
+3. *Round*: the LP is nearly integral; its rounding (:func:`greedy_selection` in LP order) is accepted
+   when it is within ``mip_gap`` of the LP bound, which then bounds the whole round. Otherwise the
+   columns the LP sets to 1 are fixed and the small rest is solved exactly (LP-and-fix); failing that,
+   branch and bound on everything, started from the best solution so far.
+
+Configurations dominated for a job, pair columns dominated by a smaller shape for both jobs, and pairs
+beaten by running both jobs alone on the same GPUs split between them are never generated; none of these
+can change the optimum.
 
 Solver: HiGHS by default — the column-wise matrix handed to highspy in one call, since building the same
 model through ``pulp.HiGHS`` costs more than solving it — and CBC through PuLP as the fallback
@@ -71,8 +92,10 @@ class IlpConfig:
 
     ``p``: goodput power (Sia −0.5; must not be 0). ``lambda_unallocated``: penalty λ per unallocated job
     (used when p < 0). ``restart_cost_s``: Sia's S. ``packing``: add pair variables. ``top_k``: partners
-    kept per job; ``min_benefit``: β, a pair needs ``ρ_a + ρ_b ≥ 1 + β``. ``pair_candidates``: "top-k" (ours)
-    or "all" (every compatible pair, as in Gavel's packed LP; for comparisons). ``time_limit_s`` and
+    per job, seeded from the compatibility graph and added per pricing pass; ``min_benefit``: β, a pair
+    needs ``ρ_a + ρ_b ≥ 1 + β``. ``pair_candidates``: "top-k" (ours) or "all" (every compatible pair, as
+    in Gavel's packed LP; for comparisons). ``pricing_passes``: column-generation passes (0: seeds only);
+    ``seed_partners``: start from the graph's top-k partners (else from singles only). ``time_limit_s`` and
     ``mip_gap`` (relative gap of the objective above) always go to the solver. ``solver``: "highs" (highspy),
     "pulp-highs" (HiGHS through PuLP) or "cbc" (through PuLP). ``max_gpus_per_job`` caps multi-node
     shapes of adaptive jobs (None: the job's own ``max_gpus`` or the cluster). ``context_memory_gb``: per
@@ -86,6 +109,8 @@ class IlpConfig:
     top_k: int = 3
     min_benefit: float = 0.05
     pair_candidates: Literal["top-k", "all"] = "top-k"
+    pricing_passes: int = 3
+    seed_partners: bool = True
     time_limit_s: float = 10.0
     mip_gap: float = 5e-3
     solver: Literal["highs", "pulp-highs", "cbc"] = "highs"
@@ -127,6 +152,10 @@ class RoundProblem:
     num_pairs: int = 0
     num_pair_candidates: int = 0
     single_node_g: list[dict[int, float]] = field(default_factory=list)  # per job: config -> G (for bounds)
+    pricing: "_PricingData | None" = None
+    pricing_passes: int = 0
+    lp_values: "np.ndarray | None" = None  # LP relaxation values of the first len(lp_values) columns
+    lp_weight: float | None = None          # LP optimum (minimisation form) when lp_values covers every column
     build_time_s: float = 0.0
 
     @property
@@ -428,6 +457,169 @@ def pair_candidates(jobs: Sequence[Job], options: Sequence[_JobColumns], configs
     return pairs, graph
 
 
+def _lp_duals(problem: RoundProblem) -> tuple["np.ndarray", dict[str, float]] | None:
+    """Row duals of the LP relaxation (minimisation form) of the columns built so far: per job, per type."""
+    import highspy
+
+    if problem.num_columns == 0:
+        return None
+    lp, job_row, cap_row = highs_lp(problem, minimise_form=True)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    h.passModel(lp)
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return None
+    duals = np.asarray(h.getSolution().row_dual)
+    y = np.zeros(len(problem.jobs))
+    for i, row in job_row.items():
+        y[i] = duals[row]
+    return y, {t: float(duals[row]) for t, row in cap_row.items()}
+
+
+@dataclass
+class _PricingData:
+    """What pricing needs beyond the columns: per-job options, the class graph, the table."""
+
+    options: Sequence[_JobColumns]
+    graph: object
+    colocation: "ColocationTable"
+
+
+def dual_ranked_partners(problem: RoundProblem, options: Sequence[_JobColumns], configs: tuple[Configuration, ...],
+                         colocation: "ColocationTable", graph: "object", cfg: IlpConfig,
+                         prices: "tuple[np.ndarray, dict[str, float]] | None" = None,
+                         exclude: "set[tuple[int, int]] | None" = None) -> set[tuple[int, int]]:
+    """Top-k partners per job with negative LP reduced cost (pricing for column generation).
+
+    With duals ``y_i`` (jobs) and ``μ_t`` (capacity), the reduced cost of pair (i, k, c) is
+    ``w(ρ_i G_ic) − y_i + w(ρ_k G_kc) − y_k − n_c μ_t`` (``w`` = the column weight of one member). For a
+    fixed configuration and pair of classes (A, B) the ratios are fixed, so it separates into
+    ``a_i + b_k + const``: the best pairs match A's jobs sorted by ``a`` with B's sorted by ``b``, rank
+    by rank (any matching of the best ranks is equally good, and rank alignment keeps them disjoint).
+    That costs a sort per (configuration, class pair) instead of a pass over all job pairs. Each job then
+    keeps its ``top_k`` partners of most negative reduced cost. Because the minimum of ``a_i + b_k`` is
+    always a rank-aligned pair, an empty answer proves no pair column anywhere has negative reduced cost:
+    iterating this to the end solves the all-pairs LP relaxation exactly.
+    """
+    if prices is None:
+        prices = _lp_duals(problem)
+    if prices is None:
+        return set()
+    y, mu = prices
+    jobs = problem.jobs
+    p, lam = cfg.p, cfg.lambda_unallocated
+    class_of: dict[tuple[str, str], list[int]] = {}
+    for i, job in enumerate(jobs):
+        if options[i].single and not options[i].pinned:
+            class_of.setdefault(_class_key(job), []).append(i)
+    mem = [j.memory_gb for j in jobs]
+    cap_mem = {t.name: t.memory_gb for t in problem.cluster}
+    best: dict[int, list[tuple[float, int]]] = {}
+
+    def weight(v: "np.ndarray") -> "np.ndarray":
+        return v ** p - lam if p < 0 else -(v ** p)
+
+    for a_key, b_key in graph.edges:  # type: ignore[attr-defined]
+        members_a, members_b = class_of.get(a_key), class_of.get(b_key)
+        if not members_a or not members_b:
+            continue
+        rep_a, rep_b = jobs[members_a[0]], jobs[members_b[0]]
+        for ci, c in enumerate(configs):
+            if not c.single_node:
+                continue
+            r = colocation.lookup(c.gpu_type, rep_a, rep_b)
+            if r is None or r[0] <= 0 or r[1] <= 0 or r[0] + r[1] < 1 + cfg.min_benefit:
+                continue
+            ia = np.array([i for i in members_a if ci in options[i].single], dtype=int)
+            ib = np.array([k for k in members_b if ci in options[k].single], dtype=int)
+            if len(ia) == 0 or len(ib) == 0:
+                continue
+            ga = np.array([options[i].single[ci][0] for i in ia])
+            gb = np.array([options[k].single[ci][0] for k in ib])
+            score_a = weight(ga * r[0]) - y[ia]
+            score_b = weight(gb * r[1]) - y[ib]
+            const = -c.num_gpus * mu.get(c.gpu_type, 0.0)
+            ia, score_a = ia[np.argsort(score_a, kind="stable")], np.sort(score_a, kind="stable")
+            ib, score_b = ib[np.argsort(score_b, kind="stable")], np.sort(score_b, kind="stable")
+            if a_key == b_key:  # same class: pair neighbouring ranks (0,1), (1,2), (2,3), ...
+                # a table may give the two copies of one job type different ratios (the column's first
+                # member, the lower index, gets ratio_a): cost each pair with its real orientation
+                left, right = ia[:-1], ia[1:]
+                lo, hi = np.minimum(left, right), np.maximum(left, right)
+                g_lo = np.array([options[int(j)].single[ci][0] for j in lo])
+                g_hi = np.array([options[int(j)].single[ci][0] for j in hi])
+                cost = weight(g_lo * r[0]) - y[lo] + weight(g_hi * r[1]) - y[hi] + const
+                left, right = lo, hi
+            else:  # rank r of A with ranks r and r+1 of B (two partners each, still nearly disjoint)
+                m = min(len(ia), len(ib))
+                left = np.concatenate([ia[:m], ia[:m - 1] if m > 1 else ia[:0]])
+                right = np.concatenate([ib[:m], ib[1:m]])
+                cost = np.concatenate([score_a[:m] + score_b[:m], score_a[:m - 1] + score_b[1:m]]) + const
+            keep = cost < -1e-9
+            for i, k, value in zip(left[keep], right[keep], cost[keep]):
+                i, k = int(i), int(k)
+                if exclude is not None and (min(i, k), max(i, k)) in exclude:
+                    continue  # already a candidate: do not let it use up one of the job's top-k slots
+                if mem[i] is not None and mem[k] is not None:
+                    if mem[i] + mem[k] + 2 * cfg.context_memory_gb > cap_mem[c.gpu_type]:
+                        continue
+                best.setdefault(i, []).append((float(value), k))
+                best.setdefault(k, []).append((float(value), i))
+    pairs: set[tuple[int, int]] = set()
+    for i, found in best.items():
+        chosen: list[int] = []
+        for _, k in sorted(found):
+            if k not in chosen:
+                chosen.append(k)
+                if len(chosen) >= cfg.top_k:
+                    break
+        for k in chosen:
+            pairs.add((min(i, k), max(i, k)))
+    return pairs
+
+
+def _add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int]], options: Sequence[_JobColumns],
+                      colocation: "ColocationTable", cfg: IlpConfig) -> None:
+    """Pair columns for candidate job pairs: every common single-node configuration that is not dominated."""
+    jobs, configs_t = problem.jobs, problem.configs
+    mem_of = {t.name: t.memory_gb for t in problem.cluster}
+    for i, k in candidates:
+        a, b = jobs[i], jobs[k]
+        if options[i].pinned or options[k].pinned:
+            # a pinned job keeps its configuration; it may keep (not gain) a partner
+            if not (a.current_partner == b.name and b.current_partner == a.name):
+                continue
+        ratio_cache: dict[str, tuple[float, float] | None] = {}
+        kept: dict[str, list[tuple[float, float]]] = {}
+        common = sorted(
+            (ci for ci in options[i].single if ci in options[k].single and configs_t[ci].single_node),
+            key=lambda ci: (configs_t[ci].gpu_type, configs_t[ci].num_gpus),
+        )
+        for ci in common:
+            c = configs_t[ci]
+            if c.gpu_type not in ratio_cache:
+                ratio_cache[c.gpu_type] = colocation.lookup(c.gpu_type, a, b)
+            r = ratio_cache[c.gpu_type]
+            if r is None or r[0] <= 0 or r[1] <= 0 or r[0] + r[1] < 1 + cfg.min_benefit:
+                continue
+            if a.memory_gb is not None and b.memory_gb is not None:
+                if a.memory_gb + b.memory_gb + 2 * cfg.context_memory_gb > mem_of[c.gpu_type]:
+                    continue
+            gi, ei = options[i].single[ci]
+            gk, ek = options[k].single[ci]
+            vi, vk = gi * r[0], gk * r[1]
+            seen = kept.setdefault(c.gpu_type, [])
+            if any(pi >= vi and pk >= vk for pi, pk in seen):
+                continue  # a smaller shape of this type is at least as good for both jobs
+            if _split_beats_pair(options[i], options[k], c, configs_t, vi, vk, cfg):
+                continue  # running both alone on the same GPUs, split, is at least as good
+            seen.append((vi, vk))
+            problem.add((i, k), ci, c.num_gpus, (vi, vk), (ei, ek), (r[0], r[1]))
+            problem.num_pairs += 1
+
+
 def build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
                   colocation: "ColocationTable | None" = None, cfg: IlpConfig = IlpConfig()) -> RoundProblem:
     """Columns of the round ILP (see the module docstring)."""
@@ -459,42 +651,13 @@ def build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
         for ci, (g, est) in opt.alone.items():
             problem.add((i,), ci, configs_t[ci].num_gpus, (g,), (est,))
     if cfg.packing and colocation is not None and len(colocation):
-        candidates, _ = pair_candidates(jobs, options, configs_t, colocation, cfg)
+        candidates, graph = pair_candidates(jobs, options, configs_t, colocation, cfg)
+        if not cfg.seed_partners and cfg.pair_candidates == "top-k" and cfg.pricing_passes > 0:
+            candidates = set()
+        _add_pair_columns(problem, sorted(candidates), options, colocation, cfg)
         problem.num_pair_candidates = len(candidates)
-        mem_of = {t.name: t.memory_gb for t in cluster}
-        for i, k in sorted(candidates):
-            a, b = jobs[i], jobs[k]
-            if options[i].pinned or options[k].pinned:
-                # a pinned job keeps its configuration; it may keep (not gain) a partner
-                if not (a.current_partner == b.name and b.current_partner == a.name):
-                    continue
-            ratio_cache: dict[str, tuple[float, float] | None] = {}
-            kept: dict[str, list[tuple[float, float]]] = {}
-            common = sorted(
-                (ci for ci in options[i].single if ci in options[k].single and configs_t[ci].single_node),
-                key=lambda ci: (configs_t[ci].gpu_type, configs_t[ci].num_gpus),
-            )
-            for ci in common:
-                c = configs_t[ci]
-                if c.gpu_type not in ratio_cache:
-                    ratio_cache[c.gpu_type] = colocation.lookup(c.gpu_type, a, b)
-                r = ratio_cache[c.gpu_type]
-                if r is None or r[0] <= 0 or r[1] <= 0 or r[0] + r[1] < 1 + cfg.min_benefit:
-                    continue
-                if a.memory_gb is not None and b.memory_gb is not None:
-                    if a.memory_gb + b.memory_gb + 2 * cfg.context_memory_gb > mem_of[c.gpu_type]:
-                        continue
-                gi, ei = options[i].single[ci]
-                gk, ek = options[k].single[ci]
-                vi, vk = gi * r[0], gk * r[1]
-                seen = kept.setdefault(c.gpu_type, [])
-                if any(pi >= vi and pk >= vk for pi, pk in seen):
-                    continue  # a smaller shape of this type is at least as good for both jobs
-                if _split_beats_pair(options[i], options[k], c, configs_t, vi, vk, cfg):
-                    continue  # running both alone on the same GPUs, split, is at least as good
-                seen.append((vi, vk))
-                problem.add((i, k), ci, c.num_gpus, (vi, vk), (ei, ek), (r[0], r[1]))
-                problem.num_pairs += 1
+        if cfg.pair_candidates == "top-k" and cfg.top_k > 0 and cfg.pricing_passes > 0:
+            problem.pricing = _PricingData(options, graph, colocation)
     problem.build_time_s = time.perf_counter() - started
     return problem
 
@@ -503,13 +666,18 @@ def build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
 # Solving
 # --------------------------------------------------------------------------------------------------
 
-def greedy_selection(problem: RoundProblem) -> list[int]:
+def greedy_selection(problem: RoundProblem, lp_values: "np.ndarray | None" = None) -> list[int]:
     """A feasible selection without a solver: pinned jobs first, then the best weight per GPU.
 
-    Used when the solver fails or returns no solution; never optimal, never empty-handed.
+    With ``lp_values`` (an LP relaxation's solution) columns are taken in decreasing LP value first — LP
+    rounding, which on these nearly integral LPs lands close to the optimum — and the rest greedily.
+    Used as the solver's starting incumbent and when the solver fails; never empty-handed.
     """
+    def lp_value(j: int) -> float:
+        return float(lp_values[j]) if lp_values is not None and j < len(lp_values) else 0.0
+
     order = sorted(range(problem.num_columns),
-                   key=lambda j: (not any(problem.pinned[i] for i in problem.members[j]),
+                   key=lambda j: (not any(problem.pinned[i] for i in problem.members[j]), -round(lp_value(j), 6),
                                   problem.weight[j] / problem.gpus[j], problem.weight[j]))
     free = {t.name: t.total_gpus for t in problem.cluster}
     taken: set[int] = set()
@@ -554,27 +722,30 @@ class _RawResult:
     num_constraints: int = 0
 
 
-def _rows(problem: RoundProblem) -> tuple[list[list[int]], list[tuple[str, list[int]]]]:
-    """Constraint (1) rows (jobs with columns) and constraint (2) rows that can bind."""
+def _rows(problem: RoundProblem, all_capacity_rows: bool = False
+          ) -> tuple[list[list[int]], list[tuple[str, list[int]]]]:
+    """Constraint (1) rows (jobs with columns) and constraint (2) rows that can bind (or all of them)."""
     job_cols = problem.job_columns()
     type_cols: dict[str, list[int]] = {}
     for j in range(problem.num_columns):
         type_cols.setdefault(problem.configs[problem.conf[j]].gpu_type, []).append(j)
     capacity = [(t, cols) for t, cols in type_cols.items()
-                if sum(problem.gpus[j] for j in cols) > problem.cluster.capacity(t)]
+                if all_capacity_rows or sum(problem.gpus[j] for j in cols) > problem.cluster.capacity(t)]
     return job_cols, capacity
 
 
-def highs_lp(problem: RoundProblem) -> tuple["object", dict[int, int], dict[str, int]]:
+def highs_lp(problem: RoundProblem, minimise_form: bool = False, all_capacity_rows: bool = False
+             ) -> tuple["object", dict[int, int], dict[str, int]]:
     """The round ILP as a ``highspy.HighsLp`` (column-wise), with the row of each job and capacity.
 
     For p < 0 the objective is ``Σ weight·z + λ·|J|`` (minimised; the constant is the offset), for p > 0
     ``Σ v^p·z`` (maximised), so HiGHS's objective, bound and relative gap are those of the natural objective.
+    ``minimise_form=True`` gives ``min Σ weight·z`` without offset for any p (used for dual prices).
     """
     import highspy
 
     n = problem.num_columns
-    job_cols, capacity = _rows(problem)
+    job_cols, capacity = _rows(problem, all_capacity_rows)
     job_row: dict[int, int] = {}
     row_lower: list[float] = []
     row_upper: list[float] = []
@@ -603,10 +774,10 @@ def highs_lp(problem: RoundProblem) -> tuple["object", dict[int, int], dict[str,
     lp = highspy.HighsLp()
     lp.num_col_ = n
     lp.num_row_ = len(row_lower)
-    maximise = problem.p > 0
+    maximise = problem.p > 0 and not minimise_form
     weights = np.asarray(problem.weight, dtype=float)
     lp.col_cost_ = -weights if maximise else weights
-    lp.offset_ = 0.0 if maximise else problem.lam * len(problem.jobs)
+    lp.offset_ = 0.0 if maximise or minimise_form else problem.lam * len(problem.jobs)
     lp.sense_ = highspy.ObjSense.kMaximize if maximise else highspy.ObjSense.kMinimize
     lp.col_lower_ = np.zeros(n)
     lp.col_upper_ = np.ones(n)
@@ -619,6 +790,81 @@ def highs_lp(problem: RoundProblem) -> tuple["object", dict[int, int], dict[str,
     return lp, job_row, cap_row
 
 
+def price_pair_columns(problem: RoundProblem, cfg: IlpConfig, deadline: float | None = None) -> int:
+    """Column generation on the LP relaxation: add priced-in pair columns to ``problem``; returns passes.
+
+    Each pass solves the LP (warm-started: new columns are appended to the same HiGHS model), reads the
+    row duals, and asks :func:`dual_ranked_partners` for pairs with negative reduced cost. It stops when
+    none is left (the LP then equals the all-pairs LP relaxation), after ``cfg.pricing_passes`` passes, or
+    at ``deadline`` (``time.perf_counter()`` seconds).
+    """
+    import highspy
+
+    data = problem.pricing
+    if data is None or problem.num_columns == 0:
+        return 0
+    lp, job_row, cap_row = highs_lp(problem, minimise_form=True, all_capacity_rows=True)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    h.passModel(lp)
+    type_names = problem.cluster.type_names
+    for t in type_names:  # types without any column get a row too, so new columns can reference it
+        if t not in cap_row:
+            cap_row[t] = h.getNumRow()
+            h.addRow(-highspy.kHighsInf, float(problem.cluster.capacity(t)), 0, np.array([], dtype=np.int32),
+                     np.array([], dtype=float))
+    seen: set[tuple[int, int]] = {m for m in problem.members if len(m) == 2}
+    passes = 0
+    while passes < cfg.pricing_passes:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            break
+        passes += 1
+        solution = h.getSolution()
+        problem.lp_values = np.asarray(solution.col_value)
+        duals = np.asarray(solution.row_dual)
+        y = np.zeros(len(problem.jobs))
+        for i, row in job_row.items():
+            y[i] = duals[row]
+        mu = {t: float(duals[row]) for t, row in cap_row.items()}
+        fresh = dual_ranked_partners(problem, data.options, problem.configs, data.colocation, data.graph, cfg,
+                                     prices=(y, mu), exclude=seen) - seen
+        fresh = {pair for pair in fresh if pair[0] in job_row and pair[1] in job_row}
+        if not fresh:
+            break
+        seen |= fresh
+        first = problem.num_columns
+        _add_pair_columns(problem, sorted(fresh), data.options, data.colocation, cfg)
+        problem.num_pair_candidates += len(fresh)
+        new = range(first, problem.num_columns)
+        if not len(new):
+            break
+        starts, index, value = [0], [], []
+        for j in new:
+            for i in problem.members[j]:
+                index.append(job_row[i])
+                value.append(1.0)
+            index.append(cap_row[problem.configs[problem.conf[j]].gpu_type])
+            value.append(float(problem.gpus[j]))
+            starts.append(len(index))
+        h.addCols(len(new), np.asarray([problem.weight[j] for j in new], dtype=float), np.zeros(len(new)),
+                  np.ones(len(new)), len(index), np.asarray(starts[:-1], dtype=np.int32),
+                  np.asarray(index, dtype=np.int32), np.asarray(value, dtype=float))
+        problem.lp_weight = None
+    if problem.lp_values is not None and len(problem.lp_values) < problem.num_columns:
+        h.run()  # warm start: the LP over the final columns, for rounding and as the round's bound
+        if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
+            problem.lp_values = np.asarray(h.getSolution().col_value)
+            problem.lp_weight = float(h.getInfo().objective_function_value)
+    elif problem.lp_values is not None:
+        problem.lp_weight = float(h.getInfo().objective_function_value)
+    problem.pricing_passes = passes
+    return passes
+
+
 def _solve_highspy(problem: RoundProblem, cfg: IlpConfig) -> _RawResult:
     """HiGHS through highspy, the matrix passed in one call (column-wise, from numpy arrays).
 
@@ -628,12 +874,68 @@ def _solve_highspy(problem: RoundProblem, cfg: IlpConfig) -> _RawResult:
     """
     import highspy
 
+    n = problem.num_columns
+    started = time.perf_counter()
     lp, _, _ = highs_lp(problem)
     maximise = problem.p > 0
-    lp.integrality_ = [highspy.HighsVarType.kInteger] * problem.num_columns
+
+    def to_weight(natural: float) -> float:  # HiGHS's objective (natural form) -> minimisation form
+        return -natural if maximise else natural - lp.offset_
+
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(cfg.time_limit_s))
+    if cfg.threads is not None:
+        h.setOptionValue("threads", int(cfg.threads))
+    h.passModel(lp)
+    # 1. the LP relaxation (reused from column generation when it covers every column)
+    if problem.lp_values is not None and len(problem.lp_values) == n and problem.lp_weight is not None:
+        lp_values, lp_weight = problem.lp_values, problem.lp_weight
+    else:
+        h.setOptionValue("time_limit", float(cfg.time_limit_s))
+        h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            lp_values, lp_weight = None, None
+        else:
+            lp_values = np.asarray(h.getSolution().col_value)
+            lp_weight = to_weight(h.getInfo().objective_function_value)
+    # 2. round it: on these nearly integral LPs that is usually within the gap already, and proves it
+    start = greedy_selection(problem, lp_values)
+    if lp_weight is not None:
+        rounded = sum(problem.weight[j] for j in start)
+        natural = problem.objective_from_weights(rounded)
+        if abs(rounded - lp_weight) <= cfg.mip_gap * max(abs(natural), 1e-9):
+            return _RawResult(start, "Optimal (LP rounding within gap)", True, lp_weight, lp.num_row_)
+    h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), [highspy.HighsVarType.kInteger] * n)
+    # 3. LP-and-fix: keep the columns the LP already sets to 1, solve the small rest exactly; accept it
+    #    when it is within the gap of the LP bound (a bound for the whole problem)
+    if lp_values is not None and lp_weight is not None:
+        fixed = np.nonzero(lp_values > 1 - 1e-6)[0]
+        busy = {i for j in fixed for i in problem.members[j]}
+        blocked = [j for j in range(n) if lp_values[j] <= 1 - 1e-6 and any(i in busy for i in problem.members[j])]
+        h.changeColsBounds(len(fixed), fixed.astype(np.int32), np.ones(len(fixed)), np.ones(len(fixed)))
+        if blocked:
+            h.changeColsBounds(len(blocked), np.asarray(blocked, dtype=np.int32), np.zeros(len(blocked)),
+                               np.zeros(len(blocked)))
+        h.setOptionValue("presolve", "on")  # removes the fixed part; what is left is small
+        h.setOptionValue("mip_rel_gap", 0.0)
+        h.setOptionValue("time_limit", max((float(cfg.time_limit_s) - (time.perf_counter() - started)) / 3, 0.01))
+        guess = highspy.HighsSolution()
+        values = np.zeros(n)
+        values[start] = 1.0
+        guess.col_value = values
+        h.setSolution(guess)
+        h.run()
+        if h.getInfo().primal_solution_status == 2:
+            fixed_sel = [int(j) for j in np.nonzero(np.asarray(h.getSolution().col_value) > 0.5)[0]]
+            fixed_weight = sum(problem.weight[j] for j in fixed_sel)
+            if fixed_weight < sum(problem.weight[j] for j in start):
+                start = fixed_sel
+            natural = problem.objective_from_weights(fixed_weight)
+            if abs(fixed_weight - lp_weight) <= cfg.mip_gap * max(abs(natural), 1e-9):
+                return _RawResult(fixed_sel, "Optimal (LP-and-fix within gap)", True, lp_weight, lp.num_row_)
+        h.changeColsBounds(n, np.arange(n, dtype=np.int32), np.zeros(n), np.ones(n))
+    # 4. otherwise branch and bound on everything, starting from the best solution so far
+    h.setOptionValue("time_limit", max(float(cfg.time_limit_s) - (time.perf_counter() - started), 0.01))
     h.setOptionValue("mip_rel_gap", float(cfg.mip_gap))
     # presolve costs more than it saves on these assignment-shaped models (1.5 s vs 0.6 s at 1,000 jobs):
     # the root LP is nearly integral and HiGHS's rounding closes the gap from there
@@ -642,17 +944,18 @@ def _solve_highspy(problem: RoundProblem, cfg: IlpConfig) -> _RawResult:
     # spent in sub-MIPs without them)
     h.setOptionValue("mip_heuristic_run_zi_round", True)
     h.setOptionValue("mip_heuristic_run_shifting", True)
-    if cfg.threads is not None:
-        h.setOptionValue("threads", int(cfg.threads))
-    h.passModel(lp)
+    guess = highspy.HighsSolution()
+    values = np.zeros(n)
+    values[start] = 1.0
+    guess.col_value = values
+    h.setSolution(guess)
     h.run()
     model_status = h.getModelStatus()
     status = h.modelStatusToString(model_status)
     info = h.getInfo()
     bound = None
     if math.isfinite(info.mip_dual_bound):
-        # back to the minimisation form without the offset, which is what objective_from_weights expects
-        bound = -info.mip_dual_bound if maximise else info.mip_dual_bound - lp.offset_
+        bound = to_weight(info.mip_dual_bound)
     if info.primal_solution_status != 2:  # 2 = feasible (kSolutionStatusFeasible)
         return _RawResult(None, status, False, bound, lp.num_row_)
     values = np.asarray(h.getSolution().col_value)
@@ -730,6 +1033,10 @@ def solve_problem(problem: RoundProblem, cfg: IlpConfig = IlpConfig()) -> Soluti
         objective = problem.objective([])
         info = SolverInfo("none", "Empty", objective, 0.0, objective, 0.0)
         return Solution((), info)
+    if problem.pricing is not None and _highs_available():
+        # spend at most a third of the time limit pricing; the MIP gets the rest
+        price_pair_columns(problem, cfg, deadline=started + cfg.time_limit_s / 3)
+        cfg = replace(cfg, time_limit_s=max(cfg.time_limit_s - (time.perf_counter() - started), 0.05))
     chain = [cfg.solver] if cfg.solver == "cbc" else [cfg.solver, "cbc"]
     if not _highs_available():
         chain = ["cbc"]

@@ -360,3 +360,46 @@ def test_restart_factor_matches_sia() -> None:
 def test_ilp_config_rejects_p_zero() -> None:
     with pytest.raises(ValueError):
         IlpConfig(p=0)
+
+
+def _lp_value(problem) -> float:
+    import highspy
+
+    from scheduler.ilp import highs_lp
+
+    lp, _, _ = highs_lp(problem)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.passModel(lp)
+    h.run()
+    return h.getInfo().objective_function_value
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_column_generation_reaches_the_all_pairs_lp(seed: int) -> None:
+    """Pricing by rank-aligned reduced costs is exact: at convergence the LP equals the all-pairs LP."""
+    from scheduler.ilp import price_pair_columns
+
+    rng = random.Random(50 + seed)
+    cluster = Cluster({"a": GpuType("a", 2, 4, 40), "b": GpuType("b", 3, 2, 16)})
+    apps = [f"app{n}" for n in range(4)]
+    table = {(app, c.gpu_type, c.num_gpus): rng.uniform(1, 10) * c.num_gpus ** rng.uniform(0.2, 0.9)
+             for app in apps for c in configurations(cluster)}
+    rows = []
+    for t in cluster.type_names:
+        for a, b in itertools.combinations_with_replacement(apps, 2):
+            ra = rng.uniform(0.4, 0.95)
+            rows.append((t, a, b, ra, ra if a == b else rng.uniform(0.4, 0.95)))  # self-pairs symmetric
+    coloc = ColocationTable.from_rows(rows)
+    jobs = [Job(f"j{n}", rng.choice(apps), adaptive=rng.random() < 0.5, age_s=rng.uniform(0, 900),
+                current_gpu_type="a" if n % 3 == 0 else None, current_num_gpus=1 if n % 3 == 0 else 0)
+            for n in range(30)]
+    model = TableGoodputModel(table)
+    cfg = IlpConfig(top_k=1, pricing_passes=200)
+    priced = build_problem(jobs, cluster, model, coloc, cfg)
+    before = _lp_value(priced)
+    price_pair_columns(priced, cfg)
+    everything = build_problem(jobs, cluster, model, coloc, IlpConfig(pair_candidates="all"))
+    assert priced.num_columns < everything.num_columns
+    assert _lp_value(priced) == pytest.approx(_lp_value(everything), rel=1e-7)
+    assert _lp_value(priced) <= before + 1e-9
