@@ -148,7 +148,8 @@ def test_one_hami_pod_manifest_per_job_pins_partners_to_one_gpu(tmp_path: Path) 
     assert all(p["apiVersion"] == "v1" and p["kind"] == "Pod" for p in pods.values())
     notes = {name: pod["metadata"]["annotations"] for name, pod in pods.items()}
     assert notes["a"]["nvidia.com/use-gpuuuid"] == notes["b"]["nvidia.com/use-gpuuuid"] == "GPU-UUID-h100-node0-gpu1"
-    assert notes["c"]["nvidia.com/use-gpuuuid"] == notes["d"]["nvidia.com/use-gpuuuid"] != notes["a"]["nvidia.com/use-gpuuuid"]
+    uuid = "nvidia.com/use-gpuuuid"
+    assert notes["c"][uuid] == notes["d"][uuid] != notes["a"][uuid]
     assert notes["c"]["nvidia.com/vgpu-mode"] == notes["d"]["nvidia.com/vgpu-mode"] == "mps"
     assert notes["a"]["nvidia.com/vgpu-mode"] == "hami-core"
     assert "nvidia.com/vgpu-mode" not in notes["big-job"]

@@ -105,7 +105,8 @@ def test_campaign_over_two_gpu_types_survives_a_killed_worker(cluster, tmp_path:
     pairs = runs[runs["kind"] == "pair"]
     assert pairs["delta"].notna().all() and (pairs["delta"] > 0).all()
     jobs = store.jobs()
-    assert len(jobs) == sum(len(planned[r].cell.jobs) for r in planned) and not jobs.duplicated(["run_id", "job_index"]).any()
+    assert len(jobs) == sum(len(run.cell.jobs) for run in planned.values())
+    assert not jobs.duplicated(["run_id", "job_index"]).any()
     # routed by GPU type: each run ran on a node carrying its accelerator_type resource
     session = store.read_meta()["sessions"][-1]
     assert session["backend"] == "ray" and session["runs_executed"] == 8 and session["complete"]

@@ -63,7 +63,8 @@ def launch(
     commands: Optional[Path] = typer.Option(None, "--commands", help="YAML: job or application -> shell command."),
     backend: str = typer.Option("local", "--backend", help="local (this node) or ray (needs the ray extra)."),
     emit: Optional[Tuple[str, Path]] = typer.Option(None, "--emit", metavar="slurm|k8s DIR",
-                                                    help="Write sbatch scripts or pod manifests to DIR instead.", show_default=False),
+                                                    help="Write sbatch scripts or pod manifests to DIR instead.",
+                                                    show_default=False),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address for --backend ray."),
     node: Optional[str] = typer.Option(None, "--node", help="local: run the groups of TYPE:N (e.g. h100:0), or all."),
     sharing: str = typer.Option("timeslice", "--sharing", help="How pairs share a GPU unless the allocation says: "
@@ -74,7 +75,8 @@ def launch(
     threads: int = typer.Option(1, "--threads", help="CPU threads per built-in job process."),
     image_size: Optional[int] = typer.Option(None, "--image-size", help="Input size of built-in jobs [32; "
                                                                          "imagenet: 224]."),
-    log_dir: Optional[Path] = typer.Option(None, "--log-dir", help="Logs and progress files (default: launch-logs/ALLOCATION-NAME)."),
+    log_dir: Optional[Path] = typer.Option(None, "--log-dir", help="Logs and progress files "
+                                                                   "(default: launch-logs/ALLOCATION-NAME)."),
     grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL at teardown."),
     num_cpus: float = typer.Option(1.0, "--num-cpus", help="ray: CPUs each group task reserves."),
     sbatch_option: list[str] = typer.Option([], "--sbatch-option", help="slurm: extra #SBATCH line, e.g. "
@@ -117,7 +119,8 @@ def launch(
         if emit_kind == "slurm":
             for option in sbatch_option:
                 if not option.startswith("--"):
-                    raise InputError(f"{option!r}", field="--sbatch-option", valid="an sbatch option such as --time=04:00:00")
+                    raise InputError(f"{option!r}", field="--sbatch-option",
+                                     valid="an sbatch option such as --time=04:00:00")
             written = emit_slurm(plan, emit_dir, run, SlurmOptions(extra=tuple(sbatch_option), typed_gres=typed_gres,
                                                                    grace_s=int(grace)))
             hint = f"submit with {Path(emit_dir) / 'submit_all.sh'}"

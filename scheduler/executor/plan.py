@@ -251,7 +251,8 @@ def _entry_fields(entry: Any, i: int, source: str) -> dict[str, Any]:
     if node is None and not nodes:
         return {"job": job, "placed": False}
     if nodes:
-        if not isinstance(nodes, list) or not all(_is_int(n) and n >= 0 for n in nodes) or len(set(nodes)) != len(nodes):
+        if (not isinstance(nodes, list) or not all(_is_int(n) and n >= 0 for n in nodes)
+                or len(set(nodes)) != len(nodes)):
             raise bad("nodes", f"{nodes!r} is not a list of node indices", "distinct integers >= 0")
         if node is not None and node != nodes[0]:
             raise bad("node", f"{node!r} is not the first of nodes {nodes}", "nodes[0]")

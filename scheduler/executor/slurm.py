@@ -86,6 +86,7 @@ def _multi_node_command(job: JobLaunch, group: GpuGroup, run: RunSettings, progr
 def render_script(group: GpuGroup, run: RunSettings, options: SlurmOptions, source: str = "") -> str:
     """The sbatch script of one GPU group."""
     gres = f"gpu:{group.gpu_type}:{group.gpus_per_node}" if options.typed_gres else f"gpu:{group.gpus_per_node}"
+    processes = group.gpus_per_node if group.multi_node else len(group.jobs)  # per node
     lines = [
         "#!/bin/bash",
         f"# colocate launch --emit slurm{f' ({source})' if source else ''}: GPU group {group.key}",
@@ -95,7 +96,7 @@ def render_script(group: GpuGroup, run: RunSettings, options: SlurmOptions, sour
         f"#SBATCH --nodes={len(group.nodes)}",
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --gres={gres}",
-        f"#SBATCH --cpus-per-task={options.cpus_per_job * (len(group.jobs) if not group.multi_node else group.gpus_per_node)}",
+        f"#SBATCH --cpus-per-task={options.cpus_per_job * processes}",
         f"#SBATCH --output={options.log_dir}/%x-%j.out",
         "#SBATCH --signal=B:TERM@60",
     ]

@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch.distributed as dist
 
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda" else None)
+        device_ids = [local_rank] if device.type == "cuda" else None
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
     local_batch = max(args.batch_size // world, 1)
     inputs, labels = synthetic_batch(local_batch, image_size=args.image_size, num_classes=num_classes,
                                      device=device, seed=args.seed + rank)
