@@ -85,6 +85,8 @@ def test_campaign_over_two_gpu_types_survives_a_killed_worker(cluster, tmp_path:
             for pid, title in _ray_task_pids(TASK_NAME_PREFIX).items():
                 if ":pair|" in title:
                     time.sleep(0.5)  # let it start its job processes
+                    if _ray_task_pids(TASK_NAME_PREFIX).get(pid) != title:
+                        break  # that run ended meanwhile: look again
                     os.kill(pid, signal.SIGKILL)
                     killed.update(pid=pid, run_id=title.strip())
                     return
