@@ -41,7 +41,8 @@ def cell_summary(runs: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
         rows.append({
             "cell_id": cell_id,
             "kind": first["kind"],
-            "gpu_type": first["gpu_type"],
+            # a typed cell ("h100:pair|...") was routed to that type; else the device's own type
+            "gpu_type": str(cell_id).split(":", 1)[0] if ":" in str(cell_id).split("|", 1)[0] else first["gpu_type"],
             "mode": _mode(first),
             "job_types": first["job_types"],
             "repeats": len(cell_runs),

@@ -49,11 +49,15 @@ def campaign_progress(description: str, *, enabled: bool = True) -> Iterator[Any
 
 def summary_table(summary: pd.DataFrame, title: str) -> Table:
     table = Table(title=title, show_lines=False)
+    several_types = "gpu_type" in summary and summary["gpu_type"].nunique() > 1
+    if several_types:
+        table.add_column("GPU type")
     for column in ("cell", "mode", "ok/runs", "δ (95% CI)", "Σ t/t′", "slowdowns t′/t", "solo t (s)", "note"):
         table.add_column(column, overflow="fold")
     for row in summary.itertuples():
         slow = "/".join(f"{s:.2f}" for s in row.slowdowns) if row.kind != "solo" and row.slowdowns else ""
         table.add_row(
+            *([str(row.gpu_type)] if several_types else []),
             row.job_types, row.mode, f"{row.ok}/{row.repeats}",
             format_ci(row.delta, row.delta_ci) if row.kind != "solo" else "",
             format_ci(row.throughput_sum, row.throughput_sum_ci) if row.kind != "solo" else "",
