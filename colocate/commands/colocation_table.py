@@ -1,0 +1,33 @@
+"""``colocate colocation-table (RESULTS_DIR...|--gavel FILE) --out FILE``: the scheduler's pair-ratio input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("colocation-table")(colocation_table)
+
+
+def colocation_table(
+    results_dirs: list[Path] = typer.Argument(None, metavar="RESULTS_DIR...", help="Results directories."),
+    gavel: list[Path] = typer.Option(None, "--gavel", help="Gavel throughput JSON (repeatable)."),
+    out: Path = typer.Option(..., "--out", "-o", help="CSV to write: gpu_type,type_a,type_b,ratio_a,ratio_b,..."),
+    sharing: str = typer.Option(None, "--sharing", help="Sharing mode to use when the inputs hold several."),
+    gpu_type: list[str] = typer.Option(None, "--gpu-type", help="Only these GPU types (repeatable)."),
+) -> None:
+    """Write measured pair ratios t/t' per GPU type (0 = infeasible) for `colocate schedule --colocation`."""
+    from colocate.commands._output import console
+    from colocate.gavel import load_inputs
+    from colocate.matrix import measured_colocation_table
+
+    results = load_inputs(results_dirs or [], gavel or [], gpu_types=gpu_type or None)
+    table = measured_colocation_table(results, sharing=sharing)
+    from colocate.colocation_table import write_colocation_table
+
+    write_colocation_table(table, out)
+    counts = table.groupby("gpu_type").size()
+    summary = ", ".join(f"{gpu}: {n} pairs" for gpu, n in counts.items())
+    console.print(f"wrote {out} ({summary}; {int((table['ratio_a'] == 0).sum())} infeasible)")

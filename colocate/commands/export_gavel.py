@@ -1,0 +1,32 @@
+"""``colocate export-gavel RESULTS_DIR``: our measurements in Gavel's throughput-file format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export-gavel")(export_gavel)
+
+
+def export_gavel(
+    results_dirs: list[Path] = typer.Argument(..., metavar="RESULTS_DIR...", help="One or more results directories."),
+    out: Path = typer.Option(None, "--out", "-o", help="JSON file [default: RESULTS_DIR/gavel_throughputs.json]."),
+    sharing: str = typer.Option(None, "--sharing", help="Sharing mode to export when the results hold several."),
+    scale_factor: int = typer.Option(1, "--scale-factor", min=1, help="Scale factor written into the job keys."),
+) -> None:
+    """Write solo and pair throughputs (steps/s) as Gavel's simulation_throughputs.json layout."""
+    from colocate.commands._output import console
+    from colocate.gavel import export_gavel as convert
+    from colocate.results import atomic_write_json, load_results
+
+    results = load_results(results_dirs)
+    data = convert(results, sharing=sharing, scale_factor=scale_factor)
+    target = out or results_dirs[0] / "gavel_throughputs.json"
+    atomic_write_json(data, target)
+    for gpu, table in data.items():
+        pairs = sum(len(entry) - 1 for entry in table.values())
+        console.print(f"{gpu}: {len(table)} job types, {pairs} ordered pair entries")
+    console.print(f"wrote {target}")

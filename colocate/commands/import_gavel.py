@@ -1,0 +1,43 @@
+"""``colocate import-gavel FILE.json --out DIR``: Gavel's published throughputs as a results directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("import-gavel")(import_gavel)
+
+
+def import_gavel(
+    file: Path = typer.Argument(..., metavar="FILE.json", help="Gavel throughput file (e.g. simulation_throughputs.json)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Results directory to write (runs/jobs Parquet + CSV, meta.json)."),
+    gpu_type: list[str] = typer.Option(None, "--gpu-type", help="Worker types to import (repeatable) [default: all]."),
+    scale_factor: int = typer.Option(1, "--scale-factor", min=1, help="Gavel scale factor (GPUs per job) to import."),
+    matrices: bool = typer.Option(True, "--matrices/--no-matrices", help="Also write compatibility matrices to OUT/matrices."),
+) -> None:
+    """Convert Gavel's solo and pair throughputs into our results schema ([0, 0] pairs become infeasible)."""
+    from rich.table import Table
+
+    from colocate.commands._output import console
+    from colocate.gavel import import_gavel as convert
+    from colocate.gavel import write_import
+
+    imported = convert(file, scale_factor=scale_factor, gpu_types=tuple(gpu_type) if gpu_type else None)
+    write_import(imported, out)
+    table = Table(title=f"Gavel {file.name} → {out}")
+    for column in ("GPU type", "job types", "pairs", "infeasible", "asymmetric (kept as 2 repeats)"):
+        table.add_column(column)
+    for gpu, counts in imported.meta["counts"].items():
+        table.add_row(gpu, str(counts["job_types"]), str(counts["pairs"]), str(counts["infeasible_pairs"]),
+                      str(counts["asymmetric_pairs"]))
+    console.print(table)
+    if matrices:
+        from colocate.matrix import write_matrices
+        from colocate.results import load_results
+
+        outputs = write_matrices(load_results(out), out / "matrices")
+        console.print(f"{len(outputs.matrices)} matrices (CSV + PNG) and graphs in {out / 'matrices'}/")
+    console.print(f"wrote {out}/runs.parquet, jobs.parquet (+ CSV) and meta.json")

@@ -1,0 +1,205 @@
+"""Figures: compatibility heatmaps and kernel-profile plots (matplotlib, Agg backend, one PNG each).
+
+Imported lazily by the commands so ``colocate --help`` never loads matplotlib.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never a display
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.colors import TwoSlopeNorm  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+
+from colocate.matrix import METRIC_LABELS, CompatibilityMatrix  # noqa: E402
+from colocate.results import job_type_sort_key, split_job_type, weighted_mean  # noqa: E402
+from profiler.schema import STATUS_INFEASIBLE, STATUS_OK  # noqa: E402
+
+OCCUPANCY_NOTE = ("torch-profiler occupancy is the CUDA occupancy-calculator estimate: the same alone or "
+                  "co-located; ncu's is achieved occupancy (sm__warps_active)")
+
+
+def plot_matrix(matrix: CompatibilityMatrix, path: str | Path) -> Path:
+    """Heatmap of the upper triangle, diverging colormap centred on 1.0, every measured cell annotated.
+
+    Annotation: the metric on the first line, then the slowdowns t′/t of the row job and the column job;
+    with GPM data a third line gives SM occupancy / DRAM bandwidth (%) while co-located. Infeasible cells
+    are hatched grey with "OOM", failed ones "failed"; unmeasured cells stay blank.
+    """
+    path = Path(path)
+    n = len(matrix.job_types)
+    values = matrix.values.to_numpy(dtype=float)
+    upper = np.triu(np.ones((n, n), dtype=bool))
+    shown = np.where(upper, values, np.nan)
+    finite = shown[np.isfinite(shown)]
+    span = max(float(np.max(np.abs(finite - 1.0))) if finite.size else 0.5, 0.05)
+    norm = TwoSlopeNorm(vcenter=1.0, vmin=1.0 - span, vmax=1.0 + span)
+    # Blue = good: δ and Σ t/t′ above 1 are good, slowdowns above 1 are bad.
+    cmap = plt.get_cmap("RdBu_r" if matrix.metric == "slowdown" else "RdBu").with_extremes(bad="white")
+    cell = 1.15 if n <= 8 else 0.75 if n <= 16 else 0.55
+    size = max(4.5, cell * n + 2.5)
+    font = 8 if n <= 8 else 6 if n <= 16 else 4
+    fig, ax = plt.subplots(figsize=(size + 1.2, size))
+    image = ax.imshow(np.ma.masked_invalid(shown), cmap=cmap, norm=norm)
+    has_gpm = bool(np.isfinite(matrix.occupancy.to_numpy(dtype=float)).any())
+    for i in range(n):
+        for j in range(i, n):
+            status = matrix.status.iat[i, j]
+            if not status:
+                continue
+            if status != STATUS_OK:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.85", hatch="///", edgecolor="0.6", lw=0))
+                ax.text(j, i, "OOM" if status == STATUS_INFEASIBLE else status, ha="center", va="center",
+                        fontsize=font, color="0.25")
+                continue
+            value = values[i, j]
+            lines = [f"{value:.2f}"]
+            slow_row, slow_col = matrix.slowdown.iat[i, j], matrix.slowdown.iat[j, i]
+            if i == j:
+                lines.append(f"{slow_row:.2f}×")
+            else:
+                lines.append(f"{slow_row:.2f}×/{slow_col:.2f}×")
+            if has_gpm:
+                occupancy, dram = matrix.occupancy.iat[i, j], matrix.dram.iat[i, j]
+                if not (math.isnan(occupancy) and math.isnan(dram)):
+                    lines.append(f"occ {occupancy:.0f}% dram {dram:.0f}%")
+            color = "white" if abs(value - 1.0) > 0.6 * span else "black"
+            ax.text(j, i, "\n".join(lines), ha="center", va="center", fontsize=font, color=color)
+    labels = list(matrix.job_types)
+    ax.set_xticks(range(n), labels, rotation=60, ha="right", fontsize=font + 1)
+    ax.set_yticks(range(n), labels, fontsize=font + 1)
+    ax.set_xlim(-0.5, n - 0.5)
+    ax.set_ylim(n - 0.5, -0.5)
+    scope = "all job types" if matrix.batch_size is None else f"batch size {matrix.batch_size}"
+    ax.set_title(f"{METRIC_LABELS[matrix.metric]} — {matrix.gpu_type}, {matrix.sharing}, {scope}\n"
+                 "cells: value; slowdown t′/t of row job / column job", fontsize=9)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=matrix.metric)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+# --------------------------------------------------------------------------------------------------------
+# Kernel profiles (thesis Figs. 4.6–4.9)
+
+KERNEL_METRICS = {
+    "occupancy_pct": "occupancy (%)",
+    "dram_throughput_pct": "DRAM throughput (% of peak)",
+    "sm_throughput_pct": "SM throughput (% of peak)",
+}
+
+
+def kernel_averages(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Duration-weighted averages per (GPU type, backend, model, batch size) — the numbers behind the bars."""
+    rows = []
+    keys = ["gpu_type", "backend", "model", "batch_size"]
+    for key, group in kernels.groupby(keys, dropna=False, sort=True):
+        row = dict(zip(keys, key))
+        row["kernels"] = len(group)
+        row["total_duration_us"] = float(group["duration_us"].sum())
+        for metric in KERNEL_METRICS:
+            row[metric] = weighted_mean(group[metric], group["duration_us"])
+        rows.append(row)
+    return pd.DataFrame(rows, columns=[*keys, "kernels", "total_duration_us", *KERNEL_METRICS])
+
+
+def plot_kernel_averages(kernels: pd.DataFrame, out_dir: str | Path) -> tuple[list[Path], list[str]]:
+    """Bars of duration-weighted occupancy, DRAM and SM throughput per model (x) and batch size (bars).
+
+    One PNG per metric and GPU type/backend; metrics with no values (DRAM with the torch profiler, anything
+    on CPU) are skipped and explained in the returned notes.
+    """
+    out = Path(out_dir)
+    written: list[Path] = []
+    notes: list[str] = []
+    averages = kernel_averages(kernels)
+    for (gpu_type, backend), group in averages.groupby(["gpu_type", "backend"], sort=True):
+        models = sorted(group["model"].unique(), key=str.lower)
+        batches = sorted(int(b) for b in group["batch_size"].dropna().unique())
+        for metric, label in KERNEL_METRICS.items():
+            if group[metric].notna().sum() == 0:
+                if gpu_type != "cpu":  # on CPU every GPU metric is empty by nature; the command says so once
+                    notes.append(f"{gpu_type}/{backend}: no {label} values"
+                                 + (" (needs --backend ncu)" if metric != "occupancy_pct" and backend != "ncu" else ""))
+                continue
+            fig, ax = plt.subplots(figsize=(max(5.0, 1.4 * len(models) + 2), 4))
+            width = 0.8 / max(len(batches), 1)
+            for k, batch in enumerate(batches):
+                heights = [group[(group["model"] == m) & (group["batch_size"] == batch)][metric].mean() for m in models]
+                positions = np.arange(len(models)) + (k - (len(batches) - 1) / 2) * width
+                ax.bar(positions, np.nan_to_num(heights), width, label=f"batch {batch}")
+            ax.set_xticks(range(len(models)), models)
+            ax.set_ylabel(f"duration-weighted {label}")
+            ax.set_ylim(0, 100)
+            ax.legend(fontsize=7, ncols=min(4, len(batches)))
+            title = f"Kernel {label}, {gpu_type} ({backend})"
+            if metric == "occupancy_pct" and backend != "ncu":
+                title += "\noccupancy-calculator estimate (identical alone or co-located)"
+            ax.set_title(title, fontsize=9)
+            fig.tight_layout()
+            path = out / f"kernels_avg_{metric}_{gpu_type}_{backend}.png"
+            fig.savefig(path, dpi=130)
+            plt.close(fig)
+            written.append(path)
+    return written, notes
+
+
+def plot_kernel_histograms(kernels: pd.DataFrame, out_dir: str | Path) -> tuple[list[Path], list[str]]:
+    """Per-kernel histograms with log-scale counts, one PNG per metric and GPU type/backend, a panel per job type.
+
+    Durations are always available (CPU operators too) and are binned on a log axis; percentages on 0–100.
+    """
+    out = Path(out_dir)
+    written: list[Path] = []
+    notes: list[str] = []
+    metrics = {"duration_us": "duration (µs)", **KERNEL_METRICS}
+    for (gpu_type, backend), group in kernels.groupby(["gpu_type", "backend"], sort=True):
+        job_types = sorted(group["job_type"].unique(), key=job_type_sort_key)
+        for metric, label in metrics.items():
+            if group[metric].notna().sum() == 0:
+                if gpu_type != "cpu":
+                    notes.append(f"{gpu_type}/{backend}: no per-kernel {label} values")
+                continue
+            columns = min(4, len(job_types))
+            rows = math.ceil(len(job_types) / columns)
+            fig, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 2.6 * rows), squeeze=False, sharex=True)
+            if metric == "duration_us":
+                positive = group[metric][group[metric] > 0]
+                low, high = (positive.min(), positive.max()) if not positive.empty else (1.0, 10.0)
+                bins = np.logspace(math.log10(max(low, 1e-3)), math.log10(max(high, low * 10)), 30)
+            else:
+                bins = np.linspace(0, 100, 21)
+            for index, job_type in enumerate(job_types):
+                ax = axes[index // columns][index % columns]
+                data = group[(group["job_type"] == job_type)][metric].dropna()
+                ax.hist(data, bins=bins, color="tab:blue")
+                ax.set_yscale("log")
+                if metric == "duration_us":
+                    ax.set_xscale("log")
+                ax.set_title(f"{job_type} ({len(data)} rows)", fontsize=8)
+                ax.tick_params(labelsize=7)
+            for index in range(len(job_types), rows * columns):
+                axes[index // columns][index % columns].axis("off")
+            fig.supxlabel(label, fontsize=9)
+            unit = "CPU operator (self time)" if gpu_type == "cpu" else "kernel"
+            fig.supylabel("count (log scale)", fontsize=9)
+            suffix = " — occupancy-calculator estimate" if metric == "occupancy_pct" and backend != "ncu" else ""
+            fig.suptitle(f"Per-{unit} {label}, {gpu_type} ({backend}){suffix}", fontsize=9)
+            fig.tight_layout()
+            path = out / f"kernels_hist_{metric}_{gpu_type}_{backend}.png"
+            fig.savefig(path, dpi=130)
+            plt.close(fig)
+            written.append(path)
+    return written, notes
+
+
+def model_of(job_type: str) -> str:
+    return split_job_type(job_type)[0]

@@ -1,0 +1,191 @@
+"""Gavel interop on Gavel's own published file: import into our schema, export back, errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analysis_fixtures import cpu_campaign  # noqa: F401  (session fixture)
+from colocate.errors import InputError
+from colocate.gavel import export_gavel, gavel_job_type, gavel_results, import_gavel, load_inputs, write_import
+from colocate.results import group_table, load_results, solo_table
+
+GAVEL_FILE = "gavel/simulation_throughputs.json"
+
+
+@pytest.fixture(scope="module")
+def gavel_path(shared_data: Path) -> Path:
+    return shared_data / GAVEL_FILE
+
+
+@pytest.fixture(scope="module")
+def gavel_raw(gavel_path: Path) -> dict:
+    return json.loads(gavel_path.read_text())
+
+
+def _sf1(raw: dict, gpu: str) -> dict[str, dict]:
+    """Gavel's entries with scale factor 1, keyed by job name, straight from the JSON (independent of our parser)."""
+    out = {}
+    for key, entry in raw[gpu].items():
+        name, factor = key[2:].rsplit("', ", 1)
+        if factor.rstrip(")") == "1":
+            out[name] = entry
+    return out
+
+
+def test_import_counts_and_values_match_the_file(gavel_path: Path, gavel_raw: dict) -> None:
+    results = gavel_results(gavel_path)
+    assert results.gpu_types == ("k80", "p100", "v100")  # *_unconsolidated skipped
+    pairs = group_table(results, 2)
+    solo = solo_table(results)
+    for gpu in results.gpu_types:
+        entries = _sf1(gavel_raw, gpu)
+        assert (solo["gpu_type"] == gpu).sum() == len(entries) == 26
+        gpu_pairs = pairs[pairs["gpu_type"] == gpu]
+        assert len(gpu_pairs) == 26 * 27 // 2  # unordered pairs incl. self-pairs
+        zero = {tuple(sorted((a, key[2:].rsplit("', ", 1)[0]))) for a, e in entries.items()
+                for key, value in e.items() if key != "null" and value == [0.0, 0.0]}
+        assert (gpu_pairs["status"] == "infeasible").sum() == len(zero)
+    # One pair by hand: t = 1/throughput, δ = (t_a + t_b) / max(t'_a, t'_b).
+    v100 = _sf1(gavel_raw, "v100")
+    a, b = "ResNet-18 (batch size 64)", "LM (batch size 20)"
+    x_a, x_b = v100[a][f"('{b}', 1)"]
+    t_a, t_b = 1 / v100[a]["null"], 1 / v100[b]["null"]
+    row = pairs[(pairs["gpu_type"] == "v100") & (pairs["job_types"] == "LM@20+ResNet-18@64")].iloc[0]
+    assert row["type_a"] == "LM@20"  # canonical order: model name, then batch size
+    assert row["delta"] == pytest.approx((t_a + t_b) / max(1 / x_a, 1 / x_b))
+    assert row["ratio_b"] == pytest.approx(x_a / v100[a]["null"])
+    assert row["ratio_a"] == pytest.approx(x_b / v100[b]["null"])
+    assert row["throughput_sum"] == pytest.approx(x_a / v100[a]["null"] + x_b / v100[b]["null"])
+
+
+def test_median_normalized_throughput_matches_gavel_source_notes(gavel_path: Path) -> None:
+    # SOURCE.md: v100 median Σ x/iso = 1.37, p100 1.13, k80 1.05 over feasible sf=1 pairs.
+    pairs = group_table(gavel_results(gavel_path), 2)
+    ok = pairs[pairs["status"] == "ok"]
+    medians = ok.groupby("gpu_type")["throughput_sum"].median()
+    assert medians["v100"] == pytest.approx(1.37, abs=0.005)
+    assert medians["p100"] == pytest.approx(1.13, abs=0.005)
+    assert medians["k80"] == pytest.approx(1.05, abs=0.005)
+
+
+def test_oracle_file_and_asymmetric_pairs(shared_data: Path, tmp_path: Path) -> None:
+    # The older oracle file keys jobs by name only (no scale factor) and is symmetric as published.
+    path = shared_data / "gavel" / "oracle_throughputs.json"
+    raw = json.loads(path.read_text())
+    imported = import_gavel(path, gpu_types=("p100",))
+    assert imported.meta["counts"]["p100"]["job_types"] == len(raw["p100"]) == 26
+    assert imported.meta["counts"]["p100"]["asymmetric_pairs"] == 0
+    # Where the two directions of a pair disagree, both are kept as repeats and the pair averages them.
+    a, b = "ResNet-50 (batch size 16)", "ResNet-50 (batch size 32)"
+    forward = raw["p100"][a][b]
+    raw["p100"][b][a] = [forward[1] * 0.5, forward[0] * 0.5]
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(raw))
+    changed = import_gavel(edited, gpu_types=("p100",))
+    assert changed.meta["counts"]["p100"]["asymmetric_pairs"] == 1
+    pair = group_table(gavel_results(edited, gpu_types=("p100",)), 2).set_index("job_types").loc["ResNet-50@16+ResNet-50@32"]
+    assert pair["repeats"] == 2
+    assert pair["ratio_a"] == pytest.approx(0.75 * forward[0] / raw["p100"][a]["null"])
+
+
+def test_written_import_reads_back_like_the_in_memory_one(gavel_path: Path, tmp_path: Path) -> None:
+    imported = import_gavel(gavel_path, gpu_types=("v100",))
+    files = write_import(imported, tmp_path / "gavel")
+    assert all(f.is_file() for f in files)
+    meta = json.loads((tmp_path / "gavel" / "meta.json").read_text())
+    assert meta["source"]["scale_factor"] == 1 and "timeslice" in " ".join(meta["notes"])
+    from_disk = group_table(load_results(tmp_path / "gavel"), 2).drop(columns=["results_dir"])
+    in_memory = group_table(gavel_results(gavel_path, gpu_types=("v100",)), 2).drop(columns=["results_dir"])
+    assert from_disk.equals(in_memory)
+
+
+def test_export_round_trips_gavel_values(gavel_path: Path, gavel_raw: dict) -> None:
+    exported = export_gavel(gavel_results(gavel_path, gpu_types=("p100",)))
+    assert set(exported) == {"p100"}
+    original = {k: v for k, v in gavel_raw["p100"].items() if k.endswith(", 1)")}
+    assert set(exported["p100"]) == set(original)
+    for key, entry in original.items():
+        assert exported["p100"][key]["null"] == pytest.approx(entry["null"])
+        for partner, value in entry.items():
+            if partner == "null" or not partner.endswith(", 1)"):
+                continue
+            assert exported["p100"][key][partner] == pytest.approx(value, rel=1e-9, abs=1e-12)
+
+
+def test_export_of_our_campaign_is_steps_per_second(cpu_campaign: Path, tmp_path: Path) -> None:  # noqa: F811
+    results = load_results(cpu_campaign)
+    exported = export_gavel(results)
+    solo = solo_table(results)
+    pairs = group_table(results, 2)
+    table = exported["cpu"]
+    for row in solo.itertuples():
+        key = str((f"{row.model} (batch size {int(row.batch_size)})", 1))
+        assert table[key]["null"] == pytest.approx(1.0 / row.solo_iter_time_s)
+    for row in pairs[pairs["status"] == "ok"].itertuples():
+        key_a = str((gavel_job_type_name(row.type_a), 1))
+        key_b = str((gavel_job_type_name(row.type_b), 1))
+        x_a, x_b = table[key_a][key_b]
+        assert x_a == pytest.approx(row.ratio_a * table[key_a]["null"])
+        assert table[key_b][key_a] == pytest.approx([x_b, x_a])
+    # and it imports back to the same ratios
+    path = tmp_path / "ours.json"
+    path.write_text(json.dumps(exported))
+    back = group_table(gavel_results(path), 2)
+    ok = pairs[pairs["status"] == "ok"].set_index("job_types")
+    for row in back[back["status"] == "ok"].itertuples():
+        assert row.ratio_a == pytest.approx(ok.loc[row.job_types, "ratio_a"])
+
+
+def gavel_job_type_name(job_type: str) -> str:
+    model, batch = job_type.split("@")
+    name = f"{model} (batch size {batch})"
+    assert gavel_job_type(name)[2] == job_type
+    return name
+
+
+@pytest.mark.parametrize(
+    ("content", "field"),
+    [
+        ("{not json", None),
+        ("[1, 2]", "<top level>"),
+        ('{"v100": {"(\'A (batch size 1)\', 1)": {"null": 1.0, "(\'A (batch size 1)\', 1)": [1.0]}}}', "v100."),
+        ('{"v100": {"(\'A (batch size 1)\', 1)": {"(\'A (batch size 1)\', 1)": [1.0, 1.0]}}}', "null"),
+        ('{"v100": {"(\'A (batch size 1)\', 1)": {"null": "fast"}}}', "null"),
+        ('{"v100": {"(A, 1)": {"null": 1.0}}}', "v100.(A, 1)"),
+    ],
+)
+def test_malformed_gavel_files_are_one_line_input_errors(tmp_path: Path, content: str, field: str | None) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(InputError) as caught:
+        import_gavel(path)
+    message = str(caught.value)
+    assert "\n" not in message and str(path) in message
+    if field:
+        assert field in message
+
+
+def test_unknown_gpu_type_lists_the_valid_ones(gavel_path: Path) -> None:
+    with pytest.raises(InputError, match="valid: .*p100.*v100"):
+        load_inputs([], [gavel_path], gpu_types=["h100"])
+
+
+def test_cli_import_and_error_exit(gavel_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "imported"
+    done = subprocess.run([sys.executable, "-m", "colocate.cli", "import-gavel", str(gavel_path), "--out", str(out),
+                           "--gpu-type", "v100", "--no-matrices"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (out / "runs.parquet").is_file() and (out / "jobs.csv").is_file()
+    bad = tmp_path / "broken.json"
+    bad.write_text('{"v100": ')
+    failed = subprocess.run([sys.executable, "-m", "colocate.cli", "import-gavel", str(bad), "--out", str(tmp_path / "x")],
+                            capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 2
+    lines = [line for line in failed.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "malformed JSON" in lines[0] and "Traceback" not in failed.stderr
