@@ -25,6 +25,12 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bench",
     "simulate",
     "compare",
+    "matrix",
+    "import_gavel",
+    "export_gavel",
+    "colocation_table",
+    "predict",
+    "kernels",
 )
 
 app = typer.Typer(
