@@ -486,6 +486,49 @@ class _PricingData:
     options: Sequence[_JobColumns]
     graph: object
     colocation: "ColocationTable"
+    plan: list[tuple] | None = None
+
+
+def _pricing_plan(problem: RoundProblem, options: Sequence[_JobColumns], configs: tuple[Configuration, ...],
+                  colocation: "ColocationTable", graph: "object", cfg: IlpConfig) -> list[tuple]:
+    """What pricing loops over, computed once per round: per (class pair, single-node configuration) the
+    ratios and the member jobs valid there (ids ascending) with their normalised goodputs."""
+    data = problem.pricing
+    if data is not None and data.plan is not None:
+        return data.plan
+    jobs = problem.jobs
+    class_of: dict[tuple[str, str], list[int]] = {}
+    for i, job in enumerate(jobs):
+        if options[i].single and not options[i].pinned:
+            class_of.setdefault(_class_key(job), []).append(i)
+    single_node = [ci for ci, c in enumerate(configs) if c.single_node]
+    members_at: dict[tuple[tuple[str, str], int], tuple["np.ndarray", "np.ndarray"]] = {}
+    for key, members in class_of.items():
+        for ci in single_node:
+            ids = [i for i in members if ci in options[i].single]
+            if ids:
+                members_at[(key, ci)] = (np.array(ids, dtype=int),
+                                         np.array([options[i].single[ci][0] for i in ids]))
+    plan: list[tuple] = []
+    for a_key, b_key in graph.edges:  # type: ignore[attr-defined]
+        if a_key not in class_of or b_key not in class_of:
+            continue
+        rep_a, rep_b = jobs[class_of[a_key][0]], jobs[class_of[b_key][0]]
+        ratios: dict[str, tuple[float, float] | None] = {}
+        for ci in single_node:
+            c = configs[ci]
+            if c.gpu_type not in ratios:
+                ratios[c.gpu_type] = colocation.lookup(c.gpu_type, rep_a, rep_b)
+            r = ratios[c.gpu_type]
+            if r is None or r[0] <= 0 or r[1] <= 0 or r[0] + r[1] < 1 + cfg.min_benefit:
+                continue
+            got_a, got_b = members_at.get((a_key, ci)), members_at.get((b_key, ci))
+            if got_a is None or got_b is None:
+                continue
+            plan.append((a_key, b_key, ci, r, got_a[0], got_a[1], got_b[0], got_b[1]))
+    if data is not None:
+        data.plan = plan
+    return plan
 
 
 def dual_ranked_partners(problem: RoundProblem, options: Sequence[_JobColumns], configs: tuple[Configuration, ...],
@@ -511,10 +554,6 @@ def dual_ranked_partners(problem: RoundProblem, options: Sequence[_JobColumns], 
     y, mu = prices
     jobs = problem.jobs
     p, lam = cfg.p, cfg.lambda_unallocated
-    class_of: dict[tuple[str, str], list[int]] = {}
-    for i, job in enumerate(jobs):
-        if options[i].single and not options[i].pinned:
-            class_of.setdefault(_class_key(job), []).append(i)
     mem = [j.memory_gb for j in jobs]
     cap_mem = {t.name: t.memory_gb for t in problem.cluster}
     best: dict[int, list[tuple[float, int]]] = {}
@@ -522,52 +561,38 @@ def dual_ranked_partners(problem: RoundProblem, options: Sequence[_JobColumns], 
     def weight(v: "np.ndarray") -> "np.ndarray":
         return v ** p - lam if p < 0 else -(v ** p)
 
-    for a_key, b_key in graph.edges:  # type: ignore[attr-defined]
-        members_a, members_b = class_of.get(a_key), class_of.get(b_key)
-        if not members_a or not members_b:
-            continue
-        rep_a, rep_b = jobs[members_a[0]], jobs[members_b[0]]
-        for ci, c in enumerate(configs):
-            if not c.single_node:
-                continue
-            r = colocation.lookup(c.gpu_type, rep_a, rep_b)
-            if r is None or r[0] <= 0 or r[1] <= 0 or r[0] + r[1] < 1 + cfg.min_benefit:
-                continue
-            ia = np.array([i for i in members_a if ci in options[i].single], dtype=int)
-            ib = np.array([k for k in members_b if ci in options[k].single], dtype=int)
-            if len(ia) == 0 or len(ib) == 0:
-                continue
-            ga = np.array([options[i].single[ci][0] for i in ia])
-            gb = np.array([options[k].single[ci][0] for k in ib])
-            score_a = weight(ga * r[0]) - y[ia]
-            score_b = weight(gb * r[1]) - y[ib]
-            const = -c.num_gpus * mu.get(c.gpu_type, 0.0)
-            ia, score_a = ia[np.argsort(score_a, kind="stable")], np.sort(score_a, kind="stable")
-            ib, score_b = ib[np.argsort(score_b, kind="stable")], np.sort(score_b, kind="stable")
-            if a_key == b_key:  # same class: pair neighbouring ranks (0,1), (1,2), (2,3), ...
-                # a table may give the two copies of one job type different ratios (the column's first
-                # member, the lower index, gets ratio_a): cost each pair with its real orientation
-                left, right = ia[:-1], ia[1:]
-                lo, hi = np.minimum(left, right), np.maximum(left, right)
-                g_lo = np.array([options[int(j)].single[ci][0] for j in lo])
-                g_hi = np.array([options[int(j)].single[ci][0] for j in hi])
-                cost = weight(g_lo * r[0]) - y[lo] + weight(g_hi * r[1]) - y[hi] + const
-                left, right = lo, hi
-            else:  # rank r of A with ranks r and r+1 of B (two partners each, still nearly disjoint)
-                m = min(len(ia), len(ib))
-                left = np.concatenate([ia[:m], ia[:m - 1] if m > 1 else ia[:0]])
-                right = np.concatenate([ib[:m], ib[1:m]])
-                cost = np.concatenate([score_a[:m] + score_b[:m], score_a[:m - 1] + score_b[1:m]]) + const
-            keep = cost < -1e-9
-            for i, k, value in zip(left[keep], right[keep], cost[keep]):
-                i, k = int(i), int(k)
-                if exclude is not None and (min(i, k), max(i, k)) in exclude:
-                    continue  # already a candidate: do not let it use up one of the job's top-k slots
-                if mem[i] is not None and mem[k] is not None:
-                    if mem[i] + mem[k] + 2 * cfg.context_memory_gb > cap_mem[c.gpu_type]:
-                        continue
-                best.setdefault(i, []).append((float(value), k))
-                best.setdefault(k, []).append((float(value), i))
+    for a_key, b_key, ci, r, ia, ga, ib, gb in _pricing_plan(problem, options, configs, colocation, graph, cfg):
+        c = configs[ci]
+        ia0, ga0 = ia, ga  # job ids ascending, as planned
+        score_a = weight(ga * r[0]) - y[ia]
+        score_b = weight(gb * r[1]) - y[ib]
+        const = -c.num_gpus * mu.get(c.gpu_type, 0.0)
+        ia, score_a = ia[np.argsort(score_a, kind="stable")], np.sort(score_a, kind="stable")
+        ib, score_b = ib[np.argsort(score_b, kind="stable")], np.sort(score_b, kind="stable")
+        if a_key == b_key:  # same class: pair neighbouring ranks (0,1), (1,2), (2,3), ...
+            # a table may give the two copies of one job type different ratios (the column's first
+            # member, the lower index, gets ratio_a): cost each pair with its real orientation
+            left, right = ia[:-1], ia[1:]
+            lo, hi = np.minimum(left, right), np.maximum(left, right)
+            g_lo = ga0[np.searchsorted(ia0, lo)]
+            g_hi = ga0[np.searchsorted(ia0, hi)]
+            cost = weight(g_lo * r[0]) - y[lo] + weight(g_hi * r[1]) - y[hi] + const
+            left, right = lo, hi
+        else:  # rank r of A with ranks r and r+1 of B (two partners each, still nearly disjoint)
+            m = min(len(ia), len(ib))
+            left = np.concatenate([ia[:m], ia[:m - 1] if m > 1 else ia[:0]])
+            right = np.concatenate([ib[:m], ib[1:m]])
+            cost = np.concatenate([score_a[:m] + score_b[:m], score_a[:m - 1] + score_b[1:m]]) + const
+        keep = cost < -1e-9
+        for i, k, value in zip(left[keep], right[keep], cost[keep]):
+            i, k = int(i), int(k)
+            if exclude is not None and (min(i, k), max(i, k)) in exclude:
+                continue  # already a candidate: do not let it use up one of the job's top-k slots
+            if mem[i] is not None and mem[k] is not None:
+                if mem[i] + mem[k] + 2 * cfg.context_memory_gb > cap_mem[c.gpu_type]:
+                    continue
+            best.setdefault(i, []).append((float(value), k))
+            best.setdefault(k, []).append((float(value), i))
     pairs: set[tuple[int, int]] = set()
     for i, found in best.items():
         chosen: list[int] = []
