@@ -325,8 +325,8 @@ def export_gavel(results: ResultsSet, *, sharing: str | None = None, scale_facto
                 x_a = x_b = 0.0
             else:
                 continue  # failed/skipped: not a measurement
-            table[key(a)][key(b)] = [x_a, x_b]
             table[key(b)][key(a)] = [x_b, x_a]
+            table[key(a)][key(b)] = [x_a, x_b]  # last: a self-pair keeps the (a, b) order
         out[str(gpu_type)] = table
     return out
 

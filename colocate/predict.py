@@ -144,10 +144,12 @@ def _design(
     return np.hstack(parts)
 
 
-def _ridge(design: np.ndarray, target: np.ndarray, lam: float) -> np.ndarray:
+def _ridge(design: np.ndarray, target: np.ndarray, lam: float, gram: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """Ridge weights; ``gram`` = precomputed (XᵀX, Xᵀy) for these rows (leave-one-out downdates it)."""
+    xtx, xty = gram if gram is not None else (design.T @ design, design.T @ target)
     penalty = lam * np.eye(design.shape[1])
     penalty[0, 0] = 0.0  # never shrink the intercept
-    return np.linalg.solve(design.T @ design + penalty, design.T @ target)
+    return np.linalg.solve(xtx + penalty, xty)
 
 
 def soft_impute(
@@ -209,14 +211,14 @@ def fit_ratio_model(
 
 def _fit_arrays(
     victims: np.ndarray, aggressors: np.ndarray, target: np.ndarray, matrix: np.ndarray, config: PredictorConfig,
-    design: np.ndarray | None = None,
+    design: np.ndarray | None = None, gram: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> _Fitted:
-    """The fit on plain arrays (``design`` = precomputed rows for these observations, to save rebuilding)."""
+    """The fit on plain arrays (``design``/``gram`` = precomputed rows and XᵀX, Xᵀy, to save recomputing)."""
     n = matrix.shape[0]
     options = {"interactions": config.use_interactions, "job_effects": config.use_job_effects}
     if design is None:
         design = _design(victims, aggressors, matrix, n, **options)
-    weights = _ridge(design, target, config.ridge_lambda)
+    weights = _ridge(design, target, config.ridge_lambda, gram)
     completion = np.zeros((n, n))
     if config.use_completion and len(target):
         residual = target - design @ weights
@@ -365,18 +367,27 @@ def leave_one_pair_out(
                      job_effects=config.use_job_effects)
     baseline_design = _design(victims, aggressors, baseline_matrix, n, interactions=False, job_effects=False)
     solo_times = dataset.solo["solo_iter_time_s"].reindex(features.index).to_numpy(dtype=float)
-    ratios = np.exp(target)
     deltas = pairs["delta"].to_numpy(dtype=float)
+    ratio_values = np.concatenate([pairs["ratio_a"].to_numpy(dtype=float), pairs["ratio_b"].to_numpy(dtype=float)])
+    types_a, types_b = list(pairs["type_a"]), list(pairs["type_b"])
+    # Gram matrices of all observations; each fold subtracts its two held-out rows (a rank-2 downdate).
+    gram = (design.T @ design, design.T @ target)
+    baseline_gram = (baseline_design.T @ baseline_design, baseline_design.T @ target)
     rows = []
     for held in range(n_pairs):
         keep = np.ones(2 * n_pairs, dtype=bool)
-        keep[[held, held + n_pairs]] = False
+        out = [held, held + n_pairs]
+        keep[out] = False
         v, a, y = victims[keep], aggressors[keep], target[keep]
+        fold_gram = (gram[0] - design[out].T @ design[out], gram[1] - design[out].T @ target[out])
+        fold_baseline = (baseline_gram[0] - baseline_design[out].T @ baseline_design[out],
+                         baseline_gram[1] - baseline_design[out].T @ target[out])
+        mean_log = float(np.log(ratio_values[keep].mean()))
         fitted = {
-            "predictor": _fit_arrays(v, a, y, matrix, config, design[keep]),
-            "mean": _Fitted(lambda vv, aa, m=float(np.log(np.mean(pairs_ratio_values(pairs, held)))): np.full(len(vv), m),
-                            MAX_RATIO, float(np.mean(np.delete(deltas, held)))),
-            "solo-utilization": _fit_arrays(v, a, y, baseline_matrix, SOLO_BASELINE, baseline_design[keep]),
+            "predictor": _fit_arrays(v, a, y, matrix, config, design[keep], fold_gram),
+            "mean": _Fitted(lambda vv, aa, m=mean_log: np.full(len(vv), m), MAX_RATIO,
+                            float(np.delete(deltas, held).mean())),
+            "solo-utilization": _fit_arrays(v, a, y, baseline_matrix, SOLO_BASELINE, baseline_design[keep], fold_baseline),
         }
         i, j = victims[held], aggressors[held]
         for method, model in fitted.items():
@@ -386,8 +397,8 @@ def leave_one_pair_out(
                 delta = model.mean_delta
             else:
                 delta = (solo_times[i] + solo_times[j]) / max(solo_times[i] / ratio_a, solo_times[j] / ratio_b)
-            rows.append({"method": method, "type_a": pairs["type_a"].iat[held], "type_b": pairs["type_b"].iat[held],
-                         "ratio_a": pairs["ratio_a"].iat[held], "ratio_b": pairs["ratio_b"].iat[held],
+            rows.append({"method": method, "type_a": types_a[held], "type_b": types_b[held],
+                         "ratio_a": ratio_values[held], "ratio_b": ratio_values[held + n_pairs],
                          "delta": deltas[held], "pred_ratio_a": float(ratio_a), "pred_ratio_b": float(ratio_b),
                          "pred_delta": float(delta)})
         if progress is not None:

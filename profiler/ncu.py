@@ -55,8 +55,8 @@ def find_ncu() -> str | None:
 
 
 def _number(text: str) -> float:
-    """A value from ncu's CSV: '1,234.5' and '1.234,5'-free US formatting; 'n/a' and '' become NaN."""
-    cleaned = text.strip().replace(",", "") if re.fullmatch(r"[-+]?[\d,]*\.?\d+(e[-+]?\d+)?", text.strip()) else text.strip()
+    """A value from ncu's CSV ('1,234.5' has thousands separators); 'n/a' and '' become NaN."""
+    cleaned = text.strip().replace(",", "")
     try:
         return float(cleaned)
     except ValueError:

@@ -26,6 +26,7 @@ def gavel_v100(shared_data: Path):
     return gavel_results(shared_data / "gavel" / "simulation_throughputs.json", gpu_types=("v100",))
 
 
+@pytest.mark.slow
 def test_campaign_matrix_values_are_the_measured_pairs(cpu_campaign: Path, tmp_path: Path) -> None:  # noqa: F811
     results = load_results(cpu_campaign)
     outputs = write_matrices(results, tmp_path / "m")
@@ -61,6 +62,7 @@ def test_triples_are_ranked_by_delta(cpu_campaign: Path, tmp_path: Path) -> None
     assert {"ratio_a", "ratio_b", "ratio_c"} <= set(triples.columns)
 
 
+@pytest.mark.slow
 def test_graphml_edges_carry_delta_and_ratios(gavel_v100, tmp_path: Path) -> None:
     outputs = write_matrices(gavel_v100, tmp_path / "g", plots=False, by_batch=False)
     graph = nx.read_graphml(tmp_path / "g" / "graph_v100_timeslice.graphml")
@@ -153,6 +155,7 @@ def test_same_gpu_type_at_two_image_sizes_is_refused(cpu_campaign: Path, tmp_pat
         load_results([cpu_campaign, other])
 
 
+@pytest.mark.slow
 def test_cli_matrix_and_unknown_metric(cpu_campaign: Path, tmp_path: Path) -> None:  # noqa: F811
     out = tmp_path / "cli"
     done = subprocess.run([sys.executable, "-m", "colocate.cli", "matrix", str(cpu_campaign), "--out", str(out),

@@ -1,0 +1,143 @@
+"""δ predictor: matrix completion, filling the colocation table, leave-one-pair-out against the baselines."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis_fixtures import cpu_campaign  # noqa: F401  (session fixture)
+from colocate.colocation_table import read_colocation_table, validate_colocation_table
+from colocate.errors import InputError
+from colocate.gavel import gavel_results
+from colocate.predict import (
+    PredictorConfig,
+    feature_matrix,
+    fit_ratio_model,
+    leave_one_pair_out,
+    make_datasets,
+    predict_dataset,
+    soft_impute,
+)
+from colocate.results import load_results
+
+
+@pytest.fixture(scope="module")
+def gavel_path(shared_data: Path) -> Path:
+    return shared_data / "gavel" / "simulation_throughputs.json"
+
+
+def test_soft_impute_recovers_a_low_rank_matrix() -> None:
+    rng = np.random.default_rng(0)
+    n = 20
+    truth = rng.normal(size=(n, 2)) @ rng.normal(size=(2, n))
+    mask = rng.random((n, n)) < 0.6
+    rows, cols = np.nonzero(mask)
+    estimate = soft_impute(rows, cols, truth[mask], n, lam=0.05, iters=2000, tol=1e-9)
+    hidden = ~mask
+    error = np.abs(estimate[hidden] - truth[hidden]).mean()
+    assert error < 0.1 * np.abs(truth[hidden]).mean()
+
+
+def test_fit_reproduces_training_pairs_better_than_their_spread(gavel_path: Path) -> None:
+    dataset = make_datasets(gavel_results(gavel_path, gpu_types=("v100",)))[0]
+    features, used = feature_matrix(dataset.solo)
+    assert used == ["solo_iter_time_s", "batch_size"]  # all Gavel's file has measured alone
+    model = fit_ratio_model(dataset.pairs, features)
+    index = {t: i for i, t in enumerate(features.index)}
+    a = np.array([index[t] for t in dataset.pairs["type_a"]])
+    b = np.array([index[t] for t in dataset.pairs["type_b"]])
+    fitted = np.exp(model.predict_log(a, b))
+    truth = dataset.pairs["ratio_a"].to_numpy()
+    assert np.abs(fitted - truth).mean() < 0.5 * np.abs(truth - truth.mean()).mean()
+
+
+def test_gavel_held_out_pairs_are_predicted_from_the_others(gavel_path: Path) -> None:
+    from dataclasses import replace
+
+    dataset = make_datasets(gavel_results(gavel_path, gpu_types=("v100",)))[0]
+    pairs = dataset.pairs
+    held = pairs.iloc[::10]
+    training = replace(dataset, pairs=pairs.drop(index=held.index).reset_index(drop=True))
+    table = predict_dataset(training).set_index(["type_a", "type_b"])
+    guesses = table.loc[list(zip(held["type_a"], held["type_b"]))]
+    assert set(guesses["source"]) == {"predicted"}
+    ours = np.abs(guesses["ratio_a"].to_numpy() - held["ratio_a"].to_numpy()).mean()
+    mean_guess = np.concatenate([training.pairs["ratio_a"], training.pairs["ratio_b"]]).mean()
+    baseline = np.abs(mean_guess - held["ratio_a"].to_numpy()).mean()
+    assert ours < 0.6 * baseline
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpu", ["v100", "p100"])
+def test_leave_one_pair_out_beats_both_baselines_on_gavel(gavel_path: Path, gpu: str) -> None:
+    dataset = make_datasets(gavel_results(gavel_path, gpu_types=(gpu,)))[0]
+    result = leave_one_pair_out(dataset)
+    assert result.pairs == len(dataset.pairs) > 300
+    summary = result.summary.set_index("method")
+    assert set(summary.index) == {"predictor", "mean", "solo-utilization"}
+    assert result.beats_baselines(), summary.to_string()
+
+
+def test_table_fills_every_pair_and_keeps_measurements(cpu_campaign: Path) -> None:  # noqa: F811
+    datasets = make_datasets(load_results(cpu_campaign))
+    assert [(d.gpu_type, d.sharing) for d in datasets] == [("cpu", "timeslice")]
+    dataset = datasets[0]
+    table = predict_dataset(dataset)
+    types = dataset.job_types
+    assert len(table) == len(types) * (len(types) + 1) // 2
+    measured = table[table["source"] == "measured"].set_index(["type_a", "type_b"])
+    for row in dataset.pairs.itertuples():
+        assert measured.loc[(row.type_a, row.type_b), "ratio_a"] == pytest.approx(row.ratio_a)
+    validate_colocation_table(table)  # the scheduler accepts it
+
+
+def test_cpu_leave_one_pair_out_runs_and_reports(cpu_campaign: Path) -> None:  # noqa: F811
+    dataset = make_datasets(load_results(cpu_campaign))[0]
+    result = leave_one_pair_out(dataset)
+    assert len(result.predictions) == 3 * len(dataset.pairs)
+    assert result.summary["mae_ratio"].notna().all()
+    assert ((result.predictions["pred_ratio_a"] > 0) & (result.predictions["pred_ratio_a"] <= 1.5)).all()
+
+
+def test_unmeasured_pairs_are_predicted_between_job_types_with_baselines(gavel_path: Path) -> None:
+    dataset = make_datasets(gavel_results(gavel_path, gpu_types=("k80",)))[0]
+    from dataclasses import replace
+
+    sparse = replace(dataset, pairs=dataset.pairs.iloc[::3].reset_index(drop=True))
+    table = predict_dataset(sparse, PredictorConfig())
+    counts = table["source"].value_counts()
+    assert counts["measured"] == len(sparse.pairs)
+    assert counts["predicted"] == 351 - len(sparse.pairs) - len(sparse.infeasible)
+    predicted = table[table["source"] == "predicted"]
+    assert predicted["ratio_a"].between(0.01, 1.5).all() and predicted["delta"].gt(0).all()
+
+
+def test_too_few_pairs_is_an_input_error(cpu_campaign: Path) -> None:  # noqa: F811
+    dataset = make_datasets(load_results(cpu_campaign))[0]
+    from dataclasses import replace
+
+    with pytest.raises(InputError, match="at least 2"):
+        predict_dataset(replace(dataset, pairs=dataset.pairs.iloc[:1]))
+    with pytest.raises(InputError, match="at least 3"):
+        leave_one_pair_out(replace(dataset, pairs=dataset.pairs.iloc[:2]))
+
+
+@pytest.mark.slow
+def test_cli_predict_and_evaluate(cpu_campaign: Path, tmp_path: Path) -> None:  # noqa: F811
+    table = tmp_path / "predicted.csv"
+    done = subprocess.run([sys.executable, "-m", "colocate.cli", "predict", str(cpu_campaign), "--out", str(table)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    frame = read_colocation_table(table)
+    assert set(frame["source"]) <= {"measured", "predicted", "measured-infeasible"}
+    report = tmp_path / "report"
+    done = subprocess.run([sys.executable, "-m", "colocate.cli", "predict", "--evaluate", str(cpu_campaign),
+                           "--report-dir", str(report)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    text = (report / "report.md").read_text()
+    assert "cpu/timeslice" in text and "| predictor |" in text and "| mean |" in text
+    assert (report / "loo_predictions.csv").is_file() and (report / "evaluation.json").is_file()
