@@ -29,6 +29,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -80,7 +81,8 @@ class PairDataset:
 
     @property
     def name(self) -> str:
-        return f"{self.source}:{self.gpu_type}/{self.sharing}"
+        sources = ", ".join(Path(part).name for part in self.source.split(";"))
+        return f"{self.gpu_type}/{self.sharing} ({sources})"
 
     @property
     def job_types(self) -> list[str]:
@@ -100,7 +102,8 @@ def make_datasets(results: ResultsSet, *, sharing: str | None = None, source: st
         gpu_solo = solo[solo["gpu_type"] == gpu_type].drop_duplicates("job_type").set_index("job_type")
         ok = group[group["status"] == STATUS_OK].reset_index(drop=True)
         infeasible = group[group["status"] == STATUS_INFEASIBLE].reset_index(drop=True)
-        datasets.append(PairDataset(str(gpu_type), str(mode), gpu_solo, ok, infeasible, source or results.label))
+        origin = source or ";".join(sorted({part for dirs in group["results_dir"] for part in str(dirs).split(";")}))
+        datasets.append(PairDataset(str(gpu_type), str(mode), gpu_solo, ok, infeasible, origin))
     return datasets
 
 
@@ -439,9 +442,14 @@ def evaluation_report(results: Sequence[EvaluationResult], *, title: str = "δ p
         "regression of log ratio on the two jobs' solo utilization features (all solo features when the data has",
         "no utilization, e.g. Gavel's file: solo throughput and batch size only).",
         "Ratio a/b follow the canonical job-type order of the pair. Infeasible (OOM) pairs are not regression",
-        "targets and are excluded.",
+        "targets and are excluded. δ > 1 accuracy: share of held-out pairs whose predicted δ is on the same side",
+        "of 1 as the measured δ.",
         "",
     ]
+    if results:
+        config = ", ".join(f"{k}={v}" for k, v in results[0].config.items())
+        lines += [f"Predictor settings: {config} (defaults; chosen once on Gavel's V100 data and used unchanged for",
+                  "every other dataset).", ""]
     verdicts = []
     for result in results:
         lines.append(f"## {result.dataset}")

@@ -17,6 +17,7 @@ BENCHMARK_MODULES: tuple[str, ...] = (
     "scheduler.benchmark",
     "colocate.commands.bench_profiler",
     "scheduler.bench_simulator",
+    "colocate.commands.bench_analysis",
 )
 
 bench_app = typer.Typer(

@@ -90,7 +90,7 @@ def predict(
         view.add_column(column)
     for e in evaluations:
         for row in e.summary.itertuples(index=False):
-            view.add_row(e.dataset.split(":")[-1] if ":" in e.dataset else e.dataset, str(e.pairs), row.method,
+            view.add_row(e.dataset, str(e.pairs), row.method,
                          f"{row.mae_delta:.4f}", f"{row.mae_ratio_a:.4f}", f"{row.mae_ratio_b:.4f}",
                          f"{row.accuracy_delta_gt_1:.3f}")
     console.print(view)

@@ -1,0 +1,84 @@
+"""``colocate bench matrices`` and ``colocate bench predictor``: analysis speed figures for results/BENCHMARKS.md.
+
+Both run on Gavel's published throughputs (real measurements: 3 GPU types × 26 job types, 1,131 runs at
+scale factor 1), read from ``$COLOCATE_SHARED_DATA/gavel`` or ``../shared/data/gavel`` unless ``--gavel``
+names a file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+DEFAULT_GAVEL = Path(os.environ.get("COLOCATE_SHARED_DATA", "../shared/data")) / "gavel" / "simulation_throughputs.json"
+
+
+def register_bench(bench_app: typer.Typer) -> None:
+    bench_app.command("matrices")(bench_matrices)
+    bench_app.command("predictor")(bench_predictor)
+
+
+def _best_of(repeats: int, action) -> tuple[float, object]:  # noqa: ANN001 - a zero-argument callable
+    import time
+
+    best, value = float("inf"), None
+    for _ in range(repeats):
+        started = time.perf_counter()
+        value = action()
+        best = min(best, time.perf_counter() - started)
+    return best, value
+
+
+def bench_matrices(
+    gavel: Path = typer.Option(DEFAULT_GAVEL, "--gavel", help="Gavel throughput JSON to build from."),
+    copies: int = typer.Option(1, "--copies", min=1, help="Repeat every run this many times (more runs)."),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="Timed repetitions; the best is reported."),
+) -> None:
+    """Time loading a results directory and building every matrix (CSV + GraphML; PNGs timed apart)."""
+    import tempfile
+
+    import pandas as pd
+
+    from colocate.commands._output import console
+    from colocate.gavel import import_gavel, write_import
+    from colocate.matrix import build_matrices, write_matrices
+    from colocate.results import group_table, load_results
+
+    imported = import_gavel(gavel)
+    runs, jobs = imported.runs, imported.jobs
+    if copies > 1:  # extra repeats of the same cells: more rows, same matrices
+        def repeat(frame: pd.DataFrame, k: int) -> pd.DataFrame:
+            return frame.assign(run_id=frame["run_id"] + f"-c{k}")
+
+        runs = pd.concat([repeat(runs, k) for k in range(copies)], ignore_index=True)
+        jobs = pd.concat([repeat(jobs, k) for k in range(copies)], ignore_index=True)
+    with tempfile.TemporaryDirectory(prefix="colocate-bench-") as tmp:
+        source = Path(tmp) / "results"
+        write_import(type(imported)(runs, jobs, imported.meta), source)
+        build_s, matrices = _best_of(repeats, lambda: build_matrices(group_table(load_results(source), 2)))
+        write_s, _ = _best_of(repeats, lambda: write_matrices(load_results(source), Path(tmp) / "m", plots=False))
+        png_s, outputs = _best_of(1, lambda: write_matrices(load_results(source), Path(tmp) / "p", by_batch=False))
+    console.print(f"{len(runs):,} runs ({gavel.name}, {copies} cop{'y' if copies == 1 else 'ies'}): "
+                  f"load + pairs + {len(matrices)} matrices in {build_s:.3f} s (target < 2 s); "
+                  f"with CSV/GraphML files {write_s:.3f} s; with {len(outputs.matrices)} PNG heatmaps {png_s:.2f} s")
+
+
+def bench_predictor(
+    gavel: Path = typer.Option(DEFAULT_GAVEL, "--gavel", help="Gavel throughput JSON to fit on."),
+    gpu_type: str = typer.Option("v100", "--gpu-type", help="Worker type to fit."),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="Timed repetitions; the best is reported."),
+) -> None:
+    """Time one predictor fit (features, ridge, matrix completion) and a full table fill and LOO evaluation."""
+    from colocate.commands._output import console
+    from colocate.gavel import gavel_results
+    from colocate.predict import feature_matrix, fit_ratio_model, leave_one_pair_out, make_datasets, predict_dataset
+
+    dataset = make_datasets(gavel_results(gavel, gpu_types=(gpu_type,)))[0]
+    fit_s, _ = _best_of(repeats, lambda: fit_ratio_model(dataset.pairs, feature_matrix(dataset.solo)[0]))
+    fill_s, table = _best_of(repeats, lambda: predict_dataset(dataset))
+    loo_s, result = _best_of(1, lambda: leave_one_pair_out(dataset))
+    console.print(f"{dataset.name}: {len(dataset.pairs)} pairs, {len(dataset.job_types)} job types: "
+                  f"fit {fit_s:.3f} s (target < 10 s); fit + fill {len(table)} pairs {fill_s:.3f} s; "
+                  f"leave-one-pair-out ({len(dataset.pairs)} × 3 fits) {loo_s:.1f} s")
