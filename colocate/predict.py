@@ -294,8 +294,10 @@ def predict_dataset(dataset: PairDataset, config: PredictorConfig = PredictorCon
     predicted = _predict_pairs(fitted, [a for a, _ in todo], [b for _, b in todo], dataset.solo, index) if todo else None
     rows = []
     for (a, b), row in measured.items():
-        rows.append({"type_a": a, "type_b": b, "ratio_a": row.ratio_a, "ratio_b": row.ratio_b, "delta": row.delta,
-                     "source": "measured", "repeats": row.repeats})
+        # A measured ratio above the table's bound is noise (a slow solo baseline); cap it like colocation-table.
+        rows.append({"type_a": a, "type_b": b, "ratio_a": min(row.ratio_a, MAX_RATIO),
+                     "ratio_b": min(row.ratio_b, MAX_RATIO), "delta": row.delta, "source": "measured",
+                     "repeats": row.repeats})
     for a, b in infeasible:
         rows.append({"type_a": a, "type_b": b, "ratio_a": 0.0, "ratio_b": 0.0, "delta": 0.0,
                      "source": "measured-infeasible", "repeats": 0})
