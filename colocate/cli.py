@@ -12,6 +12,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from colocate.errors import InputError
 
@@ -50,7 +51,7 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except InputError as err:
-        Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except typer.Abort:
         Console(stderr=True).print("[yellow]aborted[/]")
