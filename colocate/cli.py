@@ -47,29 +47,12 @@ for _module_name in COMMAND_MODULES:
 
 
 def main() -> None:
-    """Console-script entry point: run the app, turning input errors into one line on stderr."""
+    """Console-script entry point: click handles usage errors; input errors become one line, exit 2."""
     try:
-        app(standalone_mode=False)
+        app()  # standalone: usage errors print click's message and exit 2
     except InputError as err:
         Console(stderr=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
         sys.exit(2)
-    except typer.Abort:
-        Console(stderr=True).print("[yellow]aborted[/]")
-        sys.exit(130)
-    except KeyboardInterrupt:
-        Console(stderr=True).print("[yellow]interrupted[/]")
-        sys.exit(130)
-    except (typer.BadParameter, typer.Exit) as exc:  # pragma: no cover - click handles these normally
-        raise exc
-    except Exception as exc:  # click usage errors arrive as ClickException in non-standalone mode
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
-        raise
 
 
 if __name__ == "__main__":
