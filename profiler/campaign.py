@@ -118,6 +118,44 @@ def check_resumable(store: ResultsStore, spec: CampaignSpec, out: Path) -> None:
                 source=out, field=key, valid="the same value, or a new --out directory")
 
 
+def _profile_kernels_once(spec: CampaignSpec, store: ResultsStore, job: JobType, todo: list[Run]) -> str | None:
+    """After a job type's last solo run, record its kernel profile (``kernels: true``) — once per job type.
+
+    The profile runs in a worker process: the coordinator must never hold a CUDA context. Returns why it
+    failed (kept in meta.json; a failed profile never stops the campaign), or None.
+    """
+    finished = store.finished_run_ids()
+    remaining = [r for r in todo if r.cell.sharing == SHARING_SOLO and r.cell.jobs[0] == job
+                 and r.run_id not in finished]
+    if remaining or job.label in store.kernel_job_types():
+        return None
+    from concurrent.futures import ProcessPoolExecutor
+
+    from profiler.runner import _worker_context
+
+    target = resolve_device(spec.device)
+    with ProcessPoolExecutor(max_workers=1, mp_context=_worker_context()) as pool:
+        future = pool.submit(_kernels_in_worker, job.model, job.batch_size, spec, target.worker_device,
+                             target.worker_env())
+        try:
+            frame = future.result(timeout=spec.run_timeout_s)
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+    store.append_kernels(frame)
+    return None
+
+
+def _kernels_in_worker(model: str, batch_size: int, spec: CampaignSpec, device: str,
+                       env: dict[str, str]) -> pd.DataFrame:
+    import os
+
+    os.environ.update(env)
+    from profiler.kernels import profile_kernels
+
+    return profile_kernels(model, batch_size, spec.image_size, device, warmup_iters=spec.warmup_iters,
+                           num_classes=spec.num_classes, seed=spec.seed, threads=spec.threads_per_job)
+
+
 @contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM unwinds like Ctrl-C so every run's teardown (and the MPS daemon's quit) still happens."""
@@ -187,6 +225,10 @@ def run_campaign(
                 store.append_run(record.run, record.jobs)
                 if run.cell.sharing == SHARING_SOLO:
                     baselines = baselines_from(store, typed)
+                    if spec.kernels:
+                        problem = _profile_kernels_once(spec, store, run.cell.jobs[0], todo)
+                        if problem:
+                            meta.setdefault("kernel_errors", {})[run.cell.jobs[0].label] = problem
                 window = record.run.get("window_s")
                 if window is not None and not math.isnan(window):
                     window_total += float(window)

@@ -93,13 +93,23 @@ class ResultsStore:
         runs = pd.concat([runs[runs["run_id"] != run_id], new_run], ignore_index=True) if len(runs) else new_run
         self._write_table(RUNS_FILE, runs)
 
-    def append_kernels(self, rows: pd.DataFrame, *, replace_job_type: str | None = None) -> None:
+    def append_kernels(self, rows: pd.DataFrame) -> None:
+        """Add kernel rows, replacing earlier rows of the same (job type, image size, GPU type, backend)."""
+        if rows.empty:
+            return
+        keys = ["job_type", "image_size", "gpu_type", "backend"]
+        new = _frame(rows.to_dict("records"), KERNEL_COLUMNS)
         kernels = self.kernels()
-        if replace_job_type is not None and len(kernels):
-            kernels = kernels[kernels["job_type"] != replace_job_type]
-        rows = _frame(rows.to_dict("records"), KERNEL_COLUMNS) if len(rows) else _frame([], KERNEL_COLUMNS)
-        merged = pd.concat([kernels, rows], ignore_index=True) if len(kernels) else rows
+        if len(kernels):
+            old_keys = kernels[keys].astype(str).agg("|".join, axis=1)
+            new_keys = set(new[keys].astype(str).agg("|".join, axis=1))
+            kernels = kernels[~old_keys.isin(new_keys)]
+        merged = pd.concat([kernels, new], ignore_index=True) if len(kernels) else new
         self._write_table(KERNELS_FILE, merged)
+
+    def kernel_job_types(self) -> set[str]:
+        kernels = self.kernels()
+        return set(kernels["job_type"].astype(str)) if len(kernels) else set()
 
     def _write_table(self, name: str, frame: pd.DataFrame) -> None:
         _atomic_write(self.root / name, lambda temp: frame.to_parquet(temp, index=False))

@@ -174,3 +174,15 @@ def test_mps_cells_are_skipped_with_a_reason_on_cpu(tmp_path: Path) -> None:
     # skipped runs are retried on resume (e.g. on a machine with MPS), not duplicated
     again = run_campaign(spec, tmp_path).runs()
     assert again["run_id"].is_unique and len(again) == len(runs)
+
+
+def test_kernels_flag_records_a_profile_per_solo_job_type(tmp_path: Path) -> None:
+    spec = spec_from_dict({**TINY, "name": "kern", "repeats": 1, "models": ["tiny_cnn"], "group_sizes": [1],
+                           "batch_sizes": [2, 4], "kernels": True})
+    store = run_campaign(spec, tmp_path)
+    kernels = store.kernels()
+    assert set(kernels["job_type"]) == {"tiny_cnn@2", "tiny_cnn@4"}
+    assert (kernels["duration_us"] > 0).all() and set(kernels["backend"]) == {"torch-profiler"}
+    assert "kernel_errors" not in store.read_meta()
+    again = run_campaign(spec, tmp_path).kernels()  # resume: nothing profiled twice
+    assert len(again) == len(kernels)
