@@ -51,6 +51,7 @@ def _example(name: str) -> Path:
 def demo(
     out: Path = typer.Option(Path("results/demo"), "--out", "-o", help="Results directory."),
     device: str = typer.Option(None, "--device", help="cpu or cuda[:N] [default: cuda if available]."),
+    spec_path: Path = typer.Option(None, "--spec", help="Use this campaign instead of the embedded one."),
     skip_simulation: bool = typer.Option(False, "--skip-simulation", help="Stop after the matrices."),
 ) -> None:
     """Run the embedded default: campaign → compatibility matrix → simulated colocate vs sia comparison."""
@@ -62,7 +63,12 @@ def demo(
     from colocate.summary import cell_summary
     from profiler.campaign import run_campaign
 
-    spec = demo_spec(device)
+    if spec_path is not None:
+        from profiler.spec import load_spec
+
+        spec = load_spec(spec_path)
+    else:
+        spec = demo_spec(device)
     console.print(f"[bold]1/3 profiling[/] {', '.join(spec.models)} at batch {list(spec.batch_sizes)} on "
                   f"{spec.device} ({', '.join(spec.sharing)}), {spec.repeats} repeats → {out}")
     with campaign_progress("demo campaign") as on_progress:
