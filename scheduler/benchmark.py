@@ -266,9 +266,9 @@ def run_case(num_gpus: int, num_jobs: int, model: ProfileGoodputModel, coloc: Co
         else:
             row["all_status"] = f"not attempted ({count:,} candidate pairs)"
         # exact reference: the all-pairs optimum if provable in time, else the LP bound (a lower bound)
-        exact_cfg = replace(all_cfg, mip_gap=0.0, time_limit_s=exact_time_limit)
         row["exact_kind"] = "lp-bound"
         if count <= all_pairs_max_pairs and exact_time_limit > 0:
+            exact_cfg = replace(all_cfg, mip_gap=0.0, time_limit_s=exact_time_limit)
             ex = _timed_round(jobs, cluster, model, coloc, exact_cfg)
             if ex["status"] == "Optimal" and ex["fallback"] is None:
                 row["exact_objective"], row["exact_kind"] = ex["objective"], "ilp-optimum"
