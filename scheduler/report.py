@@ -51,6 +51,13 @@ def migrations_of(allocations: Any) -> tuple[int, int]:
     return int(moved.sum()), int((moved & a["partner"].notna()).sum())
 
 
+def natural_sorted(names: Any) -> list[str]:
+    """``workload-2`` before ``workload-10``."""
+    import re
+
+    return sorted(set(names), key=lambda n: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(n))])
+
+
 def _order(policies: Sequence[str]) -> list[str]:
     rank = {p: i for i, p in enumerate(POLICY_ORDER)}
     return sorted(set(policies), key=lambda p: (rank.get(p, len(rank)), p))
@@ -95,7 +102,7 @@ def aggregate_table(frame: Any) -> list[str]:
 def per_workload_table(frame: Any, metric: str = "avg_jct_s", scale: float = 3600.0) -> list[str]:
     policies = _order(frame["policy"])
     lines = ["| workload | " + " | ".join(f"`{p}`" for p in policies) + " |", "|---|" + "---|" * len(policies)]
-    for workload in sorted(frame["workload"].unique()):
+    for workload in natural_sorted(frame["workload"].unique()):
         sub = frame[frame["workload"] == workload].set_index("policy")
         cells = [f"{sub.loc[p, metric] / scale:.2f}" if p in sub.index else "–" for p in policies]
         lines.append(f"| {workload} | " + " | ".join(cells) + " |")
@@ -217,7 +224,7 @@ def plot_utilization(runs: Sequence[RunRecord], path: Path, bin_s: float = 1800.
 def plot_packed_fraction(frame: Any, path: Path) -> Path:
     plt = _plt()
     policies = _order(frame["policy"])
-    workloads = sorted(frame["workload"].unique())
+    workloads = natural_sorted(frame["workload"].unique())
     fig, ax = plt.subplots(figsize=(7, 4.2))
     width = 0.8 / max(len(workloads), 1)
     for i, w in enumerate(workloads):
@@ -304,6 +311,10 @@ def colocation_provenance(table_path: str | Path | None) -> str:
         return "No co-location table: packing policies could not pair jobs."
     frame = pd.read_csv(table_path)
     n = len(frame)
+    try:  # show the table as the user would type it
+        table_path = Path(table_path).resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        pass
     if "transferred" in frame.columns:
         transferred = int(frame["transferred"].astype(str).str.lower().isin(["true", "1"]).sum())
     else:

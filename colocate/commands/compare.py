@@ -69,6 +69,7 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
     out = Path(task["out"])
     result = simulate(task["cluster"], task["workload"], task["policy"], colocation=task["colocation"],
                       round_s=task["round_s"], seed=task["seed"], profiles=task["profiles"])
+    result.meta["code"] = _code_version()
     result.write(out)
     return {"workload": task["label"], "policy": task["policy"], **result.to_json()}
 
@@ -121,7 +122,8 @@ def compare_command(
             tasks.append({"cluster": str(cluster), "workload": str(f), "policy": p, "label": label,
                           "colocation": str(colocation) if colocation else None, "round_s": round_s, "seed": seed,
                           "profiles": str(profiles) if profiles else None, "out": str(run_dir)})
-    todo = [t for t in tasks if force or not (Path(t["out"]) / "summary.json").is_file()]
+    logs = ("summary.json", "jobs.parquet", "rounds.parquet", "allocations.parquet")
+    todo = [t for t in tasks if force or not all((Path(t["out"]) / f).is_file() for f in logs)]
     n_workers = workers if workers > 0 else min(os.cpu_count() or 1, max(len(todo), 1))
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=error_console)
@@ -161,7 +163,8 @@ def compare_command(
         "command": f"`colocate compare --cluster {cluster} --workloads '{workloads}' --policies {','.join(names)} "
                    f"--out {out}`" + (f" --colocation {colocation}" if colocation else ""),
         "machine": "2-core CPU dev container",
-        "code": _code_version(),
+        "code": f"report written at {_code_version()}; each run records the code it ran in "
+                f"`runs/<workload>/<policy>/summary.json` (meta.code)",
     }
     report = write_report(records, out, title=title or f"Policy comparison: {out.name}", setup=setup,
                           colocation_note=colocation_provenance(table_used) if packing else "",
