@@ -110,7 +110,7 @@ class IlpConfig:
     top_k: int = 3
     min_benefit: float = 0.05
     pair_candidates: Literal["top-k", "all"] = "top-k"
-    pricing_passes: int = 3
+    pricing_passes: int = 2
     seed_partners: bool = True
     time_limit_s: float = 10.0
     mip_gap: float = 5e-3
@@ -699,17 +699,26 @@ def greedy_selection(problem: RoundProblem, lp_values: "np.ndarray | None" = Non
     rounding, which on these nearly integral LPs lands close to the optimum — and the rest greedily.
     Used as the solver's starting incumbent and when the solver fails; never empty-handed.
     """
-    def lp_value(j: int) -> float:
-        return float(lp_values[j]) if lp_values is not None and j < len(lp_values) else 0.0
-
-    order = sorted(range(problem.num_columns),
-                   key=lambda j: (not any(problem.pinned[i] for i in problem.members[j]), -round(lp_value(j), 6),
-                                  problem.weight[j] / problem.gpus[j], problem.weight[j]))
+    n = problem.num_columns
+    if n == 0:
+        return []
+    pinned_job = np.asarray(problem.pinned, dtype=bool)
+    first = np.fromiter((m[0] for m in problem.members), dtype=int, count=n)
+    second = np.fromiter((m[1] if len(m) > 1 else m[0] for m in problem.members), dtype=int, count=n)
+    has_pin = pinned_job[first] | pinned_job[second]
+    lp = np.zeros(n)
+    if lp_values is not None:
+        m = min(n, len(lp_values))
+        lp[:m] = np.round(np.asarray(lp_values[:m], dtype=float), 6)
+    weight = np.asarray(problem.weight, dtype=float)
+    per_gpu = weight / np.asarray(problem.gpus, dtype=float)
+    # np.lexsort sorts by the last key first: pinned, then LP value (descending), weight per GPU, weight
+    order = np.lexsort((weight, per_gpu, -lp, ~has_pin)).tolist()
     free = {t.name: t.total_gpus for t in problem.cluster}
     taken: set[int] = set()
     chosen: list[int] = []
     for j in order:
-        if problem.weight[j] >= 0 and not any(problem.pinned[i] for i in problem.members[j]):
+        if problem.weight[j] >= 0 and not has_pin[j]:
             continue  # worse than leaving the jobs unallocated
         mem = problem.members[j]
         if any(i in taken for i in mem):
@@ -907,21 +916,28 @@ def _solve_highspy(problem: RoundProblem, cfg: IlpConfig) -> _RawResult:
     started = time.perf_counter()
     if n <= SMALL_ROUND_COLUMNS:  # small rounds are cheap to solve (nearly) exactly: do that
         cfg = replace(cfg, mip_gap=min(cfg.mip_gap, 1e-4))
-    lp, _, _ = highs_lp(problem)
     maximise = problem.p > 0
+    offset = 0.0 if maximise else problem.lam * len(problem.jobs)
 
     def to_weight(natural: float) -> float:  # HiGHS's objective (natural form) -> minimisation form
-        return -natural if maximise else natural - lp.offset_
+        return -natural if maximise else natural - offset
 
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    if cfg.threads is not None:
-        h.setOptionValue("threads", int(cfg.threads))
-    h.passModel(lp)
+    def model() -> tuple["highspy.Highs", int]:
+        lp, _, _ = highs_lp(problem)
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        if cfg.threads is not None:
+            h.setOptionValue("threads", int(cfg.threads))
+        h.passModel(lp)
+        return h, lp.num_row_
+
     # 1. the LP relaxation (reused from column generation when it covers every column)
+    h = None
+    num_rows = len({i for m in problem.members for i in m}) + len({problem.configs[c].gpu_type for c in problem.conf})
     if problem.lp_values is not None and len(problem.lp_values) == n and problem.lp_weight is not None:
         lp_values, lp_weight = problem.lp_values, problem.lp_weight
     else:
+        h, num_rows = model()
         h.setOptionValue("time_limit", float(cfg.time_limit_s))
         h.run()
         if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
@@ -935,7 +951,9 @@ def _solve_highspy(problem: RoundProblem, cfg: IlpConfig) -> _RawResult:
         rounded = sum(problem.weight[j] for j in start)
         natural = problem.objective_from_weights(rounded)
         if abs(rounded - lp_weight) <= cfg.mip_gap * max(abs(natural), 1e-9):
-            return _RawResult(start, "Optimal (LP rounding within gap)", True, lp_weight, lp.num_row_)
+            return _RawResult(start, "Optimal (LP rounding within gap)", True, lp_weight, num_rows)
+    if h is None:
+        h, num_rows = model()
     h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), [highspy.HighsVarType.kInteger] * n)
     # 3. LP-and-fix: keep the columns the LP already sets to 1, solve the small rest exactly; accept it
     #    when it is within the gap of the LP bound (a bound for the whole problem)
@@ -963,7 +981,7 @@ def _solve_highspy(problem: RoundProblem, cfg: IlpConfig) -> _RawResult:
                 start = fixed_sel
             natural = problem.objective_from_weights(fixed_weight)
             if abs(fixed_weight - lp_weight) <= cfg.mip_gap * max(abs(natural), 1e-9):
-                return _RawResult(fixed_sel, "Optimal (LP-and-fix within gap)", True, lp_weight, lp.num_row_)
+                return _RawResult(fixed_sel, "Optimal (LP-and-fix within gap)", True, lp_weight, num_rows)
         h.changeColsBounds(n, np.arange(n, dtype=np.int32), np.zeros(n), np.ones(n))
     # 4. otherwise branch and bound on everything, starting from the best solution so far
     h.setOptionValue("time_limit", max(float(cfg.time_limit_s) - (time.perf_counter() - started), 0.01))
@@ -988,10 +1006,10 @@ def _solve_highspy(problem: RoundProblem, cfg: IlpConfig) -> _RawResult:
     if math.isfinite(info.mip_dual_bound):
         bound = to_weight(info.mip_dual_bound)
     if info.primal_solution_status != 2:  # 2 = feasible (kSolutionStatusFeasible)
-        return _RawResult(None, status, False, bound, lp.num_row_)
+        return _RawResult(None, status, False, bound, num_rows)
     values = np.asarray(h.getSolution().col_value)
     selected = [int(j) for j in np.nonzero(values > 0.5)[0]]
-    return _RawResult(selected, status, model_status == highspy.HighsModelStatus.kOptimal, bound, lp.num_row_)
+    return _RawResult(selected, status, model_status == highspy.HighsModelStatus.kOptimal, bound, num_rows)
 
 
 def _solve_pulp(problem: RoundProblem, cfg: IlpConfig, backend: str) -> _RawResult:
