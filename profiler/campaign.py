@@ -10,12 +10,10 @@ from __future__ import annotations
 import getpass
 import math
 import platform
-import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
@@ -24,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from profiler.signals import sigterm_as_interrupt
 from profiler.cells import JobType, Run, plan_runs, runs_for_gpu_type
 from profiler.devices import DeviceTarget, resolve_device
 from profiler.errors import InputError
@@ -156,23 +155,6 @@ def _kernels_in_worker(model: str, batch_size: int, spec: CampaignSpec, device: 
                            num_classes=spec.num_classes, seed=spec.seed, threads=spec.threads_per_job)
 
 
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C so every run's teardown (and the MPS daemon's quit) still happens."""
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def run_campaign(
     spec: CampaignSpec,
     out: str | Path,
@@ -218,7 +200,7 @@ def run_campaign(
     wall_start = time.perf_counter()
     window_total = 0.0
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             for run in todo:
                 pids_hook = (lambda pids, run=run: on_run_start(run, pids)) if on_run_start else None
                 record = execute_run(run, spec, target, baselines, on_pids=pids_hook)

@@ -43,7 +43,6 @@ from typing import Any
 
 from profiler.campaign import (
     Progress,
-    _sigterm_as_interrupt,
     baselines_from,
     build_meta,
     check_resumable,
@@ -53,6 +52,7 @@ from profiler.devices import DeviceTarget, resolve_device
 from profiler.errors import InputError
 from profiler.runner import RunRecord, SoloBaseline, _not_run, execute_run
 from profiler.schema import SHARING_SOLO, STATUS_SKIPPED
+from profiler.signals import sigterm_as_interrupt
 from profiler.spec import CampaignSpec
 from profiler.store import ResultsStore
 
@@ -252,7 +252,7 @@ def run_campaign_on_ray(
         if on_progress:
             on_progress(Progress(done, len(planned), None, resumed))
         try:
-            with _sigterm_as_interrupt():
+            with sigterm_as_interrupt():
                 while waiting or in_flight:
                     for run in list(waiting):
                         if len(in_flight) >= cap:

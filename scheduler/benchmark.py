@@ -34,7 +34,6 @@ import numpy as np
 
 from scheduler.cluster import Cluster, load_cluster
 from scheduler.colocation import ColocationTable
-from scheduler.configs import configurations
 from scheduler.goodput import ProfileGoodputModel
 from scheduler.ilp import IlpConfig, RoundProblem, build_problem, column_weight, highs_lp, solve_problem
 from scheduler.jobs import Job

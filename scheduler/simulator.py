@@ -411,8 +411,6 @@ class Simulator:
 
     # ------------------------------------------------------------------ the loop
     def run(self, progress: ProgressCallback | None = None) -> SimulationResult:
-        import pandas as pd
-
         cfg = self.config
         R = cfg.round_s
         started = time.perf_counter()

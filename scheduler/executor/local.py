@@ -19,13 +19,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from colocate.errors import InputError
+from profiler.signals import sigterm_as_interrupt
 from scheduler.executor.command import RunSettings, job_argv
 from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment, safe_name
 from scheduler.executor.train import read_progress
@@ -191,22 +192,6 @@ def _stop(processes: Sequence[_Process], grace_s: float) -> None:
         process.log_handle.close()
 
 
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: the caller handles termination
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def run_groups(
     groups: Sequence[GpuGroup],
     settings: LaunchSettings,
@@ -227,7 +212,7 @@ def run_groups(
     interrupted = False
     with ExitStack() as daemons:
         try:
-            with _sigterm_as_interrupt():
+            with sigterm_as_interrupt():
                 for group in groups:
                     env: dict[str, str] = {}
                     if settings.run.device != "cpu":

@@ -18,15 +18,14 @@ processes with it (``PR_SET_PDEATHSIG``).
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from colocate.errors import InputError
+from profiler.signals import sigterm_as_interrupt
 from profiler.ray_backend import ROUTING_FRACTION, require_ray, routing_resource
 from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings, run_groups
 from scheduler.executor.plan import GpuGroup, LaunchPlan
@@ -66,22 +65,6 @@ def run_group_task(group: GpuGroup, settings: LaunchSettings, board: Any) -> lis
 
     result = run_groups([group], settings, gpu_assignment=lambda g: assigned, on_progress=report)
     return [{**s.to_dict(), "node_id": node_id} for s in result.jobs]
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def check_ray(plan: LaunchPlan) -> None:
@@ -136,7 +119,7 @@ def run_plan_on_ray(
         interrupted = False
         pending = list(refs)
         try:
-            with _sigterm_as_interrupt():
+            with sigterm_as_interrupt():
                 while pending:
                     done, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_INTERVAL_S)
                     for ref in done:
