@@ -11,6 +11,14 @@ Notation
 * Normalised goodput (Sia): ``G_ic = g_ic / min_{c' ∈ C_i} g_ic' · R_ic``, with the restart factor
   ``R_ic = max(T_i − N_i·S, 0) / (T_i + S)`` when job ``i`` runs now on another configuration (``T_i`` its
   age, ``N_i`` its restarts, ``S`` the restart cost), else ``R_ic = 1``. Columns with ``G_ic = 0`` are dropped.
+* Pair restart (a partner move is a checkpoint-restore too): in a pair column ``(i, k, c)`` the member
+  values are ``G'_ic = G_ic · M_ikc`` and ``G'_kc = G_kc · M_kic``, where ``M = 1`` except when ``i`` and
+  ``k`` are not already partners of each other and *both* run now on ``c``'s type and GPU count (each
+  alone or with someone else): then one of them must move onto the other's GPUs, and the mover pays its
+  restart factor once more — ``M_kic = R_k`` if ``G_ic ≥ G_kc`` (the member of lower ``G`` moves; on a
+  tie the second, ``k``), else ``M_ikc = R_i``. A member that runs on another configuration already
+  pays ``R`` through ``G``; a job that is not running pays nothing, and a member already on ``c`` stays.
+  Pair columns with ``G' = 0`` are dropped.
 * Pair candidates ``P``: ``(i, k, c)`` with ``c`` single-node and in ``C_i ∩ C_k``, co-location ratios
   ``ρ_i, ρ_k > 0`` on type(c) from the colocation table (``ρ = t / t'``), ``m_i + m_k + 2·m_ctx ≤ M_t`` when
   memory is known, ``ρ_i + ρ_k ≥ 1 + β`` (minimum benefit ``β``), and ``(i, k)`` adjacent in the networkx
@@ -20,12 +28,12 @@ Variables ``x_ic ∈ {0, 1}`` (job ``i`` alone on ``c``), ``y_ikc ∈ {0, 1}`` (
 
 For ``p < 0`` (Sia's default ``p = −0.5``)::
 
-    minimise   Σ_ic G_ic^p · x_ic  +  Σ_(i,k,c)∈P [ (ρ_i G_ic)^p + (ρ_k G_kc)^p ] · y_ikc  +  λ Σ_i u_i
+    minimise   Σ_ic G_ic^p · x_ic  +  Σ_(i,k,c)∈P [ (ρ_i G'_ic)^p + (ρ_k G'_kc)^p ] · y_ikc  +  λ Σ_i u_i
     where      u_i = 1 − Σ_c x_ic − Σ_(k,c) y_ikc                      (job i unallocated; λ = 1.1)
 
 For ``p > 0`` (``p = 1``: the plain sum of normalised goodputs)::
 
-    maximise   Σ_ic G_ic^p · x_ic  +  Σ_(i,k,c)∈P [ (ρ_i G_ic)^p + (ρ_k G_kc)^p ] · y_ikc
+    maximise   Σ_ic G_ic^p · x_ic  +  Σ_(i,k,c)∈P [ (ρ_i G'_ic)^p + (ρ_k G'_kc)^p ] · y_ikc
 
 subject to::
 
@@ -49,7 +57,10 @@ All compatible pairs would be O(|J|²·|C|) variables (Gavel's packed LP: 1,837 
    ``a_i + b_k``; its minimum over all pairs is a rank-aligned pair of the two sorted lists, found with
    a sort instead of a pass over all pairs (:func:`dual_ranked_partners`). Repeated until no negative
    column is left, this solves the *all-pairs* LP relaxation exactly (a test checks it); by default a
-   few passes are made (``pricing_passes``), within a third of the time limit.
+   few passes are made (``pricing_passes``), within a third of the time limit. Pricing uses ``G``, not
+   ``G'`` (``M`` depends on the pair, which would break the separation): as ``M ≤ 1`` the priced reduced
+   cost is a lower bound of the true one, so no improving column is priced out for its restart; a priced
+   column may turn out not to improve, and the exactness above is exact only for pairs with ``M = 1``.
 3. *Round*: the LP is nearly integral; its rounding (:func:`greedy_selection` in LP order) is accepted
    when it is within ``mip_gap`` of the LP bound, which then bounds the whole round. Otherwise the
    columns the LP sets to 1 are fixed and the small rest is solved exactly (LP-and-fix); failing that,
@@ -220,6 +231,26 @@ def restart_factor(job: Job, restart_cost_s: float) -> float:
     if denom <= 0:
         return 1.0
     return max(job.age_s - job.restarts * restart_cost_s, 0.0) / denom
+
+
+def pair_move_values(a: Job, b: Job, c: Configuration, ga: float, gb: float, restart_cost_s: float
+                     ) -> tuple[float, float]:
+    """Normalised goodputs ``(G'_a, G'_b)`` of ``a`` and ``b`` sharing ``c`` after the partner-move restart.
+
+    Joining a partner keeps a job's configuration but moves one job onto the other's GPUs: a
+    checkpoint-restore. When the two are not already partners and both run now on c's type and GPU count,
+    one must move; the member of lower ``G`` does (``b`` on a tie) and its value takes its restart factor.
+    A member on another configuration already carries the factor in ``G``; one not running pays nothing.
+    """
+    if a.current_partner == b.name and b.current_partner == a.name:
+        return ga, gb
+    here = (c.gpu_type, c.num_gpus)
+    if not (a.is_running and b.is_running and (a.current_gpu_type, a.current_num_gpus) == here
+            and (b.current_gpu_type, b.current_num_gpus) == here):
+        return ga, gb
+    if ga >= gb:
+        return ga, gb * restart_factor(b, restart_cost_s)
+    return ga * restart_factor(a, restart_cost_s), gb
 
 
 def _shape_for(job: Job, gpu_type: str, per_node: int) -> tuple[Configuration, Configuration] | None:
@@ -635,6 +666,9 @@ def _add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int
                     continue
             gi, ei = options[i].single[ci]
             gk, ek = options[k].single[ci]
+            gi, gk = pair_move_values(a, b, c, gi, gk, cfg.restart_cost_s)
+            if gi <= 0 or gk <= 0:
+                continue  # the mover's restart leaves it nothing (as for G_ic = 0, the column is dropped)
             vi, vk = gi * r[0], gk * r[1]
             seen = kept.setdefault(c.gpu_type, [])
             if any(pi >= vi and pk >= vk for pi, pk in seen):

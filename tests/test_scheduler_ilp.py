@@ -13,7 +13,8 @@ from scheduler.cluster import Cluster, GpuType
 from scheduler.colocation import ColocationTable
 from scheduler.configs import configurations
 from scheduler.goodput import TableGoodputModel
-from scheduler.ilp import IlpConfig, PackingPolicy, build_problem, greedy_selection, restart_factor, solve_problem
+from scheduler.ilp import (IlpConfig, PackingPolicy, build_problem, greedy_selection, pair_move_values, restart_factor,
+                           solve_problem)
 from scheduler.jobs import Job
 from scheduler.placement import place
 from scheduler.policy import RoundContext, check_decision
@@ -65,6 +66,19 @@ def random_instance(seed: int, num_jobs: int):
             current_gpu_type=cur_type, current_num_gpus=rng.choice([1, 2]) if running else 0,
         ))
     return cluster, jobs, table, ratios, ColocationTable.from_rows(rows)
+
+
+def oracle_pair_move(a: Job, b: Job, c, va: float, vb: float, cfg: IlpConfig) -> tuple[float, float]:
+    """The pair-restart rule written out independently: two running jobs that are not yet partners, both on
+    c's type and size now, cannot both stay; the one with the lower normalised goodput moves (b on a tie)."""
+    together = a.current_partner == b.name and b.current_partner == a.name
+    a_here = a.current_gpu_type == c.gpu_type and a.current_num_gpus == c.num_gpus
+    b_here = b.current_gpu_type == c.gpu_type and b.current_num_gpus == c.num_gpus
+    if together or not (a_here and b_here):
+        return va, vb
+    if vb <= va:
+        return va, vb * restart_factor(b, cfg.restart_cost_s)
+    return va * restart_factor(a, cfg.restart_cost_s), vb
 
 
 def brute_force(cluster: Cluster, jobs: list[Job], table, ratios, cfg: IlpConfig) -> float:
@@ -132,9 +146,12 @@ def brute_force(cluster: Cluster, jobs: list[Job], table, ratios, cfg: IlpConfig
                     continue
                 if used[c.gpu_type] + c.num_gpus > cluster.capacity(c.gpu_type):
                     continue
+                vi_moved, vk_moved = oracle_pair_move(jobs[i], jobs[k], c, vi, options[k][c], cfg)
+                if vi_moved <= 0 or vk_moved <= 0:
+                    continue
                 used[c.gpu_type] += c.num_gpus
                 assigned[k] = c
-                recurse(i + 1, assigned, used, values + [vi * r[0], options[k][c] * r[1]])
+                recurse(i + 1, assigned, used, values + [vi_moved * r[0], vk_moved * r[1]])
                 del assigned[k]
                 used[c.gpu_type] -= c.num_gpus
 
@@ -153,6 +170,26 @@ def test_brute_force_equals_ilp_on_tiny_instances(seed: int) -> None:
         expected = brute_force(cluster, jobs, table, ratios, cfg)
         assert decision.solver.fallback is None
         assert decision.objective == pytest.approx(expected, rel=1e-7, abs=1e-9), (p, packing)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_brute_force_equals_ilp_when_pairs_move_running_jobs(seed: int) -> None:
+    """Most jobs run now on the same 1-GPU shape (two of them as partners), so many pairs force a move.
+
+    Two GPUs for five jobs: pairs are worth their GPUs, and which of them moves decides the optimum."""
+    _, jobs, table, ratios, coloc = random_instance(200 + seed, 5)
+    cluster = Cluster({"big": GpuType("big", nodes=1, gpus_per_node=2, memory_gb=16)})
+    rng = random.Random(seed)
+    jobs = [j.with_state(num_gpus=1, current_gpu_type="big", current_num_gpus=1, age_s=rng.uniform(30, 300))
+            if rng.random() < 0.8 else j for j in jobs]
+    jobs[0] = jobs[0].with_state(current_gpu_type="big", current_num_gpus=1, current_partner=jobs[1].name)
+    jobs[1] = jobs[1].with_state(current_gpu_type="big", current_num_gpus=1, current_partner=jobs[0].name)
+    for p in (-0.5, 1.0):
+        cfg = IlpConfig(p=p, pair_candidates="all", mip_gap=0.0, time_limit_s=30)
+        decision = PackingPolicy(cfg).allocate(jobs, cluster, RoundContext(TableGoodputModel(table), colocation=coloc))
+        check_decision(decision, jobs, cluster)
+        assert decision.solver.fallback is None
+        assert decision.objective == pytest.approx(brute_force(cluster, jobs, table, ratios, cfg), rel=1e-7, abs=1e-9)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -355,6 +392,50 @@ def test_restart_factor_matches_sia() -> None:
     job = Job("a", "x", age_s=1000, restarts=2)
     assert restart_factor(job, 100) == pytest.approx((1000 - 200) / 1100)
     assert restart_factor(Job("b", "x", age_s=10, restarts=1), 100) == 0.0
+
+
+def test_pair_that_moves_a_running_job_pays_its_restart_factor() -> None:
+    """Two rigid 1-GPU jobs both running alone on a 1-GPU shape; one GPU left: pairing moves one of them.
+
+    p = 1, ratios 0.8 / 0.7, G = 1 for both (one shape each). b (age 100 s, 1 restart, S = 25 s) has
+    R_b = (100 − 25) / 125 = 0.6. Equal G: b, the second member, moves: 0.8 + 0.7·0.6 = 1.22 > 1 alone.
+    """
+    cluster = Cluster({"v": GpuType("v", nodes=1, gpus_per_node=1, memory_gb=32)})
+    model = TableGoodputModel({("x", "v", 1): 100.0, ("y", "v", 1): 50.0})
+    coloc = ColocationTable.from_rows([("v", "x", "y", 0.8, 0.7)])
+    cfg = IlpConfig(p=1.0, pair_candidates="all", mip_gap=0.0)
+    a = Job("a", "x", age_s=1000, restarts=0, current_gpu_type="v", current_num_gpus=1)
+    b = Job("b", "y", age_s=100, restarts=1, current_gpu_type="v", current_num_gpus=1)
+    assert restart_factor(b, cfg.restart_cost_s) == pytest.approx(0.6)
+
+    def decide(*jobs: Job):
+        decision = PackingPolicy(cfg).allocate(list(jobs), cluster, RoundContext(model, colocation=coloc))
+        check_decision(decision, list(jobs), cluster)
+        return decision
+
+    moved = decide(a, b)
+    assert moved.objective == pytest.approx(0.8 + 0.7 * 0.6)
+    assert {x.partner for x in moved.allocations} == {"a", "b"}
+    # already partners: nobody moves, no charge
+    together = decide(a.with_state(current_partner="b"), b.with_state(current_partner="a"))
+    assert together.objective == pytest.approx(0.8 + 0.7)
+    # b not running: b starts (no restart), a stays
+    assert decide(a, b.with_state(current_gpu_type=None, current_num_gpus=0)).objective == pytest.approx(1.5)
+    # a mover with nothing left (R_b = 0: 4 restarts × 25 s ≥ 100 s) makes the pair worthless: one job alone
+    alone = decide(a, b.with_state(restarts=4))
+    assert alone.objective == pytest.approx(1.0)
+    assert not any(x.partner for x in alone.allocations)
+
+
+def test_pair_move_rule_charges_the_member_with_lower_goodput() -> None:
+    c = configurations(tiny_cluster())[0]
+    a = Job("a", "x", age_s=1000, restarts=1, current_gpu_type=c.gpu_type, current_num_gpus=c.num_gpus)
+    b = Job("b", "y", age_s=500, restarts=2, current_gpu_type=c.gpu_type, current_num_gpus=c.num_gpus)
+    ra, rb = restart_factor(a, 25.0), restart_factor(b, 25.0)
+    assert pair_move_values(a, b, c, 1.0, 2.0, 25.0) == pytest.approx((ra, 2.0))
+    assert pair_move_values(a, b, c, 2.0, 1.0, 25.0) == pytest.approx((2.0, rb))
+    elsewhere = b.with_state(current_num_gpus=c.num_gpus * 2)  # b pays R through G already
+    assert pair_move_values(a, elsewhere, c, 1.0, 2.0, 25.0) == (1.0, 2.0)
 
 
 def test_ilp_config_rejects_p_zero() -> None:
