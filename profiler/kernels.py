@@ -134,29 +134,11 @@ def _device_identity(device: str) -> tuple[str, str]:
 
 
 def _training_step(model_name: str, batch_size: int, image_size: int, device: str, num_classes: int, seed: int) -> Any:
-    """The same training step the profiler's workers time: SGD with momentum, cross-entropy, synthetic batch."""
-    import torch
+    """The same training step the profiler's workers time."""
+    from profiler.training import make_training_step
 
-    from models import build_model, synthetic_batch
-
-    torch.manual_seed(seed)
-    target = torch.device(device)
-    if target.type == "cuda":
-        torch.cuda.set_device(target)
-        torch.backends.cudnn.benchmark = True
-    model = build_model(model_name, num_classes=num_classes, image_size=image_size).to(target)
-    model.train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    inputs, labels = synthetic_batch(batch_size, image_size=image_size, num_classes=num_classes, device=target, seed=seed)
-    loss_fn = torch.nn.CrossEntropyLoss()
-
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(inputs), labels)
-        loss.backward()
-        optimizer.step()
-
-    return step
+    return make_training_step(model_name, batch_size, image_size=image_size, num_classes=num_classes,
+                              device=device, seed=seed)
 
 
 def profile_kernels(

@@ -108,32 +108,15 @@ def job_main(conn: Connection, config: JobConfig) -> None:
 def _run(conn: Connection, config: JobConfig, parent: int) -> None:
     import torch
 
-    from models import build_model, synthetic_batch
+    from profiler.training import make_training_step
 
     torch.set_num_threads(config.threads)
-    torch.manual_seed(config.seed)
     device = torch.device(config.device)
     on_cuda = device.type == "cuda"
-    if on_cuda:
-        torch.cuda.set_device(device)
-        torch.backends.cudnn.benchmark = True  # autotuned during warm-up, before the jobs meet
     ranges = _Ranges(config.nvtx)
     rss_before = _rss_mib()
-
-    model = build_model(config.model, num_classes=config.num_classes, image_size=config.image_size).to(device)
-    model.train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    inputs, labels = synthetic_batch(
-        config.batch_size, image_size=config.image_size, num_classes=config.num_classes,
-        device=device, seed=config.seed,
-    )
-    loss_fn = torch.nn.CrossEntropyLoss()
-
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(inputs), labels)
-        loss.backward()
-        optimizer.step()
+    step = make_training_step(config.model, config.batch_size, image_size=config.image_size,
+                              num_classes=config.num_classes, device=device, seed=config.seed)
 
     warmup_start = time.perf_counter()
     ranges.push("warmup")
