@@ -80,8 +80,10 @@ feasible solution comes back, a greedy allocation is used, so a round always yie
 
 from __future__ import annotations
 
+import gc
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 
@@ -319,48 +321,63 @@ def _shapes_for(job: Job, cluster: Cluster, configs: tuple[Configuration, ...], 
     )
 
 
-def _job_options(job: Job, shapes: _Shapes, configs: tuple[Configuration, ...], goodput: GoodputModel,
-                 cfg: IlpConfig, type_index: Mapping[str, int]) -> _JobColumns:
-    """Valid configurations of one job with Sia's normalised, restart-adjusted goodput, dominance-filtered."""
-    out = _JobColumns()
-    if not shapes.used:
-        return out
-    arrays = estimate_arrays(goodput, job, shapes.used)
-    g = np.nan_to_num(arrays.goodput, nan=0.0)
+def _job_options(jobs: Sequence[Job], shapes: _Shapes, configs: tuple[Configuration, ...], goodput: GoodputModel,
+                 cfg: IlpConfig, type_index: Mapping[str, int]) -> list[_JobColumns]:
+    """Valid configurations of jobs sharing one set of shapes, with Sia's normalised, restart-adjusted
+    goodput, dominance-filtered: one :class:`_JobColumns` per job.
+
+    The jobs' estimates are stacked into (jobs × shapes) arrays so each step is one numpy operation for
+    the whole group rather than one per job (shapes number ~30, so per-job calls cost mostly overhead).
+    """
+    outs = [_JobColumns() for _ in jobs]
+    if not shapes.used or not jobs:
+        return outs
+    per_job = [estimate_arrays(goodput, job, shapes.used) for job in jobs]
+    raw = np.array([a.goodput for a in per_job], dtype=float)
+    g = np.nan_to_num(raw, nan=0.0)
     valid = g > 0
-    if not valid.any():
-        return out
-    is_current = None
-    if job.is_running:
-        is_current = (shapes.type_of == type_index.get(job.current_gpu_type, -1)) & (shapes.size == job.current_num_gpus)
-        if job.pinned and (valid & is_current).any():
-            valid &= is_current
-            out.pinned = True
-    G = np.where(valid, g / g[valid].min(), 0.0)
-    if is_current is not None:
-        G = np.where(is_current, G, G * restart_factor(job, cfg.restart_cost_s))
+    running = np.array([job.is_running for job in jobs], dtype=bool)
+    current_type = np.array([type_index.get(job.current_gpu_type, -1) if job.is_running else -1 for job in jobs])
+    current_size = np.array([job.current_num_gpus if job.is_running else -1 for job in jobs])
+    is_current = (running[:, None] & (shapes.type_of[None, :] == current_type[:, None])
+                  & (shapes.size[None, :] == current_size[:, None]))
+    # a pinned job that can run on its current configuration is held there
+    pinned = np.array([job.pinned for job in jobs], dtype=bool) & (valid & is_current).any(axis=1)
+    valid = np.where(pinned[:, None], valid & is_current, valid)
+    smallest = np.where(valid, g, np.inf).min(axis=1)
+    G = np.where(valid, g / smallest[:, None], 0.0)
+    factor = np.array([restart_factor(job, cfg.restart_cost_s) for job in jobs])
+    G = np.where(is_current | ~running[:, None], G, G * factor[:, None])
     valid &= G > 0
     G = np.where(valid, G, 0.0)
     # dominance inside each GPU type: shapes are sorted by (type, size); lifting each type's values above
     # the previous types' lets one running maximum serve every segment
-    lifted = G + shapes.type_of * (float(G.max()) + 1.0)
-    running = np.maximum.accumulate(lifted)
-    prev = np.empty_like(running)
-    prev[0] = -np.inf
-    prev[1:] = running[:-1]
-    prev[shapes.segment_start] = -np.inf
+    lifted = G + shapes.type_of[None, :] * (G.max(axis=1)[:, None] + 1.0)
+    running_max = np.maximum.accumulate(lifted, axis=1)
+    prev = np.empty_like(running_max)
+    prev[:, 0] = -np.inf
+    prev[:, 1:] = running_max[:, :-1]
+    prev[:, shapes.segment_start] = -np.inf
     keep = valid & (lifted > prev + 1e-12 * np.abs(lifted))
-    for pos in np.nonzero(keep | (valid & shapes.single_node))[0]:
-        est = arrays.at(int(pos))
-        if est is None:
-            continue
-        entry = (float(G[pos]), est)
-        ci = int(shapes.reserved[pos])
-        if keep[pos]:
-            out.alone[ci] = entry
-        if shapes.single_node[pos]:
-            out.single[ci] = entry
-    return out
+    rows, cols = np.nonzero((keep | (valid & shapes.single_node[None, :])) & (raw > 0))
+    # plain Python lists for the per-entry loop: indexing numpy scalars one by one costs more than the
+    # estimates themselves
+    g_l = G[rows, cols].tolist()
+    batch_l = np.array([a.batch_size for a in per_job], dtype=float)[rows, cols].tolist()
+    thr_l = np.array([a.throughput for a in per_job], dtype=float)[rows, cols].tolist()
+    eff_l = np.array([a.efficiency for a in per_job], dtype=float)[rows, cols].tolist()
+    keep_l, single_l = keep[rows, cols].tolist(), shapes.single_node[cols].tolist()
+    ci_l, row_l = shapes.reserved[cols].tolist(), rows.tolist()
+    for n in range(len(row_l)):
+        out = outs[row_l[n]]
+        entry = (g_l[n], GoodputEstimate(int(batch_l[n]), thr_l[n], eff_l[n]))
+        if keep_l[n]:
+            out.alone[ci_l[n]] = entry
+        if single_l[n]:
+            out.single[ci_l[n]] = entry
+    for out, is_pinned in zip(outs, pinned.tolist()):
+        out.pinned = is_pinned
+    return outs
 
 
 def _split_beats_pair(a: _JobColumns, b: _JobColumns, c: Configuration, configs: tuple[Configuration, ...],
@@ -373,11 +390,16 @@ def _split_beats_pair(a: _JobColumns, b: _JobColumns, c: Configuration, configs:
     if c.num_gpus < 2:
         return False
     pair_w = column_weight((va, vb), cfg.p, cfg.lambda_unallocated)
-    best_a = _best_weight_by_size(a, c.gpu_type, configs, cfg)
-    best_b = _best_weight_by_size(b, c.gpu_type, configs, cfg)
+    best_a = a.split_cache.get(c.gpu_type)
+    if best_a is None:
+        best_a = _best_weight_by_size(a, c.gpu_type, configs, cfg)
+    best_b = b.split_cache.get(c.gpu_type)
+    if best_b is None:
+        best_b = _best_weight_by_size(b, c.gpu_type, configs, cfg)
+    n = c.num_gpus
     for na, wa in best_a.items():
         for nb, wb in best_b.items():
-            if na + nb <= c.num_gpus and wa + wb <= pair_w:
+            if na + nb <= n and wa + wb <= pair_w:
                 return True
     return False
 
@@ -642,6 +664,8 @@ def _add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int
     """Pair columns for candidate job pairs: every common single-node configuration that is not dominated."""
     jobs, configs_t = problem.jobs, problem.configs
     mem_of = {t.name: t.memory_gb for t in problem.cluster}
+    single_node = [c.single_node for c in configs_t]
+    order_key = [(c.gpu_type, c.num_gpus) for c in configs_t]
     for i, k in candidates:
         a, b = jobs[i], jobs[k]
         if options[i].pinned or options[k].pinned:
@@ -650,9 +674,9 @@ def _add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int
                 continue
         ratio_cache: dict[str, tuple[float, float] | None] = {}
         kept: dict[str, list[tuple[float, float]]] = {}
+        single_k = options[k].single
         common = sorted(
-            (ci for ci in options[i].single if ci in options[k].single and configs_t[ci].single_node),
-            key=lambda ci: (configs_t[ci].gpu_type, configs_t[ci].num_gpus),
+            (ci for ci in options[i].single if ci in single_k and single_node[ci]), key=order_key.__getitem__,
         )
         for ci in common:
             c = configs_t[ci]
@@ -680,9 +704,32 @@ def _add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int
             problem.num_pairs += 1
 
 
+@contextmanager
+def _gc_paused():
+    """Pause Python's cyclic garbage collector for one round's build or solve.
+
+    A round allocates ~10^5 small tuples and estimates that form no cycles; in a long-lived process (the
+    simulator, the benchmark) each allocation burst triggers full collections over everything else alive,
+    which cost more than the work itself. Nothing is lost: collection resumes (and catches up) afterwards.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
                   colocation: "ColocationTable | None" = None, cfg: IlpConfig = IlpConfig()) -> RoundProblem:
     """Columns of the round ILP (see the module docstring)."""
+    with _gc_paused():
+        return _build_problem(jobs, cluster, goodput, colocation, cfg)
+
+
+def _build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
+                   colocation: "ColocationTable | None", cfg: IlpConfig) -> RoundProblem:
     started = time.perf_counter()
     jobs = tuple(jobs)
     configs = list(configurations(cluster))
@@ -699,17 +746,33 @@ def build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
     problem = RoundProblem(jobs, cluster, configs_t, cfg.p, cfg.lambda_unallocated)
     shape_cache: dict[tuple, _Shapes] = {}
     type_index = {name: n for n, name in enumerate(cluster.type_names)}
-    options = []
-    for job in jobs:
+    groups: dict[tuple, list[int]] = {}  # jobs by the shapes they may use
+    for i, job in enumerate(jobs):
         kind = (job.adaptive, job.max_gpus, job.memory_gb) if job.adaptive else (False, job.num_gpus, job.memory_gb)
         if kind not in shape_cache:
             shape_cache[kind] = _shapes_for(job, cluster, configs_t, index, cfg, sia_shapes)
-        options.append(_job_options(job, shape_cache[kind], configs_t, goodput, cfg, type_index))
+        groups.setdefault(kind, []).append(i)
+    options: list[_JobColumns] = [_JobColumns() for _ in jobs]
+    for kind, members in groups.items():
+        found = _job_options([jobs[i] for i in members], shape_cache[kind], configs_t, goodput, cfg, type_index)
+        for i, opts in zip(members, found):
+            options[i] = opts
     problem.pinned = [o.pinned for o in options]
     problem.single_node_g = [{ci: g for ci, (g, _) in o.single.items()} for o in options]
-    for i, opt in enumerate(options):
-        for ci, (g, est) in opt.alone.items():
-            problem.add((i,), ci, configs_t[ci].num_gpus, (g,), (est,))
+    # single columns, list by list: the same as problem.add per column, without its per-call overhead
+    p, lam = cfg.p, cfg.lambda_unallocated
+    num_gpus = [c.num_gpus for c in configs_t]
+    singles = [(i, ci, g, est) for i, opt in enumerate(options) for ci, (g, est) in opt.alone.items()]
+    problem.members.extend((i,) for i, _, _, _ in singles)
+    problem.ratios.extend((1.0,) for _ in singles)
+    problem.conf.extend(ci for _, ci, _, _ in singles)
+    problem.gpus.extend(num_gpus[ci] for _, ci, _, _ in singles)
+    problem.values.extend((g,) for _, _, g, _ in singles)
+    problem.estimates.extend((est,) for _, _, _, est in singles)
+    if p < 0:
+        problem.weight.extend(g ** p - lam for _, _, g, _ in singles)
+    else:
+        problem.weight.extend(-(g ** p) for _, _, g, _ in singles)
     if cfg.packing and colocation is not None and len(colocation):
         candidates, graph = pair_candidates(jobs, options, configs_t, colocation, cfg)
         if not cfg.seed_partners and cfg.pair_candidates == "top-k" and cfg.pricing_passes > 0:
@@ -747,20 +810,22 @@ def greedy_selection(problem: RoundProblem, lp_values: "np.ndarray | None" = Non
     weight = np.asarray(problem.weight, dtype=float)
     per_gpu = weight / np.asarray(problem.gpus, dtype=float)
     # np.lexsort sorts by the last key first: pinned, then LP value (descending), weight per GPU, weight
-    order = np.lexsort((weight, per_gpu, -lp, ~has_pin)).tolist()
+    order = np.lexsort((weight, per_gpu, -lp, ~has_pin))
+    # columns worse than leaving their jobs unallocated are never taken (unless pinned): drop them up front
+    order = order[(weight[order] < 0) | has_pin[order]].tolist()
     free = {t.name: t.total_gpus for t in problem.cluster}
+    type_of_conf = [c.gpu_type for c in problem.configs]
+    members, conf, gpus = problem.members, problem.conf, problem.gpus
     taken: set[int] = set()
     chosen: list[int] = []
     for j in order:
-        if problem.weight[j] >= 0 and not has_pin[j]:
-            continue  # worse than leaving the jobs unallocated
-        mem = problem.members[j]
-        if any(i in taken for i in mem):
+        mem = members[j]
+        if mem[0] in taken or (len(mem) > 1 and mem[1] in taken):
             continue
-        t = problem.configs[problem.conf[j]].gpu_type
-        if free[t] < problem.gpus[j]:
+        t = type_of_conf[conf[j]]
+        if free[t] < gpus[j]:
             continue
-        free[t] -= problem.gpus[j]
+        free[t] -= gpus[j]
         taken.update(mem)
         chosen.append(j)
     return chosen
@@ -828,18 +893,22 @@ def highs_lp(problem: RoundProblem, minimise_form: bool = False, all_capacity_ro
         cap_row[t] = len(row_lower)
         row_lower.append(-highspy.kHighsInf)
         row_upper.append(float(problem.cluster.capacity(t)))
+    # column j's entries, in order: its members' job rows, then its type's capacity row (if that row exists);
+    # laid out with numpy as a (columns × 3) grid whose unused cells are masked out
+    row_of_job = np.full(len(problem.jobs), -1, dtype=np.int64)
+    for i, row in job_row.items():
+        row_of_job[i] = row
+    first = np.fromiter((m[0] for m in problem.members), dtype=np.int64, count=n)
+    second = np.fromiter((m[1] if len(m) > 1 else -1 for m in problem.members), dtype=np.int64, count=n)
+    cap_of_conf = np.array([cap_row.get(c.gpu_type, -1) for c in problem.configs], dtype=np.int64)
+    cap = cap_of_conf[np.asarray(problem.conf, dtype=np.int64)] if n else np.zeros(0, dtype=np.int64)
+    grid_index = np.stack([row_of_job[first], np.where(second >= 0, row_of_job[second], -1), cap], axis=1)
+    grid_value = np.stack([np.ones(n), np.ones(n), np.asarray(problem.gpus, dtype=float)], axis=1)
+    used = np.stack([np.ones(n, dtype=bool), second >= 0, cap >= 0], axis=1)
     starts = np.zeros(n + 1, dtype=np.int32)
-    index: list[int] = []
-    value: list[float] = []
-    for j in range(n):
-        for i in problem.members[j]:
-            index.append(job_row[i])
-            value.append(1.0)
-        t = problem.configs[problem.conf[j]].gpu_type
-        if t in cap_row:
-            index.append(cap_row[t])
-            value.append(float(problem.gpus[j]))
-        starts[j + 1] = len(index)
+    np.cumsum(used.sum(axis=1), out=starts[1:])
+    index = grid_index[used]
+    value = grid_value[used]
     lp = highspy.HighsLp()
     lp.num_col_ = n
     lp.num_row_ = len(row_lower)
@@ -854,8 +923,8 @@ def highs_lp(problem: RoundProblem, minimise_form: bool = False, all_capacity_ro
     lp.row_upper_ = np.asarray(row_upper, dtype=float)
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
     lp.a_matrix_.start_ = starts
-    lp.a_matrix_.index_ = np.asarray(index, dtype=np.int32)
-    lp.a_matrix_.value_ = np.asarray(value, dtype=float)
+    lp.a_matrix_.index_ = index.astype(np.int32)
+    lp.a_matrix_.value_ = value.astype(float)
     return lp, job_row, cap_row
 
 
@@ -1111,6 +1180,11 @@ def solve_problem(problem: RoundProblem, cfg: IlpConfig = IlpConfig()) -> Soluti
     feasible selection (e.g. the time limit struck before the first incumbent), :func:`greedy_selection`
     is used and ``SolverInfo.fallback`` says so.
     """
+    with _gc_paused():
+        return _solve_problem(problem, cfg)
+
+
+def _solve_problem(problem: RoundProblem, cfg: IlpConfig) -> Solution:
     started = time.perf_counter()
     if problem.num_columns == 0:
         objective = problem.objective([])
