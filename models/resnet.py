@@ -14,6 +14,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from models.init import initialise
 from models.registry import is_cifar_style
 
 Stem = Literal["imagenet", "cifar"]
@@ -141,27 +142,11 @@ class ResNet(nn.Module):
         self.stages = nn.Sequential(*stages)
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Linear(in_channels, num_classes)
-        _initialise(self)
+        initialise(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         features = self.pool(self.stages(self.stem(x)))
         return self.classifier(torch.flatten(features, 1))
-
-
-def _initialise(model: nn.Module) -> None:
-    # He init for ReLU convs; BN starts as identity. Only timings matter here, but a sane init keeps
-    # activations finite so mixed-precision experiments do not hit inf/nan by accident.
-    for module in model.modules():
-        if isinstance(module, nn.Conv2d):
-            nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.BatchNorm2d):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, std=0.01)
-            nn.init.zeros_(module.bias)
 
 
 def _stem_for(image_size: int) -> Stem:

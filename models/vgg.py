@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from models.init import initialise
 from models.registry import is_cifar_style
 
 MAX_POOL = "M"
@@ -88,24 +89,10 @@ class VGG(nn.Module):
                 nn.Dropout(dropout),
                 nn.Linear(IMAGENET_HIDDEN_WIDTH, num_classes),
             )
-        _initialise(self)
+        initialise(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.pool(self.features(x)))
-
-
-def _initialise(model: nn.Module) -> None:
-    for module in model.modules():
-        if isinstance(module, nn.Conv2d):
-            nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.BatchNorm2d):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, std=0.01)
-            nn.init.zeros_(module.bias)
 
 
 def vgg11(*, num_classes: int, image_size: int) -> VGG:
