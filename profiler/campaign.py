@@ -130,10 +130,10 @@ def _profile_kernels_once(spec: CampaignSpec, store: ResultsStore, job: JobType,
         return None
     from concurrent.futures import ProcessPoolExecutor
 
-    from profiler.runner import _worker_context
+    from profiler.runner import worker_context
 
     target = resolve_device(spec.device)
-    with ProcessPoolExecutor(max_workers=1, mp_context=_worker_context()) as pool:
+    with ProcessPoolExecutor(max_workers=1, mp_context=worker_context()) as pool:
         future = pool.submit(_kernels_in_worker, job.model, job.batch_size, spec, target.worker_device,
                              target.worker_env())
         try:

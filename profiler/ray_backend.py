@@ -50,7 +50,7 @@ from profiler.campaign import (
 from profiler.cells import JobType, Run, plan_runs
 from profiler.devices import DeviceTarget, resolve_device
 from profiler.errors import InputError
-from profiler.runner import RunRecord, SoloBaseline, _not_run, execute_run
+from profiler.runner import RunRecord, SoloBaseline, not_run_record, execute_run
 from profiler.schema import SHARING_SOLO, STATUS_SKIPPED
 from profiler.signals import sigterm_as_interrupt
 from profiler.spec import CampaignSpec
@@ -102,7 +102,7 @@ def execute_on_worker(run: Run, spec: CampaignSpec, baselines: Mapping[JobType, 
     wanted = run.cell.gpu_type
     if wanted and spec.is_cuda and target.gpu_type != wanted:
         # A node whose accelerator_type resource does not match its GPU: measure nothing, retry on resume.
-        record = _not_run(run, spec, target, STATUS_SKIPPED,
+        record = not_run_record(run, spec, target, STATUS_SKIPPED,
                           f"routed to a node whose GPU is '{target.gpu_type}' ({target.name}), not '{wanted}': "
                           f"check the node's {routing_resource(wanted)} resource")
     else:

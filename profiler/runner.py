@@ -106,7 +106,7 @@ def _job_rows(run: Run, status: str, error: str) -> list[dict[str, Any]]:
     ]
 
 
-def _not_run(run: Run, spec: CampaignSpec, target: DeviceTarget, status: str, reason: str) -> RunRecord:
+def not_run_record(run: Run, spec: CampaignSpec, target: DeviceTarget, status: str, reason: str) -> RunRecord:
     row = _base_row(run, spec, target)
     row.update(status=status, error=reason, wall_s=0.0)
     return RunRecord(row, _job_rows(run, status, reason))
@@ -120,21 +120,21 @@ def precheck(
     if cell.sharing == "mps":
         reason = mps_unavailable_reason(spec.device)
         if reason:
-            return _not_run(run, spec, target, STATUS_SKIPPED, reason)
+            return not_run_record(run, spec, target, STATUS_SKIPPED, reason)
     if len(cell.jobs) == 1:
         return None
     for job in cell.jobs:
         base = baselines.get(job, SoloBaseline(None, None, "missing"))
         if base.status == STATUS_INFEASIBLE:
-            return _not_run(run, spec, target, STATUS_INFEASIBLE, f"{job.label} does not fit alone: {base.error}")
+            return not_run_record(run, spec, target, STATUS_INFEASIBLE, f"{job.label} does not fit alone: {base.error}")
         if base.iter_time_s is None:
             why = base.error or "no solo run succeeded"
-            return _not_run(run, spec, target, STATUS_SKIPPED, f"no solo baseline for {job.label} ({why})")
+            return not_run_record(run, spec, target, STATUS_SKIPPED, f"no solo baseline for {job.label} ({why})")
     free = target.free_memory_mib()
     if free is not None:
         need = sum((baselines[j].peak_memory_mib or 0.0) + spec.memory_headroom_mib for j in cell.jobs)
         if need > free:
-            return _not_run(run, spec, target, STATUS_INFEASIBLE,
+            return not_run_record(run, spec, target, STATUS_INFEASIBLE,
                             f"memory pre-check: solo peaks + {spec.memory_headroom_mib} MiB context per job = "
                             f"{need:.0f} MiB > {free:.0f} MiB free")
     return None
@@ -167,7 +167,7 @@ def execute_run(
                 try:
                     daemon = stack.enter_context(mps_daemon(target.physical_gpu))
                 except MpsUnavailable as exc:
-                    return _not_run(run, spec, target, STATUS_SKIPPED, str(exc))
+                    return not_run_record(run, spec, target, STATUS_SKIPPED, str(exc))
                 env.update(daemon.client_env(cell.mps_thread_percentage))
             sampler = (stack.enter_context(NvmlSampler(target.nvml_index))
                        if target.nvml_index is not None and sample_nvml else None)
@@ -217,7 +217,7 @@ def execute_run(
 def _coordinate(
     configs: list[JobConfig], spec: CampaignSpec, on_pids: Callable[[list[int]], None] | None
 ) -> tuple[list[JobTiming], list[dict[str, Any]]]:
-    context = _worker_context()
+    context = worker_context()
     connections: list[Connection] = []
     processes: list[mp.process.BaseProcess] = []
     deadline = time.monotonic() + spec.run_timeout_s
@@ -249,7 +249,7 @@ def _coordinate(
         _teardown(connections, processes)
 
 
-def _worker_context() -> mp.context.BaseContext:
+def worker_context() -> mp.context.BaseContext:
     """Start workers from a fork server that has torch imported but never touched CUDA.
 
     This keeps what the spawn method guarantees — a fresh process with no inherited CUDA state — while a
