@@ -570,10 +570,8 @@ def _pricing_plan(problem: RoundProblem, options: Sequence[_JobColumns], configs
         ratios: dict[str, tuple[float, float] | None] = {}
         for ci in single_node:
             c = configs[ci]
-            if c.gpu_type not in ratios:
-                ratios[c.gpu_type] = colocation.lookup(c.gpu_type, rep_a, rep_b)
-            r = ratios[c.gpu_type]
-            if r is None or r[0] <= 0 or r[1] <= 0 or r[0] + r[1] < 1 + cfg.min_benefit:
+            r = _beneficial_ratio(colocation, ratios, c.gpu_type, rep_a, rep_b, cfg.min_benefit)
+            if r is None:
                 continue
             got_a, got_b = members_at.get((a_key, ci)), members_at.get((b_key, ci))
             if got_a is None or got_b is None:
@@ -582,6 +580,17 @@ def _pricing_plan(problem: RoundProblem, options: Sequence[_JobColumns], configs
     if data is not None:
         data.plan = plan
     return plan
+
+
+def _beneficial_ratio(colocation: "ColocationTable", cache: dict[str, tuple[float, float] | None], gpu_type: str,
+                      a: Job, b: Job, min_benefit: float) -> tuple[float, float] | None:
+    """The pair's ratios on ``gpu_type`` if both are positive and sum to ≥ 1 + min_benefit, else None (cached)."""
+    if gpu_type not in cache:
+        cache[gpu_type] = colocation.lookup(gpu_type, a, b)
+    r = cache[gpu_type]
+    if r is None or r[0] <= 0 or r[1] <= 0 or r[0] + r[1] < 1 + min_benefit:
+        return None
+    return r
 
 
 def dual_ranked_partners(problem: RoundProblem, options: Sequence[_JobColumns], configs: tuple[Configuration, ...],
@@ -680,10 +689,8 @@ def _add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int
         )
         for ci in common:
             c = configs_t[ci]
-            if c.gpu_type not in ratio_cache:
-                ratio_cache[c.gpu_type] = colocation.lookup(c.gpu_type, a, b)
-            r = ratio_cache[c.gpu_type]
-            if r is None or r[0] <= 0 or r[1] <= 0 or r[0] + r[1] < 1 + cfg.min_benefit:
+            r = _beneficial_ratio(colocation, ratio_cache, c.gpu_type, a, b, cfg.min_benefit)
+            if r is None:
                 continue
             if a.memory_gb is not None and b.memory_gb is not None:
                 if a.memory_gb + b.memory_gb + 2 * cfg.context_memory_gb > mem_of[c.gpu_type]:
