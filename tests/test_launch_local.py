@@ -45,8 +45,9 @@ def processes_with_token(token: str) -> list[int]:
 @pytest.mark.slow
 def test_two_pairs_train_tiny_cnn_for_real_and_report_progress(tmp_path: Path) -> None:
     plan = build_plan(TWO_PAIRS, applications={n: "tiny_cnn" for n in "abcd"})
-    steps = 150
-    settings = LaunchSettings(run=RunSettings(device="cpu", steps=steps, log_every=50), log_dir=tmp_path)
+    # long enough (seconds, even on a fast machine) that the trainer's 0.5 s progress writes land mid-run
+    steps, log_every = 1000, 500
+    settings = LaunchSettings(run=RunSettings(device="cpu", steps=steps, log_every=log_every), log_dir=tmp_path)
     snapshots = []
     report = run_groups(plan.groups, settings, on_progress=snapshots.append)
 
@@ -59,7 +60,7 @@ def test_two_pairs_train_tiny_cnn_for_real_and_report_progress(tmp_path: Path) -
     assert running and any(0 < s.step < steps for s in running), "progress is reported while jobs run"
     for job in report.jobs:
         log = Path(job.log).read_text()
-        assert f"[{job.job}] step 50 loss" in log and f"[{job.job}] finished after {steps} steps" in log
+        assert f"[{job.job}] step {log_every} loss" in log and f"[{job.job}] finished after {steps} steps" in log
 
 
 def test_a_failing_job_is_reported_and_its_partner_finishes(tmp_path: Path) -> None:

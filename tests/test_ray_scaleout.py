@@ -153,8 +153,10 @@ def test_two_pairs_launched_on_ray_train_on_nodes_of_their_type(cluster, tmp_pat
         {"job": "d", "gpu_type": "a100", "num_gpus": 1, "batch_size": 8, "partner": "c", "node": 0, "gpus": [1]},
     ], "unallocated": []}
     plan = build_plan(allocation, applications={name: "tiny_cnn" for name in "abcd"})
-    steps = 200
-    settings = LaunchSettings(run=RunSettings(device="cpu", steps=steps, log_every=100), log_dir=tmp_path / "logs")
+    # long enough (seconds, even on a fast machine) that the 0.5 s progress polls see the jobs mid-run
+    steps, log_every = 1000, 500
+    settings = LaunchSettings(run=RunSettings(device="cpu", steps=steps, log_every=log_every),
+                              log_dir=tmp_path / "logs")
     seen: list[dict[str, tuple[str, int]]] = []
     report = run_plan_on_ray(plan, settings, on_progress=lambda statuses: seen.append(
         {s.job: (s.state, s.step) for s in statuses}))
@@ -168,6 +170,6 @@ def test_two_pairs_launched_on_ray_train_on_nodes_of_their_type(cluster, tmp_pat
     assert any(0 < step < steps for snapshot in seen for state, step in snapshot.values() if state == "running")
     for job in report.jobs:
         log = Path(job.log).read_text()
-        assert f"[{job.job}] step 100" in log and f"[{job.job}] finished after {steps} steps" in log
+        assert f"[{job.job}] step {log_every}" in log and f"[{job.job}] finished after {steps} steps" in log
         progress = json.loads(Path(job.log).with_name(Path(job.log).stem + ".progress.json").read_text())
         assert progress["state"] == "finished"
