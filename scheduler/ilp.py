@@ -85,7 +85,7 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -1013,6 +1013,18 @@ def price_pair_columns(problem: RoundProblem, cfg: IlpConfig, deadline: float | 
 SMALL_ROUND_COLUMNS = 5000  # rounds up to this many variables are solved to a 0.01 % gap whatever mip_gap says
 
 
+def _run_from(h: Any, start: Sequence[int]) -> None:
+    """Solve the model in ``h`` with the 0/1 selection ``start`` handed to HiGHS as its first incumbent."""
+    import highspy
+
+    guess = highspy.HighsSolution()
+    values = np.zeros(h.getNumCol())
+    values[list(start)] = 1.0
+    guess.col_value = values
+    h.setSolution(guess)
+    h.run()
+
+
 def _solve_highspy(problem: RoundProblem, cfg: IlpConfig) -> _RawResult:
     """HiGHS through highspy, the matrix passed in one call (column-wise, from numpy arrays).
 
@@ -1078,12 +1090,7 @@ def _solve_highspy(problem: RoundProblem, cfg: IlpConfig) -> _RawResult:
         h.setOptionValue("presolve", "on")  # removes the fixed part; what is left is small
         h.setOptionValue("mip_rel_gap", 0.0)
         h.setOptionValue("time_limit", max((float(cfg.time_limit_s) - (time.perf_counter() - started)) / 3, 0.01))
-        guess = highspy.HighsSolution()
-        values = np.zeros(n)
-        values[start] = 1.0
-        guess.col_value = values
-        h.setSolution(guess)
-        h.run()
+        _run_from(h, start)
         if h.getInfo().primal_solution_status == 2:
             fixed_sel = [int(j) for j in np.nonzero(np.asarray(h.getSolution().col_value) > 0.5)[0]]
             fixed_weight = sum(problem.weight[j] for j in fixed_sel)
@@ -1103,12 +1110,7 @@ def _solve_highspy(problem: RoundProblem, cfg: IlpConfig) -> _RawResult:
     # spent in sub-MIPs without them)
     h.setOptionValue("mip_heuristic_run_zi_round", True)
     h.setOptionValue("mip_heuristic_run_shifting", True)
-    guess = highspy.HighsSolution()
-    values = np.zeros(n)
-    values[start] = 1.0
-    guess.col_value = values
-    h.setSolution(guess)
-    h.run()
+    _run_from(h, start)
     model_status = h.getModelStatus()
     status = h.modelStatusToString(model_status)
     info = h.getInfo()
