@@ -48,6 +48,39 @@ class Progress:
     resumed: int  # runs found already done at start
 
 
+class SessionTally:
+    """Counts one session's runs and measured window time, and closes its meta.json entry.
+
+    Shared by the local and Ray campaign loops so that both report progress and efficiency alike.
+    """
+
+    def __init__(self, planned: int, resumed: int, on_progress: Callable[[Progress], None] | None) -> None:
+        self.planned, self.resumed, self.done = planned, resumed, resumed
+        self.window_total = 0.0
+        self.wall_start = time.perf_counter()
+        self.on_progress = on_progress
+        if on_progress:
+            on_progress(Progress(self.done, planned, None, resumed))
+
+    def count(self, record: RunRecord) -> None:
+        """One more run committed to the store."""
+        window = record.run.get("window_s")
+        if window is not None and not math.isnan(window):
+            self.window_total += float(window)
+        self.done += 1
+        if self.on_progress:
+            self.on_progress(Progress(self.done, self.planned, record, self.resumed))
+
+    def close(self, session: dict[str, Any]) -> None:
+        """Record the session's figures (efficiency = measured window time / wall time) in ``session``."""
+        wall = time.perf_counter() - self.wall_start
+        session.update(finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       runs_executed=self.done - self.resumed, wall_s=round(wall, 3),
+                       measured_window_s=round(self.window_total, 3),
+                       efficiency=round(self.window_total / wall, 4) if wall > 0 else None,
+                       complete=self.done == self.planned)
+
+
 def baselines_from(store: ResultsStore, gpu_type: str | None = None) -> dict[JobType, SoloBaseline]:
     """Solo baselines from the store's committed rows (with ``gpu_type``: only that type's typed cells)."""
     runs = store.runs()
@@ -192,13 +225,8 @@ def run_campaign(
         planned = runs_for_gpu_type(planned, typed)
     finished = store.finished_run_ids()
     todo = [run for run in planned if run.run_id not in finished]
-    resumed = len(planned) - len(todo)
-    done = resumed
-    if on_progress:
-        on_progress(Progress(done, len(planned), None, resumed))
     baselines = baselines_from(store, typed)
-    wall_start = time.perf_counter()
-    window_total = 0.0
+    tally = SessionTally(len(planned), len(planned) - len(todo), on_progress)
     try:
         with sigterm_as_interrupt():
             for run in todo:
@@ -211,18 +239,8 @@ def run_campaign(
                         problem = _profile_kernels_once(spec, store, run.cell.jobs[0], todo)
                         if problem:
                             meta.setdefault("kernel_errors", {})[run.cell.jobs[0].label] = problem
-                window = record.run.get("window_s")
-                if window is not None and not math.isnan(window):
-                    window_total += float(window)
-                done += 1
-                if on_progress:
-                    on_progress(Progress(done, len(planned), record, resumed))
+                tally.count(record)
     finally:
-        wall = time.perf_counter() - wall_start
-        session.update(finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                       runs_executed=done - resumed, wall_s=round(wall, 3),
-                       measured_window_s=round(window_total, 3),
-                       efficiency=round(window_total / wall, 4) if wall > 0 else None,
-                       complete=done == len(planned))
+        tally.close(session)
         store.write_meta(meta)
     return store

@@ -30,10 +30,8 @@ result arrives, and the store is keyed by ``run_id``: nothing is recorded twice.
 
 from __future__ import annotations
 
-import math
 import socket
 import sys
-import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +41,7 @@ from typing import Any
 
 from profiler.campaign import (
     Progress,
+    SessionTally,
     baselines_from,
     build_meta,
     check_resumable,
@@ -246,11 +245,7 @@ def run_campaign_on_ray(
         cap = max_in_flight or max(2 * int(cluster["gpus"]), 1)
         waiting = deque(todo)  # plan order: solos first, then groups per batch size
         in_flight: dict[Any, Run] = {}
-        done = resumed
-        wall_start = time.perf_counter()
-        window_total = 0.0
-        if on_progress:
-            on_progress(Progress(done, len(planned), None, resumed))
+        tally = SessionTally(len(planned), resumed, on_progress)
         try:
             with sigterm_as_interrupt():
                 while waiting or in_flight:
@@ -286,24 +281,14 @@ def run_campaign_on_ray(
                         if run.cell.sharing == SHARING_SOLO:
                             baselines.pop(run.cell.gpu_type, None)  # re-read with this solo run committed
                         ledger.resolved(run)
-                        window = record.run.get("window_s")
-                        if window is not None and not math.isnan(window):
-                            window_total += float(window)
-                        done += 1
-                        if on_progress:
-                            on_progress(Progress(done, len(planned), record, resumed))
+                        tally.count(record)
         except BaseException:
             for ref in in_flight:  # force: the worker dies and its job processes with it (PDEATHSIG)
                 ray.cancel(ref, force=True)
             raise
         finally:
-            wall = time.perf_counter() - wall_start
-            session.update(finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                           runs_executed=done - resumed, wall_s=round(wall, 3),
-                           measured_window_s=round(window_total, 3),
-                           efficiency=round(window_total / wall, 4) if wall > 0 else None,
-                           complete=done == len(planned), requeued=dict(ledger.requeued),
-                           lost=ledger.lost, placements=ledger.placements)
+            tally.close(session)
+            session.update(requeued=dict(ledger.requeued), lost=ledger.lost, placements=ledger.placements)
             store.write_meta(meta)
     finally:
         if started_ray:

@@ -114,7 +114,9 @@ def test_cli_ctrl_c_tears_everything_down(tmp_path: Path) -> None:
          "cpu", "--node", "h100:0", "--log-dir", str(log_dir), "--json", "--grace", "2"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 60
-    while len(list(log_dir.glob("*.progress.json"))) < 4 and time.monotonic() < deadline:
+    # each shell writes its progress file before it starts its sleep: wait for both, not just the files
+    while (len(list(log_dir.glob("*.progress.json"))) < 4 or len(processes_with_token(token)) < 9) \
+            and time.monotonic() < deadline:
         time.sleep(0.2)
     assert len(processes_with_token(token)) >= 9  # the launcher, 4 shells and 4 sleeps
     process.send_signal(signal.SIGINT)
