@@ -26,6 +26,14 @@ OCCUPANCY_NOTE = ("torch-profiler occupancy is the CUDA occupancy-calculator est
                   "co-located; ncu's is achieved occupancy (sm__warps_active)")
 
 
+def save_figure(fig: "plt.Figure", path: str | Path, dpi: int = 130) -> Path:
+    """Lay out, write and close ``fig`` (closing frees it: campaigns write many figures in one process)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return Path(path)
+
+
 def plot_matrix(matrix: CompatibilityMatrix, path: str | Path) -> Path:
     """Heatmap of the upper triangle, diverging colormap centred on 1.0, every measured cell annotated.
 
@@ -81,10 +89,7 @@ def plot_matrix(matrix: CompatibilityMatrix, path: str | Path) -> Path:
     ax.set_title(f"{METRIC_LABELS[matrix.metric]} — {matrix.gpu_type}, {matrix.sharing}, {scope}\n"
                  "cells: value; slowdown t′/t of row job / column job", fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=matrix.metric)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -144,11 +149,7 @@ def plot_kernel_averages(kernels: pd.DataFrame, out_dir: str | Path) -> tuple[li
             if metric == "occupancy_pct" and backend != "ncu":
                 title += "\noccupancy-calculator estimate (identical alone or co-located)"
             ax.set_title(title, fontsize=9)
-            fig.tight_layout()
-            path = out / f"kernels_avg_{metric}_{gpu_type}_{backend}.png"
-            fig.savefig(path, dpi=130)
-            plt.close(fig)
-            written.append(path)
+            written.append(save_figure(fig, out / f"kernels_avg_{metric}_{gpu_type}_{backend}.png"))
     return written, notes
 
 
@@ -193,11 +194,7 @@ def plot_kernel_histograms(kernels: pd.DataFrame, out_dir: str | Path) -> tuple[
             fig.supylabel("count (log scale)", fontsize=9)
             suffix = " — occupancy-calculator estimate" if metric == "occupancy_pct" and backend != "ncu" else ""
             fig.suptitle(f"Per-{unit} {label}, {gpu_type} ({backend}){suffix}", fontsize=9)
-            fig.tight_layout()
-            path = out / f"kernels_hist_{metric}_{gpu_type}_{backend}.png"
-            fig.savefig(path, dpi=130)
-            plt.close(fig)
-            written.append(path)
+            written.append(save_figure(fig, out / f"kernels_hist_{metric}_{gpu_type}_{backend}.png"))
     return written, notes
 
 

@@ -167,6 +167,14 @@ def _plt():
     return plt
 
 
+def _save(fig: Any, path: Path) -> Path:
+    """Lay out, write and close ``fig``."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    _plt().close(fig)
+    return path
+
+
 def plot_jct_cdf(runs: Sequence[RunRecord], path: Path) -> Path:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -186,10 +194,7 @@ def plot_jct_cdf(runs: Sequence[RunRecord], path: Path) -> Path:
     ax.set_title("JCT CDF (all workloads pooled)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_utilization(runs: Sequence[RunRecord], path: Path, bin_s: float = 1800.0) -> Path:
@@ -215,10 +220,7 @@ def plot_utilization(runs: Sequence[RunRecord], path: Path, bin_s: float = 1800.
     ax.set_title(f"GPU utilization over time ({bin_s / 60:.0f}-min bins, mean over workloads)")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_packed_fraction(frame: Any, path: Path) -> Path:
@@ -239,10 +241,7 @@ def plot_packed_fraction(frame: Any, path: Path) -> Path:
     ax.grid(True, axis="y", alpha=0.3)
     if len(workloads) <= 10:
         ax.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 # --------------------------------------------------------------------------------------------------
