@@ -19,11 +19,9 @@ from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 from colocate.matrix import METRIC_LABELS, CompatibilityMatrix  # noqa: E402
-from colocate.results import job_type_sort_key, split_job_type, weighted_mean  # noqa: E402
+from colocate.results import job_type_sort_key, weighted_mean  # noqa: E402
 from profiler.schema import STATUS_INFEASIBLE, STATUS_OK  # noqa: E402
 
-OCCUPANCY_NOTE = ("torch-profiler occupancy is the CUDA occupancy-calculator estimate: the same alone or "
-                  "co-located; ncu's is achieved occupancy (sm__warps_active)")
 
 
 def save_figure(fig: "plt.Figure", path: str | Path, dpi: int = 130) -> Path:
@@ -196,7 +194,3 @@ def plot_kernel_histograms(kernels: pd.DataFrame, out_dir: str | Path) -> tuple[
             fig.suptitle(f"Per-{unit} {label}, {gpu_type} ({backend}){suffix}", fontsize=9)
             written.append(save_figure(fig, out / f"kernels_hist_{metric}_{gpu_type}_{backend}.png"))
     return written, notes
-
-
-def model_of(job_type: str) -> str:
-    return split_job_type(job_type)[0]

@@ -25,7 +25,6 @@ linear regression on the two jobs' solo features only (utilization where measure
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -233,18 +232,6 @@ def _fit_arrays(
 
     max_ratio = float(np.clip(np.exp(target.max()) if len(target) else 1.0, 1.0, MAX_RATIO))
     return _Fitted(predict_log, max_ratio)
-
-
-def fit_mean_baseline(pairs: pd.DataFrame) -> _Fitted:
-    """Baseline 1: every ratio is the training mean ratio and every δ the training mean δ."""
-    mean_ratio = float(np.mean(pairs_ratio_values(pairs)))
-    return _Fitted(lambda v, a: np.full(len(v), math.log(mean_ratio)), MAX_RATIO, float(pairs["delta"].mean()))
-
-
-def pairs_ratio_values(pairs: pd.DataFrame, held: int | None = None) -> np.ndarray:
-    """All measured ratios (both jobs of every pair), optionally without pair ``held``."""
-    frame = pairs if held is None else pairs.drop(index=pairs.index[held])
-    return np.concatenate([frame["ratio_a"].to_numpy(dtype=float), frame["ratio_b"].to_numpy(dtype=float)])
 
 
 def _baseline_features(features: pd.DataFrame) -> list[str]:

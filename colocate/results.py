@@ -314,20 +314,6 @@ def _check_image_sizes(results: ResultsSet) -> None:
         )
 
 
-def select_gpu_type(results: ResultsSet, gpu_type: str | None) -> ResultsSet:
-    """Keep one GPU type (or all when ``gpu_type`` is None); unknown names are an input error."""
-    if gpu_type is None:
-        return results
-    if gpu_type not in results.gpu_types:
-        raise InputError(f"GPU type '{gpu_type}' not in the results", source=results.label, field="gpu_type",
-                         valid=", ".join(results.gpu_types))
-    keep_runs = results.runs["gpu_type"] == gpu_type
-    keep_jobs = results.jobs["gpu_type"] == gpu_type
-    kernels = results.kernels[results.kernels["gpu_type"] == gpu_type] if not results.kernels.empty else results.kernels
-    return ResultsSet(results.runs[keep_runs].reset_index(drop=True), results.jobs[keep_jobs].reset_index(drop=True),
-                      kernels.reset_index(drop=True), results.meta, results.sources)
-
-
 # --------------------------------------------------------------------------------------------------------
 # Derived tables
 
@@ -347,17 +333,6 @@ SOLO_COLUMNS = (
     "kernel_dram_throughput_pct",
     "kernel_sm_throughput_pct",
 )
-
-
-def _mean_ci(values: pd.Series) -> tuple[float, float, int]:
-    clean = values.dropna().astype(float)
-    n = len(clean)
-    if n == 0:
-        return math.nan, math.nan, 0
-    mean = float(clean.mean())
-    if n == 1:
-        return mean, math.nan, 1
-    return mean, t95(n - 1) * float(clean.std(ddof=1)) / math.sqrt(n), n
 
 
 def kernel_summary(kernels: pd.DataFrame) -> pd.DataFrame:

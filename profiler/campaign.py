@@ -84,7 +84,7 @@ class SessionTally:
 def baselines_from(store: ResultsStore, gpu_type: str | None = None) -> dict[JobType, SoloBaseline]:
     """Solo baselines from the store's committed rows (with ``gpu_type``: only that type's typed cells)."""
     runs = store.runs()
-    jobs = store.jobs()
+    jobs = store.jobs(runs)
     result: dict[JobType, SoloBaseline] = {}
     if runs.empty:
         return result

@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from profiler.schema import KERNEL_COLUMNS
+from profiler.training import make_training_step
 
 BACKEND_TORCH = "torch-profiler"
 BACKEND_NCU = "ncu"
@@ -133,14 +134,6 @@ def _device_identity(device: str) -> tuple[str, str]:
     return cpu_name(), "cpu"
 
 
-def _training_step(model_name: str, batch_size: int, image_size: int, device: str, num_classes: int, seed: int) -> Any:
-    """The same training step the profiler's workers time."""
-    from profiler.training import make_training_step
-
-    return make_training_step(model_name, batch_size, image_size=image_size, num_classes=num_classes,
-                              device=device, seed=seed)
-
-
 def profile_kernels(
     model: str,
     batch_size: int,
@@ -182,7 +175,8 @@ def profile_kernels(
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        step = _training_step(model, batch_size, image_size, device, num_classes, seed)
+        step = make_training_step(model, batch_size, image_size=image_size, num_classes=num_classes, device=device,
+                                  seed=seed)  # the step the profiler's workers time
         on_cuda = device.startswith("cuda")
         for _ in range(warmup_iters):
             step()
@@ -221,7 +215,8 @@ def _worker(argv: list[str] | None = None) -> None:
     import nvtx
     import torch
 
-    step = _training_step(args.model, args.batch_size, args.image_size, args.device, args.num_classes, args.seed)
+    step = make_training_step(args.model, args.batch_size, image_size=args.image_size, num_classes=args.num_classes,
+                              device=args.device, seed=args.seed)
     for _ in range(args.warmup_iters):
         step()
     torch.cuda.synchronize()

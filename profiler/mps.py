@@ -35,12 +35,6 @@ class MpsDaemon:
             env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(thread_percentage)
         return env
 
-    def server_log_tail(self, lines: int = 5) -> str:
-        log = self.log_dir / "server.log"
-        if not log.is_file():
-            return ""
-        return " | ".join(log.read_text(errors="replace").strip().splitlines()[-lines:])
-
 
 def mps_unavailable_reason(device: str) -> str | None:
     """None when MPS can be tried on ``device``; otherwise the reason it cannot."""

@@ -63,9 +63,10 @@ class ResultsStore:
     def runs(self) -> pd.DataFrame:
         return self._read(RUNS_FILE, RUN_COLUMNS)
 
-    def jobs(self) -> pd.DataFrame:
+    def jobs(self, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+        """Job rows of committed runs; pass ``runs`` when already read, to spare a second read of it."""
         jobs = self._read(JOBS_FILE, JOB_COLUMNS)
-        committed = set(self.runs()["run_id"])
+        committed = set((self.runs() if runs is None else runs)["run_id"])
         return jobs[jobs["run_id"].isin(committed)].reset_index(drop=True)
 
     def kernels(self) -> pd.DataFrame:

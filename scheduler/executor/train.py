@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -26,14 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from profiler.signals import die_with_parent
+
 PROGRESS_INTERVAL_S = 0.5
-
-
-def _die_with_parent() -> None:
-    """SIGKILL this process when the launcher dies, so a killed launcher leaves no training behind."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def write_progress(path: Path, payload: dict[str, Any]) -> None:
@@ -69,7 +63,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    _die_with_parent()
+    die_with_parent()  # a killed launcher leaves no training behind
     stop = {"requested": False}
 
     def request_stop(signum: int, frame: Any) -> None:
