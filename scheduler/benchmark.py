@@ -26,7 +26,7 @@ import math
 import random
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -216,13 +216,6 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
         if fresh == 0:
             return value, iteration
     return value, max_iterations
-
-
-@dataclass(frozen=True)
-class CaseResult:
-    gpus: int
-    jobs: int
-    rows: list[dict[str, Any]]
 
 
 def _timed_round(jobs: list[Job], cluster: Cluster, model: ProfileGoodputModel, coloc: ColocationTable | None,

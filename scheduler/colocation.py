@@ -58,10 +58,6 @@ class ColocationTable:
     def gpu_types(self) -> frozenset[str]:
         return frozenset(k[0] for k in self.ratios)
 
-    def lookup_types(self, gpu_type: str, type_a: str, type_b: str) -> tuple[float, float] | None:
-        """Ratios for two job-type keys, or None when the table has no row for them."""
-        return self.ratios.get((gpu_type, type_a, type_b))
-
     def lookup(self, gpu_type: str, job_a: "Job", job_b: "Job") -> tuple[float, float] | None:
         """Ratios ``(r_a, r_b)`` for two jobs sharing a GPU of ``gpu_type``; None when unknown.
 

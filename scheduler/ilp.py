@@ -511,27 +511,6 @@ def pair_candidates(jobs: Sequence[Job], options: Sequence[_JobColumns], configs
     return pairs, graph
 
 
-def _lp_duals(problem: RoundProblem) -> tuple["np.ndarray", dict[str, float]] | None:
-    """Row duals of the LP relaxation (minimisation form) of the columns built so far: per job, per type."""
-    import highspy
-
-    if problem.num_columns == 0:
-        return None
-    lp, job_row, cap_row = highs_lp(problem, minimise_form=True)
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("threads", 1)
-    h.passModel(lp)
-    h.run()
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-        return None
-    duals = np.asarray(h.getSolution().row_dual)
-    y = np.zeros(len(problem.jobs))
-    for i, row in job_row.items():
-        y[i] = duals[row]
-    return y, {t: float(duals[row]) for t, row in cap_row.items()}
-
-
 @dataclass
 class _PricingData:
     """What pricing needs beyond the columns: per-job options, the class graph, the table."""
@@ -595,7 +574,7 @@ def _beneficial_ratio(colocation: "ColocationTable", cache: dict[str, tuple[floa
 
 def dual_ranked_partners(problem: RoundProblem, options: Sequence[_JobColumns], configs: tuple[Configuration, ...],
                          colocation: "ColocationTable", graph: "object", cfg: IlpConfig,
-                         prices: "tuple[np.ndarray, dict[str, float]] | None" = None,
+                         prices: "tuple[np.ndarray, dict[str, float]]",
                          exclude: "set[tuple[int, int]] | None" = None) -> set[tuple[int, int]]:
     """Top-k partners per job with negative LP reduced cost (pricing for column generation).
 
@@ -609,10 +588,6 @@ def dual_ranked_partners(problem: RoundProblem, options: Sequence[_JobColumns], 
     always a rank-aligned pair, an empty answer proves no pair column anywhere has negative reduced cost:
     iterating this to the end solves the all-pairs LP relaxation exactly.
     """
-    if prices is None:
-        prices = _lp_duals(problem)
-    if prices is None:
-        return set()
     y, mu = prices
     jobs = problem.jobs
     p, lam = cfg.p, cfg.lambda_unallocated

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from scheduler.cluster import Cluster, GpuType
-from scheduler.goodput import GoodputEstimate
+from scheduler.configs import Configuration
+from scheduler.goodput import GoodputEstimate, estimate_arrays
 from scheduler.jobs import Job
 from scheduler.policy import Allocation, RoundContext, RoundDecision, SolverInfo
 
@@ -81,24 +82,28 @@ def rigid_job(job: Job) -> Job:
     return job if not job.adaptive else job.with_state(adaptive=False)
 
 
-def solo_estimate(context: RoundContext, job: Job, shape: Shape) -> GoodputEstimate | None:
-    """Goodput of a rigid job alone on ``shape`` (it uses its own GPU count; extra reserved GPUs idle)."""
-    used = min(job.num_gpus, shape.gpus)
-    return context.goodput.estimate(rigid_job(job), shape.gpu_type, used, shape.nodes)
-
-
 def job_shapes(job: Job, cluster: Cluster, context: RoundContext) -> dict[str, tuple[Shape, GoodputEstimate]]:
-    """Every GPU type where the rigid job can run: type → (shape, solo estimate)."""
-    out: dict[str, tuple[Shape, GoodputEstimate]] = {}
+    """Every GPU type where the rigid job can run: type → (shape, solo estimate).
+
+    The job uses its own GPU count (extra GPUs reserved by a multi-node shape idle); all types are
+    estimated in one goodput call, since baselines ask this for every job every round.
+    """
+    shapes: list[Shape] = []
     for t in cluster:
         if job.memory_gb is not None and job.memory_gb > t.memory_gb:
             continue
         shape = rigid_shape(job.num_gpus, t)
-        if shape is None:
-            continue
-        est = solo_estimate(context, job, shape)
+        if shape is not None:
+            shapes.append(shape)
+    if not shapes:
+        return {}
+    configs = [Configuration(s.gpu_type, s.nodes, min(job.num_gpus, s.gpus)) for s in shapes]
+    estimates = estimate_arrays(context.goodput, rigid_job(job), configs)
+    out: dict[str, tuple[Shape, GoodputEstimate]] = {}
+    for i, shape in enumerate(shapes):
+        est = estimates.at(i)
         if est is not None and est.goodput > 0:
-            out[t.name] = (shape, est)
+            out[shape.gpu_type] = (shape, est)
     return out
 
 
