@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from colocate.colocation_table import MAX_RATIO  # predictions stay within the table's bound
 from colocate.errors import InputError
 from colocate.results import (
     UTILIZATION_COLUMNS,
@@ -45,7 +46,6 @@ from colocate.results import (
 from profiler.schema import STATUS_INFEASIBLE, STATUS_OK
 
 MIN_RATIO = 0.01
-MAX_RATIO = 1.5  # the colocation table's upper bound
 SOLO_FEATURES = ("solo_iter_time_s", "batch_size", "peak_memory_mib", *UTILIZATION_COLUMNS,
                  "kernel_occupancy_pct", "kernel_dram_throughput_pct", "kernel_sm_throughput_pct")
 _LOG_FEATURES = ("solo_iter_time_s", "batch_size", "peak_memory_mib")

@@ -7,19 +7,14 @@ from typing import Any
 
 import pandas as pd
 
+from colocate.results import sharing_label
+
 from profiler.metrics import mean_ci
 from profiler.schema import STATUS_OK
 
 
 def _floats(column: pd.Series) -> list[float]:
     return [float(x) for x in pd.to_numeric(column, errors="coerce").dropna()]
-
-
-def _mode(row: pd.Series) -> str:
-    pct = row.get("mps_thread_percentage")
-    if row["sharing"] == "mps" and pct is not None and not pd.isna(pct):
-        return f"mps{int(pct)}"
-    return str(row["sharing"])
 
 
 def cell_summary(runs: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
@@ -43,7 +38,7 @@ def cell_summary(runs: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
             "kind": first["kind"],
             # a typed cell ("h100:pair|...") was routed to that type; else the device's own type
             "gpu_type": str(cell_id).split(":", 1)[0] if ":" in str(cell_id).split("|", 1)[0] else first["gpu_type"],
-            "mode": _mode(first),
+            "mode": sharing_label(first["sharing"], first.get("mps_thread_percentage")),
             "job_types": first["job_types"],
             "repeats": len(cell_runs),
             "ok": len(ok),

@@ -337,7 +337,6 @@ def register_bench(bench_app: Any) -> None:
         from rich.progress import Progress
         from rich.table import Table
 
-        from colocate.commands.schedule import default_profiles_path
         from colocate.errors import InputError
 
         parsed = []
@@ -348,9 +347,11 @@ def register_bench(bench_app: Any) -> None:
             except ValueError:
                 raise InputError(f"bad case {item!r}", field="--cases", valid="GPUS:JOBS with GPUS a multiple of 64")
             parsed.append((g, j))
-        path = profiles or default_profiles_path()
-        if path is None:
-            raise InputError("Sia traces not found", field="--profiles", valid="Sia's traces directory")
+        from scheduler.workloads import default_profiles_dir
+
+        path = profiles or default_profiles_dir()
+        if not Path(path).is_dir():
+            raise InputError("Sia traces not found", source=path, field="--profiles", valid="Sia's traces directory")
         model = ProfileGoodputModel.from_path(path)
         coloc, coloc_name = default_colocation(colocation, sia_cluster(64).type_names)
         cfg = IlpConfig(top_k=top_k, time_limit_s=time_limit)

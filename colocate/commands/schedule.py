@@ -8,7 +8,6 @@ concrete nodes and GPUs (:mod:`scheduler.placement`); prints a table and the sol
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -22,9 +21,10 @@ def register(app: typer.Typer) -> None:
 
 
 def default_profiles_path() -> Path | None:
-    """Sia's traces beside the repository (``$COLOCATE_SHARED_DATA/sia/traces``), if present."""
-    root = Path(os.environ.get("COLOCATE_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
-    candidate = root / "sia" / "traces"
+    """Sia's traces (``$COLOCATE_SHARED_DATA/sia/traces`` or ``../shared/data`` beside us), if present."""
+    from scheduler.workloads import default_profiles_dir
+
+    candidate = default_profiles_dir()
     return candidate if candidate.is_dir() else None
 
 
@@ -133,12 +133,9 @@ def solver_line(info: Any) -> str:
 
 
 def _print_table(decision: Any, placement: Any, jobs: list) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)
+    from colocate.commands._output import console
     order = {j.name: n for n, j in enumerate(jobs)}
     table = Table(title="Round decision", show_lines=False)
     for column in ("job", "GPU type", "GPUs", "batch", "partner", "node", "GPU indices", "goodput (samples/s)"):
