@@ -146,10 +146,7 @@ def emit_k8s(plan: LaunchPlan, out_dir: str | Path, run: RunSettings, options: K
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for group in plan.groups:
-        if group.multi_node:
-            raise InputError(f"group {group.label} spans nodes {list(group.nodes)}", source=plan.source,
-                             field="nodes",
-                             valid="single-node groups for Kubernetes; use --emit slurm for multi-node jobs")
+        group.require_single_node(plan.source, "for Kubernetes")
         for job in group.jobs:
             manifest = pod_manifest(job, group, run, options, inventory, inventory_source)
             path = out / f"{group.key}-{dns_name(job.name)}.yaml"

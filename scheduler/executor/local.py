@@ -100,9 +100,7 @@ def check_local(plan: LaunchPlan, settings: LaunchSettings) -> None:
     from profiler.mps import mps_unavailable_reason
 
     for group in plan.groups:
-        if group.multi_node:
-            raise InputError(f"group {group.label} spans nodes {list(group.nodes)}", source=plan.source,
-                             field="nodes", valid="single-node groups here; use --emit slurm for multi-node jobs")
+        group.require_single_node(plan.source, "here")
         if group.sharing == "mps":
             if settings.run.device == "cpu":
                 raise InputError(f"group {group.label} asks for MPS but --device is cpu", source=plan.source,

@@ -111,6 +111,12 @@ class GpuGroup:
         nodes = ",".join(str(n) for n in self.nodes)
         return f"{self.gpu_type} node {nodes} GPU {','.join(str(g) for g in self.gpus)}"
 
+    def require_single_node(self, source: str | Path | None, backend: str) -> None:
+        """Refuse a multi-node group on a backend that starts one node's processes (only Slurm spans nodes)."""
+        if self.multi_node:
+            raise InputError(f"group {self.label} spans nodes {list(self.nodes)}", source=source, field="nodes",
+                             valid=f"single-node groups {backend}; use --emit slurm for multi-node jobs")
+
 
 @dataclass(frozen=True)
 class LaunchPlan:

@@ -55,13 +55,14 @@ def run_group_task(group: GpuGroup, settings: LaunchSettings, board: Any) -> lis
     settings = replace(settings, python=sys.executable)  # this node's interpreter, not the driver's
     assigned = [str(g) for g in ray.get_gpu_ids()]
     node_id = ray.get_runtime_context().get_node_id()
-    last = [0.0]
+    last_time, last_states = [0.0], [()]
 
     def report(statuses: list[JobStatus]) -> None:
-        now = time.monotonic()
-        if now - last[0] >= POLL_INTERVAL_S or any(s.state != "running" for s in statuses):
+        # at most every POLL_INTERVAL_S, but at once when a job changes state (one finished, one failed)
+        now, states = time.monotonic(), tuple(s.state for s in statuses)
+        if now - last_time[0] >= POLL_INTERVAL_S or states != last_states[0]:
             board.report.remote([{**s.to_dict(), "node_id": node_id} for s in statuses])
-            last[0] = now
+            last_time[0], last_states[0] = now, states
 
     result = run_groups([group], settings, gpu_assignment=lambda g: assigned, on_progress=report)
     return [{**s.to_dict(), "node_id": node_id} for s in result.jobs]
@@ -73,9 +74,7 @@ def check_ray(plan: LaunchPlan) -> None:
 
     resources = ray.cluster_resources()
     for group in plan.groups:
-        if group.multi_node:
-            raise InputError(f"group {group.label} spans nodes {list(group.nodes)}", source=plan.source,
-                             field="nodes", valid="single-node groups on Ray; use --emit slurm for multi-node jobs")
+        group.require_single_node(plan.source, "on Ray")
         if resources.get("GPU", 0) < group.gpus_per_node:
             raise InputError(f"group {group.label} needs {group.gpus_per_node} GPUs; the Ray cluster has "
                              f"{resources.get('GPU', 0):g}", source=plan.source, field="num_gpus",
