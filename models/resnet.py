@@ -54,19 +54,13 @@ def _shortcut(in_channels: int, out_channels: int, stride: int) -> nn.Module:
     return nn.Sequential(*_conv_bn(in_channels, out_channels, kernel_size=1, stride=stride))
 
 
-class BasicBlock(nn.Module):
-    """Two 3x3 convs; optional squeeze-excitation on the residual branch before the addition."""
+class _ResidualBlock(nn.Module):
+    """``relu(se(residual(x)) + shortcut(x))``; subclasses build the residual branch."""
 
-    expansion = 1
-
-    def __init__(self, in_channels: int, width: int, stride: int, se_reduction: int | None = None) -> None:
+    def __init__(self, residual: nn.Sequential, in_channels: int, out_channels: int, stride: int,
+                 se_reduction: int | None) -> None:
         super().__init__()
-        out_channels = width * self.expansion
-        self.residual = nn.Sequential(
-            *_conv_bn(in_channels, width, 3, stride),
-            nn.ReLU(inplace=True),
-            *_conv_bn(width, out_channels, 3, 1),
-        )
+        self.residual = residual
         self.se = SqueezeExcitation(out_channels, se_reduction) if se_reduction else nn.Identity()
         self.shortcut = _shortcut(in_channels, out_channels, stride)
         self.activation = nn.ReLU(inplace=True)
@@ -75,27 +69,36 @@ class BasicBlock(nn.Module):
         return self.activation(self.se(self.residual(x)) + self.shortcut(x))
 
 
-class Bottleneck(nn.Module):
+class BasicBlock(_ResidualBlock):
+    """Two 3x3 convs; optional squeeze-excitation on the residual branch before the addition."""
+
+    expansion = 1
+
+    def __init__(self, in_channels: int, width: int, stride: int, se_reduction: int | None = None) -> None:
+        out_channels = width * self.expansion
+        residual = nn.Sequential(
+            *_conv_bn(in_channels, width, 3, stride),
+            nn.ReLU(inplace=True),
+            *_conv_bn(width, out_channels, 3, 1),
+        )
+        super().__init__(residual, in_channels, out_channels, stride, se_reduction)
+
+
+class Bottleneck(_ResidualBlock):
     """1x1 reduce, 3x3 (strided), 1x1 expand by 4; optional squeeze-excitation before the addition."""
 
     expansion = 4
 
     def __init__(self, in_channels: int, width: int, stride: int, se_reduction: int | None = None) -> None:
-        super().__init__()
         out_channels = width * self.expansion
-        self.residual = nn.Sequential(
+        residual = nn.Sequential(
             *_conv_bn(in_channels, width, 1, 1),
             nn.ReLU(inplace=True),
             *_conv_bn(width, width, 3, stride),
             nn.ReLU(inplace=True),
             *_conv_bn(width, out_channels, 1, 1),
         )
-        self.se = SqueezeExcitation(out_channels, se_reduction) if se_reduction else nn.Identity()
-        self.shortcut = _shortcut(in_channels, out_channels, stride)
-        self.activation = nn.ReLU(inplace=True)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.activation(self.se(self.residual(x)) + self.shortcut(x))
+        super().__init__(residual, in_channels, out_channels, stride, se_reduction)
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,7 @@ def parse_job_type(text: str) -> tuple[str, int | None]:
 
 def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
     """Validate a parsed YAML mapping; raise :class:`InputError` on the first problem found."""
-    from models import registered_names  # models is below profiler in the dependency order
+    from models import MIN_IMAGE_SIZE, is_cifar_style, registered_names  # models is below profiler
 
     MODEL_NAMES = registered_names()
 
@@ -223,14 +223,14 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
     min_seconds = number("min_window_seconds", None, 0, strict=True)
     if min_iters is None and min_seconds is None:
         min_iters = 20  # the default window when the user sets neither
-    image_size = number("image_size", 32, 32)
+    image_size = number("image_size", MIN_IMAGE_SIZE, MIN_IMAGE_SIZE)
     return CampaignSpec(
         name=data["name"].strip(),
         models=models,
         batch_sizes=batch_sizes,
         device=device,
         image_size=image_size,
-        num_classes=number("num_classes", 10 if image_size < 96 else 1000, 1),
+        num_classes=number("num_classes", 10 if is_cifar_style(image_size) else 1000, 1),
         group_sizes=group_sizes,
         combinations=combinations,
         repetition=data.get("repetition", False),
