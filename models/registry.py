@@ -42,15 +42,8 @@ class ModelInfo:
     published_params_imagenet: int | None = None
 
 
-@dataclass(frozen=True)
-class _Entry:
-    builder: ModelBuilder
-    info: ModelInfo
-
-
-_REGISTRY: dict[str, _Entry] = {}
-
-# Live view of the registered infos; kept in step with _REGISTRY by register_model.
+# Builders by name; MODEL_INFO holds the same names' infos (both written only by register_model).
+_REGISTRY: dict[str, ModelBuilder] = {}
 MODEL_INFO: dict[str, ModelInfo] = {}
 
 
@@ -66,7 +59,7 @@ def register_model(name: str, builder: ModelBuilder, info: ModelInfo, *, replace
         raise ValueError(f"ModelInfo.name '{info.name}' does not match the registered name '{name}'")
     if name in _REGISTRY and not replace:
         raise ValueError(f"model '{name}' is already registered (pass replace=True to override it)")
-    _REGISTRY[name] = _Entry(builder=builder, info=info)
+    _REGISTRY[name] = builder
     MODEL_INFO[name] = info
 
 
@@ -86,15 +79,15 @@ def build_model(name: str, *, num_classes: int = 1000, image_size: int = 224) ->
     ``image_size`` < 96 gives the CIFAR-style variant, otherwise the ImageNet-style one. Raises
     ``ValueError`` for an unknown name (listing the valid ones) or an out-of-range size or class count.
     """
-    entry = _REGISTRY.get(name)
-    if entry is None:
+    builder = _REGISTRY.get(name)
+    if builder is None:
         valid = ", ".join(_REGISTRY)
         raise ValueError(f"unknown model '{name}' (valid: {valid})")
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < MIN_IMAGE_SIZE:
         raise ValueError(f"image_size must be an integer >= {MIN_IMAGE_SIZE}, got {image_size!r}")
-    return entry.builder(num_classes=num_classes, image_size=image_size)
+    return builder(num_classes=num_classes, image_size=image_size)
 
 
 def count_parameters(model: torch.nn.Module, *, trainable_only: bool = False) -> int:
