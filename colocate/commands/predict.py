@@ -30,13 +30,14 @@ def predict(
     from colocate.errors import InputError
     from colocate.gavel import load_inputs
     from colocate.predict import PredictorConfig, evaluation_report, leave_one_pair_out, make_datasets, predict_dataset
-    from colocate.results import atomic_write_json, choose_sharing, group_table
+    from colocate.results import atomic_write_json, choose_sharing
 
     results = load_inputs(results_dirs or [], gavel or [], gpu_types=gpu_type or None)
     config = PredictorConfig(ridge_lambda=ridge_lambda, nuclear_lambda=nuclear_lambda)
     if not evaluate:
-        mode = choose_sharing(group_table(results, 2)["sharing"], sharing, results.label)
-        datasets = make_datasets(results, sharing=mode)
+        every_mode = make_datasets(results)  # one per (GPU type, sharing mode); the output holds one mode
+        mode = choose_sharing([d.sharing for d in every_mode], sharing, results.label)
+        datasets = [d for d in every_mode if d.sharing == mode]
         if not datasets:
             raise InputError("no pairs measured", source=results.label, field="kind",
                              valid="a campaign with group_sizes including 2, or a Gavel file")
