@@ -48,6 +48,22 @@ class Progress:
     resumed: int  # runs found already done at start
 
 
+def open_session(store: ResultsStore, meta_update: dict[str, Any], **fields: Any) -> tuple[dict[str, Any],
+                                                                                         dict[str, Any]]:
+    """Update meta.json with ``meta_update`` and append a session (start time, argv, ``fields``) to it.
+
+    Returns ``(meta, session)``: the caller fills the session in (see :class:`SessionTally`) and writes
+    ``meta`` again when the session ends.
+    """
+    meta = store.read_meta()
+    meta.update(meta_update)
+    session: dict[str, Any] = {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                               "argv": sys.argv, **fields}
+    meta["sessions"] = [*meta.get("sessions", []), session]
+    store.write_meta(meta)
+    return meta, session
+
+
 class SessionTally:
     """Counts one session's runs and measured window time, and closes its meta.json entry.
 
@@ -211,14 +227,7 @@ def run_campaign(
         if typed not in spec.gpu_types:
             raise InputError(f"this machine's device is of type '{typed}'", field="gpu_types",
                              valid="a list including it, or --backend ray to route runs to other types")
-    meta = store.read_meta()
-    meta.update(build_meta(spec, target))
-    sessions = list(meta.get("sessions", []))
-    session: dict[str, Any] = {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                               "argv": sys.argv}
-    sessions.append(session)
-    meta["sessions"] = sessions
-    store.write_meta(meta)
+    meta, session = open_session(store, build_meta(spec, target))
 
     planned = runs if runs is not None else plan_runs(spec)
     if typed is not None:

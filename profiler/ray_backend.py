@@ -31,17 +31,16 @@ result arrives, and the store is keyed by ``run_id``: nothing is recorded twice.
 from __future__ import annotations
 
 import socket
-import sys
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from profiler.campaign import (
     Progress,
     SessionTally,
+    open_session,
     baselines_from,
     build_meta,
     check_resumable,
@@ -216,12 +215,7 @@ def run_campaign_on_ray(
     started_ray = _connect(address)
     try:
         cluster = _check_cluster(list(spec.gpu_types or ()))
-        meta = store.read_meta()
-        meta.update(_driver_meta(spec, cluster, address))
-        session: dict[str, Any] = {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                   "argv": sys.argv, "backend": "ray"}
-        meta["sessions"] = [*meta.get("sessions", []), session]
-        store.write_meta(meta)
+        meta, session = open_session(store, _driver_meta(spec, cluster, address), backend="ray")
 
         remote = ray.remote(execute_on_worker)
         ledger = _Ledger()
