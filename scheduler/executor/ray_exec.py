@@ -7,7 +7,8 @@ The pair is the unit, as in the profiler's Ray backend: a task asks for ``num_gp
 group asks for it. Ray chooses the node and GPU indices inside the GPU type; the allocation's node and
 GPU numbers are advisory here.
 
-Progress: tasks report job statuses to a small actor (:class:`ProgressBoard`) that the driver polls.
+Progress: tasks report job statuses to a small actor
+(:class:`~scheduler.executor.progress_board.ProgressBoard`, alive before any task starts) that the driver polls.
 Logs are written on the worker's node under the same ``--log-dir`` path (a shared file system makes them
 visible on the driver); a failed job's last log line comes back in its status.
 Ctrl-C or SIGTERM on the driver cancels every task with ``force=True``: the worker dies and its job
@@ -29,23 +30,10 @@ from profiler.signals import sigterm_as_interrupt
 from profiler.ray_backend import ROUTING_FRACTION, require_ray, routing_resource
 from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings, run_groups
 from scheduler.executor.plan import GpuGroup, LaunchPlan
+from scheduler.executor.progress_board import ProgressBoard
 
 TASK_NAME_PREFIX = "colocate-group"
 POLL_INTERVAL_S = 0.5
-
-
-class ProgressBoard:
-    """Latest status of every job, reported by the group tasks (a Ray actor)."""
-
-    def __init__(self) -> None:
-        self.statuses: dict[str, dict[str, Any]] = {}
-
-    def report(self, statuses: list[dict[str, Any]]) -> None:
-        for status in statuses:
-            self.statuses[status["job"]] = status
-
-    def snapshot(self) -> dict[str, dict[str, Any]]:
-        return dict(self.statuses)
 
 
 def run_group_task(group: GpuGroup, settings: LaunchSettings, board: Any) -> list[dict[str, Any]]:
@@ -105,6 +93,8 @@ def run_plan_on_ray(
     try:
         check_ray(plan)
         board = ray.remote(num_cpus=0)(ProgressBoard).remote()
+        # the board is up before any task starts, so the first reports stream instead of queueing
+        ray.get(board.__ray_ready__.remote())
         task = ray.remote(run_group_task)
         refs: dict[Any, GpuGroup] = {}
         for group in plan.groups:
