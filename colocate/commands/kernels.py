@@ -48,6 +48,7 @@ def kernels(
         done = set(same["job_type"])
     todo = [(m, b) for m in spec.models for b in spec.batch_sizes if f"{m}@{b}" not in done]
     frames = []
+    table = existing
     progress = Progress(TextColumn("[bold]kernels"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.fields[last]}"), console=error_console)
     with progress:
@@ -64,9 +65,9 @@ def kernels(
                 progress.update(task, advance=1, last=f"{model}@{batch} failed")
                 continue
             frames.append(frame)
-            write_kernels(out, existing, frames, replace_backend=backend_label)
+            # written after every job type: an interrupted profile keeps what it measured
+            table = write_kernels(out, existing, frames, replace_backend=backend_label)
             progress.update(task, advance=1, last=f"{model}@{batch}: {len(frame)} rows")
-    table = write_kernels(out, existing, frames, replace_backend=backend_label)
     kernel_meta(out, spec=spec.to_dict(), backend=backend_label, iters=iters)
     if table.empty:
         console.print(f"no kernel rows in {out}")
