@@ -5,10 +5,10 @@ Each round (60 s by default, as in Sia):
 1. Jobs whose arrival time has passed join the active set.
 2. The policy allocates (the very same :mod:`scheduler.ilp` / :mod:`scheduler.policies` objects that
    ``colocate schedule`` uses); the placement stage (:func:`scheduler.placement.place`) assigns nodes/GPUs.
-3. Invariants are checked (:func:`check_round`): every active job exactly once, no finished or unknown job,
-   capacity per GPU type, at most two jobs per GPU and only as declared partners on exactly the same GPUs,
-   rigid jobs at least their requested size. A violation raises :class:`SimulationError` naming the round
-   and the job.
+3. Invariants are checked (:func:`check_round`, then :func:`check_placement`): every active job exactly
+   once, no finished or unknown job, capacity per GPU type, at most two jobs per GPU and only as declared
+   partners on exactly the same GPUs, rigid jobs at least their requested size. A violation raises
+   :class:`SimulationError` naming the round and the job.
 4. A job whose GPUs changed (type, count, nodes or GPU indices) pays its restart cost (checkpoint-restore:
    no progress, GPUs held); the next round it is *pinned* so the policy keeps it in place while restoring.
 5. Jobs progress by their goodput on the allocation (throughput × statistical efficiency, from the goodput
@@ -296,8 +296,18 @@ def check_round(round_index: int, time_s: float, decision: RoundDecision, jobs: 
         check_decision(decision, jobs, cluster)
     except AssertionError as err:
         raise SimulationError(f"{where}: {err}") from None
-    if placement is None:
-        return
+    if placement is not None:
+        check_placement(round_index, time_s, decision, placement)
+
+
+def check_placement(round_index: int, time_s: float, decision: RoundDecision, placement: Placement) -> None:
+    """Raise :class:`SimulationError` if ``placement`` does not realise a decision that passed :func:`check_round`."""
+    where = f"round {round_index} (t={time_s:.0f} s)"
+
+    def fail(job: str, message: str) -> SimulationError:
+        return SimulationError(f"{where}: job {job}: {message}")
+
+    alloc = decision.by_job()
     for slot, names in placement.occupants().items():
         if len(names) > 2:
             raise fail(names[0], f"GPU {slot} shared by {len(names)} jobs {names}")
@@ -452,7 +462,7 @@ class Simulator:
             policy_s = time.perf_counter() - t0
             check_round(k, now, decision, views, self.cluster, finished, rigid_sizes=rigid_sizes)
             placement = place(decision, self.cluster, previous)
-            check_round(k, now, decision, views, self.cluster, finished, placement, rigid_sizes)
+            check_placement(k, now, decision, placement)  # the decision itself was checked just above
             if decision.solver.fallback is not None:
                 solver_fallbacks += 1
             by_job = decision.by_job()
@@ -707,6 +717,6 @@ def simulate(cluster: "Cluster | str | Path", workload: "Workload | str | Path",
 
 
 __all__ = [
-    "AccumulatingGoodput", "SimConfig", "SimulationError", "SimulationResult", "Simulator", "check_round",
-    "load_goodput_model", "simulate", "SIA_RESTART_COST_S", "SIA_SLOWDOWN", "SUMMARY_KEYS",
+    "AccumulatingGoodput", "SimConfig", "SimulationError", "SimulationResult", "Simulator", "check_placement",
+    "check_round", "load_goodput_model", "simulate", "SIA_RESTART_COST_S", "SIA_SLOWDOWN", "SUMMARY_KEYS",
 ]
