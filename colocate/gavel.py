@@ -90,7 +90,7 @@ def gavel_job_name(job_type: str) -> str:
     return model if batch is None else f"{model} (batch size {batch})"
 
 
-def _parse_key(key: str, source: Path, gpu: str) -> tuple[str, int]:
+def parse_gavel_key(key: str, source: str | Path, gpu: str) -> tuple[str, int]:
     """A job key → (job name, scale factor); plain names (oracle file) have scale factor 1."""
     if key.startswith("("):
         try:
@@ -164,7 +164,7 @@ def import_gavel(
         entries: dict[str, tuple[str, dict[str, Any]]] = {}  # job type → (original key, entry)
         names: dict[str, str] = {}  # original key → job type
         for key, entry in data[gpu].items():
-            name, factor = _parse_key(key, path, gpu)
+            name, factor = parse_gavel_key(key, path, gpu)
             if factor != scale_factor:
                 continue
             _, _, job_type = gavel_job_type(name)

@@ -41,16 +41,14 @@ Regenerate the bundled table with ``python -m scheduler.transfer scheduler/examp
 
 from __future__ import annotations
 
-import ast
 import itertools
-import json
-import re
 import statistics
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from colocate.errors import InputError
+from colocate.gavel import parse_gavel_key, read_gavel_json
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -76,55 +74,17 @@ SIA_GPU_TO_GAVEL: Mapping[str, str] = {"aws": "p100", "rtx": "v100", "dgx-ext": 
 SIA_TO_OWN_MODEL: Mapping[str, str] = {"cifar10": "resnet18", "imagenet": "resnet50"}
 DEFAULT_TABLE = Path(__file__).resolve().parent / "examples" / "colocation-sia-transferred.csv"
 
-_KEY = re.compile(r"^\('(?P<name>.+)', (?P<sf>\d+)\)$")
-_MODEL = re.compile(r"^(?P<model>.+?) \(batch size (?P<batch>\d+)\)$")
-
-
-def gavel_model_of(job_type: str) -> str:
-    """``"ResNet-18 (batch size 64)"`` → ``"ResNet-18"``; names without a batch are returned as they are."""
-    m = _MODEL.match(job_type.strip())
-    return m.group("model") if m else job_type.strip()
-
-
 def _gavel_name(model: str, batch: int) -> str:
     return f"{model} (batch size {batch})"
 
 
-def _load_json(path: str | Path) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise InputError("Gavel throughput file not found", source=p, field="gavel",
-                         valid="Gavel's simulation_throughputs.json")
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as err:
-        raise InputError(f"not valid JSON (line {err.lineno})", source=p, field="gavel",
-                         valid="Gavel's simulation_throughputs.json") from None
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise InputError("expected {worker_type: {job: {...}}}", source=p, field="gavel",
-                         valid="Gavel's simulation_throughputs.json")
-    return data
-
-
-def _parse_key(key: str, source: Path | str) -> tuple[str, int]:
-    m = _KEY.match(key.strip())
-    if m is None:
-        try:
-            name, sf = ast.literal_eval(key)
-            return str(name), int(sf)
-        except (ValueError, SyntaxError, TypeError):
-            raise InputError(f"cannot read job key {key!r}", source=source, field="job",
-                             valid="('<model> (batch size N)', <scale factor>)") from None
-    return m.group("name"), int(m.group("sf"))
-
-
 def read_gavel_isolated(path: str | Path) -> dict[tuple[str, str, int], float]:
     """``(worker type, job type, scale factor)`` → isolated steps/s from Gavel's throughput file."""
-    data = _load_json(path)
+    data = read_gavel_json(path)
     out: dict[tuple[str, str, int], float] = {}
     for gpu, jobs in data.items():
         for key, entry in jobs.items():
-            name, sf = _parse_key(key, path)
+            name, sf = parse_gavel_key(key, path, gpu)
             value = entry.get("null") if isinstance(entry, dict) else None
             if isinstance(value, (int, float)) and value > 0:
                 out[(gpu, name, sf)] = float(value)
@@ -133,24 +93,24 @@ def read_gavel_isolated(path: str | Path) -> dict[tuple[str, str, int], float]:
 
 def read_gavel_pairs(path: str | Path, scale_factor: int = 1) -> dict[tuple[str, str, str], tuple[float, float]]:
     """``(worker type, job a, job b)`` → ``(ratio_a, ratio_b)`` (co-located / isolated steps/s; 0 = infeasible)."""
-    data = _load_json(path)
+    data = read_gavel_json(path)
     out: dict[tuple[str, str, str], tuple[float, float]] = {}
     for gpu, jobs in data.items():
         if gpu.endswith("_unconsolidated"):
             continue
         iso: dict[str, float] = {}
         for key, entry in jobs.items():
-            name, sf = _parse_key(key, path)
+            name, sf = parse_gavel_key(key, path, gpu)
             if sf == scale_factor and isinstance(entry, dict) and isinstance(entry.get("null"), (int, float)):
                 iso[name] = float(entry["null"])
         for key, entry in jobs.items():
-            name, sf = _parse_key(key, path)
+            name, sf = parse_gavel_key(key, path, gpu)
             if sf != scale_factor or not isinstance(entry, dict):
                 continue
             for other_key, value in entry.items():
                 if other_key == "null":
                     continue
-                other, other_sf = _parse_key(other_key, path)
+                other, other_sf = parse_gavel_key(other_key, path, gpu)
                 if other_sf != scale_factor or not isinstance(value, (list, tuple)) or len(value) != 2:
                     continue
                 a, b = float(value[0]), float(value[1])

@@ -255,7 +255,8 @@ def read_gavel_trace(path: str | Path, throughputs: str | Path | None = None,
     Job types without a Sia counterpart (A3C, CycleGAN) are mapped as :data:`scheduler.transfer.GAVEL_TO_SIA`
     says; an unknown type is an error naming the row.
     """
-    from scheduler.transfer import GAVEL_TO_SIA, gavel_model_of, read_gavel_isolated
+    from colocate.gavel import gavel_job_type
+    from scheduler.transfer import GAVEL_TO_SIA, read_gavel_isolated
 
     p = Path(path)
     source = str(p)
@@ -280,7 +281,7 @@ def read_gavel_trace(path: str | Path, throughputs: str | Path | None = None,
             else:
                 raise InputError(f"row {row}: {len(fields)} tab-separated fields", source=source, field="row",
                                  valid="7 fields (traces/msr) or 10 fields (traces/physical_cluster)")
-            model = gavel_model_of(job_type)
+            model = gavel_job_type(job_type)[0]
             if model not in GAVEL_TO_SIA:
                 raise InputError(f"row {row}: job type {job_type!r} has no Sia counterpart", source=source,
                                  field="job_type", valid=", ".join(sorted(GAVEL_TO_SIA)))
