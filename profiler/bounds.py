@@ -22,10 +22,14 @@ MAX_SECONDS = 1e8  # arrival times, durations, ages, time-outs (about three year
 MAX_REPEATS = 1_000
 
 
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
 def _describe(low: float, high: float, integer: bool, low_open: bool) -> str:
     kind = "an integer" if integer else "a number"
     left = "(" if low_open else "["
-    return f"{kind} in {left}{low:g}, {high:g}]"
+    return f"{kind} in {left}{_fmt(low)}, {_fmt(high)}]"
 
 
 def check_number(value: Any, *, field: str, low: float, high: float, source: str | Path | None = None,
