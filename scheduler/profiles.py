@@ -72,7 +72,7 @@ def _read_csv(path: Path, required: Iterable[str]) -> "pd.DataFrame":
     import pandas as pd
 
     try:
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(path, encoding="utf-8-sig")
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         raise InputError(f"not a readable CSV ({type(err).__name__})", source=path, field=next(iter(required)),
                          valid="header " + ",".join(required)) from None
@@ -118,6 +118,15 @@ def read_generic_profiles(path: str | Path) -> "pd.DataFrame":
             raise InputError(f"row {i + 2}: {col} = {frame[col].iloc[i]}", source=p, field=col, valid="an integer >= 1")
     import pandas as pd
 
+    key = ["application", "gpu_type", "num_nodes", "num_gpus", "batch_size"]
+    clash = frame.duplicated(key, keep=False) & ~frame.duplicated(key + ["throughput"], keep=False)
+    if clash.any():
+        i = int(clash.to_numpy().nonzero()[0][-1])
+        row = frame.iloc[i]
+        raise InputError(f"row {i + 2}: a second, different throughput for {row['application']} on {row['gpu_type']} "
+                         f"with {int(row['num_gpus'])} GPUs at batch {row['batch_size']:g}", source=p,
+                         field="throughput", valid="one row per application, GPU type, GPU count and batch size")
+    frame = frame.drop_duplicates(key)
     out = pd.DataFrame({
         "application": frame["application"],
         "gpu_type": frame["gpu_type"],

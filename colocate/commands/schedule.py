@@ -29,15 +29,37 @@ def default_profiles_path() -> Path | None:
 
 
 def _check_inputs(jobs: list, cluster: Any, model: Any, jobs_path: Path) -> None:
-    """Catch typos that would silently leave jobs unallocated: unknown applications and GPU types."""
+    """Catch typos that would silently leave jobs unallocated: unknown applications and GPU types, and jobs
+    no configuration of the cluster can run (too many GPUs, or a batch outside every profile)."""
+    from colocate.commands._output import error_console
+    from scheduler.configs import configurations
+
     known = getattr(model, "applications", None)
+    configs = configurations(cluster)
+    largest = max(t.total_gpus for t in cluster)
+    profiled = getattr(model, "gpu_types", None)
+    if known is not None and profiled is not None:
+        for name in cluster.type_names:
+            if not any(name in profiled(app) for app in {j.application for j in jobs} & set(known)):
+                error_console.print(f"warning: GPU type {name!r} of the cluster has no throughput profile for "
+                                    f"these jobs' applications; its GPUs stay idle", highlight=False)
     for row, job in enumerate(jobs, start=2):
+        if job.num_gpus > largest:
+            raise InputError(f"row {row}: job {job.name!r} asks for {job.num_gpus} GPUs; the largest GPU type of "
+                             f"the cluster has {largest}", source=jobs_path, field="num_gpus",
+                             valid=f"an integer in [1, {largest}]")
         if known is not None and job.application not in known:
             raise InputError(f"row {row}: no throughput profile for application {job.application!r}",
                              source=jobs_path, field="application", valid=", ".join(sorted(known)))
         if job.current_gpu_type and job.current_gpu_type not in cluster:
             raise InputError(f"row {row}: current_gpu_type {job.current_gpu_type!r} is not in the cluster",
                              source=jobs_path, field="current_gpu_type", valid=", ".join(cluster.type_names))
+        shapes = [c for c in configs if job.adaptive or c.num_gpus == job.num_gpus]
+        if known is not None and not any(e is not None for e in model.estimate_many(job, shapes)):
+            field = "batch_size" if job.batch_size and shapes else "num_gpus"
+            raise InputError(f"row {row}: job {job.name!r} ({job.num_gpus} GPUs, batch {job.batch_size or 'auto'}) "
+                             f"fits no configuration of the cluster with the given profiles", source=jobs_path,
+                             field=field, valid="a GPU count and batch size the profiles cover on some GPU type")
 
 
 def decision_to_json(decision: Any, placement: Any) -> dict[str, Any]:
@@ -90,14 +112,18 @@ def schedule(
     from scheduler.placement import place
     from scheduler.policy import RoundContext
 
+    from profiler.bounds import check_number
+
+    check_number(p, field="--p", low=-10, high=10, valid="a non-zero number in [-10, 10], e.g. -0.5 (Sia) or 1")
     if p == 0:
         raise InputError("p = 0 is not allowed", field="--p", valid="a non-zero number, e.g. -0.5 (Sia) or 1")
-    if top_k < 0:
-        raise InputError(f"{top_k}", field="--top-k", valid="an integer >= 0")
-    if time_limit <= 0:
-        raise InputError(f"{time_limit}", field="--time-limit", valid="seconds > 0")
-    if not 0 <= gap < 1:
+    check_number(top_k, field="--top-k", low=0, high=1000, integer=True)
+    check_number(min_benefit, field="--min-benefit", low=0, high=2)
+    check_number(time_limit, field="--time-limit", low=0, high=86400, low_open=True, valid="seconds in (0, 86400]")
+    check_number(gap, field="--gap", low=0, high=1)
+    if gap >= 1:
         raise InputError(f"{gap}", field="--gap", valid="a fraction in [0, 1)")
+    check_number(restart_cost, field="--restart-cost", low=0, high=86400, valid="seconds in [0, 86400]")
     if solver not in ("highs", "pulp-highs", "cbc"):
         raise InputError(f"unknown solver {solver!r}", field="--solver", valid="highs, pulp-highs, cbc")
     the_cluster = load_cluster(cluster)
