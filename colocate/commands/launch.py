@@ -60,6 +60,8 @@ class _JobBars:
 def launch(
     allocation: Path = typer.Argument(..., metavar="ALLOCATION.json", help="Output of colocate schedule --json."),
     jobs: Optional[Path] = typer.Option(None, "--jobs", help="Jobs CSV given to colocate schedule (applications)."),
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster YAML given to colocate schedule: "
+                                                                   "refuse node or GPU indices outside it."),
     commands: Optional[Path] = typer.Option(None, "--commands", help="YAML: job or application -> shell command."),
     backend: str = typer.Option("local", "--backend", help="local (this node) or ray (needs the ray extra)."),
     emit: Optional[Tuple[str, Path]] = typer.Option(None, "--emit", metavar="slurm|k8s DIR",
@@ -93,18 +95,28 @@ def launch(
     from colocate.errors import InputError
     from scheduler.executor.command import RunSettings
     from scheduler.executor.local import LaunchSettings
+    from models import MIN_IMAGE_SIZE
+    from profiler.bounds import MAX_SECONDS, check_number
     from scheduler.executor.plan import SHARING_MODES, load_plan, safe_name
 
     if sharing not in SHARING_MODES:
         raise InputError(f"unknown sharing mode {sharing!r}", field="--sharing", valid=", ".join(SHARING_MODES))
     if device not in ("auto", "cpu", "cuda"):
         raise InputError(f"unknown device {device!r}", field="--device", valid="auto, cpu, cuda")
-    for name, value, low in (("--steps", steps, 0), ("--threads", threads, 1)):
-        if value < low:
-            raise InputError(f"{value}", field=name, valid=f"an integer >= {low}")
-    if duration is not None and duration <= 0:
-        raise InputError(f"{duration}", field="--duration", valid="seconds > 0")
+    for name, value, low, high in (("--steps", steps, 0, 10**9), ("--threads", threads, 1, 1024)):
+        check_number(value, field=name, low=low, high=high, integer=True)
+    if duration is not None:
+        check_number(duration, field="--duration", low=0, high=MAX_SECONDS, low_open=True)
+    check_number(grace, field="--grace", low=0, high=3600, valid="seconds in [0, 3600]")
+    check_number(num_cpus, field="--num-cpus", low=0, high=1024, low_open=True)
+    if image_size is not None:
+        check_number(image_size, field="--image-size", low=MIN_IMAGE_SIZE, high=4096, integer=True)
     plan = load_plan(allocation, jobs_path=jobs, commands_path=commands, sharing=sharing, image_size=image_size)
+    if cluster is not None:
+        from scheduler.cluster import load_cluster
+        from scheduler.executor.plan import check_cluster
+
+        check_cluster(plan, load_cluster(cluster), cluster)
     if not plan.groups:
         raise InputError("allocates no job", source=allocation, field="allocations", valid="at least one placed job")
     run = RunSettings(device=device, steps=steps, threads=threads)
@@ -118,7 +130,7 @@ def launch(
 
         if emit_kind == "slurm":
             for option in sbatch_option:
-                if not option.startswith("--"):
+                if not option.startswith("--") or not option.isprintable():
                     raise InputError(f"{option!r}", field="--sbatch-option",
                                      valid="an sbatch option such as --time=04:00:00")
             written = emit_slurm(plan, emit_dir, run, SlurmOptions(extra=tuple(sbatch_option), typed_gres=typed_gres,
