@@ -41,6 +41,7 @@ from profiler.schema import (
     STATUS_OK,
     STATUS_SKIPPED,
 )
+from profiler.store import RESULT_FILE_MODE, ResultsStore
 
 RUNS_FILE = "runs.parquet"
 JOBS_FILE = "jobs.parquet"
@@ -236,10 +237,7 @@ def load_results(paths: str | Path | Sequence[str | Path]) -> ResultsSet:
         )
         meta: dict[str, Any] = {}
         if (path / META_FILE).is_file():
-            try:
-                meta = json.loads((path / META_FILE).read_text())
-            except json.JSONDecodeError as exc:
-                raise InputError(f"malformed JSON ({exc.msg} at line {exc.lineno})", source=path / META_FILE) from None
+            meta = ResultsStore(path).read_meta()
         runs_parts.append(runs)
         jobs_parts.append(jobs)
         if kernels is not None and not kernels.empty:
@@ -514,6 +512,7 @@ def atomic_write_parquet(frame: pd.DataFrame, path: Path) -> None:
         os.close(fd)
         try:
             writer(tmp)
+            os.chmod(tmp, RESULT_FILE_MODE)
             os.replace(tmp, target)
         finally:
             if os.path.exists(tmp):
@@ -526,6 +525,7 @@ def atomic_write_json(data: Any, path: Path) -> None:
     with os.fdopen(fd, "w") as handle:
         json.dump(data, handle, indent=2, sort_keys=True, default=str)
         handle.write("\n")
+    os.chmod(tmp, RESULT_FILE_MODE)
     os.replace(tmp, path)
 
 

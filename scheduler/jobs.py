@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from colocate.errors import InputError
-from profiler.bounds import MAX_BATCH, MAX_GPUS, MAX_SECONDS, check_number
+from profiler.bounds import MAX_BATCH, MAX_GPUS, MAX_SECONDS
 from profiler.names import NAME_RULE, check_name, shown
 
 

@@ -33,7 +33,7 @@ from typing import Iterable, Mapping, Sequence
 
 from colocate.errors import InputError
 from profiler.bounds import MAX_BATCH, MAX_GPUS
-from profiler.names import NAME_RULE, check_name, shown
+from profiler.names import check_name, shown
 
 SIA_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 OPTIONAL_COLUMNS = ("work", "duration")
