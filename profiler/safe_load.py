@@ -15,6 +15,7 @@ inputs with a one-line :class:`~profiler.errors.InputError` naming the file:
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +203,23 @@ def load_json(path: str | Path, *, field: str | None = None, what: str = "JSON f
               valid: str = "a JSON document") -> Any:
     """Read and parse a JSON file (UTF-8, limits of the module docstring)."""
     return parse_json(read_text(path, field=field, what=what), source=path, field=field, valid=valid)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
+        try:
+            return _finite(value.item())
+        except (TypeError, ValueError):
+            return value
+    return value
+
+
+def json_text(data: Any, **options: Any) -> str:
+    """``json.dumps`` that writes real JSON: NaN and ±inf become ``null`` (Python would write ``NaN``)."""
+    return json.dumps(_finite(data), allow_nan=False, **options)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Optional, Tuple
@@ -97,6 +96,7 @@ def launch(
     from scheduler.executor.local import LaunchSettings
     from models import MIN_IMAGE_SIZE
     from profiler.bounds import MAX_SECONDS, check_number
+    from profiler.safe_load import json_text
     from scheduler.executor.plan import SHARING_MODES, load_plan, safe_name
 
     if sharing not in SHARING_MODES:
@@ -146,7 +146,7 @@ def launch(
         else:
             raise InputError(f"unknown emitter {emit_kind!r}", field="--emit", valid="slurm DIR, k8s DIR")
         if as_json:
-            print(json.dumps({"emit": emit_kind, "files": [str(p) for p in written]}, indent=2))
+            print(json_text({"emit": emit_kind, "files": [str(p) for p in written]}, indent=2))
             return
         console.print(_plan_table(plan))
         for path in written:
@@ -195,7 +195,7 @@ def launch(
 
             report = run_plan_on_ray(plan, settings, address=address, num_cpus=num_cpus, on_progress=on_progress)
     if as_json:
-        print(json.dumps({"interrupted": report.interrupted, "jobs": [j.to_dict() for j in report.jobs]}, indent=2))
+        print(json_text({"interrupted": report.interrupted, "jobs": [j.to_dict() for j in report.jobs]}, indent=2))
     else:
         console.print(_report_table(report))
     if report.interrupted:

@@ -7,7 +7,6 @@ concrete nodes and GPUs (:mod:`scheduler.placement`); prints a table and the sol
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -142,7 +141,9 @@ def schedule(
     decision = policy.allocate(the_jobs, the_cluster, RoundContext(goodput=model, colocation=table))
     placement = place(decision, the_cluster)
     if as_json:
-        typer.echo(json.dumps(decision_to_json(decision, placement), indent=2))
+        from profiler.safe_load import json_text
+
+        typer.echo(json_text(decision_to_json(decision, placement), indent=2))
         return
     _print_table(decision, placement, the_jobs)
 

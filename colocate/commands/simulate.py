@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -43,6 +42,14 @@ def simulate_command(
     from scheduler.simulator import simulate
     from scheduler.workloads import read_workload
 
+    from profiler.bounds import check_number
+    from profiler.outdir import prepare_out_dir
+    from profiler.safe_load import json_text
+
+    check_number(round_s, field="--round", low=1, high=86400, valid="seconds in [1, 86400]")
+    check_number(seed, field="--seed", low=0, high=2**32 - 1, integer=True)
+    if out is not None:
+        prepare_out_dir(out)
     spec = policy_spec(policy)
     cluster_obj = load_cluster(cluster)
     work = read_workload(workload)
@@ -60,7 +67,7 @@ def simulate_command(
     if out is not None:
         result.write(out)
     if as_json:
-        print(json.dumps(result.to_json()))
+        print(json_text(result.to_json()))
         return
     s = result.summary
     table = Table(title=f"{spec.name} · {work.name} · {cluster_obj.total_gpus} GPUs", show_header=False)
