@@ -68,7 +68,11 @@ def _run(spec: Any, out: Path, runs: list, backend: str, address: str | None, as
     """Run the campaign on the chosen backend under a progress bar; returns its results store."""
     from colocate.commands._output import campaign_progress
     from colocate.errors import InputError
+    from profiler.store import ResultsStore
 
+    store = ResultsStore(out)  # damaged files fail here, before the progress bar starts
+    store.read_meta()
+    store.runs()
     if backend == "local":
         from profiler.campaign import run_campaign
 
