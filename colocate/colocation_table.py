@@ -63,7 +63,7 @@ def validate_colocation_table(frame: "pd.DataFrame", *, source: str = "<colocati
         bad = numeric.isna() | (numeric < 0) | (numeric > MAX_RATIO)
         if bad.any():
             i = int(bad.to_numpy().nonzero()[0][0])
-            raise InputError(f"row {i + 2}: {col} = {frame[col].iloc[i]!r}", source=source, field=col,
+            raise InputError(f"row {i + 2}: {col} = '{str(frame[col].iloc[i])[:60]}'", source=source, field=col,
                              valid=f"a number in [0, {MAX_RATIO}] (t/t'; 0 = infeasible)")
         out[col] = numeric.astype(float)
     keys = out.apply(lambda r: (r.gpu_type,) + tuple(sorted((r.type_a, r.type_b))), axis=1) if len(out) else []

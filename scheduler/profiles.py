@@ -91,7 +91,7 @@ def _check_positive(frame: "pd.DataFrame", columns: Iterable[str], path: Path | 
         bad = numeric.isna() | ~(numeric > 0) | ~np.isfinite(numeric.fillna(0))
         if bad.any():
             i = int(bad.to_numpy().nonzero()[0][0])
-            raise InputError(f"row {i + 2}: {col} = {frame[col].iloc[i]!r}", source=path, field=col,
+            raise InputError(f"row {i + 2}: {col} = '{str(frame[col].iloc[i])[:60]}'", source=path, field=col,
                              valid="a number > 0")
         frame[col] = numeric
 
@@ -228,3 +228,22 @@ def load_profiles(path: str | Path) -> tuple["pd.DataFrame", dict[str, GnsCurve]
                              valid="a generic profile CSV or a Sia traces directory")
         return read_sia_profiles(p), read_gns_curves(p)
     return read_generic_profiles(p), {}
+
+
+def check_workload_applications(jobs: Iterable, path: str | Path, source: str | Path) -> None:
+    """Refuse a workload job whose application has no profile in ``path``, naming the workload's file.
+
+    The simulator reads profiles only for the workload's applications, so without this check an unknown
+    application surfaces as a complaint about the profiles directory.
+    """
+    p = Path(path)
+    if p.is_dir():
+        known = {f.parent.name for f in p.glob("*/placements-*.csv")}
+    elif p.is_file():
+        known = set(read_generic_profiles(p)["application"])
+    else:
+        return  # the reader itself reports a missing profiles path
+    for job in jobs:
+        if job.application not in known:
+            raise InputError(f"job {job.name}: no throughput profile for application {job.application!r} in {p}",
+                             source=source, field="application", valid=", ".join(sorted(known)) or "none found")

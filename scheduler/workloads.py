@@ -380,14 +380,14 @@ def read_philly(path: str | Path, *, start_hour: float | None = None, hours: flo
     stamps = pd.to_datetime(frame["timestamp"], errors="coerce")
     if stamps.isna().any():
         i = int(stamps.isna().to_numpy().nonzero()[0][0])
-        raise InputError(f"row {i + 2}: timestamp {frame['timestamp'].iloc[i]!r}", source=source,
+        raise InputError(f"row {i + 2}: timestamp '{str(frame['timestamp'].iloc[i])[:60]}'", source=source,
                          field="timestamp", valid="a date-time such as 2017-10-09 07:01:55")
     for col in ("duration", "num_gpus", "gpu_time"):
         values = pd.to_numeric(frame[col], errors="coerce")
         bad = values.isna() | (values < 0)
         if bad.any():
             i = int(bad.to_numpy().nonzero()[0][0])
-            raise InputError(f"row {i + 2}: {col} {frame[col].iloc[i]!r}", source=source, field=col,
+            raise InputError(f"row {i + 2}: {col} '{str(frame[col].iloc[i])[:60]}'", source=source, field=col,
                              valid="a number >= 0")
         frame[col] = values
     frame["timestamp"] = stamps
