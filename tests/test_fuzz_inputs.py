@@ -348,3 +348,34 @@ def test_out_that_is_a_file(tmp_path: Path, bad: str) -> None:
     target = spec if bad == "file" else spec / "sub"
     code, _, err = run_cli("profile", str(spec), "--out", str(target))
     assert code == 2 and "--out" in err and len(err.strip().splitlines()) == 1
+
+
+def test_result_files_are_group_readable(tmp_path: Path) -> None:
+    from profiler.store import ResultsStore
+
+    store = ResultsStore(tmp_path)
+    store.write_meta({"a": 1})
+    store.append_run({"run_id": "x#r0", "status": "ok"}, [{"run_id": "x#r0", "job_index": 0}])
+    for name in ("meta.json", "runs.parquet", "runs.csv", "jobs.parquet", "jobs.csv"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o644, name
+
+
+@pytest.mark.slow
+def test_ctrl_c_prints_one_line_and_no_worker_traceback(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    spec = write(tmp_path / "spec.yaml", SPEC.replace(b"repeats: 1", b"repeats: 20"))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "colocate.cli", "profile", str(spec), "--out",
+                             str(tmp_path / "res"), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (tmp_path / "res" / "runs.parquet").is_file():
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group, workers included
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("interrupted after ") and "rerun the same command" in lines[0]
