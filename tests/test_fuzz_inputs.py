@@ -379,3 +379,17 @@ def test_ctrl_c_prints_one_line_and_no_worker_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("interrupted after ") and "rerun the same command" in lines[0]
+
+
+def test_bom_and_one_job_files_are_read(tmp_path: Path) -> None:
+    from colocate.errors import InputError
+    from scheduler.jobs import load_jobs
+    from scheduler.workloads import read_workload
+
+    bom = b"\xef\xbb\xbf"
+    assert [j.name for j in load_jobs(write(tmp_path / "j.csv", bom + b"name,application\na,cifar10\n"))] == ["a"]
+    assert len(read_workload(write(tmp_path / "w.csv", bom + SIA))) == 3
+    one = PHILLY.splitlines(keepends=True)[:2]
+    assert len(read_workload(write(tmp_path / "p.csv", bom + b"".join(one)))) == 1  # the first job counts
+    with pytest.raises(InputError, match="no jobs"):
+        read_workload(write(tmp_path / "h.csv", one[0]))
