@@ -68,3 +68,12 @@ def directory_lock(path: str | Path, *, field: str = "--out", what: str = "campa
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def prepare_out_file(path: str | Path, *, field: str = "--out") -> Path:
+    """Check that ``path`` can be written as a file (its directory is created); a one-line error if not."""
+    target = Path(path)
+    if target.is_dir():
+        raise InputError("is a directory", source=target, field=field, valid="a file path")
+    prepare_out_dir(target.parent, field=field)
+    return target

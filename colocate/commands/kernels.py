@@ -41,6 +41,9 @@ def kernels(
                              valid="torch, or install Nsight Compute for --backend ncu")
     out = out or Path("results") / f"{spec.name}-kernels"
     backend_label = BACKEND_NCU if backend == "ncu" else BACKEND_TORCH
+    from profiler.outdir import prepare_out_dir
+
+    prepare_out_dir(out)
     existing = read_kernels(out)
     done = set()
     if not existing.empty and not force:

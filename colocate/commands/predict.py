@@ -47,6 +47,9 @@ def predict(
 
         table = pd.concat([predict_dataset(d, config) for d in datasets], ignore_index=True)
         target = out or (results_dirs[0] if results_dirs else Path("results") / "gavel") / "colocation_predicted.csv"
+        from profiler.outdir import prepare_out_file
+
+        prepare_out_file(target)
         write_colocation_table(table[["gpu_type", "type_a", "type_b", "ratio_a", "ratio_b", "delta", "source",
                                       "repeats", "sharing"]], target)
         summary = table.groupby(["gpu_type", "source"]).size().unstack(fill_value=0)
