@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
@@ -230,12 +230,17 @@ def load_profiles(path: str | Path) -> tuple["pd.DataFrame", dict[str, GnsCurve]
     return read_generic_profiles(p), {}
 
 
-def check_workload_applications(jobs: Iterable, path: str | Path, source: str | Path) -> None:
-    """Refuse a workload job whose application has no profile in ``path``, naming the workload's file.
-
-    The simulator reads profiles only for the workload's applications, so without this check an unknown
-    application surfaces as a complaint about the profiles directory.
+def check_workload(jobs: Iterable, cluster: Any, path: str | Path, source: str | Path) -> None:
+    """Refuse, naming the workload's file, a job larger than every GPU type of ``cluster`` (it would never
+    run, and the simulation would go on to its horizon) or whose application has no profile in ``path``
+    (the simulator reads profiles only for the workload's applications, so it would blame ``path``).
     """
+    jobs = list(jobs)
+    largest = max(t.total_gpus for t in cluster)
+    for job in jobs:
+        if job.num_gpus > largest:
+            raise InputError(f"job {job.name} asks for {job.num_gpus} GPUs; the largest GPU type of the cluster has "
+                             f"{largest}", source=source, field="num_replicas", valid=f"an integer in [1, {largest}]")
     p = Path(path)
     if p.is_dir():
         known = {f.parent.name for f in p.glob("*/placements-*.csv")}

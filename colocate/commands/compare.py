@@ -123,11 +123,11 @@ def compare_command(
         raise InputError("no policy given", source="--policies", field="policies", valid="e.g. colocate,sia,gavel")
     prepare_out_dir(out)
     files = expand_workloads(workloads)
-    from scheduler.profiles import check_workload_applications
+    from scheduler.profiles import check_workload
     from scheduler.workloads import default_profiles_dir
 
     for f in files:  # fail fast on a malformed file, before any process starts
-        check_workload_applications(read_workload(f).jobs, profiles or default_profiles_dir(), f)
+        check_workload(read_workload(f).jobs, cluster_obj, profiles or default_profiles_dir(), f)
     if colocation is not None:
         from scheduler.colocation import ColocationTable
 

@@ -53,10 +53,10 @@ def simulate_command(
     spec = policy_spec(policy)
     cluster_obj = load_cluster(cluster)
     work = read_workload(workload)
-    from scheduler.profiles import check_workload_applications
+    from scheduler.profiles import check_workload
     from scheduler.workloads import default_profiles_dir
 
-    check_workload_applications(work.jobs, profiles or default_profiles_dir(), work.source)
+    check_workload(work.jobs, cluster_obj, profiles or default_profiles_dir(), work.source)
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("jobs done · simulated {task.fields[sim]}"), TimeElapsedColumn(),
                         console=error_console, disable=as_json, transient=False)
