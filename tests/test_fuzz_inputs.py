@@ -171,19 +171,23 @@ def test_schedule_options_out_of_range(tmp_path: Path, option: str, value: str) 
 
 WORKLOAD = (EXAMPLES / "demo-workload.csv").read_bytes().splitlines(keepends=True)
 SIA = b"".join(WORKLOAD[:4])
+GAVEL_TRACE = (b"ResNet-50 (batch size 64)\tpython3 main.py -b 64\t--num_minibatches\t1\t89952\t0.000000\t1\n"
+               b"LM (batch size 40)\tpython main.py --batch_size 40\t--steps\t1\t11907\t6.000000\t1\n")
 PHILLY = (b"timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-03 10:00:00,600,1,600,c1\n"
           b"2017-10-03 10:05:00,7200,2,14400,c1\n")
 
 
 @FUZZ
-@given(kind=st.sampled_from(["sia", "philly"]), ops=OPS)
+@given(kind=st.sampled_from(["sia", "philly", "gavel"]), ops=OPS)
 def test_workload_readers(tmp_path_factory: pytest.TempPathFactory, kind: str, ops: list) -> None:
-    """Rejected workloads fail in ``simulate`` with one line; accepted ones hold only bounded values."""
+    """Rejected workloads (Sia, Philly, Gavel trace) fail in ``simulate`` with one line; accepted ones hold
+    only bounded values."""
     from colocate.errors import InputError
     from scheduler.workloads import MAX_WORKLOAD_SECONDS, read_workload
 
     work = tmp_path_factory.mktemp("wl")
-    path = write(work / f"w-{kind}.csv", mutate(SIA if kind == "sia" else PHILLY, ops))
+    seed = {"sia": SIA, "philly": PHILLY, "gavel": GAVEL_TRACE}[kind]
+    path = write(work / f"w-{kind}.{'trace' if kind == 'gavel' else 'csv'}", mutate(seed, ops))
     try:
         workload = read_workload(path)
     except InputError:
