@@ -397,3 +397,15 @@ def test_bom_and_one_job_files_are_read(tmp_path: Path) -> None:
     assert len(read_workload(write(tmp_path / "p.csv", bom + b"".join(one)))) == 1  # the first job counts
     with pytest.raises(InputError, match="no jobs"):
         read_workload(write(tmp_path / "h.csv", one[0]))
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--grace", "-1"], "--grace"), (["--image-size", "0"], "--image-size"), (["--steps", "-1"], "--steps"),
+    (["--sbatch-option", "--time=1\ntouch PWNED"], "--sbatch-option"),
+    (["--cluster", str(EXAMPLES / "sia-64gpu.yaml")], "gpu_type"),  # a100 is not a type of that cluster
+])
+def test_launch_options_and_cluster_indices(tmp_path: Path, args: list[str], named: str) -> None:
+    alloc = write(tmp_path / "alloc.json", ALLOCATION)
+    code, _, err = run_cli("launch", str(alloc), "--emit", "slurm", str(tmp_path / "emit"), *args)
+    assert code == 2 and named in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "emit").exists() and not (tmp_path / "PWNED").exists()
