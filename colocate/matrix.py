@@ -68,6 +68,11 @@ class CompatibilityMatrix:
     dram: pd.DataFrame
 
     @property
+    def metric_label(self) -> str:
+        """The metric's axis label, e.g. for a heatmap's title."""
+        return METRIC_LABELS[self.metric]
+
+    @property
     def scope(self) -> str:
         return "all" if self.batch_size is None else f"bs{self.batch_size}"
 

@@ -337,7 +337,7 @@ def register_bench(bench_app: Any) -> None:
         from rich.progress import Progress
         from rich.table import Table
 
-        from colocate.errors import InputError
+        from profiler.errors import InputError
 
         parsed = []
         for item in cases.split(","):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 
 _VALID_TYPE_FIELDS = "nodes (int >= 1), gpus_per_node (int >= 1), memory_gb (number > 0)"
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 
 
 @dataclass(frozen=True)

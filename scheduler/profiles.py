@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

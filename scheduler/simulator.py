@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 from scheduler.cluster import Cluster, load_cluster
 from scheduler.goodput import EstimateArrays, GoodputEstimate, GoodputModel, GoodputModelBase, estimate_arrays
 from scheduler.jobs import Job

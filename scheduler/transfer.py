@@ -47,8 +47,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from colocate.errors import InputError
-from colocate.gavel import parse_gavel_key, read_gavel_json
+from profiler.errors import InputError
+from scheduler.gavel_format import parse_gavel_key, read_gavel_json
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -210,15 +210,15 @@ def default_table() -> "ColocationTable":
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m scheduler.transfer OUT.csv [GAVEL_JSON]``: write the transferred table."""
-    from colocate.colocation_table import write_colocation_table
-    from scheduler.workloads import shared_data_dir
+    from scheduler.colocation_table import write_colocation_table
+    from scheduler.shared_data import gavel_throughputs_path
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
         print(__doc__.split("\n\n")[0])
         print("usage: python -m scheduler.transfer OUT.csv [simulation_throughputs.json]")
         return 2
-    gavel = Path(args[1]) if len(args) > 1 else shared_data_dir() / "gavel" / "simulation_throughputs.json"
+    gavel = Path(args[1]) if len(args) > 1 else gavel_throughputs_path()
     frame = transferred_frame(gavel)
     write_colocation_table(frame, args[0])
     print(f"wrote {len(frame)} rows to {args[0]}")

@@ -7,12 +7,13 @@ names a file.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
 
-DEFAULT_GAVEL = Path(os.environ.get("COLOCATE_SHARED_DATA", "../shared/data")) / "gavel" / "simulation_throughputs.json"
+from scheduler.shared_data import gavel_throughputs_path
+
+DEFAULT_GAVEL = gavel_throughputs_path()
 
 
 def register_bench(bench_app: typer.Typer) -> None:

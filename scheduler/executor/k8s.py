@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 from profiler.ray_backend import ray_accelerator_name
 from scheduler.executor.command import RunSettings, job_argv
 from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment

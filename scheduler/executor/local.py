@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 from profiler.signals import sigterm_as_interrupt
 from scheduler.executor.command import RunSettings, job_argv
 from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment, safe_name

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 
 # Applications of public traces (Sia/Pollux names) that the zoo can stand in for: (model, image size).
 APPLICATION_MODELS: dict[str, tuple[str, int]] = {

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 from profiler.signals import sigterm_as_interrupt
 from profiler.ray_backend import ROUTING_FRACTION, require_ray, routing_resource
 from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings, run_groups

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 from scheduler.policy import Policy
 
 
