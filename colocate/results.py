@@ -41,6 +41,7 @@ from profiler.schema import (
     STATUS_OK,
     STATUS_SKIPPED,
 )
+from profiler.sharing import sharing_label
 
 RUNS_FILE = "runs.parquet"
 JOBS_FILE = "jobs.parquet"
@@ -151,14 +152,6 @@ def job_type_sort_key(job_type: str) -> tuple[str, int]:
 
 def sort_job_types(job_types: Iterable[str]) -> list[str]:
     return sorted(set(job_types), key=job_type_sort_key)
-
-
-def sharing_label(sharing: Any, mps_thread_percentage: Any) -> str:
-    """The sharing mode as shown to users: ``timeslice``, ``mps`` or ``mps50`` (MPS at 50 % of SMs)."""
-    text = str(sharing)
-    if text == "mps" and mps_thread_percentage is not None and not pd.isna(mps_thread_percentage):
-        return f"mps{int(mps_thread_percentage)}"
-    return text
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -7,15 +7,14 @@ repeats of one configuration. Times are seconds, memory MiB, utilizations percen
 
 from __future__ import annotations
 
+from profiler.sharing import SHARING_MODES, SHARING_SOLO  # noqa: F401  (the registry is their home)
+
 # Run status values.
 STATUS_OK = "ok"  # measured; delta and friends are set for groups
 STATUS_INFEASIBLE = "infeasible"  # out of memory (measured OOM or the memory pre-check); a result, not an error
 STATUS_FAILED = "failed"  # a worker crashed / MPS client fault / timeout: the whole group is failed
 STATUS_SKIPPED = "skipped"  # could not run here (no GPU, no MPS, solo baseline missing); error says why
 RUN_STATUSES = (STATUS_OK, STATUS_INFEASIBLE, STATUS_FAILED, STATUS_SKIPPED)
-
-SHARING_SOLO = "none"  # solo runs share nothing; their t is reused by every sharing mode
-SHARING_MODES = ("timeslice", "mps")
 
 RUN_COLUMNS: tuple[str, ...] = (
     "run_id",  # "<cell_id>#r<repeat>"

@@ -35,13 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from profiler.errors import InputError
+from profiler.sharing import SHARING_MODES, sharing_mode_names  # noqa: F401  (SHARING_MODES: re-exported)
 
 # Applications of public traces (Sia/Pollux names) that the zoo can stand in for: (model, image size).
 APPLICATION_MODELS: dict[str, tuple[str, int]] = {
     "cifar10": ("resnet18", 32),
     "imagenet": ("resnet50", 224),
 }
-SHARING_MODES = ("timeslice", "mps")
 PLACEHOLDERS = ("job", "batch_size", "num_gpus", "gpu_type", "partner", "node", "gpus")
 DEFAULT_IMAGE_SIZE = 32
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -274,8 +274,8 @@ def _entry_fields(entry: Any, i: int, source: str) -> dict[str, Any]:
         raise bad("num_gpus", f"{num_gpus} GPUs but {len(nodes)} node(s) × {len(gpus)} GPU indices",
                   "num_gpus = len(nodes) × len(gpus)")
     sharing = entry.get("sharing")
-    if sharing is not None and sharing not in SHARING_MODES:
-        raise bad("sharing", f"{sharing!r} is not a sharing mode", ", ".join(SHARING_MODES))
+    if sharing is not None and sharing not in sharing_mode_names():
+        raise bad("sharing", f"{sharing!r} is not a sharing mode", ", ".join(sharing_mode_names()))
     for key in ("command", "application"):
         value = entry.get(key)
         if value is not None and (not isinstance(value, str) or not value.strip()):
@@ -343,8 +343,8 @@ def build_plan(
     image_size: int | None = None,
 ) -> LaunchPlan:
     """Validate a parsed allocation document and group its jobs by the GPUs they share."""
-    if sharing not in SHARING_MODES:
-        raise InputError(f"unknown sharing mode {sharing!r}", field="--sharing", valid=", ".join(SHARING_MODES))
+    if sharing not in sharing_mode_names():
+        raise InputError(f"unknown sharing mode {sharing!r}", field="--sharing", valid=", ".join(sharing_mode_names()))
     if not isinstance(data, dict) or not isinstance(data.get("allocations"), list):
         raise InputError("has no 'allocations' list", source=source, field="allocations",
                          valid="the output of colocate schedule --json")
