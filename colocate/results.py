@@ -1,6 +1,6 @@
 """Load one or several results directories into tidy tables for analysis.
 
-A results directory (DESIGN §4) holds ``runs.parquet``, ``jobs.parquet``, optionally ``kernels.parquet``
+A results directory (README, "Output files") holds ``runs.parquet``, ``jobs.parquet``, optionally ``kernels.parquet``
 and ``meta.json``. The profiler writes them; ``colocate import-gavel`` writes the same shape from Gavel's
 published throughputs, so matrices, the predictor and the exporters treat measured and imported data alike.
 
@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import re
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +29,8 @@ import numpy as np
 import pandas as pd
 
 from colocate.errors import InputError
+from profiler.files import atomic_write_json  # noqa: F401  (re-exported for the analysis modules)
+from profiler.files import atomic_write_table as atomic_write_parquet  # noqa: F401  (Parquet + CSV copy)
 from profiler.schema import (
     JOB_COLUMNS,
     KERNEL_COLUMNS,
@@ -42,6 +41,7 @@ from profiler.schema import (
     STATUS_SKIPPED,
 )
 from profiler.sharing import sharing_label
+from profiler.spec import parse_job_type
 
 RUNS_FILE = "runs.parquet"
 JOBS_FILE = "jobs.parquet"
@@ -133,15 +133,12 @@ class ResultsSet:
 # Job types
 
 
-_JOB_TYPE_RE = re.compile(r"^(?P<model>.+?)@(?P<batch>\d+)$")
-
-
 def split_job_type(job_type: str) -> tuple[str, int | None]:
-    """``"resnet18@64"`` → ``("resnet18", 64)``; a type without a batch size (Gavel's A3C) → ``(name, None)``."""
-    match = _JOB_TYPE_RE.match(job_type)
-    if match is None:
-        return job_type, None
-    return match.group("model"), int(match.group("batch"))
+    """``"resnet18@64"`` → ``("resnet18", 64)``; a type without a batch size (Gavel's A3C) → ``(name, None)``.
+
+    Stored rows are read leniently: :func:`profiler.spec.parse_job_type` with ``strict=False``.
+    """
+    return parse_job_type(job_type, strict=False)
 
 
 def job_type_sort_key(job_type: str) -> tuple[str, int]:
@@ -496,30 +493,6 @@ def group_table(results: ResultsSet, size: int = 2, *, require_baselines: bool =
 
 # --------------------------------------------------------------------------------------------------------
 # Writing (used by import-gavel and the kernel profiler's command)
-
-
-def atomic_write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    """Write Parquet + a CSV copy, each via a temporary file and ``os.replace`` so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for target, writer in ((path, lambda p: frame.to_parquet(p, index=False)),
-                           (path.with_suffix(".csv"), lambda p: frame.to_csv(p, index=False))):
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{target.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            writer(tmp)
-            os.replace(tmp, target)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-
-
-def atomic_write_json(data: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True, default=str)
-        handle.write("\n")
-    os.replace(tmp, path)
 
 
 def typed_frame(rows: list[dict[str, Any]], columns: Sequence[str], numeric: Sequence[str]) -> pd.DataFrame:

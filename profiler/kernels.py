@@ -1,4 +1,4 @@
-"""Kernel-level profiles of one training job running alone (thesis Figs. 4.6–4.9; DESIGN §3).
+"""Kernel-level profiles of one training job running alone (thesis Figs. 4.6–4.9; README, "Kernel profiles").
 
 :func:`profile_kernels` trains a model for a warm-up, then records ``iters`` (default 2) training iterations
 with the PyTorch profiler (Kineto), exports the Chrome trace and turns it into one row per kernel launch

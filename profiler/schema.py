@@ -1,4 +1,6 @@
-"""Column names of the results store (DESIGN §4), shared by the profiler (writer) and the analysis (reader).
+"""Column names of the results store, shared by the profiler (writer) and the analysis (reader).
+
+The files are described in the README, section "Output files".
 
 ``runs.parquet`` has one row per run (a cell executed once: one repeat of a solo, pair or triple);
 ``jobs.parquet`` one row per job per run. Rows are keyed by ``run_id``; a cell (``cell_id``) groups the

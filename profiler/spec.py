@@ -123,8 +123,19 @@ def _type_ok(kind: str, value: Any) -> bool:
     raise AssertionError(kind)
 
 
-def parse_job_type(text: str) -> tuple[str, int | None]:
-    """Split 'resnet18@64' into ('resnet18', 64); a bare model name gives (name, None)."""
+_JOB_TYPE_RE = re.compile(r"^(?P<model>.+?)@(?P<batch>\d+)$")
+
+
+def parse_job_type(text: str, *, strict: bool = True) -> tuple[str, int | None]:
+    """Split a job type ``model@batch``: 'resnet18@64' → ('resnet18', 64); a bare model name → (name, None).
+
+    The one parser of job types. ``strict`` (specs a user wrote): text after '@' must be a positive batch
+    size, else ValueError. Lenient (stored rows, Gavel's and others' names such as A3C): anything that is not
+    ``name@digits`` is a name without a batch size, kept as it is.
+    """
+    if not strict:
+        match = _JOB_TYPE_RE.match(text)
+        return (text, None) if match is None else (match.group("model"), int(match.group("batch")))
     if "@" not in text:
         return text.strip(), None
     model, _, batch = text.partition("@")

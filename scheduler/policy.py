@@ -11,13 +11,15 @@ Every policy returns a :class:`RoundDecision` that satisfies, for every GPU type
 
 and every job appears exactly once, either in ``allocations`` or in ``unallocated``. Partners are
 symmetric: if ``a.partner == b`` then ``b``'s allocation names ``a`` as partner, with the same GPU type
-and count (:func:`check_decision` asserts all of this; the simulator calls it every round).
+and count (:func:`check_decision` checks all of this and raises :class:`InvalidDecision`; the simulator
+calls it every round).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.cluster import Cluster
@@ -115,22 +117,36 @@ class Policy(Protocol):
         ...
 
 
+class InvalidDecision(AssertionError):
+    """A policy returned a decision that breaks an invariant (capacity, one choice per job, pairing).
+
+    Raised explicitly, so ``python -O`` keeps the check; a subclass of AssertionError because it is a broken
+    invariant of a policy, not bad input, and callers that catch AssertionError keep working.
+    """
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise InvalidDecision(message)
+
+
 def check_decision(decision: RoundDecision, jobs: Sequence["Job"], cluster: "Cluster") -> None:
-    """Raise AssertionError if ``decision`` breaks an invariant (capacity, one choice per job, pairing)."""
+    """Raise :class:`InvalidDecision` if ``decision`` breaks an invariant (capacity, one choice per job, pairing)."""
     names = [j.name for j in jobs]
     alloc = decision.by_job()
-    assert len(alloc) == len(decision.allocations), "a job has two allocations"
+    _require(len(alloc) == len(decision.allocations), "a job has two allocations")
     seen = set(alloc) | set(decision.unallocated)
-    assert len(decision.unallocated) == len(set(decision.unallocated)), "a job is unallocated twice"
-    assert not (set(alloc) & set(decision.unallocated)), "a job is both allocated and unallocated"
-    assert seen == set(names), f"jobs missing or unknown: {sorted(seen ^ set(names))}"
+    _require(len(decision.unallocated) == len(set(decision.unallocated)), "a job is unallocated twice")
+    _require(not (set(alloc) & set(decision.unallocated)), "a job is both allocated and unallocated")
+    _require(seen == set(names), f"jobs missing or unknown: {sorted(seen ^ set(names))}")
     for a in decision.allocations:
-        assert a.gpu_type in cluster, f"{a.job}: unknown GPU type {a.gpu_type}"
-        assert a.num_gpus >= 1, f"{a.job}: {a.num_gpus} GPUs"
+        _require(a.gpu_type in cluster, f"{a.job}: unknown GPU type {a.gpu_type}")
+        _require(a.num_gpus >= 1, f"{a.job}: {a.num_gpus} GPUs")
         if a.partner is not None:
             b = alloc.get(a.partner)
-            assert b is not None and b.partner == a.job, f"{a.job}: partner {a.partner} is not paired back"
-            assert (b.gpu_type, b.num_gpus) == (a.gpu_type, a.num_gpus), f"{a.job}: pair configs differ"
+            if b is None or b.partner != a.job:
+                raise InvalidDecision(f"{a.job}: partner {a.partner} is not paired back")
+            _require((b.gpu_type, b.num_gpus) == (a.gpu_type, a.num_gpus), f"{a.job}: pair configs differ")
     for gpu_type, used in decision.gpus_used().items():
         cap = cluster.capacity(gpu_type)
-        assert used <= cap, f"{gpu_type}: {used} GPUs used > capacity {cap}"
+        _require(used <= cap, f"{gpu_type}: {used} GPUs used > capacity {cap}")

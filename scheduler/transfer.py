@@ -44,10 +44,13 @@ from __future__ import annotations
 import itertools
 import statistics
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from profiler.errors import InputError
+from profiler.spec import parse_job_type
+from scheduler.applications import APPLICATION_MODELS
 from scheduler.gavel_format import parse_gavel_key, read_gavel_json
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -71,7 +74,7 @@ GAVEL_TO_SIA: Mapping[str, str] = {
 }
 SIA_GPU_TO_GAVEL: Mapping[str, str] = {"aws": "p100", "rtx": "v100", "dgx-ext": "v100", "dgx": "v100",
                                        "azure": "v100", "quad": "v100"}
-SIA_TO_OWN_MODEL: Mapping[str, str] = {"cifar10": "resnet18", "imagenet": "resnet50"}
+SIA_TO_OWN_MODEL: Mapping[str, str] = {app: model for app, (model, _) in APPLICATION_MODELS.items()}
 DEFAULT_TABLE = Path(__file__).resolve().parent / "examples" / "colocation-sia-transferred.csv"
 
 def _gavel_name(model: str, batch: int) -> str:
@@ -184,8 +187,8 @@ def _own_lookup(frame: "pd.DataFrame") -> dict[tuple[str, str, str], tuple[float
     model_to_app = {m: a for a, m in SIA_TO_OWN_MODEL.items()}
     out: dict[tuple[str, str, str], tuple[float, float, str]] = {}
     for r in frame.itertuples(index=False):
-        app_a = model_to_app.get(str(r.type_a).split("@")[0])
-        app_b = model_to_app.get(str(r.type_b).split("@")[0])
+        app_a = model_to_app.get(parse_job_type(str(r.type_a), strict=False)[0])
+        app_b = model_to_app.get(parse_job_type(str(r.type_b), strict=False)[0])
         if app_a is None or app_b is None:
             continue
         label = f"measured:{r.gpu_type} {r.type_a}+{r.type_b}"

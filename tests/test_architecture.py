@@ -11,6 +11,7 @@ import ast
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,23 @@ def test_one_input_error_type_in_a_module_that_imports_nothing_of_the_project() 
     defined = [p for room in ROOMS for p in (REPO / room).rglob("*.py") if "class InputError" in p.read_text()]
     assert defined == [REPO / "profiler" / "errors.py"]
 
+
+
+def test_decision_checks_raise_a_named_exception_that_survives_python_O(tmp_path: Path) -> None:
+    """check_decision must not rely on ``assert`` statements, which ``python -O`` removes."""
+    script = textwrap.dedent("""
+        from scheduler.cluster import Cluster, GpuType
+        from scheduler.jobs import Job
+        from scheduler.policy import Allocation, InvalidDecision, RoundDecision, SolverInfo, check_decision
+        cluster = Cluster({"h100": GpuType("h100", nodes=1, gpus_per_node=1, memory_gb=80.0)})
+        jobs = [Job("a", "cifar10"), Job("b", "cifar10")]
+        two = (Allocation("a", "h100", 1, 64), Allocation("b", "h100", 1, 64))
+        try:
+            check_decision(RoundDecision(two, (), 0.0, SolverInfo("t", "ok", 0.0, 0.0)), jobs, cluster)
+        except InvalidDecision as err:
+            print("raised:", err)
+    """)
+    done = subprocess.run([sys.executable, "-O", "-c", script], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "raised: h100: 2 GPUs used > capacity 1" in done.stdout

@@ -1,6 +1,6 @@
 """Read a scheduling decision (``colocate schedule --json``) into GPU groups, and decide what each job runs.
 
-The allocation JSON (schema in the README)::
+The allocation JSON (:mod:`scheduler.allocation_file`; schema in the README)::
 
     {"allocations": [{"job": "a", "gpu_type": "h100", "num_gpus": 1, "batch_size": 64, "partner": "b",
                       "node": 0, "gpus": [1]}, ...],
@@ -26,8 +26,6 @@ the environment of every job as ``COLOCATE_JOB``, ``COLOCATE_BATCH_SIZE``, ... (
 
 from __future__ import annotations
 
-import json
-import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -35,21 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from profiler.errors import InputError
+from profiler.files import safe_name  # noqa: F401  (re-exported for the executors)
 from profiler.sharing import SHARING_MODES, sharing_mode_names  # noqa: F401  (SHARING_MODES: re-exported)
+from scheduler.allocation_file import read_allocation_file
+from scheduler.applications import APPLICATION_MODELS
 
-# Applications of public traces (Sia/Pollux names) that the zoo can stand in for: (model, image size).
-APPLICATION_MODELS: dict[str, tuple[str, int]] = {
-    "cifar10": ("resnet18", 32),
-    "imagenet": ("resnet50", 224),
-}
 PLACEHOLDERS = ("job", "batch_size", "num_gpus", "gpu_type", "partner", "node", "gpus")
 DEFAULT_IMAGE_SIZE = 32
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
-
-
-def safe_name(text: str, limit: int = 60) -> str:
-    """A file-name-safe version of a job or group name."""
-    return (_SAFE.sub("-", text).strip("-.") or "job")[:limit]
 
 
 @dataclass(frozen=True)
@@ -156,16 +146,6 @@ def job_environment(job: JobLaunch, group: GpuGroup) -> dict[str, str]:
 
 
 # -- reading ---------------------------------------------------------------------------------------------
-def _read_json(path: Path) -> Any:
-    if not path.is_file():
-        raise InputError("allocation file not found", source=path, valid="the output of colocate schedule --json")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise InputError(f"not valid JSON at line {err.lineno}: {err.msg}", source=path,
-                         valid="the output of colocate schedule --json") from None
-
-
 def load_commands(path: Path) -> dict[str, str]:
     """The ``--commands`` YAML: a mapping from job name or application to a shell command."""
     import yaml
@@ -219,7 +199,7 @@ def load_plan(
                 batch_sizes[job.name] = job.batch_size
     commands = load_commands(Path(commands_path)) if commands_path is not None else {}
     path = Path(path)
-    return build_plan(_read_json(path), source=str(path), applications=applications, batch_sizes=batch_sizes,
+    return build_plan(read_allocation_file(path), source=str(path), applications=applications, batch_sizes=batch_sizes,
                       commands=commands, sharing=sharing, image_size=image_size)
 
 
