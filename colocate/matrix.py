@@ -133,7 +133,7 @@ def build_matrix(
         if row.type_a not in position or row.type_b not in position:
             continue
         i, j = position[row.type_a], position[row.type_b]
-        for x, y, mine, theirs in ((i, j, row.slowdown_a, row.slowdown_b), (j, i, row.slowdown_b, row.slowdown_a)):
+        for x, y, mine in ((i, j, row.slowdown_a), (j, i, row.slowdown_b)):
             status[x][y] = row.status
             values[x][y] = getattr(row, column) if row.status == STATUS_OK else math.nan
             slowdown[x][y] = mine if row.status == STATUS_OK else math.nan

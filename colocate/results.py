@@ -377,7 +377,8 @@ def solo_table(results: ResultsSet) -> pd.DataFrame:
         if column not in solo.columns:
             solo[column] = math.nan
     solo = solo[list(SOLO_COLUMNS)]
-    order = sorted(range(len(solo)), key=lambda i: (str(solo["gpu_type"].iloc[i]), job_type_sort_key(str(solo["job_type"].iloc[i]))))
+    order = sorted(range(len(solo)),
+                   key=lambda i: (str(solo["gpu_type"].iloc[i]), job_type_sort_key(str(solo["job_type"].iloc[i]))))
     return solo.iloc[order].reset_index(drop=True)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 
-def atomic_write(path: str | Path, write: Callable[[str], None], *, durable: bool = True) -> Path:
+def atomic_write(path: str | Path, write: Callable[[str], object], *, durable: bool = True) -> Path:
     """Call ``write(temp_path)`` and move the result over ``path`` in one step; returns ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

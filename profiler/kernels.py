@@ -88,7 +88,7 @@ def cpu_ops_self_time(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     by_thread: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for event in ops:
         by_thread.setdefault((event.get("pid"), event.get("tid")), []).append(event)
-    result = []
+    result: list[dict[str, Any]] = []
     for thread_events in by_thread.values():
         thread_events.sort(key=lambda e: (float(e["ts"]), -float(e["dur"])))
         self_time = [float(e["dur"]) for e in thread_events]

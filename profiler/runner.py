@@ -22,8 +22,8 @@ from typing import Any
 
 from profiler.cells import JobType, Run
 from profiler.devices import DeviceTarget
-from profiler.metrics import JobTiming, delta, iteration_stats, overlap_window, slowdowns, throughput_sum
 from profiler.errors import SharingUnavailable
+from profiler.metrics import JobTiming, delta, iteration_stats, overlap_window, slowdowns, throughput_sum
 from profiler.nvml import NvmlSampler, NvmlSummary
 from profiler.schema import (
     STATUS_FAILED,
@@ -246,7 +246,7 @@ def _coordinate(
         _teardown(connections, processes)
 
 
-def worker_context() -> mp.context.BaseContext:
+def worker_context() -> mp.context.ForkServerContext | mp.context.SpawnContext:
     """Start workers from a fork server that has torch imported but never touched CUDA.
 
     This keeps what the spawn method guarantees — a fresh process with no inherited CUDA state — while a

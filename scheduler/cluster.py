@@ -13,9 +13,10 @@ policies and the simulator pass them around and never mutate them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from profiler.errors import InputError
 

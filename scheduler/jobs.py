@@ -21,9 +21,10 @@ The Sia/Pollux workload header ``name,time,application,num_replicas,batch_size``
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from profiler.errors import InputError
 

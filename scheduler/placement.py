@@ -20,8 +20,8 @@ Node indices count from 0 within a GPU type; GPU indices count from 0 within a n
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 from scheduler.cluster import Cluster, GpuType
 from scheduler.policy import Allocation, RoundDecision

@@ -110,7 +110,10 @@ class RoundContext:
 class Policy(Protocol):
     """Every scheduling policy (the packing ILP, Sia without packing, baselines) implements this."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The policy's registry name (a plain class attribute or a frozen dataclass field satisfies this)."""
+        ...
 
     def allocate(self, jobs: Sequence["Job"], cluster: "Cluster", context: RoundContext) -> RoundDecision:
         """Decide every job's GPU type, GPU count, batch size and partner for this round."""

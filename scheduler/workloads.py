@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 from profiler.errors import InputError
 from scheduler.shared_data import default_profiles_dir, gavel_throughputs_path, shared_data_dir
@@ -355,7 +355,7 @@ def read_philly(path: str | Path, *, start_hour: float | None = None, hours: flo
     rng = np.random.default_rng(seed)
     if num_jobs is not None and num_jobs < len(window):
         window = window.iloc[np.sort(rng.choice(len(window), size=num_jobs, replace=False))]
-    jobs = []
+    jobs: list[WorkloadJob] = []
     for row in window.sort_values("timestamp").itertuples():
         apps = PHILLY_CLASS_APPS[_philly_class(float(row.gpu_time))]
         app = apps[int(rng.integers(len(apps)))]

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from analysis_fixtures import cpu_campaign  # noqa: F401  (session fixture)
+
 from colocate.errors import InputError
 from colocate.gavel import export_gavel, gavel_job_type, gavel_results, import_gavel, load_inputs, write_import
 from colocate.results import group_table, load_results, solo_table

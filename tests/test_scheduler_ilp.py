@@ -13,8 +13,14 @@ from scheduler.cluster import Cluster, GpuType
 from scheduler.colocation import ColocationTable
 from scheduler.configs import configurations
 from scheduler.goodput import TableGoodputModel
-from scheduler.ilp import (IlpConfig, PackingPolicy, build_problem, greedy_selection, pair_move_values, restart_factor,
-                           solve_problem)
+from scheduler.ilp import (
+    IlpConfig,
+    PackingPolicy,
+    build_problem,
+    greedy_selection,
+    pair_move_values,
+    restart_factor,
+)
 from scheduler.jobs import Job
 from scheduler.placement import place
 from scheduler.policy import RoundContext, check_decision
@@ -243,7 +249,7 @@ def sia_direct_objective(cluster: Cluster, jobs: list[Job], table, cfg: IlpConfi
             per_job.setdefault(i, []).append(x[i, c])
     unalloc = [1 - pulp.lpSum(per_job.get(i, [])) for i in range(len(jobs))]
     prob += pulp.lpSum(terms) + (cfg.lambda_unallocated * pulp.lpSum(unalloc) if cfg.p < 0 else 0)
-    for i, vars_ in per_job.items():
+    for vars_ in per_job.values():
         prob += pulp.lpSum(vars_) <= 1
     for t in cluster:
         prob += pulp.lpSum(c.num_gpus * v for (i, c), v in x.items() if c.gpu_type == t.name) <= t.total_gpus

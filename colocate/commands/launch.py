@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 import typer
 
@@ -64,7 +64,7 @@ def launch(
     jobs: Optional[Path] = typer.Option(None, "--jobs", help="Jobs CSV given to colocate schedule (applications)."),
     commands: Optional[Path] = typer.Option(None, "--commands", help="YAML: job or application -> shell command."),
     backend: str = typer.Option(_Defaults.backend, "--backend", help="local (this node) or ray (needs the ray extra)."),
-    emit: Optional[Tuple[str, Path]] = typer.Option(None, "--emit", metavar="slurm|k8s DIR",
+    emit: Optional[tuple[str, Path]] = typer.Option(None, "--emit", metavar="slurm|k8s DIR",
                                                     help="Write sbatch scripts or pod manifests to DIR instead.",
                                                     show_default=False),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address for --backend ray."),
@@ -120,6 +120,8 @@ def launch(
         _print_emitted(outcome.plan, outcome.emitted, as_json)
         return
     report = outcome.report
+    if report is None:  # launch() returns a report whenever it did not emit files
+        raise RuntimeError("launch returned neither files nor a report")
     if as_json:
         print(json.dumps({"interrupted": report.interrupted, "jobs": [j.to_dict() for j in report.jobs]}, indent=2))
     else:

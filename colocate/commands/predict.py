@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
     app.command("predict")(predict)
+
+
+def _advance(progress: Any, task: Any, done: int, total: int) -> None:
+    progress.update(task, completed=done)
 
 
 def predict(
@@ -67,8 +73,7 @@ def predict(
     with Progress(console=error_console, transient=True) as progress:
         for dataset in datasets:
             task = progress.add_task(f"leave-one-pair-out {dataset.gpu_type}/{dataset.sharing}", total=len(dataset.pairs))
-            evaluations.append(leave_one_pair_out(
-                dataset, config, progress=lambda done, total, t=task: progress.update(t, completed=done)))
+            evaluations.append(leave_one_pair_out(dataset, config, progress=partial(_advance, progress, task)))
     report_dir.mkdir(parents=True, exist_ok=True)
     provenance = [f"Inputs: {', '.join(str(s) for s in results.sources)}.",
                   f"Command: `colocate predict --evaluate {' '.join(str(p) for p in results_dirs or [])}"

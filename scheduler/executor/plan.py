@@ -30,7 +30,7 @@ import string
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from profiler.errors import InputError
 from profiler.files import safe_name  # noqa: F401  (re-exported for the executors)
@@ -203,7 +203,7 @@ def load_plan(
                       commands=commands, sharing=sharing, image_size=image_size)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

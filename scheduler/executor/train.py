@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.synchronize(device)
     if reporter:
         with contextlib.suppress(Exception):
-            loss_value = float(loss.detach())  # type: ignore[possibly-undefined]
+            loss_value = float(loss.detach())  # loss is bound once a step has run; suppressed otherwise
         report("stopped" if stop["requested"] and (args.steps == 0 or step < args.steps) else "finished")
         print(f"[{args.job}] {'stopped' if stop['requested'] else 'finished'} after {step} steps", flush=True)
     if world > 1:
