@@ -104,18 +104,7 @@ def import_gavel(
     jobs: list[dict[str, Any]] = []
     counts: dict[str, dict[str, int]] = {}
     for gpu in chosen:
-        entries: dict[str, tuple[str, dict[str, Any]]] = {}  # job type → (original key, entry)
-        names: dict[str, str] = {}  # original key → job type
-        for key, entry in data[gpu].items():
-            name, factor = parse_gavel_key(key, path, gpu)
-            if factor != scale_factor:
-                continue
-            _, _, job_type = gavel_job_type(name)
-            entries[job_type] = (key, entry)
-            names[key] = job_type
-        if not entries:
-            raise InputError(f"no jobs with scale factor {scale_factor}", source=path, field=gpu,
-                             valid="scale factors present in the file (Gavel: 1, 2, 4, 8)")
+        entries, names = _scale_factor_entries(data[gpu], path, gpu, scale_factor)
         solo: dict[str, float] = {}
         counted = {"job_types": 0, "pairs": 0, "infeasible_pairs": 0, "asymmetric_pairs": 0, "zero_solo": 0}
         for job_type in sort_job_types(entries):
@@ -128,34 +117,67 @@ def import_gavel(
             counted["job_types"] += 1
             counted["zero_solo"] += throughput == 0
             _add_solo(runs, jobs, campaign, gpu, job_type, throughput)
-        for job_a in sort_job_types(entries):
-            key_a, entry_a = entries[job_a]
-            for key_b, value in entry_a.items():
-                if key_b == "null" or key_b not in names:
-                    continue  # other scale factors
-                job_b = names[key_b]
-                if sort_job_types([job_a, job_b])[0] != job_a:
-                    continue  # each unordered pair once, from its first job's entry
-                forward = _pair_value(value, path, f"{gpu}.{key_a}.{key_b}")
-                measurements = [forward]
-                reverse_raw = entries[job_b][1].get(key_a)
-                if reverse_raw is not None and job_a != job_b:
-                    reverse = _pair_value(reverse_raw, path, f"{gpu}.{key_b}.{key_a}")[::-1]
-                    if not all(math.isclose(x, y, rel_tol=_EQUAL_REL_TOL) for x, y in zip(forward, reverse)):
-                        measurements.append(reverse)
-                        counted["asymmetric_pairs"] += 1
-                counted["pairs"] += 1
-                for repeat, (x_a, x_b) in enumerate(measurements):
-                    feasible = _add_pair(runs, jobs, campaign, gpu, (job_a, job_b), (x_a, x_b),
-                                         (solo[job_a], solo[job_b]), repeat)
-                    counted["infeasible_pairs"] += (not feasible) and repeat == 0
+        _import_pairs(runs, jobs, campaign, gpu, path, entries, names, solo, counted)
         counts[gpu] = counted
-    meta = {
+    meta = _import_meta(campaign, path, scale_factor, chosen, [g for g in data if g not in chosen], counts)
+    return GavelImport(typed_frame(runs, RUN_COLUMNS, RUN_NUMERIC), typed_frame(jobs, JOB_COLUMNS, JOB_NUMERIC), meta)
+
+
+def _scale_factor_entries(
+    jobs: dict[str, Any], path: Path, gpu: str, scale_factor: int
+) -> tuple[dict[str, tuple[str, dict[str, Any]]], dict[str, str]]:
+    """A worker type's entries at ``scale_factor``: job type → (original key, entry), and key → job type."""
+    entries: dict[str, tuple[str, dict[str, Any]]] = {}
+    names: dict[str, str] = {}
+    for key, entry in jobs.items():
+        name, factor = parse_gavel_key(key, path, gpu)
+        if factor != scale_factor:
+            continue
+        _, _, job_type = gavel_job_type(name)
+        entries[job_type] = (key, entry)
+        names[key] = job_type
+    if not entries:
+        raise InputError(f"no jobs with scale factor {scale_factor}", source=path, field=gpu,
+                         valid="scale factors present in the file (Gavel: 1, 2, 4, 8)")
+    return entries, names
+
+
+def _import_pairs(runs: list[dict[str, Any]], jobs: list[dict[str, Any]], campaign: str, gpu: str, path: Path,
+                  entries: dict[str, tuple[str, dict[str, Any]]], names: dict[str, str], solo: dict[str, float],
+                  counted: dict[str, int]) -> None:
+    """One pair run per unordered pair of a worker type (two repeats where the file's directions disagree)."""
+    for job_a in sort_job_types(entries):
+        key_a, entry_a = entries[job_a]
+        for key_b, value in entry_a.items():
+            if key_b == "null" or key_b not in names:
+                continue  # other scale factors
+            job_b = names[key_b]
+            if sort_job_types([job_a, job_b])[0] != job_a:
+                continue  # each unordered pair once, from its first job's entry
+            forward = _pair_value(value, path, f"{gpu}.{key_a}.{key_b}")
+            measurements = [forward]
+            reverse_raw = entries[job_b][1].get(key_a)
+            if reverse_raw is not None and job_a != job_b:
+                reverse = _pair_value(reverse_raw, path, f"{gpu}.{key_b}.{key_a}")[::-1]
+                if not all(math.isclose(x, y, rel_tol=_EQUAL_REL_TOL) for x, y in zip(forward, reverse)):
+                    measurements.append(reverse)
+                    counted["asymmetric_pairs"] += 1
+            counted["pairs"] += 1
+            for repeat, (x_a, x_b) in enumerate(measurements):
+                feasible = _add_pair(runs, jobs, campaign, gpu, (job_a, job_b), (x_a, x_b),
+                                     (solo[job_a], solo[job_b]), repeat)
+                counted["infeasible_pairs"] += (not feasible) and repeat == 0
+
+
+def _import_meta(campaign: str, path: Path, scale_factor: int, chosen: list[str], skipped: list[str],
+                 counts: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """meta.json of an imported Gavel file: where it came from and how its values were read."""
+    return {
         "campaign": campaign,
         "source": {"kind": "gavel-throughputs", "file": str(path), "scale_factor": scale_factor,
                    "origin": "github.com/stanford-futuredata/gavel (MIT); measured steps/s alone and in pairs"},
         "gpu_types": chosen,
-        "skipped_worker_types": [g for g in data if g not in chosen],
+        "skipped_worker_types": skipped,
         "counts": counts,
         "notes": [
             "t = 1 / throughput (seconds per training step); ratio = co-located / solo throughput = t/t'.",
@@ -165,7 +187,6 @@ def import_gavel(
             "Where T[a][b] and T[b][a] disagree, both directions are kept as two repeats of the pair.",
         ],
     }
-    return GavelImport(typed_frame(runs, RUN_COLUMNS, RUN_NUMERIC), typed_frame(jobs, JOB_COLUMNS, JOB_NUMERIC), meta)
 
 
 def _pair_value(value: Any, source: Path, field: str) -> tuple[float, float]:

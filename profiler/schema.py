@@ -91,3 +91,54 @@ KERNEL_COLUMNS: tuple[str, ...] = (
     "dram_throughput_pct",  # ncu only
     "sm_throughput_pct",  # ncu only
 )
+
+# File names of a results directory (the store writes them, the analysis reads them).
+RUNS_FILE = "runs.parquet"
+JOBS_FILE = "jobs.parquet"
+KERNELS_FILE = "kernels.parquet"
+META_FILE = "meta.json"
+
+
+# Columns read back as numbers (float64); the others are strings or None.
+RUN_NUMERIC = (
+    "group_size",
+    "mps_thread_percentage",
+    "image_size",
+    "repeat",
+    "delta",
+    "throughput_sum",
+    "max_slowdown",
+    "window_s",
+    "wall_s",
+    "sm_clock_mean_mhz",
+    "sm_clock_min_mhz",
+    "memory_used_max_mib",
+    "gpu_util_mean",
+    "gpm_sm_occupancy_mean",
+    "gpm_sm_util_mean",
+    "gpm_dram_bw_util_mean",
+    "nvml_samples",
+)
+JOB_NUMERIC = (
+    "job_index",
+    "batch_size",
+    "iter_time_s",
+    "iter_time_std_s",
+    "solo_iter_time_s",
+    "slowdown",
+    "ratio",
+    "iters_in_window",
+    "peak_memory_mib",
+)
+KERNEL_NUMERIC = (
+    "batch_size",
+    "image_size",
+    "duration_us",
+    "registers_per_thread",
+    "shared_memory_bytes",
+    "blocks_per_sm",
+    "warps_per_sm",
+    "occupancy_pct",
+    "dram_throughput_pct",
+    "sm_throughput_pct",
+)

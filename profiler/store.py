@@ -16,12 +16,16 @@ from typing import Any
 import pandas as pd
 
 from profiler.files import atomic_write_json, atomic_write_table
-from profiler.schema import JOB_COLUMNS, KERNEL_COLUMNS, RUN_COLUMNS, STATUS_SKIPPED
-
-RUNS_FILE = "runs.parquet"
-JOBS_FILE = "jobs.parquet"
-KERNELS_FILE = "kernels.parquet"
-META_FILE = "meta.json"
+from profiler.schema import (  # noqa: F401  (file names: re-exported)
+    JOB_COLUMNS,
+    JOBS_FILE,
+    KERNEL_COLUMNS,
+    KERNELS_FILE,
+    META_FILE,
+    RUN_COLUMNS,
+    RUNS_FILE,
+    STATUS_SKIPPED,
+)
 
 
 def _frame(rows: Iterable[Mapping[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
