@@ -35,7 +35,7 @@ import numpy as np
 from scheduler.cluster import Cluster, load_cluster
 from scheduler.colocation import ColocationTable
 from scheduler.goodput import ProfileGoodputModel
-from scheduler.ilp import IlpConfig, RoundProblem, build_problem, column_weight, highs_lp, solve_problem
+from scheduler.ilp import IlpConfig, RoundProblem, build_problem, class_key, highs_lp, solve_problem
 from scheduler.jobs import Job
 
 EXAMPLES = Path(__file__).resolve().parent / "examples"
@@ -91,13 +91,11 @@ def synthetic_colocation(gpu_types: Sequence[str], seed: int = 0) -> ColocationT
 
 def all_pairs_count(problem: RoundProblem, colocation: ColocationTable, cfg: IlpConfig) -> int:
     """How many job pairs the all-pairs formulation considers (before configurations)."""
-    from scheduler.ilp import _class_key
-
     classes: dict[tuple[str, str], int] = {}
     reps: dict[tuple[str, str], Job] = {}
     for i, job in enumerate(problem.jobs):
         if problem.single_node_g[i]:
-            key = _class_key(job)
+            key = class_key(job)
             classes[key] = classes.get(key, 0) + 1
             reps.setdefault(key, job)
     keys = list(classes)
@@ -127,15 +125,13 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
 
     if cfg.p >= 0:
         raise ValueError("the bound is implemented for p < 0 (minimisation)")
-    from scheduler.ilp import _class_key
-
     jobs = problem.jobs
     n = len(jobs)
     class_ids: dict[tuple[str, str], int] = {}
     reps: list[Job] = []
     cls = np.zeros(n, dtype=int)
     for i, job in enumerate(jobs):
-        key = _class_key(job)
+        key = class_key(job)
         if key not in class_ids:
             class_ids[key] = len(reps)
             reps.append(job)
@@ -163,6 +159,7 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
         if len(idx) >= 2:
             by_conf[ci] = (idx, np.array([problem.single_node_g[i][ci] for i in idx]))
     mem_cap = {t.name: t.memory_gb for t in problem.cluster}
+    weight = problem.objective.member_weight
     value = math.nan
     for iteration in range(1, max_iterations + 1):
         lp, job_row, cap_row = highs_lp(problem)
@@ -191,29 +188,23 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
             with np.errstate(divide="ignore", invalid="ignore"):
                 va = g[:, None] * r1  # row job = lower index (upper triangle below)
                 vb = g[None, :] * r2
-                w = np.where(ok, np.power(np.where(ok, va, 1.0), cfg.p) + np.power(np.where(ok, vb, 1.0), cfg.p)
-                             - 2 * cfg.lambda_unallocated, np.inf)
+                w = np.where(ok, weight(np.where(ok, va, 1.0)) + weight(np.where(ok, vb, 1.0)), np.inf)
             reduced = w - y[idx][:, None] - y[idx][None, :] - c.num_gpus * mu
             rows, cols = np.nonzero(reduced < -1e-9)
             for a, b in zip(rows, cols):
                 added.append((reduced[a, b], int(idx[a]), int(idx[b]), ci, float(va[a, b]), float(vb[a, b])))
         added.sort()
-        fresh = 0
+        fresh: list[tuple[int, int, int, float, float]] = []
         for _, i, k, ci, vi, vk in added:
-            if fresh >= batch:
+            if len(fresh) >= batch:
                 break
             if ((i, k), ci) in existing:
                 continue
             existing.add(((i, k), ci))
-            problem.members.append((i, k))
-            problem.conf.append(ci)
-            problem.gpus.append(problem.configs[ci].num_gpus)
-            problem.values.append((vi, vk))
-            problem.estimates.append(())
-            problem.ratios.append(())
-            problem.weight.append(column_weight((vi, vk), cfg.p, cfg.lambda_unallocated))
-            fresh += 1
-        if fresh == 0:
+            fresh.append((i, k, ci, vi, vk))
+        problem.add_columns([(i, k) for i, k, _, _, _ in fresh], [ci for _, _, ci, _, _ in fresh],
+                            [(vi, vk) for _, _, _, vi, vk in fresh])
+        if not fresh:
             return value, iteration
     return value, max_iterations
 

@@ -115,22 +115,32 @@ class Policy(Protocol):
         ...
 
 
+class InvalidDecision(AssertionError):
+    """A decision breaks an invariant. Raised explicitly (never by ``assert``, which ``python -O`` strips);
+    an AssertionError subclass so callers that catch broken invariants keep working."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise InvalidDecision(message)
+
+
 def check_decision(decision: RoundDecision, jobs: Sequence["Job"], cluster: "Cluster") -> None:
-    """Raise AssertionError if ``decision`` breaks an invariant (capacity, one choice per job, pairing)."""
+    """Raise :class:`InvalidDecision` if ``decision`` breaks an invariant (capacity, one choice per job, pairing)."""
     names = [j.name for j in jobs]
     alloc = decision.by_job()
-    assert len(alloc) == len(decision.allocations), "a job has two allocations"
+    _require(len(alloc) == len(decision.allocations), "a job has two allocations")
     seen = set(alloc) | set(decision.unallocated)
-    assert len(decision.unallocated) == len(set(decision.unallocated)), "a job is unallocated twice"
-    assert not (set(alloc) & set(decision.unallocated)), "a job is both allocated and unallocated"
-    assert seen == set(names), f"jobs missing or unknown: {sorted(seen ^ set(names))}"
+    _require(len(decision.unallocated) == len(set(decision.unallocated)), "a job is unallocated twice")
+    _require(not (set(alloc) & set(decision.unallocated)), "a job is both allocated and unallocated")
+    _require(seen == set(names), f"jobs missing or unknown: {sorted(seen ^ set(names))}")
     for a in decision.allocations:
-        assert a.gpu_type in cluster, f"{a.job}: unknown GPU type {a.gpu_type}"
-        assert a.num_gpus >= 1, f"{a.job}: {a.num_gpus} GPUs"
+        _require(a.gpu_type in cluster, f"{a.job}: unknown GPU type {a.gpu_type}")
+        _require(a.num_gpus >= 1, f"{a.job}: {a.num_gpus} GPUs")
         if a.partner is not None:
             b = alloc.get(a.partner)
-            assert b is not None and b.partner == a.job, f"{a.job}: partner {a.partner} is not paired back"
-            assert (b.gpu_type, b.num_gpus) == (a.gpu_type, a.num_gpus), f"{a.job}: pair configs differ"
+            _require(b is not None and b.partner == a.job, f"{a.job}: partner {a.partner} is not paired back")
+            _require((b.gpu_type, b.num_gpus) == (a.gpu_type, a.num_gpus), f"{a.job}: pair configs differ")
     for gpu_type, used in decision.gpus_used().items():
         cap = cluster.capacity(gpu_type)
-        assert used <= cap, f"{gpu_type}: {used} GPUs used > capacity {cap}"
+        _require(used <= cap, f"{gpu_type}: {used} GPUs used > capacity {cap}")

@@ -335,10 +335,10 @@ def test_time_limit_falls_back_without_dropping_the_round(monkeypatch: pytest.Mo
     import scheduler.ilp as ilp
 
     def no_solution(problem, cfg):
-        return ilp._RawResult(None, "Time limit reached", False, None, 0)
+        return ilp.RawResult(None, "Time limit reached", False, None, 0)
 
-    monkeypatch.setattr(ilp, "_solve_highspy", no_solution)
-    monkeypatch.setattr(ilp, "_solve_pulp", no_solution)
+    for backend in ilp.BACKENDS:
+        monkeypatch.setitem(ilp.BACKENDS, backend, no_solution)
     decision = PackingPolicy(IlpConfig(time_limit_s=1e-3)).allocate(jobs, cluster, context)
     check_decision(decision, jobs, cluster)
     assert decision.solver.fallback == "greedy"
@@ -355,7 +355,7 @@ def test_broken_highs_falls_back_to_cbc(monkeypatch: pytest.MonkeyPatch) -> None
     def broken(problem, cfg):
         raise RuntimeError("highspy crashed")
 
-    monkeypatch.setattr(ilp, "_solve_highspy", broken)
+    monkeypatch.setitem(ilp.BACKENDS, "highs", broken)
     decision = PackingPolicy(IlpConfig(mip_gap=0.0)).allocate(jobs, cluster, context)
     assert decision.solver.name.startswith("CBC")
     assert decision.objective == pytest.approx(reference.objective, rel=1e-7)
