@@ -7,6 +7,8 @@ import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
+
 from scheduler.cluster import Cluster
 from scheduler.configs import configurations
 from scheduler.goodput import GoodputModel
@@ -15,7 +17,7 @@ from scheduler.ilp.columns import JobColumns, Shapes, add_pair_columns, job_opti
 from scheduler.ilp.config import IlpConfig
 from scheduler.ilp.objective import Objective
 from scheduler.ilp.pricing import PricingData
-from scheduler.ilp.problem import RoundProblem
+from scheduler.ilp.problem import ReservedSingles, RoundProblem
 from scheduler.jobs import Job
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,6 +39,51 @@ def gc_paused():
     finally:
         if was_enabled:
             gc.enable()
+
+
+# Rounds with more single columns than this start the LP from a subset of them (see _hold_back_singles).
+RESERVE_ABOVE = 20_000
+KEEP_PER_GPU, KEEP_BEST = 2, 1
+
+
+def _hold_back_singles(problem: RoundProblem, singles: list[tuple]) -> list[tuple]:
+    """The singles a large round's first LP starts from; the rest go to ``problem.reserved`` for pricing.
+
+    Kept per job: its ``KEEP_PER_GPU`` columns of best weight per GPU, its ``KEEP_BEST`` of best weight,
+    and its current configuration (a pinned job keeps all of its columns). The LP solved by pricing to
+    the end is the same LP as with every single; the solve stage releases the rest before branching.
+    """
+    jobs, configs = problem.jobs, problem.configs
+    job = np.fromiter((s[0] for s in singles), dtype=np.int64, count=len(singles))
+    conf = np.fromiter((s[1] for s in singles), dtype=np.int64, count=len(singles))
+    gpus = np.array([c.num_gpus for c in configs], dtype=np.int64)[conf]
+    weight = np.asarray(problem.objective.column_weights([(s[2],) for s in singles]), dtype=float)
+    keep = _rank_in_job(job, weight / gpus) < KEEP_PER_GPU
+    keep |= _rank_in_job(job, weight) < KEEP_BEST
+    type_index = {name: n for n, name in enumerate(problem.cluster.type_names)}
+    conf_type = np.array([type_index[c.gpu_type] for c in configs], dtype=np.int64)
+    conf_n = np.array([c.num_gpus for c in configs], dtype=np.int64)
+    cur_type = np.array([type_index.get(j.current_gpu_type or "", -1) if j.is_running else -2 for j in jobs])
+    cur_n = np.array([j.current_num_gpus for j in jobs], dtype=np.int64)
+    keep |= (conf_type[conf] == cur_type[job]) & (conf_n[conf] == cur_n[job])
+    keep |= np.asarray(problem.pinned, dtype=bool)[job]
+    held = np.nonzero(~keep)[0]
+    problem.reserved = ReservedSingles(
+        job=job[held], conf=conf[held], gpus=gpus[held], type_of=conf_type[conf[held]], weight=weight[held],
+        values=[singles[n][2] for n in held.tolist()], estimates=[singles[n][3] for n in held.tolist()],
+        released=np.zeros(len(held), dtype=bool))
+    return [singles[n] for n in np.nonzero(keep)[0].tolist()]
+
+
+def _rank_in_job(job: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """Each entry's rank (0 = lowest score) among the entries of the same job."""
+    order = np.lexsort((score, job))
+    sorted_job = job[order]
+    starts = np.r_[0, np.nonzero(np.diff(sorted_job))[0] + 1]
+    position = np.arange(len(job)) - np.repeat(starts, np.diff(np.r_[starts, len(job)]))
+    rank = np.empty(len(job), dtype=np.int64)
+    rank[order] = position
+    return rank
 
 
 def build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
@@ -78,6 +125,8 @@ def _build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
     problem.pinned = [o.pinned for o in options]
     problem.single_node_g = [{ci: g for ci, (g, _) in o.single.items()} for o in options]
     singles = [(i, ci, g, est) for i, opt in enumerate(options) for ci, (g, est) in opt.alone.items()]
+    if len(singles) > RESERVE_ABOVE and cfg.pricing_passes > 0 and cfg.solver == "highs":
+        singles = _hold_back_singles(problem, singles)
     problem.add_columns([(i,) for i, _, _, _ in singles], [ci for _, ci, _, _ in singles],
                         [(g,) for _, _, g, _ in singles], [(est,) for _, _, _, est in singles])
     if cfg.packing and colocation is not None and len(colocation):
@@ -88,5 +137,7 @@ def _build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
         problem.num_group_candidates = len(candidates)
         if cfg.pair_candidates == "top-k" and cfg.top_k > 0 and cfg.pricing_passes > 0:
             problem.pricing = PricingData(options, graph, colocation)
+    if problem.reserved is not None and problem.pricing is None:
+        problem.pricing = PricingData(options, None, None)  # singles only
     problem.build_time_s = time.perf_counter() - started
     return problem

@@ -230,13 +230,15 @@ def add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int]
     single_node = [c.single_node for c in configs_t]
     order_key = [(c.gpu_type, c.num_gpus) for c in configs_t]
     new: list[tuple] = []
+    ratio_caches: dict[tuple[str, ...], dict[str, tuple[float, float] | None]] = {}
     for i, k in candidates:
         a, b = jobs[i], jobs[k]
         if options[i].pinned or options[k].pinned:
             # a pinned job keeps its configuration; it may keep (not gain) a partner
             if not (a.current_partner == b.name and b.current_partner == a.name):
                 continue
-        ratio_cache: dict[str, tuple[float, float] | None] = {}
+        # ratios depend only on the two jobs' classes: one cache per class pair for the whole call
+        ratio_cache = ratio_caches.setdefault((a.application, a.job_type, b.application, b.job_type), {})
         kept: dict[str, list[tuple[float, float]]] = {}
         single_k = options[k].single
         common = sorted(

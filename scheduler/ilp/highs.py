@@ -225,6 +225,12 @@ def solve_highspy(problem: RoundProblem, cfg: IlpConfig) -> RawResult:
         rounded = sum(problem.weight[j] for j in start)
         if objective.close_enough(rounded, lp_weight, num_jobs, cfg.mip_gap):
             return RawResult(start, "Optimal (LP rounding within gap)", True, lp_weight, num_rows)
+    if problem.reserved is not None and problem.reserved.num_left:
+        problem.release_reserved()  # branching needs every column; the LP bound above already covers them
+        h = None
+    n = problem.num_columns
+    if lp_values is not None and len(lp_values) < n:
+        lp_values = np.r_[lp_values, np.zeros(n - len(lp_values))]
     if h is None:
         h, num_rows = _model(problem, cfg)
     h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), [highspy.HighsVarType.kInteger] * n)

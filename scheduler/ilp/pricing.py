@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -146,77 +146,111 @@ def dual_ranked_partners(problem: RoundProblem, options: Sequence[JobColumns], c
 
 
 
+def price_reserved_singles(problem: RoundProblem, y: np.ndarray, mu: dict[str, float], per_job: int = 2
+                           ) -> np.ndarray:
+    """Held-back singles with negative reduced cost ``w_ic − y_i − n_c μ_t``: per job its ``per_job`` most
+    negative (indices into ``problem.reserved``)."""
+    res = problem.reserved
+    if res is None or res.num_left == 0:
+        return np.zeros(0, dtype=np.int64)
+    mu_t = np.array([mu.get(t, 0.0) for t in problem.cluster.type_names])
+    reduced = res.weight - y[res.job] - res.gpus * mu_t[res.type_of]
+    found = np.nonzero((reduced < -1e-9) & ~res.released)[0]
+    if not len(found):
+        return found
+    order = found[np.lexsort((reduced[found], res.job[found]))]
+    job = res.job[order]
+    starts = np.r_[0, np.nonzero(np.diff(job))[0] + 1]
+    position = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    return order[position < per_job]
+
+
+def _append_to_lp(h: Any, problem: RoundProblem, new: range, job_row: dict[int, int], cap_row: dict[str, int]) -> None:
+    """Add the problem's columns ``new`` to the HiGHS LP in ``h`` (warm start: the basis is kept)."""
+    starts, index, value = [0], [], []
+    for j in new:
+        for i in problem.members[j]:
+            index.append(job_row[i])
+            value.append(1.0)
+        index.append(cap_row[problem.configs[problem.conf[j]].gpu_type])
+        value.append(float(problem.gpus[j]))
+        starts.append(len(index))
+    h.addCols(len(new), np.asarray([problem.weight[j] for j in new], dtype=float), np.zeros(len(new)),
+              np.ones(len(new)), len(index), np.asarray(starts[:-1], dtype=np.int32),
+              np.asarray(index, dtype=np.int32), np.asarray(value, dtype=float))
+
+
+def _lp_model(problem: RoundProblem) -> tuple[Any, dict[int, int], dict[str, int]]:
+    """The LP relaxation in minimisation form in a HiGHS instance, with a capacity row for every type."""
+    import highspy
+
+    lp, job_row, cap_row = highs_lp(problem, minimise_form=True, all_capacity_rows=True)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    h.passModel(lp)
+    for t in problem.cluster.type_names:  # types without any column get a row too, so new columns can reference it
+        if t not in cap_row:
+            cap_row[t] = h.getNumRow()
+            h.addRow(-highspy.kHighsInf, float(problem.cluster.capacity(t)), 0, np.array([], dtype=np.int32),
+                     np.array([], dtype=float))
+    return h, job_row, cap_row
+
+
 def price_pair_columns(problem: RoundProblem, cfg: IlpConfig, deadline: float | None = None) -> int:
-    """Column generation on the LP relaxation: add priced-in pair columns to ``problem``; returns passes.
+    """Column generation on the LP relaxation: add priced-in columns to ``problem``; returns the pair passes.
 
     Each pass solves the LP (warm-started: new columns are appended to the same HiGHS model), reads the
-    row duals, and asks :func:`dual_ranked_partners` for pairs with negative reduced cost. It stops when
-    none is left (the LP then equals the all-pairs LP relaxation), after ``cfg.pricing_passes`` passes, or
-    at ``deadline`` (``time.perf_counter()`` seconds).
+    row duals, and adds held-back singles (:func:`price_reserved_singles`) and, for the first
+    ``cfg.pricing_passes`` passes, pairs (:func:`dual_ranked_partners`) of negative reduced cost. It stops
+    when nothing is added (the LP then equals the LP over every single and the pairs so far; with no pass
+    limit, the all-pairs LP relaxation) or at ``deadline`` (``time.perf_counter()`` seconds), when any
+    singles still held back are all added. The last LP solved is the round's LP bound and rounding start.
     """
     import highspy
 
     data = problem.pricing
     if data is None or problem.num_columns == 0:
         return 0
-    lp, job_row, cap_row = highs_lp(problem, minimise_form=True, all_capacity_rows=True)
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("threads", 1)
-    h.passModel(lp)
-    type_names = problem.cluster.type_names
-    for t in type_names:  # types without any column get a row too, so new columns can reference it
-        if t not in cap_row:
-            cap_row[t] = h.getNumRow()
-            h.addRow(-highspy.kHighsInf, float(problem.cluster.capacity(t)), 0, np.array([], dtype=np.int32),
-                     np.array([], dtype=float))
-    seen: set[tuple[int, int]] = {m for m in problem.members if len(m) == 2}
-    passes = 0
-    while passes < cfg.pricing_passes:
-        if deadline is not None and time.perf_counter() > deadline:
-            break
+    h, job_row, cap_row = _lp_model(problem)
+    seen: set[tuple[int, ...]] = {m for m in problem.members if len(m) == 2}
+    pair_passes, solved = 0, False
+    while not (deadline is not None and time.perf_counter() > deadline):
         h.run()
-        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        solved = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+        if not solved:
             break
-        passes += 1
         solution = h.getSolution()
         problem.lp_values = np.asarray(solution.col_value)
+        problem.lp_weight = float(h.getInfo().objective_function_value)
         duals = np.asarray(solution.row_dual)
         y = np.zeros(len(problem.jobs))
         for i, row in job_row.items():
             y[i] = duals[row]
         mu = {t: float(duals[row]) for t, row in cap_row.items()}
-        fresh = dual_ranked_partners(problem, data.options, problem.configs, data.colocation, data.graph, cfg,
-                                     prices=(y, mu), exclude=seen) - seen
-        fresh = {pair for pair in fresh if pair[0] in job_row and pair[1] in job_row}
-        if not fresh:
-            break
-        seen |= fresh
         first = problem.num_columns
-        add_pair_columns(problem, sorted(fresh), data.options, data.colocation, cfg)
-        problem.num_group_candidates += len(fresh)
-        new = range(first, problem.num_columns)
-        if not len(new):
-            break
-        starts, index, value = [0], [], []
-        for j in new:
-            for i in problem.members[j]:
-                index.append(job_row[i])
-                value.append(1.0)
-            index.append(cap_row[problem.configs[problem.conf[j]].gpu_type])
-            value.append(float(problem.gpus[j]))
-            starts.append(len(index))
-        h.addCols(len(new), np.asarray([problem.weight[j] for j in new], dtype=float), np.zeros(len(new)),
-                  np.ones(len(new)), len(index), np.asarray(starts[:-1], dtype=np.int32),
-                  np.asarray(index, dtype=np.int32), np.asarray(value, dtype=float))
-        problem.lp_weight = None
-    if problem.lp_values is not None and len(problem.lp_values) < problem.num_columns:
+        problem.release_reserved(price_reserved_singles(problem, y, mu))
+        if data.graph is not None and pair_passes < cfg.pricing_passes:
+            pair_passes += 1
+            fresh = dual_ranked_partners(problem, data.options, problem.configs, data.colocation, data.graph, cfg,
+                                         prices=(y, mu), exclude=seen) - seen
+            fresh = {pair for pair in fresh if pair[0] in job_row and pair[1] in job_row}
+            seen |= fresh
+            add_pair_columns(problem, sorted(fresh), data.options, data.colocation, cfg)
+            problem.num_group_candidates += len(fresh)
+        if problem.num_columns == first:
+            break  # nothing priced in: this LP is the round's LP
+        _append_to_lp(h, problem, range(first, problem.num_columns), job_row, cap_row)
+        solved = False
+    if not solved and problem.reserved is not None and problem.reserved.num_left:
+        first = problem.num_columns  # stopped early: every held-back single joins, the LP is solved once more
+        _append_to_lp(h, problem, problem.release_reserved(), job_row, cap_row)
+    if not solved and problem.lp_values is not None:
         h.run()  # warm start: the LP over the final columns, for rounding and as the round's bound
         if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
             problem.lp_values = np.asarray(h.getSolution().col_value)
             problem.lp_weight = float(h.getInfo().objective_function_value)
-    elif problem.lp_values is not None:
-        problem.lp_weight = float(h.getInfo().objective_function_value)
-    problem.pricing_passes = passes
-    return passes
-
+        else:
+            problem.lp_weight = None
+    problem.pricing_passes = pair_passes
+    return pair_passes

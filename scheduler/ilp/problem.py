@@ -26,6 +26,25 @@ class InvalidSelection(AssertionError):
 
 
 @dataclass
+class ReservedSingles:
+    """Single columns held back from a large round's first LP and priced in when their reduced cost is
+    negative (column generation over singles): parallel arrays, one entry per held-back column."""
+
+    job: np.ndarray
+    conf: np.ndarray
+    gpus: np.ndarray
+    type_of: np.ndarray        # index into cluster.type_names
+    weight: np.ndarray
+    values: list[float]
+    estimates: list[GoodputEstimate]
+    released: np.ndarray       # bool: already a column of the problem
+
+    @property
+    def num_left(self) -> int:
+        return int((~self.released).sum())
+
+
+@dataclass
 class RoundProblem:
     """The ILP of one round as plain arrays.
 
@@ -54,6 +73,7 @@ class RoundProblem:
     pricing_passes: int = 0
     lp_values: "np.ndarray | None" = None  # LP relaxation values of the first len(lp_values) columns
     lp_weight: float | None = None          # LP optimum (minimisation form) when lp_values covers every column
+    reserved: ReservedSingles | None = None
     build_time_s: float = 0.0
     pricing_time_s: float = 0.0
 
@@ -92,6 +112,19 @@ class RoundProblem:
         self.weight.extend(self.objective.column_weights(values))
         self.num_groups += sum(1 for m in members if len(m) > 1)
         return range(first, len(self.members))
+
+    def release_reserved(self, which: "np.ndarray | None" = None) -> range:
+        """Make held-back singles (indices into :attr:`reserved`; None: all left) columns; returns their indices."""
+        res = self.reserved
+        if res is None:
+            return range(self.num_columns, self.num_columns)
+        if which is None:
+            which = np.nonzero(~res.released)[0]
+        which = which[~res.released[which]]
+        res.released[which] = True
+        picked = which.tolist()
+        return self.add_columns([(i,) for i in res.job[which].tolist()], res.conf[which].tolist(),
+                                [(res.values[n],) for n in picked], [(res.estimates[n],) for n in picked])
 
     def job_columns(self) -> list[list[int]]:
         cols: list[list[int]] = [[] for _ in self.jobs]

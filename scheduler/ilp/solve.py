@@ -60,6 +60,8 @@ def _run_chain(problem: RoundProblem, cfg: IlpConfig) -> tuple[RawResult | None,
         chain = ["cbc"]
     errors: list[str] = []
     for backend in chain:
+        if backend != "highs" and problem.reserved is not None:
+            problem.release_reserved()  # only the HiGHS path prices held-back singles in
         try:
             return BACKENDS[backend](problem, cfg), backend, errors
         except Exception as err:  # noqa: BLE001 - a broken solver install must not break the round
