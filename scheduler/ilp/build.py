@@ -18,6 +18,7 @@ from scheduler.ilp.config import IlpConfig
 from scheduler.ilp.objective import Objective
 from scheduler.ilp.pricing import PricingData
 from scheduler.ilp.problem import ReservedSingles, RoundProblem
+from scheduler.ilp.triples import add_triple_columns, all_triples, triple_candidates
 from scheduler.jobs import Job
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -134,6 +135,10 @@ def _build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
         if not cfg.seed_partners and cfg.pair_candidates == "top-k" and cfg.pricing_passes > 0:
             candidates = set()
         add_pair_columns(problem, sorted(candidates), options, colocation, cfg)
+        if cfg.max_group_size >= 3:
+            triples = (all_triples(jobs, options, configs_t) if cfg.pair_candidates == "all"
+                       else triple_candidates(candidates, limit_per_job=cfg.top_k))
+            add_triple_columns(problem, sorted(triples), options, colocation, cfg)
         problem.num_group_candidates = len(candidates)
         if cfg.pair_candidates == "top-k" and cfg.top_k > 0 and cfg.pricing_passes > 0:
             problem.pricing = PricingData(options, graph, colocation)

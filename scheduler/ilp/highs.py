@@ -72,17 +72,17 @@ def highs_lp(problem: RoundProblem, minimise_form: bool = False, all_capacity_ro
         row_lower.append(-highspy.kHighsInf)
         row_upper.append(float(problem.cluster.capacity(t)))
     # column j's entries, in order: its members' job rows, then its type's capacity row (if that row exists);
-    # laid out with numpy as a (columns × 3) grid whose unused cells are masked out
+    # laid out with numpy as a (columns × 4) grid whose unused cells are masked out
     row_of_job = np.full(len(problem.jobs), -1, dtype=np.int64)
     for i, row in job_row.items():
         row_of_job[i] = row
-    first = np.fromiter((m[0] for m in problem.members), dtype=np.int64, count=n)
-    second = np.fromiter((m[1] if len(m) > 1 else -1 for m in problem.members), dtype=np.int64, count=n)
+    members = problem.member_array() if n else np.zeros((0, 3), dtype=np.int64)
     cap_of_conf = np.array([cap_row.get(c.gpu_type, -1) for c in problem.configs], dtype=np.int64)
     cap = cap_of_conf[np.asarray(problem.conf, dtype=np.int64)] if n else np.zeros(0, dtype=np.int64)
-    grid_index = np.stack([row_of_job[first], np.where(second >= 0, row_of_job[second], -1), cap], axis=1)
-    grid_value = np.stack([np.ones(n), np.ones(n), np.asarray(problem.gpus, dtype=float)], axis=1)
-    used = np.stack([np.ones(n, dtype=bool), second >= 0, cap >= 0], axis=1)
+    member_rows = np.where(members >= 0, row_of_job[np.maximum(members, 0)], -1)
+    grid_index = np.concatenate([member_rows, cap[:, None]], axis=1)
+    grid_value = np.concatenate([np.ones((n, 3)), np.asarray(problem.gpus, dtype=float)[:, None]], axis=1)
+    used = np.concatenate([members >= 0, (cap >= 0)[:, None]], axis=1)
     starts = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(used.sum(axis=1), out=starts[1:])
     index = grid_index[used]

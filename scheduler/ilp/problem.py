@@ -126,6 +126,17 @@ class RoundProblem:
         return self.add_columns([(i,) for i in res.job[which].tolist()], res.conf[which].tolist(),
                                 [(res.values[n],) for n in picked], [(res.estimates[n],) for n in picked])
 
+    def member_array(self, repeat_first: bool = False) -> np.ndarray:
+        """Members as a (columns × 3) int array; missing members are -1 (or, with ``repeat_first``, the first)."""
+        n = self.num_columns
+        out = np.empty((n, 3), dtype=np.int64)
+        out[:, 0] = np.fromiter((m[0] for m in self.members), dtype=np.int64, count=n)
+        for pos in (1, 2):
+            out[:, pos] = np.fromiter((m[pos] if len(m) > pos else -1 for m in self.members), dtype=np.int64, count=n)
+            if repeat_first:
+                out[:, pos] = np.where(out[:, pos] >= 0, out[:, pos], out[:, 0])
+        return out
+
     def job_columns(self) -> list[list[int]]:
         cols: list[list[int]] = [[] for _ in self.jobs]
         for j, mem in enumerate(self.members):

@@ -18,9 +18,7 @@ def greedy_selection(problem: RoundProblem, lp_values: "np.ndarray | None" = Non
     if n == 0:
         return []
     pinned_job = np.asarray(problem.pinned, dtype=bool)
-    first = np.fromiter((m[0] for m in problem.members), dtype=int, count=n)
-    second = np.fromiter((m[1] if len(m) > 1 else m[0] for m in problem.members), dtype=int, count=n)
-    has_pin = pinned_job[first] | pinned_job[second]
+    has_pin = pinned_job[problem.member_array(repeat_first=True)].any(axis=1)
     lp = np.zeros(n)
     if lp_values is not None:
         m = min(n, len(lp_values))
@@ -38,7 +36,7 @@ def greedy_selection(problem: RoundProblem, lp_values: "np.ndarray | None" = Non
     chosen: list[int] = []
     for j in order:
         mem = members[j]
-        if mem[0] in taken or (len(mem) > 1 and mem[1] in taken):
+        if mem[0] in taken or (len(mem) > 1 and (mem[1] in taken or (len(mem) > 2 and mem[2] in taken))):
             continue
         t = type_of_conf[conf[j]]
         if free[t] < gpus[j]:

@@ -110,14 +110,13 @@ def decision_from(problem: RoundProblem, solution: Solution) -> RoundDecision:
         for pos, i in enumerate(mem):
             est = problem.estimates[j][pos]
             goodput = est.goodput
-            partner = None
-            if len(mem) == 2:
-                other = mem[1 - pos]
-                partner = problem.jobs[other].name
+            others = tuple(problem.jobs[k].name for k in mem if k != i)
+            if others:
                 goodput = est.goodput * problem.ratios[j][pos]
             allocations.append(Allocation(job=problem.jobs[i].name, gpu_type=c.gpu_type, num_gpus=problem.gpus[j],
-                                          batch_size=int(est.batch_size), partner=partner,
-                                          expected_goodput=float(goodput), num_nodes=c.num_nodes))
+                                          batch_size=int(est.batch_size), partner=others[0] if others else None,
+                                          expected_goodput=float(goodput), num_nodes=c.num_nodes,
+                                          partners=others if len(others) > 1 else ()))
             placed.add(i)
     unallocated = tuple(job.name for i, job in enumerate(problem.jobs) if i not in placed)
     return RoundDecision(tuple(allocations), unallocated, solution.info.objective, solution.info)
