@@ -50,7 +50,7 @@ def decision_to_json(decision: Any, placement: Any) -> dict[str, Any]:
         where = placement.of(a.job)
         rows.append({
             "job": a.job, "gpu_type": a.gpu_type, "num_gpus": a.num_gpus, "batch_size": a.batch_size,
-            "partner": a.partner, "node": where.node if where else None,
+            "partner": a.partner, "partners": list(a.others), "node": where.node if where else None,
             "nodes": list(where.nodes) if where else [], "gpus": list(where.gpus) if where else [],
             "expected_goodput": round(a.expected_goodput, 6),
         })
@@ -183,14 +183,15 @@ def _print_table(decision: Any, placement: Any, jobs: list) -> None:
         where = placement.of(a.job)
         node = ",".join(str(n) for n in where.nodes) if where else "unplaced"
         gpus = ",".join(str(g) for g in where.gpus) if where else ""
-        table.add_row(a.job, a.gpu_type, str(a.num_gpus), str(a.batch_size), a.partner or "", node, gpus,
+        table.add_row(a.job, a.gpu_type, str(a.num_gpus), str(a.batch_size), ", ".join(a.others), node, gpus,
                       f"{a.expected_goodput:,.1f}")
     console.print(table)
     if decision.unallocated:
         console.print(f"[yellow]unallocated ({len(decision.unallocated)}):[/] {', '.join(decision.unallocated)}")
     if placement.unplaced:
         console.print(f"[red]allocated but not placeable:[/] {', '.join(placement.unplaced)}")
-    pairs = sum(1 for a in decision.allocations if a.partner) // 2
-    console.print(f"{len(decision.allocations)} jobs allocated, {pairs} packed pairs, "
+    pairs = sum(1 for a in decision.allocations if a.partner and not a.partners) // 2
+    triples = sum(1 for a in decision.allocations if a.partners) // 3
+    console.print(f"{len(decision.allocations)} jobs allocated, {pairs} packed pairs, {triples} groups of three, "
                   f"{len(decision.unallocated)} unallocated")
     console.print(solver_line(decision.solver), highlight=False)
