@@ -221,12 +221,13 @@ def _timed_round(jobs: list[Job], cluster: Cluster, model: ProfileGoodputModel, 
             "cpu_s": time.process_time() - cpu_started,
             "objective": solution.info.objective, "status": solution.info.status, "fallback": solution.info.fallback,
             "columns": problem.num_columns, "pairs": problem.num_pairs, "problem": problem,
-            "pairs_used": sum(1 for j in solution.selected if len(problem.members[j]) == 2)}
+            "pairs_used": sum(1 for j in solution.selected if len(problem.members[j]) == 2),
+            "triples_used": sum(1 for j in solution.selected if len(problem.members[j]) == 3)}
 
 
 def run_case(num_gpus: int, num_jobs: int, model: ProfileGoodputModel, coloc: ColocationTable, *, repeats: int,
              cfg: IlpConfig, all_pairs_time_limit: float, all_pairs_max_pairs: int, exact_time_limit: float,
-             seed: int = 0, on_step: Any = None) -> list[dict[str, Any]]:
+             seed: int = 0, on_step: Any = None, reference: bool = True) -> list[dict[str, Any]]:
     """All formulations on ``repeats`` random rounds of one (cluster, jobs) case; one dict per round."""
     cluster = sia_cluster(num_gpus)
     rows = []
@@ -239,6 +240,7 @@ def run_case(num_gpus: int, num_jobs: int, model: ProfileGoodputModel, coloc: Co
             for key in ("build_s", "solve_s", "round_s", "cpu_s", "objective", "columns", "status", "fallback"):
                 row[f"{name}_{key}"] = r[key]
         row["topk_pairs_used"] = topk["pairs_used"]
+        row["topk_triples_used"] = topk["triples_used"]
         all_cfg = replace(cfg, pair_candidates="all", time_limit_s=all_pairs_time_limit)
         count = all_pairs_count(topk["problem"], coloc, cfg)
         row["all_pairs_candidates"] = count
@@ -255,11 +257,13 @@ def run_case(num_gpus: int, num_jobs: int, model: ProfileGoodputModel, coloc: Co
             ex = _timed_round(jobs, cluster, model, coloc, exact_cfg)
             if ex["status"] == "Optimal" and ex["fallback"] is None:
                 row["exact_objective"], row["exact_kind"] = ex["objective"], "ilp-optimum"
+        if row["exact_kind"] == "lp-bound" and not reference:
+            row["exact_kind"], row["exact_objective"] = "none", math.nan
         if row["exact_kind"] == "lp-bound":
             problem = build_problem(jobs, cluster, model, coloc, cfg)
             row["exact_objective"], row["lp_iterations"] = lp_bound_all_pairs(problem, coloc, cfg)
         ref = row["exact_objective"]
-        row["topk_gap_vs_exact"] = (row["topk_objective"] - ref) / abs(ref) if ref else math.nan
+        row["topk_gap_vs_exact"] = (row["topk_objective"] - ref) / abs(ref) if ref and ref == ref else math.nan
         rows.append(row)
         if on_step is not None:
             on_step()
@@ -280,7 +284,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         summary = {"gpus": gpus, "jobs": jobs, "repeats": len(group)}
         for key in ("sia_round_s", "sia_cpu_s", "sia_solve_s", "topk_build_s", "topk_solve_s", "topk_round_s",
                     "topk_cpu_s", "all_cpu_s", "all_round_s",
-                    "all_solve_s", "topk_columns", "all_columns", "topk_pairs_used", "all_pairs_candidates",
+                    "all_solve_s", "topk_columns", "all_columns", "topk_pairs_used", "topk_triples_used", "all_pairs_candidates",
                     "topk_gap_vs_exact"):
             summary[key] = med(key)
         summary["max_gap_vs_exact"] = max((r["topk_gap_vs_exact"] for r in group), default=math.nan)
@@ -291,6 +295,29 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         summary["exact_kind"] = "/".join(sorted({r["exact_kind"] for r in group}))
         out.append(summary)
     return out
+
+
+def growth_plot(summary: list[dict[str, Any]], path: Path) -> None:
+    """Log-log plot of the median round CPU time against cluster size (packing and Sia), with y ∝ GPUs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gpus = [s["gpus"] for s in summary]
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    ax.loglog(gpus, [s["topk_cpu_s"] for s in summary], "o-", label="packing (top-k + pricing)")
+    ax.loglog(gpus, [s["sia_cpu_s"] for s in summary], "s--", label="Sia, no packing")
+    ref = summary[0]["topk_cpu_s"]
+    ax.loglog(gpus, [ref * g / gpus[0] for g in gpus], ":", color="grey", label="∝ GPUs (linear)")
+    ax.set_xlabel("GPUs (jobs = GPUs / 2)")
+    ax.set_ylabel("round time, CPU s (median)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def default_colocation(path: Path | None, gpu_types: Sequence[str]) -> tuple[ColocationTable, str]:
@@ -313,6 +340,10 @@ def register_bench(bench_app: Any) -> None:
         profiles: Path = typer.Option(None, "--profiles", help="Sia traces directory (default ../shared/data/sia/traces)."),
         colocation: Path = typer.Option(None, "--colocation", help="Colocation table (default: transferred table)."),
         top_k: int = typer.Option(3, "--top-k"),
+        max_group_size: int = typer.Option(2, "--max-group-size", help="2 (pairs) or 3 (pairs and triples)."),
+        reference: bool = typer.Option(True, "--reference/--no-reference",
+                                       help="Compute the exact reference (all-pairs LP bound) for the gap."),
+        plot: Path = typer.Option(None, "--plot", help="Write a log-log plot of round CPU time vs GPUs here."),
         time_limit: float = typer.Option(10.0, "--time-limit", help="Solver limit for sia and top-k rounds."),
         all_pairs_time_limit: float = typer.Option(60.0, "--all-pairs-time-limit"),
         all_pairs_max_pairs: int = typer.Option(150_000, "--all-pairs-max-pairs",
@@ -345,7 +376,10 @@ def register_bench(bench_app: Any) -> None:
             raise InputError("Sia traces not found", source=path, field="--profiles", valid="Sia's traces directory")
         model = ProfileGoodputModel.from_path(path)
         coloc, coloc_name = default_colocation(colocation, sia_cluster(64).type_names)
-        cfg = IlpConfig(top_k=top_k, time_limit_s=time_limit)
+        try:
+            cfg = IlpConfig(top_k=top_k, time_limit_s=time_limit, max_group_size=max_group_size)
+        except InputError as err:
+            raise InputError(err.detail, field="--" + (err.field or "").replace("_", "-"), valid=err.valid) from None
         console = Console(stderr=True)
         rows: list[dict[str, Any]] = []
         with Progress(console=console) as progress:
@@ -353,10 +387,10 @@ def register_bench(bench_app: Any) -> None:
             for g, j in parsed:
                 rows += run_case(g, j, model, coloc, repeats=repeats, cfg=cfg, all_pairs_time_limit=all_pairs_time_limit,
                                  all_pairs_max_pairs=all_pairs_max_pairs, exact_time_limit=exact_time_limit,
-                                 seed=seed, on_step=lambda: progress.advance(task))
+                                 seed=seed, on_step=lambda: progress.advance(task), reference=reference)
         summary = summarize(rows)
         table = Table(title=f"Scheduler round time, wall s / CPU s (median of {repeats}); colocation: {coloc_name}")
-        for col in ("GPUs", "jobs", "sia (no packing)", "packing: top-k + pricing", "pairs", "packing: all-pairs",
+        for col in ("GPUs", "jobs", "sia (no packing)", "packing: top-k + pricing", "pairs / triples", "packing: all-pairs",
                     "speed-up", "gap vs exact (median/max)", "reference"):
             table.add_column(col, justify="right")
         for s in summary:
@@ -365,10 +399,13 @@ def register_bench(bench_app: Any) -> None:
             speed = f"{s['speedup_vs_all_pairs']:.0f}×" if s["speedup_vs_all_pairs"] == s["speedup_vs_all_pairs"] else "—"
             table.add_row(str(s["gpus"]), str(s["jobs"]), f"{s['sia_round_s']:.2f} / {s['sia_cpu_s']:.2f}",
                           f"{s['topk_round_s']:.2f} / {s['topk_cpu_s']:.2f}",
-                          f"{s['topk_pairs_used']:.0f}", all_cell, speed,
+                          f"{s['topk_pairs_used']:.0f} / {s['topk_triples_used']:.0f}", all_cell, speed,
                           f"{100 * s['topk_gap_vs_exact']:.3f} % / {100 * s['max_gap_vs_exact']:.3f} %",
                           s["exact_kind"])
         Console(width=200).print(table)
+        if plot is not None:
+            growth_plot(summary, plot)
+            console.print(f"plot written to {plot}")
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
             pd.DataFrame(rows).to_csv(out, index=False)
