@@ -34,7 +34,8 @@ class Allocation:
     """What one job gets this round.
 
     ``batch_size`` is the global batch; ``num_nodes`` follows from the configuration (powers of two inside
-    one node, then whole nodes). ``partner`` names the job sharing the same GPUs (packing), else None.
+    one node, then whole nodes). ``partner`` names the job sharing the same GPUs (packing), else None; in a
+    group of three (``IlpConfig.max_group_size=3``) ``partners`` names both others and ``partner`` the first.
     ``expected_goodput`` is the job's own goodput in samples/s, including its co-location ratio if packed.
     """
 
@@ -45,6 +46,14 @@ class Allocation:
     partner: str | None = None
     expected_goodput: float = 0.0
     num_nodes: int = 1
+    partners: tuple[str, ...] = ()
+
+    @property
+    def others(self) -> tuple[str, ...]:
+        """Every other job on the same GPUs: ``partners`` for a group of three, else ``(partner,)`` or ()."""
+        if self.partners:
+            return self.partners
+        return (self.partner,) if self.partner is not None else ()
 
 
 @dataclass(frozen=True)
@@ -83,8 +92,8 @@ class RoundDecision:
         """GPUs used per type, a packed pair counted once."""
         used: dict[str, int] = {}
         for a in self.allocations:
-            if a.partner is not None and a.partner < a.job:
-                continue  # the pair was counted with its first member
+            if any(other < a.job for other in a.others):
+                continue  # the group was counted with its first member
             used[a.gpu_type] = used.get(a.gpu_type, 0) + a.num_gpus
         return used
 
@@ -121,11 +130,8 @@ class Policy(Protocol):
 
 
 class InvalidDecision(AssertionError):
-    """A policy returned a decision that breaks an invariant (capacity, one choice per job, pairing).
-
-    Raised explicitly, so ``python -O`` keeps the check; a subclass of AssertionError because it is a broken
-    invariant of a policy, not bad input, and callers that catch AssertionError keep working.
-    """
+    """A decision breaks an invariant. Raised explicitly (never by ``assert``, which ``python -O`` strips);
+    an AssertionError subclass so callers that catch broken invariants keep working."""
 
 
 def _require(condition: bool, message: str) -> None:
@@ -145,11 +151,12 @@ def check_decision(decision: RoundDecision, jobs: Sequence["Job"], cluster: "Clu
     for a in decision.allocations:
         _require(a.gpu_type in cluster, f"{a.job}: unknown GPU type {a.gpu_type}")
         _require(a.num_gpus >= 1, f"{a.job}: {a.num_gpus} GPUs")
-        if a.partner is not None:
-            b = alloc.get(a.partner)
-            if b is None or b.partner != a.job:
-                raise InvalidDecision(f"{a.job}: partner {a.partner} is not paired back")
-            _require((b.gpu_type, b.num_gpus) == (a.gpu_type, a.num_gpus), f"{a.job}: pair configs differ")
+        group = {a.job, *a.others}
+        _require(len(group) == len(a.others) + 1 and len(group) <= 3, f"{a.job}: bad group {sorted(group)}")
+        for other in a.others:
+            b = alloc.get(other)
+            _require(b is not None and {b.job, *b.others} == group, f"{a.job}: partner {other} is not paired back")
+            _require((b.gpu_type, b.num_gpus) == (a.gpu_type, a.num_gpus), f"{a.job}: group configs differ")
     for gpu_type, used in decision.gpus_used().items():
         cap = cluster.capacity(gpu_type)
         _require(used <= cap, f"{gpu_type}: {used} GPUs used > capacity {cap}")

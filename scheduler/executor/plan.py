@@ -62,7 +62,7 @@ class JobLaunch:
 
 @dataclass(frozen=True)
 class GpuGroup:
-    """Jobs that share exactly the same GPUs: one job (solo) or a packed pair."""
+    """Jobs that share exactly the same GPUs: one job (solo), a packed pair or a group of three."""
 
     index: int
     gpu_type: str
@@ -232,6 +232,12 @@ def _entry_fields(entry: Any, i: int, source: str) -> dict[str, Any]:
     partner = entry.get("partner")
     if partner is not None and (not isinstance(partner, str) or not partner or partner == job):
         raise bad("partner", f"{partner!r} is not a partner", "another job's name or null")
+    partners = entry.get("partners") or ([partner] if partner is not None else [])
+    if (not isinstance(partners, list) or len(partners) > 2 or len(set(partners)) != len(partners)
+            or not all(isinstance(o, str) and o and o != job for o in partners)
+            or (partner is not None and partner not in partners)):
+        raise bad("partners", f"{partners!r} is not a list of partners",
+                  "up to two other jobs' names (including partner), or []")
     node = entry.get("node")
     nodes = entry.get("nodes")
     if node is None and not nodes:
@@ -261,7 +267,7 @@ def _entry_fields(entry: Any, i: int, source: str) -> dict[str, Any]:
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise bad(key, f"{value!r} is not a {key}", "a non-empty string")
     return {"job": job, "placed": True, "gpu_type": gpu_type, "num_gpus": num_gpus, "batch_size": batch,
-            "partner": partner, "nodes": tuple(nodes), "gpus": tuple(gpus), "sharing": sharing,
+            "partner": partner, "others": tuple(partners), "nodes": tuple(nodes), "gpus": tuple(gpus), "sharing": sharing,
             "command": entry.get("command"), "application": entry.get("application")}
 
 
@@ -344,19 +350,18 @@ def build_plan(
 
     # partners: symmetric, same GPUs
     for i, fields in placed:
-        partner = fields["partner"]
-        if partner is None:
-            continue
-        j = index_of.get(partner)
-        other = entries[j] if j is not None else None
-        if other is None or not other["placed"] or other["partner"] != fields["job"]:
-            raise InputError(f"job {fields['job']!r} names partner {partner!r}, which does not name it back",
-                             source=source, field=f"allocations[{i}].partner",
-                             valid="partners that name each other and are both placed")
-        for key in ("gpu_type", "nodes", "gpus"):
-            if fields[key] != other[key]:
-                raise InputError(f"partners {fields['job']!r} and {partner!r} differ in {key}", source=source,
-                                 field=f"allocations[{i}].{key}", valid="the same GPUs for both jobs of a pair")
+        group = {fields["job"], *fields["others"]}
+        for partner in fields["others"]:
+            j = index_of.get(partner)
+            other = entries[j] if j is not None else None
+            if other is None or not other["placed"] or {other["job"], *other["others"]} != group:
+                raise InputError(f"job {fields['job']!r} names partner {partner!r}, which does not name it back",
+                                 source=source, field=f"allocations[{i}].partner",
+                                 valid="partners that name each other and are both placed")
+            for key in ("gpu_type", "nodes", "gpus"):
+                if fields[key] != other[key]:
+                    raise InputError(f"partners {fields['job']!r} and {partner!r} differ in {key}", source=source,
+                                     field=f"allocations[{i}].{key}", valid="the same GPUs for every job of a group")
     # one group per GPU set; no GPU used by two groups
     groups: list[GpuGroup] = []
     used: dict[tuple[str, int, int], str] = {}
@@ -364,10 +369,7 @@ def build_plan(
     for i, fields in placed:
         if fields["job"] in seen:
             continue
-        members = [(i, fields)]
-        if fields["partner"] is not None:
-            j = index_of[fields["partner"]]
-            members.append((j, entries[j]))
+        members = [(i, fields)] + [(index_of[o], entries[index_of[o]]) for o in fields["others"]]
         for node in fields["nodes"]:
             for gpu in fields["gpus"]:
                 slot = (fields["gpu_type"], node, gpu)
