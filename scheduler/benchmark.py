@@ -358,7 +358,7 @@ def growth_plot(summary: list[dict[str, Any]], path: Path) -> None:
     ax.loglog(gpus, [s["sia_cpu_s"] for s in summary], "s--", label="Sia, no packing")
     ref = summary[0]["topk_cpu_s"]
     ax.loglog(gpus, [ref * g / gpus[0] for g in gpus], ":", color="grey", label="∝ GPUs (linear)")
-    ax.set_xlabel("GPUs (jobs = GPUs / 2)")
+    ax.set_xlabel("GPUs (active jobs ≈ GPUs / 2)")
     ax.set_ylabel("round time, CPU s (median)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
