@@ -656,3 +656,19 @@ def test_column_generation_with_triples_reaches_the_all_groups_lp(seed: int) -> 
     everything = build_problem(jobs, cluster, model, coloc, IlpConfig(pair_candidates="all", max_group_size=3))
     assert sum(len(m) == 3 for m in everything.members) > sum(len(m) == 3 for m in priced.members) > 0
     assert _lp_value(priced) == pytest.approx(_lp_value(everything), rel=1e-7)
+
+
+def test_broken_selections_and_decisions_raise_named_errors() -> None:
+    """The runtime checks raise named exceptions (not ``assert``, which ``python -O`` removes)."""
+    from scheduler.ilp import InvalidSelection
+    from scheduler.policy import Allocation, InvalidDecision, RoundDecision, SolverInfo
+
+    cluster, jobs, table, ratios, coloc = random_instance(3, 6)
+    problem = build_problem(jobs, cluster, TableGoodputModel(table), coloc, IlpConfig())
+    first = problem.job_columns()[0][0]
+    with pytest.raises(InvalidSelection, match="more than once"):
+        problem.check([first, first])
+    lonely = RoundDecision((Allocation("j0", "big", 1, 1, partner="j1"),), tuple(j.name for j in jobs[1:]), 0.0,
+                           SolverInfo("none", "ok", 0, 0))
+    with pytest.raises(InvalidDecision, match="not paired back"):
+        check_decision(lonely, jobs, cluster)
