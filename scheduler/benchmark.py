@@ -159,8 +159,6 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
         idx = np.array([i for i in range(n) if ci in problem.single_node_g[i] and not blocked[i]], dtype=int)
         if len(idx) >= 2:
             by_conf[ci] = (idx, np.array([problem.single_node_g[i][ci] for i in idx]))
-    mem_cap = {t.name: t.memory_gb for t in problem.cluster}
-    weight = problem.objective.member_weight
     value = math.nan
     for iteration in range(1, max_iterations + 1):
         lp, job_row, cap_row = highs_lp(problem)
@@ -177,23 +175,7 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
         for ci, (idx, g) in by_conf.items():
             c = problem.configs[ci]
             mu = duals[cap_row[c.gpu_type]] if c.gpu_type in cap_row else 0.0
-            first, second = ratio[c.gpu_type]
-            r1 = first[np.ix_(cls[idx], cls[idx])]
-            r2 = second[np.ix_(cls[idx], cls[idx])]
-            ok = (r1 > 0) & (r2 > 0)
-            m = mem[idx]
-            both = ~np.isnan(m[:, None]) & ~np.isnan(m[None, :])
-            ok &= ~both | (np.nan_to_num(m[:, None]) + np.nan_to_num(m[None, :]) + 2 * cfg.context_memory_gb
-                           <= mem_cap[c.gpu_type])
-            ok &= np.triu(np.ones_like(ok, dtype=bool), k=1)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                va = g[:, None] * r1  # row job = lower index (upper triangle below)
-                vb = g[None, :] * r2
-                w = np.where(ok, weight(np.where(ok, va, 1.0)) + weight(np.where(ok, vb, 1.0)), np.inf)
-            reduced = w - y[idx][:, None] - y[idx][None, :] - c.num_gpus * mu
-            rows, cols = np.nonzero(reduced < -1e-9)
-            for a, b in zip(rows, cols):
-                added.append((reduced[a, b], int(idx[a]), int(idx[b]), ci, float(va[a, b]), float(vb[a, b])))
+            added += _dense_negative_pairs(problem, ci, idx, g, cls, ratio[c.gpu_type], mem, y, mu, cfg)
         added.sort()
         fresh: list[tuple[int, int, int, float, float]] = []
         for _, i, k, ci, vi, vk in added:
@@ -208,6 +190,30 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
         if not fresh:
             return value, iteration
     return value, max_iterations
+
+
+def _dense_negative_pairs(problem: RoundProblem, ci: int, idx: np.ndarray, g: np.ndarray, cls: np.ndarray,
+                          ratio: tuple[np.ndarray, np.ndarray], mem: np.ndarray, y: np.ndarray, mu: float,
+                          cfg: IlpConfig) -> list[tuple]:
+    """Every pair of jobs ``idx`` on configuration ``ci`` with negative reduced cost, priced as one array."""
+    c = problem.configs[ci]
+    mem_cap = {t.name: t.memory_gb for t in problem.cluster}[c.gpu_type]
+    weight = problem.objective.member_weight
+    first, second = ratio
+    r1 = first[np.ix_(cls[idx], cls[idx])]
+    r2 = second[np.ix_(cls[idx], cls[idx])]
+    ok = (r1 > 0) & (r2 > 0)
+    m = mem[idx]
+    both = ~np.isnan(m[:, None]) & ~np.isnan(m[None, :])
+    ok &= ~both | (np.nan_to_num(m[:, None]) + np.nan_to_num(m[None, :]) + 2 * cfg.context_memory_gb <= mem_cap)
+    ok &= np.triu(np.ones_like(ok, dtype=bool), k=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        va = g[:, None] * r1  # row job = lower index (upper triangle below)
+        vb = g[None, :] * r2
+        w = np.where(ok, weight(np.where(ok, va, 1.0)) + weight(np.where(ok, vb, 1.0)), np.inf)
+    reduced = w - y[idx][:, None] - y[idx][None, :] - c.num_gpus * mu
+    rows, cols = np.nonzero(reduced < -1e-9)
+    return [(reduced[a, b], int(idx[a]), int(idx[b]), ci, float(va[a, b]), float(vb[a, b])) for a, b in zip(rows, cols)]
 
 
 DENSE_BOUND_MAX_JOBS = 2000  # above this, the dense all-pairs pricing of lp_bound_all_pairs needs GBs: price by rank
@@ -318,6 +324,27 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def print_summary(summary: list[dict[str, Any]], repeats: int, coloc_name: str) -> None:
+    """The benchmark's table: one row per case, medians."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Scheduler round time, wall s / CPU s (median of {repeats}); colocation: {coloc_name}")
+    for col in ("GPUs", "jobs", "sia (no packing)", "packing: top-k + pricing", "pairs / triples", "packing: all-pairs",
+                "speed-up", "gap vs exact (median/max)", "reference"):
+        table.add_column(col, justify="right")
+    for s in summary:
+        all_cell = (f"{s['all_round_s']:.2f} / {s['all_cpu_s']:.2f}" if s["all_round_s"] == s["all_round_s"]
+                    else s["all_status"].split("/")[0])
+        speed = f"{s['speedup_vs_all_pairs']:.0f}×" if s["speedup_vs_all_pairs"] == s["speedup_vs_all_pairs"] else "—"
+        table.add_row(str(s["gpus"]), str(s["jobs"]), f"{s['sia_round_s']:.2f} / {s['sia_cpu_s']:.2f}",
+                      f"{s['topk_round_s']:.2f} / {s['topk_cpu_s']:.2f}",
+                      f"{s['topk_pairs_used']:.0f} / {s['topk_triples_used']:.0f}", all_cell, speed,
+                      f"{100 * s['topk_gap_vs_exact']:.3f} % / {100 * s['max_gap_vs_exact']:.3f} %",
+                      s["exact_kind"])
+    Console(width=200).print(table)
+
+
 def growth_plot(summary: list[dict[str, Any]], path: Path) -> None:
     """Log-log plot of the median round CPU time against cluster size (packing and Sia), with y ∝ GPUs."""
     import matplotlib
@@ -331,7 +358,7 @@ def growth_plot(summary: list[dict[str, Any]], path: Path) -> None:
     ax.loglog(gpus, [s["sia_cpu_s"] for s in summary], "s--", label="Sia, no packing")
     ref = summary[0]["topk_cpu_s"]
     ax.loglog(gpus, [ref * g / gpus[0] for g in gpus], ":", color="grey", label="∝ GPUs (linear)")
-    ax.set_xlabel("GPUs (jobs = GPUs / 2)")
+    ax.set_xlabel("GPUs (active jobs ≈ GPUs / 2)")
     ax.set_ylabel("round time, CPU s (median)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
@@ -378,7 +405,6 @@ def register_bench(bench_app: Any) -> None:
         import pandas as pd
         from rich.console import Console
         from rich.progress import Progress
-        from rich.table import Table
 
         from profiler.errors import InputError
 
@@ -410,20 +436,7 @@ def register_bench(bench_app: Any) -> None:
                                  all_pairs_max_pairs=all_pairs_max_pairs, exact_time_limit=exact_time_limit,
                                  seed=seed, on_step=lambda: progress.advance(task), reference=reference)
         summary = summarize(rows)
-        table = Table(title=f"Scheduler round time, wall s / CPU s (median of {repeats}); colocation: {coloc_name}")
-        for col in ("GPUs", "jobs", "sia (no packing)", "packing: top-k + pricing", "pairs / triples", "packing: all-pairs",
-                    "speed-up", "gap vs exact (median/max)", "reference"):
-            table.add_column(col, justify="right")
-        for s in summary:
-            all_cell = (f"{s['all_round_s']:.2f} / {s['all_cpu_s']:.2f}" if s["all_round_s"] == s["all_round_s"]
-                        else s["all_status"].split("/")[0])
-            speed = f"{s['speedup_vs_all_pairs']:.0f}×" if s["speedup_vs_all_pairs"] == s["speedup_vs_all_pairs"] else "—"
-            table.add_row(str(s["gpus"]), str(s["jobs"]), f"{s['sia_round_s']:.2f} / {s['sia_cpu_s']:.2f}",
-                          f"{s['topk_round_s']:.2f} / {s['topk_cpu_s']:.2f}",
-                          f"{s['topk_pairs_used']:.0f} / {s['topk_triples_used']:.0f}", all_cell, speed,
-                          f"{100 * s['topk_gap_vs_exact']:.3f} % / {100 * s['max_gap_vs_exact']:.3f} %",
-                          s["exact_kind"])
-        Console(width=200).print(table)
+        print_summary(summary, repeats, coloc_name)
         if plot is not None:
             growth_plot(summary, plot)
             console.print(f"plot written to {plot}")

@@ -634,3 +634,47 @@ def test_a_triple_is_chosen_when_three_light_jobs_share_one_gpu() -> None:
     assert placement.occupants()[("h", 0, 0)] == ("j0", "j1", "j2")
     pairs = PackingPolicy(IlpConfig(p=1.0, mip_gap=0.0)).allocate(jobs, cluster, RoundContext(model, colocation=coloc))
     assert pairs.objective == pytest.approx(1.6) and len(pairs.unallocated) == 1
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_column_generation_with_triples_reaches_the_all_groups_lp(seed: int) -> None:
+    """Pricing pairs and triples by rank-aligned reduced costs, run to the end, gives the LP over every pair
+    and every triple."""
+    from scheduler.ilp import price_pair_columns
+
+    rng = random.Random(90 + seed)
+    cluster = Cluster({"a": GpuType("a", 2, 4, 80), "b": GpuType("b", 3, 2, 40)})
+    apps = [f"app{n}" for n in range(3)]
+    table = {(app, c.gpu_type, c.num_gpus): rng.uniform(1, 10) * c.num_gpus ** rng.uniform(0.2, 0.9)
+             for app in apps for c in configurations(cluster)}
+    rows = []
+    for t in cluster.type_names:
+        for a, b in itertools.combinations_with_replacement(apps, 2):
+            ra = rng.uniform(0.6, 0.95)
+            rows.append((t, a, b, ra, ra if a == b else rng.uniform(0.6, 0.95)))
+    coloc = ColocationTable.from_rows(rows)
+    jobs = [Job(f"j{n}", rng.choice(apps), adaptive=rng.random() < 0.5, age_s=rng.uniform(0, 900))
+            for n in range(16)]
+    model = TableGoodputModel(table)
+    cfg = IlpConfig(top_k=2, pricing_passes=200, max_group_size=3)
+    priced = build_problem(jobs, cluster, model, coloc, cfg)
+    price_pair_columns(priced, cfg)
+    everything = build_problem(jobs, cluster, model, coloc, IlpConfig(pair_candidates="all", max_group_size=3))
+    assert sum(len(m) == 3 for m in everything.members) > sum(len(m) == 3 for m in priced.members) > 0
+    assert _lp_value(priced) == pytest.approx(_lp_value(everything), rel=1e-7)
+
+
+def test_broken_selections_and_decisions_raise_named_errors() -> None:
+    """The runtime checks raise named exceptions (not ``assert``, which ``python -O`` removes)."""
+    from scheduler.ilp import InvalidSelection
+    from scheduler.policy import Allocation, InvalidDecision, RoundDecision, SolverInfo
+
+    cluster, jobs, table, ratios, coloc = random_instance(3, 6)
+    problem = build_problem(jobs, cluster, TableGoodputModel(table), coloc, IlpConfig())
+    first = problem.job_columns()[0][0]
+    with pytest.raises(InvalidSelection, match="more than once"):
+        problem.check([first, first])
+    lonely = RoundDecision((Allocation("j0", "big", 1, 1, partner="j1"),), tuple(j.name for j in jobs[1:]), 0.0,
+                           SolverInfo("none", "ok", 0, 0))
+    with pytest.raises(InvalidDecision, match="not paired back"):
+        check_decision(lonely, jobs, cluster)

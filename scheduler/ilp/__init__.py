@@ -45,6 +45,14 @@ With ``P = ∅`` (``--no-packing``) this is exactly Sia's ILP. Because ``u_i`` i
 variables, it is substituted: the solver minimises ``Σ (cost − λ·|members|) · z`` and ``λ·|J|`` is the
 objective's constant.
 
+Groups of three (``max_group_size = 3``)
+---------------------------------------
+Triple variables ``w_iklc`` join the pair variables: single-node ``c`` valid for all three, memory
+``m_i + m_k + m_l + 3·m_ctx ≤ M_t``, ratios predicted from the three pairs by adding slowdowns
+(``1/ρ_x = 1/ρ_x|y + 1/ρ_x|z − 1``, :mod:`scheduler.ilp.triples`), ``Σ ρ ≥ 1 + β``; the column's cost is
+``Σ_x w(ρ_x G'_xc)``, it uses ``n_c`` GPUs once and sits in the three jobs' rows of (1). ``G'`` applies
+the move rule to every member running now on ``c``'s shape except the one of highest ``G``.
+
 Keeping it small
 ----------------
 All compatible pairs would be O(|J|²·|C|) variables (Gavel's packed LP: 1,837 s at 1,024 jobs). Instead:

@@ -29,30 +29,11 @@ def pair_candidates(jobs: Sequence[Job], options: Sequence["JobColumns"], config
     disjoint pairs exist, instead of every job naming the same few partners.
     With ``pair_candidates="all"`` every pair of jobs in adjacent classes is a candidate.
     """
-    import networkx as nx
-
     classes: dict[tuple[str, str], list[int]] = {}
     for i, job in enumerate(jobs):
         if any(configs[ci].single_node for ci in options[i].single):
             classes.setdefault(class_key(job), []).append(i)
-    graph = nx.Graph()
-    graph.add_nodes_from(classes)
-    keys = list(classes)
-    types = sorted(colocation.gpu_types)
-    for a_pos, a in enumerate(keys):
-        rep_a = jobs[classes[a][0]]
-        for b in keys[a_pos:]:
-            rep_b = jobs[classes[b][0]]
-            if a == b and len(classes[a]) < 2:
-                continue
-            best = 0.0
-            for t in types:
-                r = colocation.lookup(t, rep_a, rep_b)
-                if r is None or r[0] <= 0 or r[1] <= 0:
-                    continue
-                best = max(best, r[0] + r[1])
-            if best >= 1 + cfg.min_benefit:
-                graph.add_edge(a, b, weight=best)
+    graph = _class_graph(jobs, classes, colocation, cfg)
     pairs: set[tuple[int, int]] = set()
     if cfg.pair_candidates == "all":
         for a, b in graph.edges:
@@ -99,6 +80,32 @@ def pair_candidates(jobs: Sequence[Job], options: Sequence["JobColumns"], config
                 pairs.add((min(i, k), max(i, k)))
     return pairs, graph
 
+
+
+def _class_graph(jobs: Sequence[Job], classes: dict[tuple[str, str], list[int]], colocation: "ColocationTable",
+                 cfg: IlpConfig) -> "object":
+    """networkx graph of job classes; an edge (weight = best ratio sum) where some GPU type makes the pair pay."""
+    import networkx as nx
+
+    graph = nx.Graph()
+    graph.add_nodes_from(classes)
+    keys = list(classes)
+    types = sorted(colocation.gpu_types)
+    for a_pos, a in enumerate(keys):
+        rep_a = jobs[classes[a][0]]
+        for b in keys[a_pos:]:
+            rep_b = jobs[classes[b][0]]
+            if a == b and len(classes[a]) < 2:
+                continue
+            best = 0.0
+            for t in types:
+                r = colocation.lookup(t, rep_a, rep_b)
+                if r is None or r[0] <= 0 or r[1] <= 0:
+                    continue
+                best = max(best, r[0] + r[1])
+            if best >= 1 + cfg.min_benefit:
+                graph.add_edge(a, b, weight=best)
+    return graph
 
 
 def beneficial_ratio(colocation: "ColocationTable", cache: dict[str, tuple[float, float] | None], gpu_type: str,

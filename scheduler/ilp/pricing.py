@@ -19,6 +19,7 @@ from scheduler.ilp.config import IlpConfig
 from scheduler.ilp.highs import highs_lp
 from scheduler.ilp.objective import Objective
 from scheduler.ilp.problem import RoundProblem
+from scheduler.ilp.triples import add_triple_columns, dual_ranked_triples
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.colocation import ColocationTable
@@ -213,7 +214,7 @@ def price_pair_columns(problem: RoundProblem, cfg: IlpConfig, deadline: float | 
     if data is None or problem.num_columns == 0:
         return 0
     h, job_row, cap_row = _lp_model(problem)
-    seen: set[tuple[int, ...]] = {m for m in problem.members if len(m) == 2}
+    seen: set[tuple[int, ...]] = {m for m in problem.members if len(m) >= 2}
     pair_passes, solved = 0, False
     while not (deadline is not None and time.perf_counter() > deadline):
         h.run()
@@ -238,6 +239,11 @@ def price_pair_columns(problem: RoundProblem, cfg: IlpConfig, deadline: float | 
             seen |= fresh
             add_pair_columns(problem, sorted(fresh), data.options, data.colocation, cfg)
             problem.num_group_candidates += len(fresh)
+            if cfg.max_group_size >= 3:
+                trios = dual_ranked_triples(problem, data.options, data.colocation, cfg, (y, mu), seen)
+                seen |= trios
+                add_triple_columns(problem, sorted(trios), data.options, data.colocation, cfg)
+                problem.num_group_candidates += len(trios)
         if problem.num_columns == first:
             break  # nothing priced in: this LP is the round's LP
         _append_to_lp(h, problem, range(first, problem.num_columns), job_row, cap_row)

@@ -8,17 +8,22 @@ a triple is known only when all three pairs are measured (or predicted) with pos
 
 Columns: seeded from the pair candidates (a triple whose three members include a candidate pair and a
 candidate partner of one of them), on every common single-node configuration, with memory for three,
-``Σ ρ ≥ 1 + β``, and the move rule of :func:`group_move_values`. Pricing does not generate triples: the
-triples in the ILP are the seeded ones.
+``Σ ρ ≥ 1 + β``, and the move rule of :func:`group_move_values`; then priced in with the pairs
+(:func:`dual_ranked_triples`).
 """
 
 from __future__ import annotations
 
+from itertools import combinations_with_replacement
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
+
 from scheduler.configs import Configuration
+from scheduler.ilp.candidates import class_key
 from scheduler.ilp.columns import JobColumns, restart_factor
 from scheduler.ilp.config import IlpConfig
+from scheduler.ilp.objective import Objective
 from scheduler.ilp.problem import RoundProblem
 from scheduler.jobs import Job
 
@@ -130,3 +135,70 @@ def add_triple_columns(problem: RoundProblem, triples: Sequence[tuple[int, int, 
             new.append((triple, ci, values, tuple(options[i].single[ci][1] for i in triple), r))
     problem.add_columns([n[0] for n in new], [n[1] for n in new], [n[2] for n in new], [n[3] for n in new],
                         [n[4] for n in new])
+
+
+def dual_ranked_triples(problem: RoundProblem, options: Sequence[JobColumns], colocation: "ColocationTable",
+                        cfg: IlpConfig, prices: "tuple[np.ndarray, dict[str, float]]",
+                        exclude: set[tuple[int, ...]]) -> set[tuple[int, int, int]]:
+    """Triples with negative LP reduced cost (pricing for groups of three), top-k per job.
+
+    For a fixed configuration and class triple the predicted ratios are constants, so the reduced cost
+    ``Σ_members (w(ρ_x G_xc) − y_x) − n_c μ_t`` separates per member: its minimum takes each class's jobs
+    in increasing score (a class that fills two or three places gives them consecutive ranks), and the
+    rank-aligned triples are the candidates, as for pairs.
+    """
+    y, mu = prices
+    jobs, configs = problem.jobs, problem.configs
+    weight = Objective.of(cfg).member_weight
+    classes: dict[tuple[str, str], list[int]] = {}
+    for i, job in enumerate(jobs):
+        if options[i].single and not options[i].pinned:
+            classes.setdefault(class_key(job), []).append(i)
+    mem = [j.memory_gb for j in jobs]
+    cap_mem = {t.name: t.memory_gb for t in problem.cluster}
+    best: dict[int, list[tuple[float, tuple[int, int, int]]]] = {}
+    for ci, c in enumerate(configs):
+        if not c.single_node:
+            continue
+        valid = {key: np.array([i for i in ids if ci in options[i].single], dtype=np.int64)
+                 for key, ids in classes.items()}
+        for combo in combinations_with_replacement(sorted(k for k, v in valid.items() if len(v)), 3):
+            found = _rank_aligned(combo, valid, ci, c, colocation, jobs, options, weight, y, mu, cfg)
+            for cost, triple in found:
+                m = [mem[i] for i in triple]
+                if None not in m and sum(m) + 3 * cfg.context_memory_gb > cap_mem[c.gpu_type]:  # type: ignore[arg-type]
+                    continue
+                if triple in exclude:
+                    continue
+                for i in triple:
+                    best.setdefault(i, []).append((cost, triple))
+    out: set[tuple[int, int, int]] = set()
+    for found in best.values():
+        for _, triple in sorted(found)[:max(cfg.top_k, 1)]:
+            out.add(triple)
+    return out
+
+
+def _rank_aligned(combo: tuple, valid: dict, ci: int, c: Configuration, colocation: "ColocationTable",
+                  jobs: Sequence[Job], options: Sequence[JobColumns], weight, y: np.ndarray, mu: dict[str, float],
+                  cfg: IlpConfig) -> list[tuple[float, tuple[int, int, int]]]:
+    """Rank-aligned triples of one class triple on one configuration with negative reduced cost."""
+    reps = [jobs[int(valid[k][0])] for k in combo]
+    r = predicted_triple_ratios(colocation, c.gpu_type, reps)
+    if r is None or sum(r) < 1 + cfg.min_benefit:
+        return []
+    columns = []
+    for pos, key in enumerate(combo):
+        ids = valid[key]
+        g = np.array([options[i].single[ci][0] for i in ids.tolist()])
+        score = weight(g * r[pos]) - y[ids]
+        order = np.argsort(score, kind="stable")
+        copies, nth = combo.count(key), combo[:pos].count(key)  # a class in several places: interleave ranks
+        columns.append((ids[order][nth::copies], score[order][nth::copies]))
+    length = min(len(ids) for ids, _ in columns)
+    if length == 0:
+        return []
+    cost = sum(s[:length] for _, s in columns) - c.num_gpus * mu.get(c.gpu_type, 0.0)
+    members = np.stack([ids[:length] for ids, _ in columns], axis=1)
+    keep = np.nonzero(cost < -1e-9)[0]
+    return [(float(cost[n]), tuple(sorted(members[n].tolist()))) for n in keep.tolist()]  # type: ignore[misc]
