@@ -11,6 +11,7 @@ starting with a letter or digit, at most :data:`NAME_MAX` characters — and ref
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 from pathlib import Path
@@ -39,6 +40,23 @@ def check_name(value: Any, *, source: str | Path | None, field: str, what: str =
     if not is_safe_name(value):
         raise InputError(f"{shown(value)} is not a valid {what}", source=source, field=field, valid=NAME_RULE)
     return value
+
+
+def safe_name(text: str, limit: int | None = 60, *, keep: str = "", empty: str = "job") -> str:
+    """A file-name-safe version of a label: the characters of :data:`NAME_PATTERN` (plus those in ``keep``;
+    matrix files keep the ``@`` and ``+`` of job types) stay, runs of others become ``-``.
+
+    A label that is already safe and at most ``limit`` characters (None: no limit) comes back unchanged, so
+    for names checked on reading this is the identity. Any other label gets a hash of the whole appended, so
+    two labels that differ only in dropped characters or beyond ``limit`` never share a file; ``empty``
+    stands in for nothing left.
+    """
+    kept = re.sub("[^A-Za-z0-9_.\\-" + re.escape(keep) + "]+", "-", text).strip("-.")
+    if kept == text and (limit is None or len(text) <= limit):
+        return text
+    digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    stem = kept or empty
+    return f"{stem if limit is None else stem[:max(limit - 9, 1)]}-{digest}"
 
 
 def shell_quote(text: str) -> str:

@@ -8,37 +8,23 @@ the run in flight and a rerun never duplicates a row.
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from profiler.schema import JOB_COLUMNS, KERNEL_COLUMNS, RUN_COLUMNS, STATUS_SKIPPED
-
-RUNS_FILE = "runs.parquet"
-JOBS_FILE = "jobs.parquet"
-KERNELS_FILE = "kernels.parquet"
-META_FILE = "meta.json"
-RESULT_FILE_MODE = 0o644
-
-
-def _atomic_write(path: Path, write: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
-        write(temp)
-        with open(temp, "rb") as stream:
-            os.fsync(stream.fileno())
-        os.chmod(temp, RESULT_FILE_MODE)  # mkstemp makes 0600; results are for the group to read
-        os.replace(temp, path)
-    finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
+from profiler.files import RESULT_FILE_MODE, atomic_write_json, atomic_write_table  # noqa: F401  (mode: re-exported)
+from profiler.schema import (  # noqa: F401  (file names: re-exported)
+    JOB_COLUMNS,
+    JOBS_FILE,
+    KERNEL_COLUMNS,
+    KERNELS_FILE,
+    META_FILE,
+    RUN_COLUMNS,
+    RUNS_FILE,
+    STATUS_SKIPPED,
+)
 
 
 def _frame(rows: Iterable[Mapping[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
@@ -80,7 +66,7 @@ class ResultsStore:
             why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
             raise InputError(f"{name} is damaged ({why}) and {csv_path.name} cannot replace it "
                              f"({type(csv_exc).__name__})", source=self.root, field=name,
-                             valid=f"move {name} and {csv_path.name} away and rerun to measure those runs again")
+                             valid=f"move {name} and {csv_path.name} away and rerun to measure those runs again") from None
         print(f"warning: {path} was damaged; rebuilt it from {csv_path.name} ({len(frame)} rows)", file=sys.stderr)
         self._write_table(name, frame)
         return frame
@@ -147,10 +133,7 @@ class ResultsStore:
         return set(kernels["job_type"].astype(str)) if len(kernels) else set()
 
     def _write_table(self, name: str, frame: pd.DataFrame) -> None:
-        _atomic_write(self.root / name, lambda temp: frame.to_parquet(temp, index=False))
-        csv_path = (self.root / name).with_suffix(".csv")
-        _atomic_write(csv_path, lambda temp: frame.to_csv(temp, index=False))
+        atomic_write_table(frame, self.root / name)
 
     def write_meta(self, meta: Mapping[str, Any]) -> None:
-        text = json.dumps(meta, indent=2, sort_keys=True, default=str)
-        _atomic_write(self.root / META_FILE, lambda temp: Path(temp).write_text(text + "\n"))
+        atomic_write_json(meta, self.root / META_FILE)

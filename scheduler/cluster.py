@@ -13,12 +13,13 @@ policies and the simulator pass them around and never mutate them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
-from colocate.errors import InputError
 from profiler.bounds import MAX_GPUS, check_number
+from profiler.errors import InputError
 from profiler.names import check_name, shown
 
 MAX_GPUS_PER_NODE = 64

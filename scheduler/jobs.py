@@ -21,12 +21,13 @@ The Sia/Pollux workload header ``name,time,application,num_replicas,batch_size``
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from colocate.errors import InputError
 from profiler.bounds import MAX_BATCH, MAX_GPUS, MAX_SECONDS
+from profiler.errors import InputError
 from profiler.names import NAME_RULE, check_name, shown
 
 

@@ -98,15 +98,14 @@ def compare_command(
 
     from colocate.commands._output import console, error_console
     from colocate.errors import InputError
+    from profiler.bounds import check_number
+    from profiler.outdir import prepare_out_dir
     from profiler.safe_load import read_text
     from scheduler.cluster import load_cluster
     from scheduler.policies import policy_spec
     from scheduler.report import RunRecord, colocation_provenance, migrations_of, write_report
     from scheduler.transfer import DEFAULT_TABLE
     from scheduler.workloads import read_workload
-
-    from profiler.bounds import check_number
-    from profiler.outdir import prepare_out_dir
 
     check_number(round_s, field="--round", low=1, high=86400, valid="seconds in [1, 86400]")
     check_number(seed, field="--seed", low=0, high=2**32 - 1, integer=True)

@@ -24,7 +24,6 @@ def import_gavel(
     from colocate.commands._output import console
     from colocate.gavel import import_gavel as convert
     from colocate.gavel import write_import
-
     from profiler.outdir import prepare_out_dir
 
     prepare_out_dir(out)

@@ -37,14 +37,13 @@ def simulate_command(
     from rich.table import Table
 
     from colocate.commands._output import console, error_console
+    from profiler.bounds import check_number
+    from profiler.outdir import prepare_out_dir
+    from profiler.safe_load import json_text
     from scheduler.cluster import load_cluster
     from scheduler.policies import policy_spec
     from scheduler.simulator import simulate
     from scheduler.workloads import read_workload
-
-    from profiler.bounds import check_number
-    from profiler.outdir import prepare_out_dir
-    from profiler.safe_load import json_text
 
     check_number(round_s, field="--round", low=1, high=86400, valid="seconds in [1, 86400]")
     check_number(seed, field="--seed", low=0, high=2**32 - 1, integer=True)
