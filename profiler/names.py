@@ -52,7 +52,7 @@ def safe_name(text: str, limit: int | None = 60, *, keep: str = "", empty: str =
     stands in for nothing left.
     """
     kept = re.sub("[^A-Za-z0-9_.\\-" + re.escape(keep) + "]+", "-", text).strip("-.")
-    if kept == text and (limit is None or len(text) <= limit):
+    if text and kept == text and (limit is None or len(text) <= limit):
         return text
     digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     stem = kept or empty

@@ -409,3 +409,30 @@ def test_launch_options_and_cluster_indices(tmp_path: Path, args: list[str], nam
     code, _, err = run_cli("launch", str(alloc), "--emit", "slurm", str(tmp_path / "emit"), *args)
     assert code == 2 and named in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "emit").exists() and not (tmp_path / "PWNED").exists()
+
+
+@FUZZ
+@given(st.lists(st.text(max_size=80), min_size=2, max_size=2, unique=True))
+def test_safe_name_keeps_safe_names_and_never_merges_two(labels: list[str]) -> None:
+    import re
+
+    from profiler.names import is_safe_name, safe_name
+
+    names = [safe_name(label) for label in labels]
+    assert names[0] != names[1]  # two labels never share a file
+    for label, name in zip(labels, names):  # no '/', no leading '.' or '-', nothing a shell or path reads
+        assert re.fullmatch(r"[A-Za-z0-9_]([A-Za-z0-9._-]*[A-Za-z0-9_])?", name) and len(name) <= 60, name
+        if is_safe_name(label) and len(label) <= 60:
+            assert name == label
+
+
+@pytest.mark.parametrize("field, value", [("p", float("nan")), ("p", 0.0), ("restart_cost_s", -1.0),
+                                          ("min_benefit", float("nan")), ("top_k", 10**6), ("threads", 0),
+                                          ("time_limit_s", float("inf")), ("max_gpus_per_job", 0)])
+def test_ilp_config_refuses_unbounded_numbers(field: str, value: float) -> None:
+    from profiler.errors import InputError
+    from scheduler.ilp import IlpConfig
+
+    with pytest.raises(InputError) as info:
+        IlpConfig(**{field: value})
+    assert f"field '{field}'" in str(info.value) and "\n" not in str(info.value)
