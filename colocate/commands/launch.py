@@ -144,9 +144,10 @@ def launch(
 
     settings = LaunchSettings(run=run, log_dir=(log_dir or Path("launch-logs") / safe_name(allocation.stem)).resolve(),
                               duration_s=duration, stop_grace_s=grace)
-    if backend == "local":
-        from scheduler.executor.local import check_local, run_groups
+    from scheduler.executor.registry import make_executor
 
+    executor = make_executor(backend, address=address, num_cpus=num_cpus)
+    if executor.name == "local":
         keys = plan.node_keys()
         if node is None and len(keys) > 1:
             raise InputError(f"the allocation uses {len(keys)} nodes: " + ", ".join(f"{t}:{n}" for t, n in keys),
@@ -158,13 +159,7 @@ def launch(
                 raise InputError(f"{node!r}", field="--node",
                                  valid=", ".join(f"{t}:{n}" for t, n in keys) + ", all")
             plan = plan.on_node(gpu_type, int(index))
-        check_local(plan, settings)
-    elif backend != "ray":
-        raise InputError(f"unknown backend {backend!r}", field="--backend", valid="local, ray")
-    else:
-        from profiler.ray_backend import require_ray
-
-        require_ray()
+        executor.check(plan, settings)  # Ray checks the cluster inside run, once connected
     if not as_json:
         console.print(_plan_table(plan))
         console.print(f"logs and progress files in {settings.log_dir}", highlight=False)
@@ -176,12 +171,7 @@ def launch(
                     console=error_console, disable=as_json)
     with bars:
         on_progress = _JobBars(bars)
-        if backend == "local":
-            report = run_groups(plan.groups, settings, on_progress=on_progress)
-        else:
-            from scheduler.executor.ray_exec import run_plan_on_ray
-
-            report = run_plan_on_ray(plan, settings, address=address, num_cpus=num_cpus, on_progress=on_progress)
+        report = executor.run(plan, settings, on_progress=on_progress)
     if as_json:
         print(json.dumps({"interrupted": report.interrupted, "jobs": [j.to_dict() for j in report.jobs]}, indent=2))
     else:
