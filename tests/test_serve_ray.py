@@ -119,9 +119,9 @@ def test_a_pair_is_formed_and_its_measured_ratios_are_learned(served, tmp_path: 
     wait_until(lambda: any(m["count"] >= 2 for m in jobs_json(state)["learned"]["throughput"]), LONG,
                f"a solo measurement; server log: {server.output()}")
     submit(state, tmp_path, name="b", model="tiny_cnn", steps=100000, batch_size=8)
-    wait_until(lambda: by_name(state)["b"]["partner"] == "a", LONG, f"the pair a+b; server log: {server.output()}")
-    wait_until(lambda: any(r["n_a"] >= 2 and r["n_b"] >= 2 for r in jobs_json(state)["learned"]["colocation"]), LONG,
-               "measured ratios of the pair")
+    wait_until(lambda: any(e["detail"].endswith("with a, group " + e["detail"].split()[-1]) for e in events(state, "b")),
+               LONG, f"the pair a+b; server log: {server.output()}")
+    wait_until(lambda: bool(jobs_json(state)["learned"]["colocation"]), LONG, "measured ratios of the pair")
     row = jobs_json(state)["learned"]["colocation"][0]
     assert (row["gpu_type"], row["type_a"], row["type_b"], row["solo_source"]) == ("t4", "tiny_cnn@8", "tiny_cnn@8",
                                                                                  "measured")

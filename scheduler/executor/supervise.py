@@ -65,7 +65,14 @@ class _suppress_child:
 
 
 def spawn_supervisor(group_file: Path, *, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Start a detached supervisor for ``group_file``; returns ``{"pid", "start_time"}``."""
+    """Start a detached supervisor for ``group_file``; returns ``{"pid", "start_time"}``.
+
+    The jobs' exit and progress records of an earlier run are removed first, synchronously: the supervisor
+    takes a while to start, and a poll in between must not read the last run's end as this run's.
+    """
+    for job in json.loads(group_file.read_text())["jobs"]:
+        for name in (EXIT_FILE, PROGRESS_FILE):
+            (Path(job["dir"]) / name).unlink(missing_ok=True)
     log = open(group_file.with_suffix(".log"), "ab")
     full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
     with log:

@@ -184,8 +184,9 @@ class Server:
                         self._crashed(db, row, "its group is gone (supervisor, runner or node died)")
                         ended.append(name)
                 alone = [n for n in group["jobs"] if n not in ended]
-                for name in alone:  # the partner ended: the survivor now runs alone on these GPUs
-                    db.update_job(name, partner=None)
+                if ended:
+                    for name in alone:  # the partner ended: the survivor now runs alone on these GPUs
+                        db.update_job(name, partner=None)
                 if not alone:
                     db.drop_group(key)
             if not alone:
