@@ -119,7 +119,7 @@ def test_a_pair_is_formed_and_its_measured_ratios_are_learned(served, tmp_path: 
     wait_until(lambda: any(m["count"] >= 2 for m in jobs_json(state)["learned"]["throughput"]), LONG,
                f"a solo measurement; server log: {server.output()}")
     submit(state, tmp_path, name="b", model="tiny_cnn", steps=100000, batch_size=8)
-    wait_until(lambda: any(e["detail"].endswith("with a, group " + e["detail"].split()[-1]) for e in events(state, "b")),
+    wait_until(lambda: any(" with a, group " in e["detail"] for e in events(state, "b")),
                LONG, f"the pair a+b; server log: {server.output()}")
     wait_until(lambda: bool(jobs_json(state)["learned"]["colocation"]), LONG, "measured ratios of the pair")
     row = jobs_json(state)["learned"]["colocation"][0]

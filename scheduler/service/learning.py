@@ -25,12 +25,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scheduler.colocation import ColocationTable
-from scheduler.goodput import GoodputEstimate, GoodputModel, GoodputModelBase, StepTimeModel
+from scheduler.goodput import (
+    EstimateArrays,
+    GoodputEstimate,
+    GoodputModel,
+    GoodputModelBase,
+    StepTimeModel,
+    estimate_arrays,
+)
 from scheduler.jobs import Job
 from scheduler.service.jobspec import JobSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
+
+    from scheduler.configs import Configuration
 
 # Prior step-time model (seconds) for an application with no profile: a small CNN on one GPU. Only its shape
 # matters once the job has run once — measurements rescale it (see LearnedGoodputModel.calibration).
@@ -71,6 +80,7 @@ class LearnedGoodputModel(GoodputModelBase):
                 self.solo[(m["application"], m["gpu_type"], int(m["num_gpus"]), int(m["batch_size"]))] = (
                     float(m["iter_time_s"]), int(m["count"]))
         self._calibration: dict[tuple[str, str | None], float] = {}
+        self._measured_apps = {key[0] for key in self.solo}
         self._calibrate()
 
     def _unmeasured(self, application: str, gpu_type: str, num_gpus: int, batch_size: int,
@@ -130,6 +140,32 @@ class LearnedGoodputModel(GoodputModelBase):
         return best
 
 
+    def estimate_arrays(self, job: Job, configs: Sequence[Configuration]) -> EstimateArrays:
+        """All configurations at once: the base model's arrays, calibrated, measured points and job limits on top.
+
+        Jobs the base model does not know take the per-configuration path (:meth:`estimate`).
+        """
+        known = getattr(self.base, "applications", None)
+        if self.base is None or known is None or job.application not in known:
+            return super().estimate_arrays(job, configs)
+        configs = configs if isinstance(configs, tuple) else tuple(configs)
+        arrays = estimate_arrays(self.base, job, configs)
+        factor = np.array([self.calibration(job.application, c.gpu_type) for c in configs])
+        throughput, batch = arrays.throughput * factor, arrays.batch_size
+        if job.application in self._measured_apps:
+            for i, c in enumerate(configs):
+                hit = self.measured(job.application, c.gpu_type, c.num_gpus, int(batch[i])) if batch[i] > 0 else None
+                if hit is not None and hit[0] > 0:
+                    throughput[i] = batch[i] / hit[0]
+        spec = self.specs.get(job.name)
+        if spec is not None:
+            banned = np.array([(bool(spec.gpu_types) and c.gpu_type not in spec.gpu_types) or c.num_gpus < spec.min_gpus
+                               for c in configs], dtype=bool)
+            throughput = np.where(banned, np.nan, throughput)
+        goodput = throughput * arrays.efficiency
+        return EstimateArrays(goodput, np.where(np.isnan(goodput), np.nan, batch), throughput, arrays.efficiency)
+
+
 def learned_ratios(measurements: Sequence[Mapping[str, Any]], model: LearnedGoodputModel) -> list[dict[str, Any]]:
     """One row per measured pair: ratios ``t/t'`` of both members, their sample counts and solo sources."""
     coloc = {(m["application"], m["gpu_type"], int(m["num_gpus"]), int(m["batch_size"]), m["partner_type"]): m
@@ -173,6 +209,8 @@ def _application_rows(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str,
 
 def policy_table(base: ColocationTable | None, rows: Sequence[Mapping[str, Any]]) -> ColocationTable | None:
     """The table the next round reads: the base table with learned pair rows (exact and per application) on top."""
+    if not rows:
+        return base  # the same object every round: the policy's per-table caches stay warm
     merged: dict[tuple[str, str, str], tuple[float, float]] = dict(base.ratios) if base is not None else {}
     learned = ColocationTable.from_rows(
         [*_application_rows(rows), *((r["gpu_type"], r["type_a"], r["type_b"], r["ratio_a"], r["ratio_b"]) for r in rows)])

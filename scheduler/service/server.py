@@ -123,8 +123,8 @@ class Server:
         began = time.perf_counter()
         self.collect()
         self._cancel_queued()
-        rows = [r for r in self.state.jobs((QUEUED, RUNNING)) if not r.cancel_requested]
         everyone = self.state.jobs()
+        rows = [r for r in everyone if r.state in (QUEUED, RUNNING) and not r.cancel_requested]
         model, table = self.learned(everyone)
         now = time.time()
         previous = rounds.current_placement(rows)
@@ -134,7 +134,7 @@ class Server:
         decision = self.policy.allocate(rounds.policy_jobs(rows, now), self.cluster, context) if rows else None
         policy_s = time.perf_counter() - decided
         desired = rounds.desired_units(decision, place(decision, self.cluster, previous)) if decision else []
-        plan = rounds.plan_changes(rounds.current_units(self.state.jobs((RUNNING,))), desired, set())
+        plan = rounds.plan_changes(rounds.current_units(everyone), desired, set())
         enacting = time.perf_counter()
         self.stop_groups(plan.stop)
         started = self.start_units(plan.start)
@@ -155,42 +155,52 @@ class Server:
         return model, policy_table(self.colocation, learned_ratios(measurements, model))
 
     def _cancel_queued(self) -> None:
+        names = self.state.cancel_requested(QUEUED)
+        if not names:
+            return
         with self.state.transaction() as db:
-            for row in self.state.jobs((QUEUED,)):
-                if row.cancel_requested:
-                    db.update_job(row.name, state=CANCELLED, finished_at=time.time())
-                    db.event(row.name, "cancelled", "while queued")
+            for name in names:
+                db.update_job(name, state=CANCELLED, finished_at=time.time())
+                db.event(name, "cancelled", "while queued")
 
     # -- collecting --------------------------------------------------------------------------------------
     def collect(self) -> None:
-        """Poll every live group; settle ended jobs; release groups whose jobs all ended."""
-        for key, group in self.state.groups().items():
-            doc, handle = group["handle"]["doc"], group["handle"]["handle"]
-            poll = self.executor.poll(handle, doc)
-            rows = {r.name: r for r in self.state.jobs()}
-            ended: list[str] = []
-            with self.state.transaction() as db:
-                for name in group["jobs"]:
-                    files = (poll.jobs.get(name) if poll is not None else None) or {}
-                    row = rows[name]
-                    if row.state != RUNNING or row.group_key != key:
-                        ended.append(name)
-                        continue
-                    self._progress(db, row, files.get("progress"), rows)
-                    if files.get("exit") is not None:
-                        self._ended(db, row, files["exit"], files.get("progress"))
-                        ended.append(name)
-                    elif poll is None or not poll.alive:
-                        self._crashed(db, row, "its group is gone (supervisor, runner or node died)")
-                        ended.append(name)
-                alone = [n for n in group["jobs"] if n not in ended]
-                if ended:
-                    for name in alone:  # the partner ended: the survivor now runs alone on these GPUs
-                        db.update_job(name, partner=None)
-                if not alone:
+        """Poll every live group; settle ended jobs; release groups whose jobs all ended (one transaction)."""
+        groups = self.state.groups()
+        if not groups:
+            return
+        polls = {key: self.executor.poll(g["handle"]["handle"], g["handle"]["doc"]) for key, g in groups.items()}
+        rows = {r.name: r for r in self.state.jobs()}
+        finished: list[str] = []
+        with self.state.transaction() as db:
+            for key, group in groups.items():
+                if self._collect_group(db, key, group, polls[key], rows):
                     db.drop_group(key)
-            if not alone:
-                self.executor.release(handle, doc)
+                    finished.append(key)
+        for key in finished:
+            self.executor.release(groups[key]["handle"]["handle"], groups[key]["handle"]["doc"])
+
+    def _collect_group(self, db: Any, key: str, group: dict[str, Any], poll: Any, rows: dict[str, JobRow]) -> bool:
+        """Fold one group's poll into its jobs' rows; True when every member has ended."""
+        ended: list[str] = []
+        for name in group["jobs"]:
+            files = (poll.jobs.get(name) if poll is not None else None) or {}
+            row = rows[name]
+            if row.state != RUNNING or row.group_key != key:
+                ended.append(name)
+                continue
+            self._progress(db, row, files.get("progress"), rows)
+            if files.get("exit") is not None:
+                self._ended(db, row, files["exit"], files.get("progress"))
+                ended.append(name)
+            elif poll is None or not poll.alive:
+                self._crashed(db, row, "its group is gone (supervisor, runner or node died)")
+                ended.append(name)
+        alone = [n for n in group["jobs"] if n not in ended]
+        if ended:
+            for name in alone:  # the partner ended: the survivor now runs alone on these GPUs
+                db.update_job(name, partner=None)
+        return not alone
 
     def _progress(self, db: Any, row: JobRow, progress: dict[str, Any] | None, rows: dict[str, JobRow]) -> None:
         if not progress:
@@ -259,8 +269,8 @@ class Server:
 
     def start_units(self, units: tuple[rounds.Unit, ...]) -> int:
         started = 0
+        rows = {r.name: r for r in self.state.jobs()}
         for unit in units:
-            rows = {r.name: r for r in self.state.jobs()}
             if any(rows[s.job].state != QUEUED or rows[s.job].cancel_requested for s in unit):
                 continue  # a member did not stop in time, or was cancelled meanwhile: next round
             started += self._start_unit(unit, rows)

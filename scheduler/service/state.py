@@ -90,13 +90,20 @@ class JobRow:
     error: str
 
     @classmethod
-    def from_sql(cls, row: sqlite3.Row) -> "JobRow":
+    def from_sql(cls, row: sqlite3.Row, specs: dict[str, JobSpec] | None = None) -> "JobRow":
+        """Build from a row; ``specs`` caches parsed specs by their JSON text (a job's spec never changes)."""
         values = dict(row)
         values.pop("seq", None)
-        values["spec"] = JobSpec.from_dict(json.loads(values["spec"]))
+        text = values["spec"]
+        spec = specs.get(text) if specs is not None else None
+        if spec is None:
+            spec = JobSpec.from_dict(json.loads(text))
+            if specs is not None:
+                specs[text] = spec
+        values["spec"] = spec
         values["cancel_requested"] = bool(values["cancel_requested"])
-        values["nodes"] = tuple(json.loads(values["nodes"] or "[]"))
-        values["gpus"] = tuple(json.loads(values["gpus"] or "[]"))
+        values["nodes"] = tuple(json.loads(values["nodes"])) if values["nodes"] else ()
+        values["gpus"] = tuple(json.loads(values["gpus"])) if values["gpus"] else ()
         return cls(**values)
 
     @property
@@ -120,6 +127,7 @@ class StateStore:
                                  valid="the --state DIR of a colocate serve")
             self.dir.mkdir(parents=True)
         self.path = self.dir / DB_NAME
+        self._specs: dict[str, JobSpec] = {}
         self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
         self._conn.row_factory = sqlite3.Row
         self._conn.execute("PRAGMA journal_mode=WAL")
@@ -150,11 +158,16 @@ class StateStore:
         if states:
             query += f" WHERE state IN ({','.join('?' * len(states))})"
             args = states
-        return [JobRow.from_sql(r) for r in self._conn.execute(query + " ORDER BY seq", args)]
+        return [JobRow.from_sql(r, self._specs) for r in self._conn.execute(query + " ORDER BY seq", args)]
+
+    def cancel_requested(self, state: str) -> list[str]:
+        """Names of jobs in ``state`` whose cancellation was requested."""
+        return [r[0] for r in self._conn.execute(
+            "SELECT name FROM jobs WHERE state = ? AND cancel_requested = 1 ORDER BY seq", (state,))]
 
     def job(self, name: str) -> JobRow | None:
         row = self._conn.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
-        return JobRow.from_sql(row) if row else None
+        return JobRow.from_sql(row, self._specs) if row else None
 
     def groups(self) -> dict[str, dict[str, Any]]:
         return {r["key"]: {"executor": r["executor"], "handle": json.loads(r["handle"]), "jobs": json.loads(r["jobs"]),
