@@ -115,6 +115,13 @@ def _start_job(job: dict[str, Any], base_env: dict[str, str]) -> subprocess.Pope
                                 env={**base_env, **job["env"]}, start_new_session=True)
 
 
+def _write_pid_file(doc: dict[str, Any], jobs: dict[str, list[Any]]) -> None:
+    pid_file = Path(doc["pid_file"])
+    temp = pid_file.with_name(f".{pid_file.name}.tmp")
+    temp.write_text(json.dumps({"pid": os.getpid(), "start_time": process_start_time(os.getpid()), "jobs": jobs}))
+    os.replace(temp, pid_file)
+
+
 def _write_exit(job: dict[str, Any], code: int, stop_requested: bool) -> None:
     job_dir = Path(job["dir"])
     payload = {"returncode": code, "stop_requested": stop_requested, "ended_at": time.time(),
@@ -136,10 +143,7 @@ def supervise(doc: dict[str, Any]) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    pid_file = Path(doc["pid_file"])
-    temp = pid_file.with_name(f".{pid_file.name}.tmp")
-    temp.write_text(json.dumps({"pid": os.getpid(), "start_time": process_start_time(os.getpid())}))
-    os.replace(temp, pid_file)  # how a restarted server finds this group even if it died before recording it
+    _write_pid_file(doc, {})  # how a restarted server finds this group even if it died before recording it
     env = dict(os.environ)
     if doc.get("cuda_visible_devices") is not None:
         env["CUDA_VISIBLE_DEVICES"] = doc["cuda_visible_devices"]
@@ -147,7 +151,14 @@ def supervise(doc: dict[str, Any]) -> int:
         if doc.get("sharing") == "mps":
             daemon = daemons.enter_context(mps_daemon(env["CUDA_VISIBLE_DEVICES"]))
             env.update(daemon.client_env())
-        running = {job["name"]: (job, _start_job(job, env)) for job in doc["jobs"]}
+        running = {}
+        for job in doc["jobs"]:
+            if stop["at"] is not None:  # stopped before it started: nothing ran, nothing to lose
+                _write_exit(job, -signal.SIGTERM, True)
+            else:
+                running[job["name"]] = (job, _start_job(job, env))
+        # the jobs' process groups too: a user command's children may not die with the supervisor
+        _write_pid_file(doc, {name: [p.pid, process_start_time(p.pid)] for name, (_, p) in running.items()})
         signalled: set[str] = set()
         while running:
             for name, (job, popen) in list(running.items()):
@@ -204,6 +215,10 @@ def signal_supervisor(doc: dict[str, Any], handle: dict[str, Any], signum: int) 
     """Send ``signum`` to the supervisor (SIGTERM: stop the group; SIGKILL also reaches its jobs' groups)."""
     recorded = read_json(Path(doc["pid_file"])) or {}
     pid, start = handle.get("pid", recorded.get("pid")), handle.get("start_time", recorded.get("start_time"))
+    if signum == signal.SIGKILL:  # a kill reaches the jobs' process groups as well
+        for job_pid, job_start in (recorded.get("jobs") or {}).values():
+            if process_alive(int(job_pid), job_start):
+                _signal(int(job_pid), signal.SIGKILL)
     if pid is None or not process_alive(int(pid), start):
         return
     try:

@@ -86,6 +86,7 @@ class Server:
         self.runs = state.dir / "runs"
         self.runs.mkdir(exist_ok=True)
         self._lock = None
+        self._stopping: set[str] = set()  # groups this server asked to stop
 
     # -- lifetime ----------------------------------------------------------------------------------------
     def acquire(self) -> None:
@@ -174,14 +175,19 @@ class Server:
         finished: list[str] = []
         with self.state.transaction() as db:
             for key, group in groups.items():
-                if self._collect_group(db, key, group, polls[key], rows):
+                if self._collect_group(db, key, group, polls[key], rows, key in self._stopping):
                     db.drop_group(key)
                     finished.append(key)
         for key in finished:
             self.executor.release(groups[key]["handle"]["handle"], groups[key]["handle"]["doc"])
 
-    def _collect_group(self, db: Any, key: str, group: dict[str, Any], poll: Any, rows: dict[str, JobRow]) -> bool:
-        """Fold one group's poll into its jobs' rows; True when every member has ended."""
+    def _collect_group(self, db: Any, key: str, group: dict[str, Any], poll: Any, rows: dict[str, JobRow],
+                       stopping: bool) -> bool:
+        """Fold one group's poll into its jobs' rows; True when every member has ended.
+
+        A group asked to stop that vanished without exit records (killed before its supervisor could
+        handle the signal, or after the grace) was stopped, not crashed: its jobs keep their checkpoints.
+        """
         ended: list[str] = []
         for name in group["jobs"]:
             files = (poll.jobs.get(name) if poll is not None else None) or {}
@@ -192,6 +198,9 @@ class Server:
             self._progress(db, row, files.get("progress"), rows)
             if files.get("exit") is not None:
                 self._ended(db, row, files["exit"], files.get("progress"))
+                ended.append(name)
+            elif (poll is None or not poll.alive) and stopping:
+                self._ended(db, row, {"returncode": None, "stop_requested": True}, files.get("progress"))
                 ended.append(name)
             elif poll is None or not poll.alive:
                 self._crashed(db, row, "its group is gone (supervisor, runner or node died)")
@@ -253,6 +262,7 @@ class Server:
         if not keys:
             return
         groups = self.state.groups()
+        self._stopping.update(keys)
         for key in keys:
             if key in groups:
                 self.executor.stop(groups[key]["handle"]["handle"], groups[key]["handle"]["doc"])

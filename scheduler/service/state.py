@@ -128,6 +128,7 @@ class StateStore:
             self.dir.mkdir(parents=True)
         self.path = self.dir / DB_NAME
         self._specs: dict[str, JobSpec] = {}
+        self._rows: dict[tuple[Any, ...], JobRow] = {}
         self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
         self._conn.row_factory = sqlite3.Row
         self._conn.execute("PRAGMA journal_mode=WAL")
@@ -158,7 +159,17 @@ class StateStore:
         if states:
             query += f" WHERE state IN ({','.join('?' * len(states))})"
             args = states
-        return [JobRow.from_sql(r, self._specs) for r in self._conn.execute(query + " ORDER BY seq", args)]
+        rows, seen = [], {}
+        for raw in self._conn.execute(query + " ORDER BY seq", args):
+            key = tuple(raw)  # an unchanged row (most queued jobs, most rounds) is not rebuilt
+            row = self._rows.get(key) or JobRow.from_sql(raw, self._specs)
+            seen[key] = row
+            rows.append(row)
+        if states:
+            self._rows.update(seen)
+        else:
+            self._rows = seen  # a full read bounds the cache to the jobs' current versions
+        return rows
 
     def cancel_requested(self, state: str) -> list[str]:
         """Names of jobs in ``state`` whose cancellation was requested."""
