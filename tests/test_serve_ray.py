@@ -27,9 +27,9 @@ from tests.serve_helpers import (
     write_cluster,
 )
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(1200)]
 TYPES = {"t4": "T4", "v100": "V100"}
-LONG = 600.0  # seconds: bound of one wait on a loaded 2-core machine
+LONG = 400.0  # seconds: bound of one wait on a loaded 2-core machine
 
 
 @pytest.fixture(scope="module")
