@@ -189,5 +189,5 @@ def test_kill_9_of_the_server_loses_nothing_and_jobs_complete_once(served, tmp_p
         assert (jobs[name]["step"], jobs[name]["restarts"], jobs[name]["crashes"]) == (3000, 0, 0)
         _completed_once(state, name)
         log = (state / "jobs" / name / "train.log").read_text()
-        assert log.count("finished at step 3000") == 1 and "restored step" not in log  # adopted, never rerun
+        assert log.count("finished after 3000 steps") == 1 and "restored step" not in log  # adopted, never rerun
     assert any("2 group(s) to re-adopt" in e["detail"] for e in events(state) if e["kind"] == "server-started")

@@ -238,7 +238,7 @@ def _train(args: argparse.Namespace, model: Any, optimizer: Any, batch: tuple[An
             save_checkpoint(args.checkpoint, model, optimizer, counters)
         state = "finished" if counters.done(args) else "stopped"
         _report(args, counters, state, global_batch)
-        print(f"[{args.job}] {state} at step {counters.step}", flush=True)
+        print(f"[{args.job}] {state} after {counters.step} steps", flush=True)
 
 
 def _measure(counters: _Counters, now: float) -> None:
