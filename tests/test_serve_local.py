@@ -89,3 +89,23 @@ def test_a_crashing_job_is_retried_up_to_its_limit_then_failed_with_its_last_log
         assert [e["kind"] for e in state.events("bad")].count("crashed") == 1
     finally:
         kill_groups(state.dir)
+
+
+def test_a_job_that_finished_but_does_not_exit_is_completed_and_its_group_killed(tmp_path: Path) -> None:
+    from scheduler.executor.supervise import process_alive, read_json
+
+    state, server = _server(tmp_path)
+    server.config = ServeConfig(round_s=0.5, device="cpu", stop_grace_s=2)
+    hang = ('printf \'{{"step": 5, "samples": 20, "state": "finished", "elapsed_s": 1.0}}\' > "$COLOCATE_PROGRESS_FILE"; '
+            "sleep 600")  # a teardown that never returns (a stuck collective, say)
+    try:
+        state.submit(job_from_dict({"name": "h", "command": hang, "application": "mine", "steps": 5,
+                                    "batch_size": 4}))
+        _run_until(server, lambda: state.job("h").state == "completed", "h to complete")
+        assert not state.groups() and [e["kind"] for e in state.events("h")].count("completed") == 1
+        recorded = read_json(next((state.dir / "runs").glob("*.pid")))
+        wait_until(lambda: not process_alive(recorded["pid"], recorded["start_time"]), 60, "its supervisor killed")
+        for job_pid, job_start in recorded["jobs"].values():
+            wait_until(lambda: not process_alive(job_pid, job_start), 60, "its job's processes killed")
+    finally:
+        kill_groups(state.dir)

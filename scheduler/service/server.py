@@ -199,7 +199,10 @@ class Server:
                 ended.append(name)
                 continue
             self._progress(db, row, files.get("progress"), rows)
-            if files.get("exit") is not None:
+            if files.get("exit") is None and self._finished_but_lingering(db, row, files.get("progress")):
+                self._ended(db, row, {"returncode": 0, "stop_requested": False}, files.get("progress"))
+                ended.append(name)
+            elif files.get("exit") is not None:
                 self._ended(db, row, files["exit"], files.get("progress"))
                 ended.append(name)
             elif (poll is None or not poll.alive) and stopping:
@@ -213,6 +216,16 @@ class Server:
             for name in alone:  # the partner ended: the survivor now runs alone on these GPUs
                 db.update_job(name, partner=None)
         return not alone
+
+    def _finished_but_lingering(self, db: Any, row: JobRow, progress: dict[str, Any] | None) -> bool:
+        """A job that reported "finished" but has not exited within the grace (a hung process-group teardown)
+        is complete: its group is then released (killed) so it does not hold its GPUs."""
+        if not progress or progress.get("state") != "finished":
+            return False
+        if row.finished_at is None:
+            db.update_job(row.name, finished_at=time.time())  # first seen finished; still running
+            return False
+        return time.time() - row.finished_at > self.config.stop_grace_s
 
     def _progress(self, db: Any, row: JobRow, progress: dict[str, Any] | None, rows: dict[str, JobRow]) -> None:
         if not progress:
