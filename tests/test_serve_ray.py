@@ -65,6 +65,13 @@ def served(tmp_path: Path, ray_address: str):
     for server in servers:
         server.stop()
     kill_groups(state)
+    import ray
+
+    from scheduler.executor.ray_backend import NAMESPACE
+
+    for actor in ray.util.list_named_actors(all_namespaces=True):  # detached: they outlive their server
+        if actor["namespace"] == NAMESPACE:
+            ray.kill(ray.get_actor(actor["name"], namespace=NAMESPACE))
 
 
 def _node_types() -> dict[str, str]:

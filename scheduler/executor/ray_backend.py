@@ -62,10 +62,12 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, num_cpus: float = 0.0, instance: str = "default") -> None:
+    def __init__(self, address: str | None = None, num_cpus: float = 0.0, instance: str = "default",
+                 start_timeout_s: float = 120.0) -> None:
         self.address = address
         self.num_cpus = num_cpus
         self.instance = instance
+        self.start_timeout_s = start_timeout_s
 
     def _connect(self) -> Any:
         ray = require_ray()
@@ -97,7 +99,14 @@ class RayExecutor:
             name=name, namespace=NAMESPACE, lifetime="detached", max_restarts=0, num_cpus=self.num_cpus,
             num_gpus=group.gpus_per_node, resources={routing_resource(group.gpu_type): ROUTING_FRACTION},
         ).remote()
-        info = ray.get(actor.start.remote(doc), timeout=None)
+        from ray.exceptions import GetTimeoutError
+
+        try:
+            info = ray.get(actor.start.remote(doc), timeout=self.start_timeout_s)
+        except GetTimeoutError:  # its GPUs are not free (yet): give the slot back, the server requeues the jobs
+            ray.kill(actor)
+            raise RuntimeError(f"Ray could not place group {doc['key']} ({group.gpus_per_node} GPU(s) of type "
+                               f"{group.gpu_type}) within {self.start_timeout_s:.0f} s") from None
         return {"actor": name, **info}
 
     def _actor(self, handle: dict[str, Any]) -> Any | None:
