@@ -135,7 +135,7 @@ def supervise(doc: dict[str, Any]) -> int:
     """Run the group of ``doc`` to its end (or until a stop request); returns 0."""
     from profiler.mps import mps_daemon
 
-    stop = {"at": None}
+    stop: dict[str, float | None] = {"at": None}
 
     def request_stop(signum: int, frame: Any) -> None:
         if stop["at"] is None:

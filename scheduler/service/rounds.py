@@ -73,7 +73,7 @@ def desired_units(decision: RoundDecision, placement: Placement) -> list[Unit]:
         where = placement.of(a.job)
         if where is None:
             continue
-        members = tuple(sorted({a.job, a.partner} - {None}))  # type: ignore[arg-type]
+        members = (a.job,) if a.partner is None else tuple(sorted((a.job, a.partner)))
         if a.partner is not None and (placement.of(a.partner) is None or a.partner not in by_job):
             continue
         units.setdefault(members, []).append(

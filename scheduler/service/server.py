@@ -87,7 +87,7 @@ class Server:
                              valid="options only for the colocate and sia policies") from None
         self.runs = state.dir / "runs"
         self.runs.mkdir(exist_ok=True)
-        self._lock = None
+        self._lock: Any = None  # the open lock file, held for the server's lifetime
         self._stopping: set[str] = set()  # groups this server asked to stop
 
     # -- lifetime ----------------------------------------------------------------------------------------
