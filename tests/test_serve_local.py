@@ -106,6 +106,7 @@ def test_a_job_that_finished_but_does_not_exit_is_completed_and_its_group_killed
         recorded = read_json(next((state.dir / "runs").glob("*.pid")))
         wait_until(lambda: not process_alive(recorded["pid"], recorded["start_time"]), 60, "its supervisor killed")
         for job_pid, job_start in recorded["jobs"].values():
-            wait_until(lambda: not process_alive(job_pid, job_start), 60, "its job's processes killed")
+            wait_until(lambda pid=job_pid, start=job_start: not process_alive(pid, start), 60,
+                       "its job's processes killed")
     finally:
         kill_groups(state.dir)

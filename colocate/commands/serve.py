@@ -23,7 +23,8 @@ def serve(
                                                             "that measurements calibrate."),
     address: str = typer.Option(None, "--address", help="Ray cluster address (default: RAY_ADDRESS, else start one)."),
     device: str = typer.Option("auto", "--device", help="Built-in jobs train on: auto, cpu or cuda."),
-    sharing: str = typer.Option("timeslice", "--sharing", help="How packed pairs share their GPUs: timeslice or mps."),
+    sharing: str = typer.Option("timeslice", "--sharing", help="How packed groups share their GPUs (a registered "
+                                                                "sharing mode: timeslice, mps)."),
     restart_cost: float = typer.Option(None, "--restart-cost", help="Sia's restart cost S in seconds (ILP policies) "
                                                                     "[25]."),
     time_limit: float = typer.Option(None, "--time-limit", help="ILP time limit per round, seconds [10]."),

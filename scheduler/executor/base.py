@@ -37,6 +37,7 @@ class Executor(Protocol):
     """A backend that runs GPU groups (one job alone, or a packed pair on the same GPUs)."""
 
     name: str
+    runs_here: bool  # True: groups run on this node (``colocate launch --node`` picks which of the plan's nodes)
 
     def check(self, plan: "LaunchPlan", settings: "LaunchSettings") -> None:
         """Raise InputError for groups this backend can never run (before anything starts)."""

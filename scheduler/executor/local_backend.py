@@ -23,6 +23,7 @@ class LocalExecutor:
     """One node: groups run as processes here (``CUDA_VISIBLE_DEVICES`` = the group's GPUs unless on CPU)."""
 
     name = "local"
+    runs_here = True
 
     def check(self, plan: LaunchPlan, settings: LaunchSettings) -> None:
         check_local(plan, settings)

@@ -61,6 +61,7 @@ class RayExecutor:
     """Groups on a Ray cluster (``address`` None: connect to a running one, else start a local one)."""
 
     name = "ray"
+    runs_here = False
 
     def __init__(self, address: str | None = None, num_cpus: float = 0.0, instance: str = "default",
                  start_timeout_s: float = 120.0) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 from scheduler.executor.base import Executor
 
 

@@ -133,7 +133,7 @@ def _write_exit(job: dict[str, Any], code: int, stop_requested: bool) -> None:
 
 def supervise(doc: dict[str, Any]) -> int:
     """Run the group of ``doc`` to its end (or until a stop request); returns 0."""
-    from profiler.mps import mps_daemon
+    from profiler.sharing import sharing_mode
 
     stop: dict[str, float | None] = {"at": None}
 
@@ -148,9 +148,8 @@ def supervise(doc: dict[str, Any]) -> int:
     if doc.get("cuda_visible_devices") is not None:
         env["CUDA_VISIBLE_DEVICES"] = doc["cuda_visible_devices"]
     with ExitStack() as daemons:
-        if doc.get("sharing") == "mps":
-            daemon = daemons.enter_context(mps_daemon(env["CUDA_VISIBLE_DEVICES"]))
-            env.update(daemon.client_env())
+        # the group's sharing mode sets itself up for its jobs (MPS: a private daemon; solo "none": nothing)
+        env.update(sharing_mode(doc["sharing"]).enter(daemons, env.get("CUDA_VISIBLE_DEVICES"), None))
         running = {}
         for job in doc["jobs"]:
             if stop["at"] is not None:  # stopped before it started: nothing ran, nothing to lose

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profiler.files import atomic_write_text
 from profiler.signals import die_with_parent
 
 PROGRESS_INTERVAL_S = 0.5
@@ -46,9 +47,7 @@ WARMUP_STEPS = 3  # iterations excluded from the measured iteration time (alloca
 
 def write_progress(path: Path, payload: dict[str, Any]) -> None:
     """Replace ``path`` atomically so readers never see half a file."""
-    temp = path.with_name(f".{path.name}.tmp")
-    temp.write_text(json.dumps(payload))
-    os.replace(temp, path)
+    atomic_write_text(path, json.dumps(payload), durable=False)  # rewritten twice a second: no fsync
 
 
 def read_progress(path: Path) -> dict[str, Any] | None:

@@ -87,9 +87,10 @@ def register_bench(bench_app: Any) -> None:
         profiles: Path = typer.Option(None, "--profiles", help="Sia traces directory (default ../shared/data/sia/traces)."),
     ) -> None:
         """Round latency of colocate serve with many queued jobs: policy time vs bookkeeping."""
+        from rich.console import Console
         from rich.table import Table
 
-        from colocate.commands._output import console
+        console = Console()
 
         result = run_serve_benchmark(jobs, rounds, gpus, profiles=profiles)
         table = Table(title=f"colocate serve · {result['jobs']} jobs · {result['gpus']} GPUs · "

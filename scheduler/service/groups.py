@@ -35,10 +35,11 @@ def job_dir(state_dir: Path, name: str) -> Path:
 
 
 def build_group(unit: "Unit", rows: dict[str, "JobRow"], config: "ServeConfig") -> GpuGroup:
-    """The GPU group of one unit (one job, or a pair sharing the same GPUs)."""
+    """The GPU group of one unit (one job, or a pair or three sharing the same GPUs)."""
     data = {"allocations": [
         {"job": s.job, "gpu_type": s.gpu_type, "num_gpus": s.num_gpus, "batch_size": s.batch_size,
-         "partner": s.partner, "node": s.nodes[0], "nodes": list(s.nodes), "gpus": list(s.gpus)} for s in unit]}
+         "partner": s.others[0] if s.others else None, "partners": list(s.others), "node": s.nodes[0],
+         "nodes": list(s.nodes), "gpus": list(s.gpus)} for s in unit]}
     specs = {s.job: rows[s.job].spec for s in unit}
     plan = build_plan(data, source="colocate serve",
                       applications={n: spec.model for n, spec in specs.items() if spec.model},

@@ -169,7 +169,7 @@ class LearnedGoodputModel(GoodputModelBase):
 def learned_ratios(measurements: Sequence[Mapping[str, Any]], model: LearnedGoodputModel) -> list[dict[str, Any]]:
     """One row per measured pair: ratios ``t/t'`` of both members, their sample counts and solo sources."""
     coloc = {(m["application"], m["gpu_type"], int(m["num_gpus"]), int(m["batch_size"]), m["partner_type"]): m
-             for m in measurements if m["partner_type"]}
+             for m in measurements if m["partner_type"] and "+" not in m["partner_type"]}  # pairs (the table's rows)
     rows: dict[tuple[str, str, str, int], dict[str, Any]] = {}
     for (app, gpu, n, batch, partner_type), m in coloc.items():
         me = job_type(app, batch)

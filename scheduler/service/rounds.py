@@ -1,7 +1,8 @@
 """The pure part of a live round: policy input from the state, and the difference to enact.
 
 Nothing here touches processes or the database: :mod:`scheduler.service.server` reads the state, calls
-these, and carries out the result. A *unit* is what runs on one set of GPUs: one job, or a packed pair.
+these, and carries out the result. A *unit* is what runs on one set of GPUs: one job, or a packed group
+(a pair, or three jobs where the policy packs groups of three).
 """
 
 from __future__ import annotations
@@ -24,9 +25,14 @@ class Slot:
     gpu_type: str
     num_gpus: int
     batch_size: int
-    partner: str | None
+    others: tuple[str, ...]  # the other members of its unit, sorted
     nodes: tuple[int, ...]
     gpus: tuple[int, ...]
+
+    @property
+    def partner(self) -> str | None:
+        """What the ``partner`` column stores: every other member, comma-separated; None when alone."""
+        return ",".join(self.others) or None
 
 
 Unit = tuple[Slot, ...]  # sorted by job name
@@ -45,13 +51,14 @@ def policy_jobs(rows: Sequence[JobRow], now: float) -> list[Job]:
             max_batch_size=spec.max_batch_size if spec.adaptive else None, adaptive=spec.adaptive,
             age_s=max(now - row.started_at, 0.0) if row.started_at else 0.0, restarts=row.restarts,
             current_gpu_type=row.gpu_type if running else None, current_num_gpus=row.num_gpus if running else 0,
-            current_partner=row.partner if running else None))
+            current_partner=row.others[0] if running and row.others else None))
     return jobs
 
 
 def current_placement(rows: Sequence[JobRow]) -> Placement:
     """Where running jobs are now (the placement stage keeps them there when it can)."""
-    return Placement({r.name: JobPlacement(r.name, r.gpu_type or "", r.nodes, r.gpus, r.partner)
+    return Placement({r.name: JobPlacement(r.name, r.gpu_type or "", r.nodes, r.gpus,
+                                           r.others[0] if r.others else None, r.others if len(r.others) > 1 else ())
                       for r in rows if r.state == RUNNING and r.gpu_type and r.nodes})
 
 
@@ -61,7 +68,7 @@ def current_units(rows: Sequence[JobRow]) -> dict[str, Unit]:
     for r in rows:
         if r.state == RUNNING and r.group_key:
             groups.setdefault(r.group_key, []).append(
-                Slot(r.name, r.gpu_type or "", r.num_gpus, r.batch_size or 0, r.partner, r.nodes, r.gpus))
+                Slot(r.name, r.gpu_type or "", r.num_gpus, r.batch_size or 0, tuple(sorted(r.others)), r.nodes, r.gpus))
     return {key: tuple(sorted(slots, key=lambda s: s.job)) for key, slots in groups.items()}
 
 
@@ -73,11 +80,11 @@ def desired_units(decision: RoundDecision, placement: Placement) -> list[Unit]:
         where = placement.of(a.job)
         if where is None:
             continue
-        members = (a.job,) if a.partner is None else tuple(sorted((a.job, a.partner)))
-        if a.partner is not None and (placement.of(a.partner) is None or a.partner not in by_job):
+        others = tuple(sorted(a.others))
+        if any(placement.of(other) is None or other not in by_job for other in others):
             continue
-        units.setdefault(members, []).append(
-            Slot(a.job, a.gpu_type, a.num_gpus, a.batch_size, a.partner, where.nodes, where.gpus))
+        units.setdefault(tuple(sorted((a.job, *others))), []).append(
+            Slot(a.job, a.gpu_type, a.num_gpus, a.batch_size, others, where.nodes, where.gpus))
     return [tuple(sorted(slots, key=lambda s: s.job)) for slots in units.values()]
 
 
@@ -111,11 +118,12 @@ def change_kind(slot: Slot, before: JobRow) -> str:
         return "resized"
     if before.gpu_type and slot.gpu_type != before.gpu_type:
         return "moved"
-    if before.gpu_type and slot.partner != before.partner:
+    if before.gpu_type and set(slot.others) != set(before.others):
         return "repacked"
     return "restarted"
 
 
 def slot_detail(slot: Slot) -> dict[str, Any]:
     return {"gpu_type": slot.gpu_type, "num_gpus": slot.num_gpus, "batch_size": slot.batch_size,
-            "partner": slot.partner, "nodes": list(slot.nodes), "gpus": list(slot.gpus)}
+            "partner": slot.others[0] if slot.others else None, "partners": list(slot.others),
+            "nodes": list(slot.nodes), "gpus": list(slot.gpus)}

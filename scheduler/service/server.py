@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 from scheduler.cluster import Cluster
 from scheduler.colocation import ColocationTable
 from scheduler.executor.base import Executor
@@ -47,7 +47,7 @@ class ServeConfig:
     policy: str = "colocate"
     policy_options: dict[str, Any] = field(default_factory=dict)
     device: str = "auto"  # what built-in jobs train on: auto | cpu | cuda
-    sharing: str = "timeslice"  # how packed pairs share their GPUs: timeslice | mps
+    sharing: str = "timeslice"  # how packed groups share their GPUs: a registered mode (profiler.sharing)
     threads: int = 1
     stop_grace_s: float = 30.0  # SIGTERM → SIGKILL for a job asked to stop
     start_timeout_s: float = 120.0  # a group the backend cannot start in this long goes back to the queue
@@ -213,8 +213,8 @@ class Server:
                 ended.append(name)
         alone = [n for n in group["jobs"] if n not in ended]
         if ended:
-            for name in alone:  # the partner ended: the survivor now runs alone on these GPUs
-                db.update_job(name, partner=None)
+            for name in alone:  # a member ended: the survivors share these GPUs with fewer jobs (or none)
+                db.update_job(name, partner=",".join(o for o in rows[name].others if o in alone) or None)
         return not alone
 
     def _finished_but_lingering(self, db: Any, row: JobRow, progress: dict[str, Any] | None) -> bool:
@@ -237,8 +237,7 @@ class Server:
             if (row.sample_step is not None and row.sample_elapsed is not None and step - row.sample_step >= 2
                     and elapsed > row.sample_elapsed):
                 iter_time = (elapsed - row.sample_elapsed) / (step - row.sample_step)
-                partner = rows.get(row.partner) if row.partner else None
-                partner_type = job_type(partner.spec.app, partner.batch_size or 0) if partner else ""
+                partner_type = group_type([rows[o] for o in row.others if o in rows])
                 db.add_measurement(row.spec.app, row.gpu_type or "", row.num_gpus, row.batch_size or 0, partner_type,
                                    iter_time)
                 fields["samples_per_s"] = (row.batch_size or 0) / iter_time
@@ -347,13 +346,13 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
     """Validate the options of ``colocate serve``, build the server and run its rounds."""
     import uuid
 
+    from profiler.sharing import sharing_mode_names
     from scheduler.cluster import load_cluster
-    from scheduler.executor.plan import SHARING_MODES
     from scheduler.executor.registry import make_executor
     from scheduler.policies import policy_spec
 
     checks = [(device in ("auto", "cpu", "cuda"), "--device", device, "auto, cpu, cuda"),
-              (sharing in SHARING_MODES, "--sharing", sharing, ", ".join(SHARING_MODES)),
+              (sharing in sharing_mode_names(), "--sharing", sharing, ", ".join(sharing_mode_names())),
               (round_s > 0, "--round-s", round_s, "seconds > 0"), (grace > 0, "--grace", grace, "seconds > 0"),
               (threads >= 1, "--threads", threads, "an integer >= 1"),
               (max_rounds is None or max_rounds >= 1, "--max-rounds", max_rounds, "an integer >= 1")]
@@ -389,3 +388,9 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
     server = Server(state, cluster, executor, config, profiles=base, colocation=table)
     server.acquire()
     server.serve(should_stop, max_rounds=max_rounds, on_round=on_round)
+
+
+def group_type(others: list[JobRow]) -> str:
+    """What a measurement is recorded against: ``""`` alone, the partner's job type in a pair, and in a group
+    of three both others' types joined by ``+`` (sorted), so each member's ratio is kept against its group."""
+    return "+".join(sorted(job_type(o.spec.app, o.batch_size or 0) for o in others))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 from scheduler.service.jobspec import JobSpec
 
 DB_NAME = "state.db"
@@ -105,6 +105,12 @@ class JobRow:
         values["nodes"] = tuple(json.loads(values["nodes"])) if values["nodes"] else ()
         values["gpus"] = tuple(json.loads(values["gpus"])) if values["gpus"] else ()
         return cls(**values)
+
+    @property
+    def others(self) -> tuple[str, ...]:
+        """Every other job on this job's GPUs: ``partner`` holds them comma-separated (a pair or a group of
+        three; job names have no commas)."""
+        return tuple(self.partner.split(",")) if self.partner else ()
 
     @property
     def target(self) -> int:
