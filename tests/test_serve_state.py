@@ -134,7 +134,7 @@ def test_pair_measurements_become_ratios_with_their_sample_counts_and_an_exporte
 
 def test_unchanged_groups_are_kept_changed_ones_stopped_and_new_units_started() -> None:
     def slot(job: str, gpus: tuple[int, ...] = (0,), batch: int = 8, partner: str | None = None) -> Slot:
-        return Slot(job, "t4", len(gpus), batch, partner, (0,), gpus)
+        return Slot(job, "t4", len(gpus), batch, (partner,) if partner else (), (0,), gpus)
 
     current = {"g1": (slot("a"),), "g2": (slot("b", (1,)),), "g3": (slot("c", (2, 3)),)}
     desired = [(slot("a"),), (slot("b", (1,), batch=16),), (slot("c", (2,), partner="d"), slot("d", (2,), partner="c"))]
@@ -143,13 +143,46 @@ def test_unchanged_groups_are_kept_changed_ones_stopped_and_new_units_started() 
     assert set(plan.start) == set(desired[1:])
 
 
+def test_a_group_of_three_is_one_unit_kept_while_unchanged_and_measured_against_its_group(tmp_path: Path) -> None:
+    from scheduler.placement import JobPlacement, Placement
+    from scheduler.policy import Allocation, RoundDecision, SolverInfo
+    from scheduler.service.rounds import current_placement, current_units, desired_units
+    from scheduler.service.server import group_type
+    from scheduler.service.state import RUNNING
+
+    members = ("a", "b", "c")
+    others = {j: tuple(m for m in members if m != j) for j in members}
+    decision = RoundDecision(tuple(Allocation(j, "t4", 1, 8, partner=others[j][0], partners=others[j]) for j in members),
+                             (), 0.0, SolverInfo("test", "optimal", 0.0, 0.0))
+    placement = Placement({j: JobPlacement(j, "t4", (0,), (0,), others[j][0], others[j]) for j in members})
+    [unit] = desired_units(decision, placement)
+    assert [s.job for s in unit] == list(members) and unit[0].others == ("b", "c") and unit[0].partner == "b,c"
+    store = StateStore(tmp_path)
+    for j in members:
+        store.submit(job_from_dict({**JOB, "name": j}))
+    with store.transaction() as db:
+        for s in unit:
+            db.update_job(s.job, state=RUNNING, group_key="g1", gpu_type="t4", num_gpus=1, batch_size=8,
+                          partner=s.partner, nodes=s.nodes, gpus=s.gpus)
+    rows = store.jobs()
+    assert current_units(rows) == {"g1": unit}  # read back from the database: the same unit, so it is kept
+    assert plan_changes(current_units(rows), [unit], set()).keep == ("g1",)
+    assert current_placement(rows).of("a") == placement.of("a")
+    by_name = {r.name: r for r in rows}
+    assert group_type([by_name["b"], by_name["c"]]) == "tiny_cnn@8+tiny_cnn@8"
+    measured = _measurements(store, [("tiny_cnn", "t4", 1, 8, "", 0.01),
+                                     ("tiny_cnn", "t4", 1, 8, "tiny_cnn@8+tiny_cnn@8", 0.03)])
+    assert len(measured) == 2  # kept against the group, but not a row of the pair table
+    assert learned_ratios(measured, LearnedGoodputModel(measured, {})) == []
+
+
 def test_executors_come_from_a_registry_behind_one_protocol() -> None:
     from scheduler.executor.base import Executor
     from scheduler.executor.registry import EXECUTOR_NAMES, make_executor
 
     assert EXECUTOR_NAMES == ("local", "ray")
     local = make_executor("local")
-    assert isinstance(local, Executor) and local.name == "local"
+    assert isinstance(local, Executor) and local.name == "local" and local.runs_here  # launch picks its node
     with pytest.raises(InputError) as info:
         make_executor("slurm")
     assert info.value.field == "--backend" and "local, ray" in str(info.value)
