@@ -2,9 +2,10 @@
 
 ``colocate launch`` parses its options into a :class:`LaunchRequest` and calls :func:`launch`; everything
 between (checks, plan, node selection, which executor, its options) happens here, so scripts and services
-can launch an allocation without the CLI. Back ends: ``local`` (this node, ``scheduler.executor.local``),
-``ray`` (``scheduler.executor.ray_exec``); emitters write files instead of running: ``slurm`` (sbatch
-scripts) and ``k8s`` (HAMi pod manifests).
+can launch an allocation without the CLI. Back ends come from the executor registry
+(:mod:`scheduler.executor.registry`: ``local`` for this node, ``ray`` for a Ray cluster), the same objects
+``colocate serve`` drives; emitters write files instead of running: ``slurm`` (sbatch scripts) and ``k8s``
+(HAMi pod manifests).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from profiler.sharing import sharing_mode_names
 from scheduler.executor.command import RunSettings
 from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings
 from scheduler.executor.plan import LaunchPlan, load_plan, safe_name
+from scheduler.executor.registry import EXECUTOR_NAMES, make_executor
 
-BACKENDS = ("local", "ray")
+BACKENDS = EXECUTOR_NAMES
 EMITTERS = ("slurm", "k8s")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -181,20 +183,10 @@ def launch(
             on_plan(plan)
         return LaunchOutcome(plan, emitted=emit_plan(request, plan))
     settings = request.settings
-    if request.backend == "local":
-        from scheduler.executor.local import check_local, run_groups
-
+    executor = make_executor(request.backend, address=request.address, num_cpus=request.num_cpus)
+    if executor.runs_here:  # a back end elsewhere (Ray) checks its cluster inside run, once connected
         plan = select_node(plan, request.node)
-        check_local(plan, settings)
-        if on_plan:
-            on_plan(plan)
-        return LaunchOutcome(plan, report=run_groups(plan.groups, settings, on_progress=on_progress))
-    from profiler.ray_backend import require_ray
-    from scheduler.executor.ray_exec import run_plan_on_ray
-
-    require_ray()
+        executor.check(plan, settings)
     if on_plan:
         on_plan(plan)
-    report = run_plan_on_ray(plan, settings, address=request.address, num_cpus=request.num_cpus,
-                             on_progress=on_progress)
-    return LaunchOutcome(plan, report=report)
+    return LaunchOutcome(plan, report=executor.run(plan, settings, on_progress=on_progress))

@@ -18,6 +18,7 @@ BENCHMARK_MODULES: tuple[str, ...] = (
     "colocate.commands.bench_profiler",
     "scheduler.bench_simulator",
     "colocate.commands.bench_analysis",
+    "scheduler.service.bench",
 )
 
 bench_app = typer.Typer(

@@ -10,7 +10,11 @@ GPU group as the unit — one job alone on its GPUs, or a packed pair sharing th
 * :mod:`scheduler.executor.ray_exec` runs one whole-GPU Ray task per group on a node of its GPU type;
 * :mod:`scheduler.executor.slurm` and :mod:`scheduler.executor.k8s` write sbatch scripts and HAMi pod
   manifests instead of running anything;
-* :mod:`scheduler.executor.train` is the training process every built-in job runs.
+* :mod:`scheduler.executor.train` is the training process every built-in job runs (checkpoint-restore);
+* :mod:`scheduler.executor.base` is the executor protocol (run a plan to its end for ``launch``; start,
+  poll, stop and release detached groups for ``serve``), :mod:`scheduler.executor.registry` the executors
+  by name (``local``: :mod:`.local_backend`, ``ray``: :mod:`.ray_backend`), and
+  :mod:`scheduler.executor.supervise` the per-group supervisor process that lets groups outlive the server.
 """
 
 from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, build_plan, load_plan

@@ -195,6 +195,9 @@ def _check_placeholders(command: str, *, source: str, field: str) -> None:
                              valid="{" + "}, {".join(PLACEHOLDERS) + "}; {{ and }} for literal braces")
 
 
+check_placeholders = _check_placeholders  # public name for other readers of commands (job files)
+
+
 def load_plan(
     path: str | Path,
     *,

@@ -1,0 +1,22 @@
+"""``colocate cancel --state DIR NAME``: stop a job (the server stops it next round) or drop it from the queue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("cancel")(cancel)
+
+
+def cancel(
+    name: str = typer.Argument(..., metavar="NAME", help="Job name, as printed by colocate submit."),
+    state: Path = typer.Option(..., "--state", help="State directory of the scheduler."),
+) -> None:
+    """Cancel a job."""
+    from scheduler.service.state import StateStore
+
+    previous = StateStore(state, create=False).request_cancel(name)
+    typer.echo(f"{name}: {'already ' + previous if previous in ('completed', 'failed', 'cancelled') else 'cancel requested'}")

@@ -1,0 +1,62 @@
+"""``colocate jobs --state DIR [--json] [--watch]``: every job's state, GPUs, batch, partner, progress, throughput."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("jobs")(jobs)
+
+
+def _table(rows: list[dict[str, Any]], meta: str) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"jobs · {meta}")
+    for column in ("job", "state", "GPU type", "GPUs", "batch", "partner", "progress", "samples/s", "restarts",
+                   "crashes", "error"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        progress = f"{r['step'] if r['target_unit'] == 'steps' else r['samples']}/{r['target']} {r['target_unit']}"
+        table.add_row(r["name"], r["state"], r["gpu_type"] or "", str(r["num_gpus"] or ""), str(r["batch_size"] or ""),
+                      r["partner"] or "", progress, f"{r['samples_per_s']:.1f}" if r["samples_per_s"] else "",
+                      str(r["restarts"]), str(r["crashes"]), r["error"][:80])
+    return table
+
+
+def jobs(
+    state: Path = typer.Option(..., "--state", help="State directory of the scheduler."),
+    as_json: bool = typer.Option(False, "--json", help="JSON: jobs and the learned tables."),
+    watch: bool = typer.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),
+) -> None:
+    """Show every job of a scheduler instance."""
+    from colocate.commands._output import console
+    from scheduler.service.state import StateStore
+    from scheduler.service.views import job_views, learned_view
+
+    store = StateStore(state, create=False)
+    if as_json:
+        typer.echo(json.dumps({"jobs": job_views(store), "learned": learned_view(store),
+                               "rounds": int(store.meta("rounds") or 0)}, indent=2))
+        return
+
+    def render() -> Any:
+        return _table(job_views(store), f"{store.meta('rounds') or 0} rounds · last {store.meta('last_round') or '-'}")
+
+    if not watch:
+        console.print(render())
+        return
+    from rich.live import Live
+
+    try:
+        with Live(render(), console=console, refresh_per_second=1) as live:
+            while True:
+                time.sleep(2.0)
+                live.update(render())
+    except KeyboardInterrupt:
+        pass

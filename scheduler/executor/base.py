@@ -1,0 +1,65 @@
+"""The executor protocol: what every backend that runs GPU groups implements (registry: :mod:`.registry`).
+
+Two ways of running a plan share one object:
+
+* **to the end** — ``colocate launch``: :meth:`Executor.check` refuses what the backend can never run, then
+  :meth:`Executor.run` starts every group, streams progress and returns the final statuses;
+* **live** — ``colocate serve``: :meth:`Executor.start` starts one group *detached* (it must outlive the
+  server) from a group document (:func:`scheduler.executor.supervise.supervise` runs it) and returns a
+  JSON-able handle the server stores; :meth:`Executor.poll` reports the group's jobs (progress and exit
+  files) or None when the group is lost; :meth:`Executor.stop` asks it to stop (its jobs checkpoint);
+  :meth:`Executor.release` frees what the group held once it ended (and kills what is left).
+
+Handles survive the server: a restarted server passes a stored handle to :meth:`Executor.poll` and carries on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings
+    from scheduler.executor.plan import GpuGroup, LaunchPlan
+
+
+@dataclass(frozen=True)
+class GroupPoll:
+    """One look at a live group: whether its supervisor runs, and each job's progress and exit records."""
+
+    alive: bool
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """A backend that runs GPU groups (one job alone, or a packed pair on the same GPUs)."""
+
+    name: str
+    runs_here: bool  # True: groups run on this node (``colocate launch --node`` picks which of the plan's nodes)
+
+    def check(self, plan: "LaunchPlan", settings: "LaunchSettings") -> None:
+        """Raise InputError for groups this backend can never run (before anything starts)."""
+        ...
+
+    def run(self, plan: "LaunchPlan", settings: "LaunchSettings",
+            on_progress: "Callable[[list[JobStatus]], None] | None" = None) -> "LaunchReport":
+        """Run every group to its end (or until interrupted); the final status of every job."""
+        ...
+
+    def start(self, group: "GpuGroup", doc: dict[str, Any]) -> dict[str, Any]:
+        """Start ``group`` detached from its group document; returns the handle to store."""
+        ...
+
+    def poll(self, handle: dict[str, Any], doc: dict[str, Any]) -> GroupPoll | None:
+        """The group's state now; None when it is lost (its node or runner died)."""
+        ...
+
+    def stop(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
+        """Ask the group's jobs to stop (SIGTERM: they checkpoint and exit); returns at once."""
+        ...
+
+    def release(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
+        """Free the group's resources after it ended, killing whatever is left of it."""
+        ...

@@ -1,0 +1,62 @@
+"""Executors by name, all behind :class:`scheduler.executor.base.Executor` (like :mod:`scheduler.policies`).
+
+=========  =====================================================================================
+``local``  this node: processes, MPS per group when asked (:mod:`scheduler.executor.local_backend`)
+``ray``    a Ray cluster: one whole-GPU task or actor per group on a node of its GPU type
+           (:mod:`scheduler.executor.ray_backend`; needs the ``ray`` extra)
+=========  =====================================================================================
+
+Slurm and Kubernetes are emitters (they write scripts, nothing runs here): :mod:`scheduler.executor.slurm`,
+:mod:`scheduler.executor.k8s`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from profiler.errors import InputError
+from scheduler.executor.base import Executor
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    name: str
+    description: str
+    factory: Callable[..., Executor]
+
+
+def _local(**options: Any) -> Executor:
+    from scheduler.executor.local_backend import LocalExecutor
+
+    return LocalExecutor()
+
+
+def _ray(**options: Any) -> Executor:
+    from profiler.ray_backend import require_ray
+    from scheduler.executor.ray_backend import RayExecutor
+
+    require_ray()
+    return RayExecutor(address=options.get("address"), num_cpus=options.get("num_cpus", 0.0),
+                       instance=options.get("instance", "default"))
+
+
+EXECUTORS: dict[str, ExecutorSpec] = {
+    s.name: s for s in (
+        ExecutorSpec("local", "this node: one process per job, MPS per group when asked", _local),
+        ExecutorSpec("ray", "a Ray cluster: whole-GPU groups routed by accelerator_type", _ray),
+    )
+}
+EXECUTOR_NAMES: tuple[str, ...] = tuple(EXECUTORS)
+
+
+def make_executor(name: str, **options: Any) -> Executor:
+    """The executor called ``name``; options it does not use are ignored (``address``, ``num_cpus``, ...)."""
+    spec = EXECUTORS.get(name.strip().lower())
+    if spec is None:
+        raise InputError(f"unknown backend {name!r}", field="--backend", valid=", ".join(EXECUTOR_NAMES))
+    return spec.factory(**options)
+
+
+__all__ = ["EXECUTORS", "EXECUTOR_NAMES", "ExecutorSpec", "make_executor"]

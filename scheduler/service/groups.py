@@ -1,0 +1,73 @@
+"""From a unit of the decision to a GPU group and the document its supervisor runs.
+
+What a job runs is resolved by the same code as ``colocate launch`` (:func:`scheduler.executor.plan.build_plan`:
+a model of the zoo → the built-in trainer; a command → the user's command with its placeholders filled
+in), and started the same way (:func:`scheduler.executor.command.job_argv`). On top, every job gets its
+own directory in the state directory and the environment of the checkpoint-restore contract:
+
+==============================  ===============================================================
+``COLOCATE_JOB`` ...            as for ``colocate launch`` (name, batch, GPU count and type, partner, group)
+``COLOCATE_PROGRESS_FILE``      where to write progress JSON (``step``, ``samples``, ``state``, ...)
+``COLOCATE_CHECKPOINT``         the checkpoint file: load it at start if present, write it on SIGTERM
+``COLOCATE_TARGET_STEPS``       the job's target (or ``COLOCATE_TARGET_SAMPLES``), counted from its first start
+``COLOCATE_JOB_DIR``            the job's directory (log, progress, checkpoint)
+==============================  ===============================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from scheduler.executor.command import RunSettings, job_argv
+from scheduler.executor.plan import GpuGroup, build_plan, job_environment
+from scheduler.executor.supervise import CHECKPOINT_FILE, PROGRESS_FILE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from scheduler.service.rounds import Unit
+    from scheduler.service.server import ServeConfig
+    from scheduler.service.state import JobRow
+
+
+def job_dir(state_dir: Path, name: str) -> Path:
+    return state_dir / "jobs" / name
+
+
+def build_group(unit: "Unit", rows: dict[str, "JobRow"], config: "ServeConfig") -> GpuGroup:
+    """The GPU group of one unit (one job, or a pair or three sharing the same GPUs)."""
+    data = {"allocations": [
+        {"job": s.job, "gpu_type": s.gpu_type, "num_gpus": s.num_gpus, "batch_size": s.batch_size,
+         "partner": s.others[0] if s.others else None, "partners": list(s.others), "node": s.nodes[0],
+         "nodes": list(s.nodes), "gpus": list(s.gpus)} for s in unit]}
+    specs = {s.job: rows[s.job].spec for s in unit}
+    plan = build_plan(data, source="colocate serve",
+                      applications={n: spec.model for n, spec in specs.items() if spec.model},
+                      commands={n: spec.command for n, spec in specs.items() if spec.command},
+                      sharing=config.sharing)
+    group = plan.groups[0]
+    jobs = tuple(replace(job, image_size=specs[job.name].image_size) if job.builtin else job for job in group.jobs)
+    return replace(group, jobs=jobs)
+
+
+def group_document(key: str, group: GpuGroup, rows: dict[str, "JobRow"], config: "ServeConfig",
+                   state_dir: Path) -> dict[str, Any]:
+    """What :func:`scheduler.executor.supervise.supervise` runs (see its docstring for the format)."""
+    jobs = []
+    for job in group.jobs:
+        spec = rows[job.name].spec
+        directory = job_dir(state_dir, job.name)
+        directory.mkdir(parents=True, exist_ok=True)
+        settings = RunSettings(device=config.device, steps=spec.steps or 0, threads=config.threads,
+                               log_every=config.log_every)
+        progress = directory / PROGRESS_FILE
+        env = {**job_environment(job, group), "COLOCATE_PROGRESS_FILE": str(progress),
+               "COLOCATE_CHECKPOINT": str(directory / CHECKPOINT_FILE), "COLOCATE_JOB_DIR": str(directory)}
+        if spec.steps:
+            env["COLOCATE_TARGET_STEPS"] = str(spec.steps)
+        else:
+            env["COLOCATE_TARGET_SAMPLES"] = str(spec.samples)
+        jobs.append({"name": job.name, "dir": str(directory), "env": env,
+                     "argv": job_argv(job, settings, python=config.python, progress_file=str(progress))})
+    return {"key": key, "sharing": group.sharing, "gpu": config.device != "cpu", "grace_s": config.stop_grace_s,
+            "pid_file": str(state_dir / "runs" / f"{key}.pid"), "jobs": jobs}

@@ -1,0 +1,129 @@
+"""The pure part of a live round: policy input from the state, and the difference to enact.
+
+Nothing here touches processes or the database: :mod:`scheduler.service.server` reads the state, calls
+these, and carries out the result. A *unit* is what runs on one set of GPUs: one job, or a packed group
+(a pair, or three jobs where the policy packs groups of three).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.jobs import Job
+from scheduler.placement import JobPlacement, Placement
+from scheduler.policy import RoundDecision
+from scheduler.service.state import RUNNING, JobRow
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where and how one job of a unit runs."""
+
+    job: str
+    gpu_type: str
+    num_gpus: int
+    batch_size: int
+    others: tuple[str, ...]  # the other members of its unit, sorted
+    nodes: tuple[int, ...]
+    gpus: tuple[int, ...]
+
+    @property
+    def partner(self) -> str | None:
+        """What the ``partner`` column stores: every other member, comma-separated; None when alone."""
+        return ",".join(self.others) or None
+
+
+Unit = tuple[Slot, ...]  # sorted by job name
+
+
+def policy_jobs(rows: Sequence[JobRow], now: float) -> list[Job]:
+    """The policy's view of the active jobs (queued and running), in submission order."""
+    jobs = []
+    for row in rows:
+        spec = row.spec
+        running = row.state == RUNNING
+        jobs.append(Job(
+            name=row.name, application=spec.app, arrival=row.submitted_at, num_gpus=spec.min_gpus,
+            max_gpus=spec.max_gpus if spec.adaptive else None, batch_size=spec.batch_size,
+            min_batch_size=spec.min_batch_size if spec.adaptive else None,
+            max_batch_size=spec.max_batch_size if spec.adaptive else None, adaptive=spec.adaptive,
+            age_s=max(now - row.started_at, 0.0) if row.started_at else 0.0, restarts=row.restarts,
+            current_gpu_type=row.gpu_type if running else None, current_num_gpus=row.num_gpus if running else 0,
+            current_partner=row.others[0] if running and row.others else None))
+    return jobs
+
+
+def current_placement(rows: Sequence[JobRow]) -> Placement:
+    """Where running jobs are now (the placement stage keeps them there when it can)."""
+    return Placement({r.name: JobPlacement(r.name, r.gpu_type or "", r.nodes, r.gpus,
+                                           r.others[0] if r.others else None, r.others if len(r.others) > 1 else ())
+                      for r in rows if r.state == RUNNING and r.gpu_type and r.nodes})
+
+
+def current_units(rows: Sequence[JobRow]) -> dict[str, Unit]:
+    """Running groups: group key -> its unit."""
+    groups: dict[str, list[Slot]] = {}
+    for r in rows:
+        if r.state == RUNNING and r.group_key:
+            groups.setdefault(r.group_key, []).append(
+                Slot(r.name, r.gpu_type or "", r.num_gpus, r.batch_size or 0, tuple(sorted(r.others)), r.nodes, r.gpus))
+    return {key: tuple(sorted(slots, key=lambda s: s.job)) for key, slots in groups.items()}
+
+
+def desired_units(decision: RoundDecision, placement: Placement) -> list[Unit]:
+    """The decision as units; allocated jobs the placement could not place are left out (they wait)."""
+    by_job = decision.by_job()
+    units: dict[tuple[str, ...], list[Slot]] = {}
+    for a in decision.allocations:
+        where = placement.of(a.job)
+        if where is None:
+            continue
+        others = tuple(sorted(a.others))
+        if any(placement.of(other) is None or other not in by_job for other in others):
+            continue
+        units.setdefault(tuple(sorted((a.job, *others))), []).append(
+            Slot(a.job, a.gpu_type, a.num_gpus, a.batch_size, others, where.nodes, where.gpus))
+    return [tuple(sorted(slots, key=lambda s: s.job)) for slots in units.values()]
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """What to change: groups to stop (their jobs checkpoint), units to start after that."""
+
+    keep: tuple[str, ...]
+    stop: tuple[str, ...]
+    start: tuple[Unit, ...]
+
+
+def plan_changes(current: Mapping[str, Unit], desired: Sequence[Unit], stop_anyway: set[str]) -> RoundPlan:
+    """Keep exactly-unchanged groups; stop the rest (and ``stop_anyway``: cancelled jobs' groups); start the new."""
+    wanted = {unit: None for unit in desired}
+    keep, stop = [], []
+    for key, unit in current.items():
+        if unit in wanted and key not in stop_anyway:
+            keep.append(key)
+            del wanted[unit]
+        else:
+            stop.append(key)
+    return RoundPlan(tuple(keep), tuple(stop), tuple(wanted))
+
+
+def change_kind(slot: Slot, before: JobRow) -> str:
+    """The event of a (re)start: started, resized, moved, repacked or restarted."""
+    if before.started_at is None:
+        return "started"
+    if before.num_gpus and (slot.num_gpus, slot.batch_size) != (before.num_gpus, before.batch_size):
+        return "resized"
+    if before.gpu_type and slot.gpu_type != before.gpu_type:
+        return "moved"
+    if before.gpu_type and set(slot.others) != set(before.others):
+        return "repacked"
+    return "restarted"
+
+
+def slot_detail(slot: Slot) -> dict[str, Any]:
+    return {"gpu_type": slot.gpu_type, "num_gpus": slot.num_gpus, "batch_size": slot.batch_size,
+            "partner": slot.others[0] if slot.others else None, "partners": list(slot.others),
+            "nodes": list(slot.nodes), "gpus": list(slot.gpus)}

@@ -1,0 +1,112 @@
+"""The live scheduler on the local backend with user commands (real detached processes, real SQLite, the ILP):
+the checkpoint-restore contract a user command follows, and crashes retried up to a limit, then failed."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from scheduler.cluster import cluster_from_dict
+from scheduler.executor.registry import make_executor
+from scheduler.service.jobspec import job_from_dict
+from scheduler.service.server import ServeConfig, Server
+from scheduler.service.state import StateStore
+from tests.serve_helpers import kill_groups, wait_until
+
+pytestmark = pytest.mark.slow
+
+# A user training command that follows the documented contract: resume from $COLOCATE_CHECKPOINT, count to
+# $COLOCATE_TARGET_STEPS, write $COLOCATE_PROGRESS_FILE, and on SIGTERM save the checkpoint and exit 0.
+CONTRACT = textwrap.dedent("""
+    import json, os, signal, sys, time
+    checkpoint, progress = os.environ["COLOCATE_CHECKPOINT"], os.environ["COLOCATE_PROGRESS_FILE"]
+    target = int(os.environ["COLOCATE_TARGET_STEPS"])
+    step = int(open(checkpoint).read()) if os.path.exists(checkpoint) else 0
+    print(f"resumed at step {step} with batch {os.environ['COLOCATE_BATCH_SIZE']}", flush=True)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *args: stop.append(True))
+    def report(state):
+        with open(progress + ".tmp", "w") as fh:
+            json.dump({"step": step, "samples": step * 4, "state": state, "elapsed_s": time.time() - t0,
+                       "restored_step": 0}, fh)
+        os.replace(progress + ".tmp", progress)
+    t0 = time.time()
+    while step < target and not stop:
+        step += 1
+        time.sleep(0.02)
+        report("running")
+    open(checkpoint, "w").write(str(step))
+    report("finished" if step >= target else "stopped")
+""")
+
+
+def _server(tmp_path: Path) -> tuple[StateStore, Server]:
+    state = StateStore(tmp_path / "state")
+    cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})
+    server = Server(state, cluster, make_executor("local"), ServeConfig(round_s=0.5, device="cpu", stop_grace_s=10))
+    server.acquire()
+    return state, server
+
+
+def _run_until(server: Server, predicate, what: str, timeout_s: float = 300.0) -> None:
+    def step() -> bool:
+        server.round()
+        return predicate()
+
+    wait_until(step, timeout_s, what)
+
+
+def test_a_user_command_is_stopped_resumes_from_its_checkpoint_and_completes(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(CONTRACT)
+    state, server = _server(tmp_path)
+    try:
+        state.submit(job_from_dict({"name": "u", "command": f"python {script}", "application": "mine",
+                                    "steps": 400, "batch_size": 4}))
+        _run_until(server, lambda: state.job("u").step >= 50, "u to make progress")
+        server.stop_groups((state.job("u").group_key,))  # what a move does: SIGTERM, checkpoint, back to the queue
+        stopped_at = state.job("u").step
+        assert state.job("u").state == "queued" and state.job("u").restarts == 1
+        _run_until(server, lambda: state.job("u").state == "completed", "u to complete")
+        log = (state.dir / "jobs" / "u" / "train.log").read_text()
+        resumed = [int(line.split()[3]) for line in log.splitlines() if line.startswith("resumed at step")]
+        assert resumed[0] == 0 and resumed[1] >= stopped_at > 0  # no progress lost beyond the checkpoint
+        assert state.job("u").step == 400
+    finally:
+        kill_groups(state.dir)
+
+
+def test_a_crashing_job_is_retried_up_to_its_limit_then_failed_with_its_last_log_line(tmp_path: Path) -> None:
+    state, server = _server(tmp_path)
+    try:
+        state.submit(job_from_dict({"name": "bad", "command": "echo loading; echo boom: CUDA error; exit 3",
+                                    "application": "mine", "steps": 10, "batch_size": 4, "max_retries": 1}))
+        _run_until(server, lambda: state.job("bad").state == "failed", "bad to fail")
+        row = state.job("bad")
+        assert row.crashes == 2 and "exit status 3" in row.error and "boom: CUDA error" in row.error
+        assert [e["kind"] for e in state.events("bad")].count("crashed") == 1
+    finally:
+        kill_groups(state.dir)
+
+
+def test_a_job_that_finished_but_does_not_exit_is_completed_and_its_group_killed(tmp_path: Path) -> None:
+    from scheduler.executor.supervise import process_alive, read_json
+
+    state, server = _server(tmp_path)
+    server.config = ServeConfig(round_s=0.5, device="cpu", stop_grace_s=2)
+    hang = ('printf \'{{"step": 5, "samples": 20, "state": "finished", "elapsed_s": 1.0}}\' > "$COLOCATE_PROGRESS_FILE"; '
+            "sleep 600")  # a teardown that never returns (a stuck collective, say)
+    try:
+        state.submit(job_from_dict({"name": "h", "command": hang, "application": "mine", "steps": 5,
+                                    "batch_size": 4}))
+        _run_until(server, lambda: state.job("h").state == "completed", "h to complete")
+        assert not state.groups() and [e["kind"] for e in state.events("h")].count("completed") == 1
+        recorded = read_json(next((state.dir / "runs").glob("*.pid")))
+        wait_until(lambda: not process_alive(recorded["pid"], recorded["start_time"]), 60, "its supervisor killed")
+        for job_pid, job_start in recorded["jobs"].values():
+            wait_until(lambda pid=job_pid, start=job_start: not process_alive(pid, start), 60,
+                       "its job's processes killed")
+    finally:
+        kill_groups(state.dir)

@@ -1,0 +1,188 @@
+"""The live scheduler's pieces without a cluster: job files, the state database, online learning, the round diff,
+the executor registry. Fast; real SQLite, real policy (the ILP) where a decision is involved."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from colocate.cli import app
+from colocate.errors import InputError
+from scheduler.colocation import ColocationTable
+from scheduler.service.jobspec import job_from_dict, load_job
+from scheduler.service.learning import LearnedGoodputModel, learned_ratios, learned_table_frame, policy_table
+from scheduler.service.rounds import Slot, plan_changes
+from scheduler.service.state import QUEUED, StateStore
+
+JOB = {"name": "a", "model": "tiny_cnn", "steps": 100, "batch_size": 8}
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"model": "nope"}, "model"),
+    ({"command": "x"}, "model"),  # both model and command
+    ({"steps": None}, "steps"),
+    ({"samples": 10}, "steps"),  # both steps and samples
+    ({"batch_size": 0}, "batch_size"),
+    ({"max_batch_size": 4}, "max_batch_size"),
+    ({"min_gpus": 2, "max_gpus": 1}, "max_gpus"),
+    ({"adaptive": "yes"}, "adaptive"),
+    ({"gpu_types": ["h200"]}, "gpu_types"),
+    ({"name": "a b"}, "name"),
+    ({"colour": 1}, "colour"),
+])
+def test_bad_job_files_are_one_line_errors_naming_the_field(change: dict, field: str) -> None:
+    data = {k: v for k, v in {**JOB, **change}.items() if v is not None}
+    with pytest.raises(InputError) as info:
+        job_from_dict(data, source="job.yaml", gpu_types=("t4", "v100"))
+    assert info.value.field == field and "job.yaml" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_command_job_keeps_its_placeholders_checked(tmp_path: Path) -> None:
+    path = tmp_path / "train-b.yaml"
+    path.write_text("command: 'python t.py --bs {batch_size} --oops {nope}'\nsamples: 1000\nbatch_size: 4\n")
+    with pytest.raises(InputError, match="unknown placeholder"):
+        load_job(path)
+    path.write_text("command: 'python t.py --bs {batch_size}'\napplication: bert\nsamples: 1000\nbatch_size: 4\n")
+    spec = load_job(path)
+    assert (spec.name, spec.app, spec.samples, spec.steps) == ("train-b", "bert", 1000, None)
+
+
+def test_submit_cancel_and_jobs_work_on_the_database_from_the_cli(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    job = tmp_path / "a.yaml"
+    job.write_text("model: tiny_cnn\nsteps: 10\nbatch_size: 4\n")
+    runner = CliRunner()
+    assert runner.invoke(app, ["submit", "--state", str(state), str(job)]).output.strip() == "a"
+    again = runner.invoke(app, ["submit", "--state", str(state), str(job)])
+    assert again.exit_code != 0 and "already submitted" in str(again.exception)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\n")
+    assert "not valid YAML" in str(runner.invoke(app, ["submit", "--state", str(state), str(bad)]).exception)
+    assert "cancel requested" in runner.invoke(app, ["cancel", "--state", str(state), "a"]).output
+    missing = runner.invoke(app, ["cancel", "--state", str(state), "zz"])
+    assert isinstance(missing.exception, InputError) and "no job named 'zz'" in str(missing.exception)
+    listing = runner.invoke(app, ["jobs", "--state", str(state)])
+    assert listing.exit_code == 0 and "queued" in listing.output
+    store = StateStore(state)
+    assert store.job("a").cancel_requested and store.job("a").state == QUEUED
+    assert sqlite3.connect(store.path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_failed_transaction_leaves_no_trace(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    store.submit(job_from_dict(JOB))
+    with pytest.raises(RuntimeError), store.transaction() as db:
+        db.update_job("a", state="running", step=50)
+        db.event("a", "started", "")
+        raise RuntimeError("crash in the middle of a round")
+    row = store.job("a")
+    assert (row.state, row.step) == (QUEUED, 0) and [e["kind"] for e in store.events("a")] == ["submitted"]
+
+
+def _measurements(store: StateStore, rows: list[tuple]) -> list[dict]:
+    with store.transaction() as db:
+        for row in rows:
+            db.add_measurement(*row)
+    return store.measurements()
+
+
+def test_measurements_override_the_prior_and_calibrate_unmeasured_configurations(tmp_path: Path) -> None:
+    from scheduler.jobs import Job
+
+    store = StateStore(tmp_path)
+    spec = job_from_dict({**JOB, "gpu_types": ["t4"]})
+    prior = LearnedGoodputModel([], {"a": spec})
+    job = Job("a", "tiny_cnn", batch_size=8)
+    before = {n: prior.estimate(job, "t4", n).throughput for n in (1, 2)}
+    rows = _measurements(store, [("tiny_cnn", "t4", 1, 8, "", 0.010), ("tiny_cnn", "t4", 1, 8, "", 0.030)])
+    assert rows[0]["count"] == 2 and rows[0]["iter_time_s"] == pytest.approx(0.020)
+    learned = LearnedGoodputModel(rows, {"a": spec})
+    assert learned.estimate(job, "t4", 1).throughput == pytest.approx(8 / 0.020)  # measured, as measured
+    scale = (8 / 0.020) / before[1]
+    assert learned.estimate(job, "t4", 2).throughput == pytest.approx(before[2] * scale)  # calibrated prior
+    assert learned.estimate(job, "v100", 1) is None  # not an allowed GPU type of the job
+
+
+def test_pair_measurements_become_ratios_with_their_sample_counts_and_an_exported_table(tmp_path: Path) -> None:
+    from scheduler.jobs import Job
+
+    store = StateStore(tmp_path)
+    rows = _measurements(store, [
+        ("tiny_cnn", "t4", 1, 8, "", 0.010), ("resnet18", "t4", 1, 4, "", 0.040),
+        ("tiny_cnn", "t4", 1, 8, "resnet18@4", 0.020), ("tiny_cnn", "t4", 1, 8, "resnet18@4", 0.020),
+        ("resnet18", "t4", 1, 4, "tiny_cnn@8", 0.050)])
+    model = LearnedGoodputModel(rows, {})
+    [pair] = learned_ratios(rows, model)
+    got = {pair["type_a"]: (pair["ratio_a"], pair["n_a"]), pair["type_b"]: (pair["ratio_b"], pair["n_b"])}
+    assert got == {"tiny_cnn@8": (pytest.approx(0.5), 2), "resnet18@4": (pytest.approx(0.8), 1)}
+    base = ColocationTable.from_rows([("t4", "tiny_cnn", "resnet18", 0.99, 0.99), ("t4", "vgg", "vgg", 0.6, 0.6)])
+    table = policy_table(base, [pair])
+    tiny, resnet = Job("x", "tiny_cnn", batch_size=8), Job("y", "resnet18", batch_size=4)
+    assert table.lookup("t4", tiny, resnet) == pytest.approx((0.5, 0.8))  # measured beats the prior table
+    assert table.lookup("t4", Job("x", "tiny_cnn", batch_size=16), resnet) == pytest.approx((0.5, 0.8))  # per app
+    assert table.ratios[("t4", "vgg", "vgg")] == (0.6, 0.6)  # the rest of the prior is kept
+    assert policy_table(base, []) is base
+    path = tmp_path / "learned.csv"
+    from colocate.colocation_table import write_colocation_table
+
+    write_colocation_table(learned_table_frame([pair]), path)
+    assert ColocationTable.load(path).lookup("t4", resnet, tiny) == pytest.approx((0.8, 0.5))
+
+
+def test_unchanged_groups_are_kept_changed_ones_stopped_and_new_units_started() -> None:
+    def slot(job: str, gpus: tuple[int, ...] = (0,), batch: int = 8, partner: str | None = None) -> Slot:
+        return Slot(job, "t4", len(gpus), batch, (partner,) if partner else (), (0,), gpus)
+
+    current = {"g1": (slot("a"),), "g2": (slot("b", (1,)),), "g3": (slot("c", (2, 3)),)}
+    desired = [(slot("a"),), (slot("b", (1,), batch=16),), (slot("c", (2,), partner="d"), slot("d", (2,), partner="c"))]
+    plan = plan_changes(current, desired, set())
+    assert plan.keep == ("g1",) and set(plan.stop) == {"g2", "g3"}
+    assert set(plan.start) == set(desired[1:])
+
+
+def test_a_group_of_three_is_one_unit_kept_while_unchanged_and_measured_against_its_group(tmp_path: Path) -> None:
+    from scheduler.placement import JobPlacement, Placement
+    from scheduler.policy import Allocation, RoundDecision, SolverInfo
+    from scheduler.service.rounds import current_placement, current_units, desired_units
+    from scheduler.service.server import group_type
+    from scheduler.service.state import RUNNING
+
+    members = ("a", "b", "c")
+    others = {j: tuple(m for m in members if m != j) for j in members}
+    decision = RoundDecision(tuple(Allocation(j, "t4", 1, 8, partner=others[j][0], partners=others[j]) for j in members),
+                             (), 0.0, SolverInfo("test", "optimal", 0.0, 0.0))
+    placement = Placement({j: JobPlacement(j, "t4", (0,), (0,), others[j][0], others[j]) for j in members})
+    [unit] = desired_units(decision, placement)
+    assert [s.job for s in unit] == list(members) and unit[0].others == ("b", "c") and unit[0].partner == "b,c"
+    store = StateStore(tmp_path)
+    for j in members:
+        store.submit(job_from_dict({**JOB, "name": j}))
+    with store.transaction() as db:
+        for s in unit:
+            db.update_job(s.job, state=RUNNING, group_key="g1", gpu_type="t4", num_gpus=1, batch_size=8,
+                          partner=s.partner, nodes=s.nodes, gpus=s.gpus)
+    rows = store.jobs()
+    assert current_units(rows) == {"g1": unit}  # read back from the database: the same unit, so it is kept
+    assert plan_changes(current_units(rows), [unit], set()).keep == ("g1",)
+    assert current_placement(rows).of("a") == placement.of("a")
+    by_name = {r.name: r for r in rows}
+    assert group_type([by_name["b"], by_name["c"]]) == "tiny_cnn@8+tiny_cnn@8"
+    measured = _measurements(store, [("tiny_cnn", "t4", 1, 8, "", 0.01),
+                                     ("tiny_cnn", "t4", 1, 8, "tiny_cnn@8+tiny_cnn@8", 0.03)])
+    assert len(measured) == 2  # kept against the group, but not a row of the pair table
+    assert learned_ratios(measured, LearnedGoodputModel(measured, {})) == []
+
+
+def test_executors_come_from_a_registry_behind_one_protocol() -> None:
+    from scheduler.executor.base import Executor
+    from scheduler.executor.registry import EXECUTOR_NAMES, make_executor
+
+    assert EXECUTOR_NAMES == ("local", "ray")
+    local = make_executor("local")
+    assert isinstance(local, Executor) and local.name == "local" and local.runs_here  # launch picks its node
+    with pytest.raises(InputError) as info:
+        make_executor("slurm")
+    assert info.value.field == "--backend" and "local, ray" in str(info.value)
