@@ -118,10 +118,12 @@ class GavelPolicy:
             return
         terms = []
         for x, o in zip(xs, options):
+            value = 0.0  # one coefficient per variable: a pair's members add up
             for pos, name in enumerate(o.combo):
                 est = o.estimates[pos]
                 steps = est.throughput / est.batch_size if est.batch_size else est.throughput
-                terms.append((x, steps * o.ratios[pos] / slowdown.get(apps[name], 1.0)))
+                value += steps * o.ratios[pos] / slowdown.get(apps[name], 1.0)
+            terms.append((x, value))
         prob.setObjective(pulp.LpAffineExpression(terms))
 
     def _solve(self, jobs: Sequence[Job], cluster: Cluster, options: list[_Option],
