@@ -242,3 +242,23 @@ def test_scaled_table_moves_the_pair_benefit_and_keeps_infeasible_pairs():
     assert sum(strong.ratios[("g", "a", "b")]) == pytest.approx(1.3)
     assert weak.ratios[("g", "a", "c")] == (0.0, 0.0)
     assert np.allclose(scaled_table(table, 1.0).ratios[("g", "a", "b")], (0.7, 0.5))
+
+
+def test_sia_log_summary_reads_the_last_round(tmp_path):
+    from scheduler.sia_reference import summarize_sia_log
+
+    rounds = [{"timestamp": 60, "submitted_jobs": [{"name": "a", "submission_time": 0, "completion_time": None,
+                                                     "num_restarts": None}]},
+              {"timestamp": 7260, "submitted_jobs": [
+                  {"name": "a", "submission_time": 0, "completion_time": 3600, "num_restarts": 2},
+                  {"name": "b", "submission_time": 60, "completion_time": 7260, "num_restarts": 1}]}]
+    log = tmp_path / "sia.log"
+    log.write_text("\n".join(__import__("json").dumps(r) for r in rounds) + "\n")
+    s = summarize_sia_log(log)
+    assert (s["jobs"], s["completed"], s["restarts"]) == (2, 2, 3)
+    assert s["avg_jct_h"] == pytest.approx(1.5)
+    from colocate.errors import InputError
+
+    (tmp_path / "bad.log").write_text("{not json\n")
+    with pytest.raises(InputError, match="bad.log"):
+        summarize_sia_log(tmp_path / "bad.log")
