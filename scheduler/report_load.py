@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 import os
 import platform
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 
 def machine_description() -> str:
@@ -54,7 +55,7 @@ def load_table(frame: Any, policies: Sequence[str]) -> list[str]:
             row = means[(means["load"] == x) & (means["policy"] == p)]
             cells.append("–" if row.empty else f"{row['avg_jct_s'].iloc[0]:.2f} / {row['p99_jct_s'].iloc[0]:.1f}")
         lines.append(f"| `{p}` | " + " | ".join(cells) + " |")
-    counts = sorted(set(int(n) for n in means["workloads"]))
+    counts = sorted({int(n) for n in means["workloads"]})
     lines += ["", f"Workloads per load point: {', '.join(map(str, counts))}."]
     return lines
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ def summarize_sia_log(path: str | Path) -> dict[str, Any]:
                    dtype=float)
     restarts = int(sum(j.get("num_restarts") or 0 for j in jobs))
     return {
-        "log": str(p), "jobs": len(jobs), "completed": int(len(jct)), "time_s": record.get("timestamp"),
+        "log": str(p), "jobs": len(jobs), "completed": len(jct), "time_s": record.get("timestamp"),
         "avg_jct_s": float(jct.mean()) if len(jct) else float("nan"),
         "avg_jct_h": float(jct.mean() / 3600) if len(jct) else float("nan"),
         "p99_jct_h": float(np.percentile(jct, 99) / 3600) if len(jct) else float("nan"),

@@ -9,7 +9,8 @@ memory at the local batches they run (:class:`scheduler.sim_models.MemoryModel`)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
@@ -103,7 +104,7 @@ def check_placement(round_index: int, time_s: float, decision: RoundDecision, pl
 
 
 def check_pair_memory(round_index: int, time_s: float, gpu_type: str, members: Sequence[tuple[str, str, float]],
-                      memory: "MemoryModel") -> None:
+                      memory: MemoryModel) -> None:
     """Raise unless the pair ``(job, application, local batch)`` × 2 fits on one GPU of ``gpu_type``."""
     (ja, app_a, la), (jb, app_b, lb) = members
     if not memory.pair_fits(gpu_type, (app_a, la), (app_b, lb)):

@@ -19,16 +19,23 @@ in the simulation (``applications.py``), the restart *penalty* its ILP uses (``s
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from colocate.errors import InputError
 from scheduler.colocation import ColocationTable
-from scheduler.goodput import EstimateArrays, GoodputEstimate, GoodputModel, GoodputModelBase, estimate_arrays
+from scheduler.goodput import (
+    EstimateArrays,
+    GoodputEstimate,
+    GoodputModel,
+    GoodputModelBase,
+    estimate_arrays,
+)
 from scheduler.jobs import Job
 from scheduler.workloads import default_profiles_dir
 
@@ -92,7 +99,7 @@ class AccumulatingGoodput(GoodputModelBase):
             return est
         return self.accumulated(job, gpu_type, num_gpus, num_nodes)
 
-    def estimate_arrays(self, job: Job, configs: "Sequence[Configuration]") -> EstimateArrays:
+    def estimate_arrays(self, job: Job, configs: Sequence[Configuration]) -> EstimateArrays:
         arrays = estimate_arrays(self.inner, job, configs)
         if job.adaptive or not job.batch_size or not np.isnan(arrays.goodput).any():
             return arrays
@@ -102,7 +109,7 @@ class AccumulatingGoodput(GoodputModelBase):
                 filled[i] = self.accumulated(job, c.gpu_type, c.num_gpus, c.num_nodes)
         return EstimateArrays.from_list(filled)
 
-    def estimate_many(self, job: Job, configs: "Sequence[Configuration]") -> list[GoodputEstimate | None]:
+    def estimate_many(self, job: Job, configs: Sequence[Configuration]) -> list[GoodputEstimate | None]:
         return self.estimate_arrays(job, configs).to_list()
 
 
@@ -117,7 +124,7 @@ class BootstrapGoodput(GoodputModelBase):
     cap of 1 leaves nothing else to compare).
     """
 
-    def __init__(self, inner: GoodputModel, cluster: "Cluster") -> None:
+    def __init__(self, inner: GoodputModel, cluster: Cluster) -> None:
         self.inner = inner
         self.cluster = cluster
         self.observed: dict[str, dict[str, int]] = {}
@@ -152,7 +159,7 @@ class BootstrapGoodput(GoodputModelBase):
         value = self._ratio[key]
         return None if math.isnan(value) else value
 
-    def estimate_arrays(self, job: Job, configs: "Sequence[Configuration]") -> EstimateArrays:
+    def estimate_arrays(self, job: Job, configs: Sequence[Configuration]) -> EstimateArrays:
         arrays = estimate_arrays(self.inner, job, configs)
         seen = self.observed.get(job.name)
         if not seen:
@@ -173,7 +180,7 @@ class BootstrapGoodput(GoodputModelBase):
             filled[i] = GoodputEstimate(ref.batch_size, ref.throughput * ratio, ref.efficiency)
         return EstimateArrays.from_list(filled)
 
-    def estimate_many(self, job: Job, configs: "Sequence[Configuration]") -> list[GoodputEstimate | None]:
+    def estimate_many(self, job: Job, configs: Sequence[Configuration]) -> list[GoodputEstimate | None]:
         return self.estimate_arrays(job, configs).to_list()
 
     def estimate(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1) -> GoodputEstimate | None:
@@ -182,7 +189,7 @@ class BootstrapGoodput(GoodputModelBase):
         return self.estimate_arrays(job, (Configuration(gpu_type, num_nodes, num_gpus),)).at(0)
 
 
-def sia_max_gpus(model: GoodputModel, cluster: "Cluster", application: str, observed: int | None) -> int:
+def sia_max_gpus(model: GoodputModel, cluster: Cluster, application: str, observed: int | None) -> int:
     """Sia's GPU cap for an adaptive job: ``min(max(2·observed, 1), 64, max_batch // min_local)``, the last
     term taken on the most permissive GPU type (Sia shares the cap across types). ``observed=None``: no
     online learning (oracle throughput), only the last two terms."""
@@ -224,7 +231,7 @@ class MemoryModel:
     """
 
     model: GoodputModel
-    cluster: "Cluster"
+    cluster: Cluster
     context_gb: float = 0.5
     params_m: Mapping[str, float] = field(default_factory=lambda: dict(MODEL_PARAMS_M))
 
@@ -353,7 +360,17 @@ def load_goodput_model(profiles: str | Path | None = None, applications: Sequenc
 
 
 __all__ = [
-    "AccumulatingGoodput", "BootstrapGoodput", "EFFICIENCY_MODES", "MODEL_PARAMS_M", "MemoryCheckedTable",
-    "MemoryModel", "SIA_RESTART_COST_S", "SIA_RESTART_PENALTY_S", "SIA_SLOWDOWN", "SIA_TARGET_BATCH",
-    "load_goodput_model", "scaled_table", "sia_max_gpus",
+    "EFFICIENCY_MODES",
+    "MODEL_PARAMS_M",
+    "SIA_RESTART_COST_S",
+    "SIA_RESTART_PENALTY_S",
+    "SIA_SLOWDOWN",
+    "SIA_TARGET_BATCH",
+    "AccumulatingGoodput",
+    "BootstrapGoodput",
+    "MemoryCheckedTable",
+    "MemoryModel",
+    "load_goodput_model",
+    "scaled_table",
+    "sia_max_gpus",
 ]

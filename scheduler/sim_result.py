@@ -28,9 +28,9 @@ class SimulationResult:
     policy: str
     workload: str
     summary: dict[str, Any]
-    jobs: "pd.DataFrame"
-    rounds: "pd.DataFrame"
-    allocations: "pd.DataFrame"
+    jobs: pd.DataFrame
+    rounds: pd.DataFrame
+    allocations: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -76,8 +76,8 @@ def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[di
     makespan = float(done["completion_s"].max()) if len(done) == len(jobs) and len(done) else float(end_time)
     summary = {
         "policy": getattr(sim.policy, "name", type(sim.policy).__name__),
-        "jobs": int(len(jobs)),
-        "completed": int(len(done)),
+        "jobs": len(jobs),
+        "completed": len(done),
         "avg_jct_s": float(np.mean(jcts)) if len(jcts) else float("nan"),
         "p50_jct_s": float(np.percentile(jcts, 50)) if len(jcts) else float("nan"),
         "p99_jct_s": float(np.percentile(jcts, 99)) if len(jcts) else float("nan"),

@@ -56,7 +56,7 @@ def _probe(spec: WorkloadJob, gpus: int, batch: int | None) -> Job:
                batch_size=batch, adaptive=False)
 
 
-def _reference_rate(spec: WorkloadJob, goodput: "AccumulatingGoodput", cluster: "Cluster", slowdown: float
+def _reference_rate(spec: WorkloadJob, goodput: AccumulatingGoodput, cluster: Cluster, slowdown: float
                     ) -> float | None:
     """Solo useful samples/s at the job's request on the first GPU type where it runs."""
     from scheduler.policies.common import rigid_shape
@@ -71,8 +71,8 @@ def _reference_rate(spec: WorkloadJob, goodput: "AccumulatingGoodput", cluster: 
     return None
 
 
-def initial_state(spec: WorkloadJob, goodput: "AccumulatingGoodput", cluster: "Cluster", slowdown: float,
-                  source: "str | Path") -> JobState:
+def initial_state(spec: WorkloadJob, goodput: AccumulatingGoodput, cluster: Cluster, slowdown: float,
+                  source: str | Path) -> JobState:
     """A pending job sized as Sia sizes it (the reference curve's end), or by the workload's work/duration."""
     curve = (getattr(goodput, "curves", None) or {}).get(spec.application)
     m0 = float(curve.init_batch_size) if curve is not None else 1.0

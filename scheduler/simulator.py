@@ -44,9 +44,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from colocate.errors import InputError
 from scheduler.cluster import Cluster, load_cluster
@@ -54,10 +55,25 @@ from scheduler.goodput import GoodputModel
 from scheduler.jobs import Job
 from scheduler.placement import Placement, place
 from scheduler.policy import Allocation, Policy, RoundContext, RoundDecision
-from scheduler.sim_checks import SimulationError, check_pair_memory, check_placement, check_round
-from scheduler.sim_models import (SIA_RESTART_COST_S, SIA_RESTART_PENALTY_S, SIA_SLOWDOWN, SIA_TARGET_BATCH,
-                                  AccumulatingGoodput, BootstrapGoodput, MemoryCheckedTable, MemoryModel,
-                                  load_goodput_model, scaled_table, sia_max_gpus)
+from scheduler.sim_checks import (
+    SimulationError,
+    check_pair_memory,
+    check_placement,
+    check_round,
+)
+from scheduler.sim_models import (
+    SIA_RESTART_COST_S,
+    SIA_RESTART_PENALTY_S,
+    SIA_SLOWDOWN,
+    SIA_TARGET_BATCH,
+    AccumulatingGoodput,
+    BootstrapGoodput,
+    MemoryCheckedTable,
+    MemoryModel,
+    load_goodput_model,
+    scaled_table,
+    sia_max_gpus,
+)
 from scheduler.sim_result import SUMMARY_KEYS, SimulationResult, build_result
 from scheduler.sim_state import JobState, Member, advance, initial_state
 from scheduler.workloads import Workload, load_workload
@@ -135,7 +151,7 @@ class Simulator:
     the caller (:func:`resolve_policy`) and nowhere else."""
 
     def __init__(self, cluster: Cluster, workload: Workload, policy: Policy, goodput: GoodputModel,
-                 colocation: "ColocationTable | None" = None, config: SimConfig = SimConfig(),
+                 colocation: ColocationTable | None = None, config: SimConfig = SimConfig(),
                  adaptive: bool = False) -> None:
         self.cluster = cluster
         self.workload = workload
@@ -153,7 +169,7 @@ class Simulator:
         if len(self.states) != len(workload.jobs):
             raise InputError("duplicate job names", source=workload.source, field="name", valid="unique names")
 
-    def _policy_table(self, table: "ColocationTable | None") -> "ColocationTable | None":
+    def _policy_table(self, table: ColocationTable | None) -> ColocationTable | None:
         if table is None:
             return None
         if self.config.colocation_strength != 1.0:
@@ -412,7 +428,7 @@ class Simulator:
 # The entry point used by the CLI, the comparison and the demo
 # --------------------------------------------------------------------------------------------------
 
-def resolve_policy(policy_name: "str | Policy", seed: int = 0, adaptive: bool | None = None,
+def resolve_policy(policy_name: str | Policy, seed: int = 0, adaptive: bool | None = None,
                    options: Mapping[str, Any] | None = None) -> tuple[Policy, bool, bool]:
     """``(policy, adaptive, packs)``: the one place that decides whether jobs are adaptive.
 
@@ -433,9 +449,9 @@ def resolve_policy(policy_name: "str | Policy", seed: int = 0, adaptive: bool | 
     return policy, (is_adaptive if adaptive is None else adaptive), packs
 
 
-def simulate(cluster: "Cluster | str | Path", workload: "Workload | str | Path", policy_name: "str | Policy",
-             colocation: "ColocationTable | str | Path | None" = None, round_s: float = 60.0, seed: int = 0, *,
-             profiles: "str | Path | GoodputModel | None" = None, adaptive: bool | None = None,
+def simulate(cluster: Cluster | str | Path, workload: Workload | str | Path, policy_name: str | Policy,
+             colocation: ColocationTable | str | Path | None = None, round_s: float = 60.0, seed: int = 0, *,
+             profiles: str | Path | GoodputModel | None = None, adaptive: bool | None = None,
              config: SimConfig | None = None, progress: ProgressCallback | None = None,
              policy_options: Mapping[str, Any] | None = None) -> SimulationResult:
     """Simulate ``policy_name`` on ``workload`` over ``cluster`` and return the :class:`SimulationResult`.
@@ -469,7 +485,19 @@ def simulate(cluster: "Cluster | str | Path", workload: "Workload | str | Path",
 
 
 __all__ = [
-    "AccumulatingGoodput", "CHOICES", "SimConfig", "SimulationError", "SimulationResult", "Simulator",
-    "check_placement", "check_round", "load_goodput_model", "resolve_policy", "simulate", "SIA_RESTART_COST_S",
-    "SIA_RESTART_PENALTY_S", "SIA_SLOWDOWN", "SUMMARY_KEYS",
+    "CHOICES",
+    "SIA_RESTART_COST_S",
+    "SIA_RESTART_PENALTY_S",
+    "SIA_SLOWDOWN",
+    "SUMMARY_KEYS",
+    "AccumulatingGoodput",
+    "SimConfig",
+    "SimulationError",
+    "SimulationResult",
+    "Simulator",
+    "check_placement",
+    "check_round",
+    "load_goodput_model",
+    "resolve_policy",
+    "simulate",
 ]

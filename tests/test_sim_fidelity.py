@@ -3,6 +3,8 @@ never runs a pair that does not fit in memory."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,12 +15,17 @@ from scheduler.goodput import GoodputEstimate, read_validation_curves
 from scheduler.ilp import restart_factor
 from scheduler.jobs import Job
 from scheduler.placement import JobPlacement, Placement
-from scheduler.policies.common import make_decision
+from scheduler.policies.common import Shape, make_decision
 from scheduler.policies.gavel import GavelPolicy, _Option
-from scheduler.policies.common import Shape
 from scheduler.policy import Allocation, RoundContext
 from scheduler.sim_checks import SimulationError, check_pair_memory
-from scheduler.sim_models import MemoryCheckedTable, MemoryModel, load_goodput_model, scaled_table, sia_max_gpus
+from scheduler.sim_models import (
+    MemoryCheckedTable,
+    MemoryModel,
+    load_goodput_model,
+    scaled_table,
+    sia_max_gpus,
+)
 from scheduler.simulator import SimConfig, Simulator, resolve_policy, simulate
 from scheduler.workloads import Workload, WorkloadJob, default_profiles_dir
 
@@ -96,7 +103,7 @@ def test_new_jobs_start_on_one_gpu_and_at_most_double_each_round():
     boot = simulate(SIA64, _one_job(), "sia").allocations.sort_values("round")
     sizes = boot["num_gpus"].tolist()
     assert sizes[0] == 1
-    assert all(b <= 2 * a for a, b in zip(sizes, sizes[1:]))
+    assert all(b <= 2 * a for a, b in itertools.pairwise(sizes))
     assert max(sizes) >= 4
     oracle = simulate(SIA64, _one_job(), "sia", config=SimConfig(throughput="oracle")).allocations
     assert oracle.sort_values("round")["num_gpus"].iloc[0] > 1
@@ -209,7 +216,7 @@ def test_no_policy_packs_a_pair_that_does_not_fit(policy):
     """Rigid jobs at the largest batch an RTX 2080Ti holds: no pair fits. (The ILP reads the same table;
     adaptive jobs may shrink their micro-batches, which the progress step checks every round.)"""
     table = ColocationTable.from_rows([("rtx", "cifar10", "cifar10", 0.75, 0.75)])
-    base = dict(round_s=60.0, max_time_s=1800.0)
+    base = {"round_s": 60.0, "max_time_s": 1800.0}
     checked = simulate(_rtx_only(), _big_batch_jobs(), policy, colocation=table, config=SimConfig(**base))
     assert checked.summary["packed_fraction"] == 0.0
     unchecked = simulate(_rtx_only(), _big_batch_jobs(), policy, colocation=table,
