@@ -175,7 +175,7 @@ class BootstrapGoodput(GoodputModelBase):
             ratio = self.ratio(job.application, c.gpu_type, reference)
             nodes = math.ceil(c.num_gpus / ref_type.gpus_per_node)
             ref = self.inner.estimate(job, reference, c.num_gpus, nodes) if ratio is not None else None
-            if ref is None or filled[i] is None:
+            if ratio is None or ref is None or filled[i] is None:
                 continue  # the job cannot run there (memory, profile): projection does not change that
             filled[i] = GoodputEstimate(ref.batch_size, ref.throughput * ratio, ref.efficiency)
         return EstimateArrays.from_list(filled)

@@ -97,4 +97,4 @@ def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[di
         "model": {k: getattr(sim.config, k) for k in ("throughput", "batch", "restart_on", "efficiency", "memory",
                                                        "colocation_strength")},
     }
-    return SimulationResult(summary["policy"], sim.workload.name, summary, jobs, rounds, allocations, meta)
+    return SimulationResult(str(summary["policy"]), sim.workload.name, summary, jobs, rounds, allocations, meta)

@@ -185,7 +185,8 @@ class GavelPolicy:
         options = self._options(jobs, cluster, context)
         key = (tuple(sorted(live)), hash(cluster), id(context.colocation))
         if key != self._cache_key:
-            self._fractions = self._solve(jobs, cluster, options, context.extras.get("slowdown"))
+            slowdown = context.extras.get("slowdown")
+            self._fractions = self._solve(jobs, cluster, options, slowdown if isinstance(slowdown, Mapping) else None)
             self._cache_key = key
         by_key = {o.key: o for o in options}
         by_name = {j.name: j for j in jobs}
