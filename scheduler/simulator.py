@@ -248,8 +248,11 @@ class Simulator:
             if fit != (local[0], local[1]):
                 caps = [float(fit[0]), float(fit[1])]
                 solo = [self._rate(m, m.alloc, c) for m, c in zip(members, caps)]  # type: ignore[arg-type]
-            run_local = [min(x, c) if c is not None else x for x, c in zip(local, caps)]
-            check_pair_memory(run.k, run.now, a.gpu_type, [(m.spec.name, app, max(x, 1.0)) for m, app, x in
+            # the micro-batch each runs: capped, but never below the smallest profiled (see accumulated())
+            limits = getattr(self.goodput.inner, "local_batch_range", lambda *_: None)
+            floor = [(limits(app, a.gpu_type) or (1.0, 1.0))[0] for app in apps]
+            run_local = [min(x, max(c, f)) if c is not None else x for x, c, f in zip(local, caps, floor)]
+            check_pair_memory(run.k, run.now, a.gpu_type, [(m.spec.name, app, x) for m, app, x in
                                                             zip(members, apps, run_local)], self.memory)
         return [Member(m, min(m.delay, self.config.round_s), s, s * r, m.work - m.done, batch=b)
                 for m, (s, b), r in zip(members, solo, ratios)]
