@@ -8,9 +8,10 @@ bootstrap for new GPU types) and :class:`TableGoodputModel` (an explicit table, 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -264,7 +265,7 @@ class ValidationCurves:
         return int(self.batch_sizes[0])
 
     def epoch(self, progress: float) -> int:
-        return int(min(np.searchsorted(self.boundaries, progress, side="right"), len(self.boundaries) - 1))
+        return min(int(np.searchsorted(self.boundaries, progress, side="right")), len(self.boundaries) - 1)
 
     def efficiency(self, progress: float, batch_size: "np.ndarray | float") -> "np.ndarray":
         """``gain / scale`` with ``gain = (var + sqr) / (var / scale + sqr)``, ``scale = M / M0`` (≤ 1)."""

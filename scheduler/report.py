@@ -14,11 +14,15 @@ with its per-job and per-round tables). Output in ``out_dir``:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
+
+from scheduler.figures import pyplot as _plt
+from scheduler.figures import save_figure as _save
 
 POLICY_ORDER = ("colocate", "sia", "gavel", "gavel-packed", "tiresias", "gandiva", "fifo")
 
@@ -57,7 +61,7 @@ def natural_sorted(names: Any) -> list[str]:
     return sorted(set(names), key=lambda n: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(n))])
 
 
-def _order(policies: Sequence[str]) -> list[str]:
+def _order(policies: Iterable[str]) -> list[str]:
     rank = {p: i for i, p in enumerate(POLICY_ORDER)}
     return sorted(set(policies), key=lambda p: (rank.get(p, len(rank)), p))
 
@@ -156,23 +160,6 @@ def target_lines(checks: Sequence[TargetCheck]) -> list[str]:
 # --------------------------------------------------------------------------------------------------
 # Plots
 # --------------------------------------------------------------------------------------------------
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig: Any, path: Path) -> Path:
-    """Lay out, write and close ``fig``."""
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    _plt().close(fig)
-    return path
-
 
 def plot_jct_cdf(runs: Sequence[RunRecord], path: Path) -> Path:
     plt = _plt()

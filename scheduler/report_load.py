@@ -62,9 +62,9 @@ def load_table(frame: Any, policies: Sequence[str]) -> list[str]:
 
 def plot_jct_vs_load(frame: Any, policies: Sequence[str], path: Path) -> Path:
     """Average (left) and p99 (right) JCT against load, one line per policy."""
-    from scheduler.report import _plt, _save
+    from scheduler.figures import pyplot, save_figure
 
-    plt = _plt()
+    plt = pyplot()
     means = load_means(frame)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, metric, label in ((axes[0], "avg_jct_s", "average JCT (h)"), (axes[1], "p99_jct_s", "p99 JCT (h)")):
@@ -78,7 +78,7 @@ def plot_jct_vs_load(frame: Any, policies: Sequence[str], path: Path) -> Path:
         ax.grid(True, alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle("JCT across load")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _ratio(means: Any, load: float, metric: str, a: str, b: str) -> float:

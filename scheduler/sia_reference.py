@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 
 
 def summarize_sia_log(path: str | Path) -> dict[str, Any]:

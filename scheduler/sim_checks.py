@@ -59,6 +59,9 @@ def check_round(round_index: int, time_s: float, decision: RoundDecision, jobs: 
             raise fail(a.job, f"{a.num_gpus} GPUs")
         if rigid_sizes is not None and a.num_gpus < rigid_sizes.get(a.job, 0):
             raise fail(a.job, f"rigid job of {rigid_sizes[a.job]} GPUs given {a.num_gpus}")
+        if len(a.others) > 1:  # progress, memory and restarts are integrated per pair
+            raise fail(a.job, f"shares GPUs with {len(a.others)} jobs {list(a.others)}: the simulator runs "
+                              "pairs only (use max_group_size=2)")
         if a.partner is not None:
             b = alloc.get(a.partner)
             if b is None or b.partner != a.job:

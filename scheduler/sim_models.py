@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 from scheduler.colocation import ColocationTable
 from scheduler.goodput import (
     EstimateArrays,

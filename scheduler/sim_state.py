@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 from scheduler.jobs import Job
 from scheduler.policy import Allocation
 from scheduler.workloads import WorkloadJob

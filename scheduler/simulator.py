@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 from scheduler.cluster import Cluster, load_cluster
 from scheduler.goodput import GoodputModel
 from scheduler.jobs import Job
@@ -449,6 +449,10 @@ def resolve_policy(policy_name: str | Policy, seed: int = 0, adaptive: bool | No
         from scheduler.ilp import PackingPolicy
 
         is_adaptive = bool(getattr(policy, "adaptive", isinstance(policy, PackingPolicy)))
+    group_size = getattr(getattr(policy, "config", None), "max_group_size", 2)
+    if isinstance(group_size, int) and group_size > 2:
+        raise InputError(f"{group_size}", field="max_group_size",
+                         valid="2: the simulator integrates progress, memory and restarts per pair")
     return policy, (is_adaptive if adaptive is None else adaptive), packs
 
 

@@ -142,7 +142,7 @@ def compare_command(
 
         ColocationTable.load(colocation)
     load_points = parse_loads(loads)
-    tasks = []
+    tasks: list[dict[str, Any]] = []
     for f in files:
         for load in load_points:
             label = workload_label(f) + ("" if load_points == [1.0] else f"@{load:g}x")

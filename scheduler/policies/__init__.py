@@ -13,16 +13,17 @@ name               jobs      packing  what it is
 =================  ========  =======  ==========================================================================
 
 Adaptive jobs get their GPU count and batch size chosen by goodput (the policy plans with the workload's
-batch size as their upper limit, as Sia's speedup functions do); rigid jobs run exactly as submitted. :func:`make_policy` builds a fresh
-policy object per simulation (baselines keep per-run bookkeeping such as attained service).
+batch size as their upper limit, as Sia's speedup functions do); rigid jobs run exactly as submitted.
+:func:`make_policy` builds a fresh policy object per simulation (baselines keep per-run bookkeeping such as attained service).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 from scheduler.policy import Policy
 
 
