@@ -244,6 +244,72 @@ def fit_step_time(rows: "pd.DataFrame") -> StepTimeModel:
 # Goodput from profiles (+ optional gradient-noise curves)
 # --------------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class ValidationCurves:
+    """Gradient statistics of one application measured at several global batch sizes, per epoch (Sia).
+
+    Sia's simulator (``applications.py``) takes the gradient statistics of epoch ``e`` at a batch ``M`` by
+    linear interpolation between the two validated batch sizes around ``M``; the epoch is the number of
+    epoch boundaries a job's progress has crossed, a boundary being the smallest progress any curve
+    reached by that epoch. ``sqr``/``var`` are ``[epoch, batch]`` arrays.
+    """
+
+    application: str
+    batch_sizes: "np.ndarray"
+    boundaries: "np.ndarray"
+    sqr: "np.ndarray"
+    var: "np.ndarray"
+
+    @property
+    def init_batch_size(self) -> int:
+        return int(self.batch_sizes[0])
+
+    def epoch(self, progress: float) -> int:
+        return min(int(np.searchsorted(self.boundaries, progress, side="right")), len(self.boundaries) - 1)
+
+    def efficiency(self, progress: float, batch_size: "np.ndarray | float") -> "np.ndarray":
+        """``gain / scale`` with ``gain = (var + sqr) / (var / scale + sqr)``, ``scale = M / M0`` (≤ 1)."""
+        e = self.epoch(progress)
+        M = np.maximum(np.asarray(batch_size, dtype=float), self.batch_sizes[0])
+        sqr = np.interp(M, self.batch_sizes, self.sqr[e])
+        var = np.interp(M, self.batch_sizes, self.var[e])
+        scale = M / self.batch_sizes[0]
+        denom = var / scale + sqr
+        gain = np.where(denom > 0, (var + sqr) / np.where(denom > 0, denom, 1.0), 1.0)
+        return np.minimum(gain / scale, 1.0)
+
+
+def read_validation_curves(root: "str | Path", applications: "Sequence[str] | None" = None
+                           ) -> "dict[str, ValidationCurves]":
+    """Every ``<root>/<app>/validation-<batch>.csv`` of a Sia traces directory, as :class:`ValidationCurves`.
+
+    All curves of an application are cut to the shortest (Sia's ``max_epochs`` is at most that length).
+    """
+    import pandas as pd
+
+    out: dict[str, ValidationCurves] = {}
+    base = Path(root)
+    if not base.is_dir():
+        return out
+    for app_dir in sorted(d for d in base.iterdir() if d.is_dir()):
+        if applications is not None and app_dir.name not in applications:
+            continue
+        frames = {}
+        for f in app_dir.glob("validation-*.csv"):
+            size = f.stem.split("-")[-1]
+            if size.isdigit():
+                frames[int(size)] = pd.read_csv(f, usecols=["progress", "grad_sqr", "grad_var"])
+        if not frames:
+            continue
+        sizes = sorted(frames)
+        n = min(len(frames[b]) for b in sizes)
+        col = {k: np.stack([frames[b][k].to_numpy(float)[:n] for b in sizes], axis=1)
+               for k in ("progress", "grad_sqr", "grad_var")}
+        out[app_dir.name] = ValidationCurves(app_dir.name, np.asarray(sizes, dtype=float), col["progress"].min(axis=1),
+                                             col["grad_sqr"], col["grad_var"])
+    return out
+
+
 def statistical_efficiency(batch_size: "np.ndarray | float", init_batch_size: int, noise_scale: float) -> "np.ndarray":
     """Pollux's efficiency ``(φ + M0) / (φ + M)`` for global batch M ≥ M0, capped at 1 below M0."""
     M = np.asarray(batch_size, dtype=float)
@@ -266,9 +332,12 @@ class ProfileGoodputModel(GoodputModelBase):
 
     GRID_POINTS = 24
 
-    def __init__(self, profiles: "pd.DataFrame", curves: "Mapping[str, GnsCurve] | None" = None) -> None:
+    def __init__(self, profiles: "pd.DataFrame", curves: "Mapping[str, GnsCurve] | None" = None,
+                 validation: "Mapping[str, ValidationCurves] | None" = None) -> None:
         self.profiles = profiles
         self.curves = dict(curves or {})
+        # Sia's efficiency (curves at the job's own batch); without them, the initial batch's GNS curve
+        self.validation = dict(validation or {})
         self._models: dict[tuple[str, str], StepTimeModel] = {}
         self._reference: dict[str, str | None] = {}
         self._local_range: dict[tuple[str, str], tuple[float, float]] = {}
@@ -392,7 +461,14 @@ class ProfileGoodputModel(GoodputModelBase):
         return table
 
     def efficiency(self, job: Job, batch_size: "np.ndarray | float") -> "np.ndarray":
-        """Pollux efficiency of ``job`` at its current progress for each global batch size."""
+        """Statistical efficiency of ``job`` at its current progress for each global batch size.
+
+        With validation curves (Sia's simulator): gradient statistics of the job's epoch interpolated at
+        each batch size; else Pollux's ``(φ + M0) / (φ + M)`` with φ from the initial batch's curve.
+        """
+        measured = self.validation.get(job.application)
+        if measured is not None:
+            return measured.efficiency(job.progress, batch_size)
         arrays = self._curve_arrays.get(job.application)
         if arrays is None:
             return np.ones_like(np.asarray(batch_size, dtype=float))

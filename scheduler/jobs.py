@@ -52,6 +52,7 @@ class Job:
     current_partner: str | None = None
     pinned: bool = False
     progress: float = 0.0
+    restart_cost_s: float | None = None  # this job's restart penalty for the ILP (None: the policy's default)
 
     @property
     def job_type(self) -> str:

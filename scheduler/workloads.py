@@ -106,6 +106,16 @@ class Workload:
         """The first ``n`` jobs (for quick runs)."""
         return replace(self, jobs=self.jobs[:n], name=f"{self.name}[:{n}]")
 
+    def at_load(self, load: float) -> "Workload":
+        """The same jobs arriving ``load`` times as fast (arrival times divided by ``load``): Sia's nominal
+        rate is 1; 2 doubles the arrival rate over the same job mix."""
+        if not (load > 0 and math.isfinite(load)):
+            raise InputError(f"load {load!r}", source=self.source, field="load", valid="a number > 0, e.g. 0.5 or 2")
+        if load == 1:
+            return self
+        jobs = tuple(replace(j, arrival=j.arrival / load) for j in self.jobs)
+        return replace(self, jobs=jobs, name=f"{self.name}@{load:g}x")
+
     def to_rows(self) -> list[dict[str, object]]:
         rows = []
         for j in self.jobs:

@@ -78,3 +78,39 @@ def test_compare_writes_report_table_and_plots(shared_data, tmp_path):
                     "--profiles", str(shared_data / "sia/traces"))
     assert again.returncode == 0, again.stderr
     pd.testing.assert_frame_equal(pd.read_csv(out / "summary.csv"), summary)
+
+
+@pytest.mark.slow
+def test_compare_across_load_points_writes_the_load_table_and_plot(shared_data, tmp_path):
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "workload-1.csv").write_text(TINY)
+    out = tmp_path / "report"
+    proc = run_cli("compare", "--cluster", str(CLUSTER), "--workloads", str(tmp_path / "set" / "workload-*.csv"),
+                   "--policies", "sia,fifo", "--loads", "1,4", "--out", str(out), "--workers", "2",
+                   "--profiles", str(shared_data / "sia/traces"), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "jct_vs_load.png").is_file()
+    summary = pd.read_csv(out / "summary.csv")
+    assert sorted(summary["load"].unique()) == [1.0, 4.0] and len(summary) == 4
+    fifo = summary[summary["policy"] == "fifo"].set_index("load")
+    assert fifo.loc[4.0, "avg_jct_s"] >= fifo.loc[1.0, "avg_jct_s"]  # the same jobs arriving 4x as fast wait more
+    report = (out / "report.md").read_text()
+    assert "## JCT across load" in report and "Targets across load" in report
+    assert "logical CPUs" in report and "UTC" in report  # machine and date read from the machine
+
+
+def test_bad_load_point_is_a_one_line_error(tmp_path):
+    (tmp_path / "w.csv").write_text(TINY)
+    proc = run_cli("compare", "--cluster", str(CLUSTER), "--workloads", str(tmp_path / "w.csv"), "--loads", "1,zero",
+                   "--out", str(tmp_path / "o"))
+    assert proc.returncode != 0
+    assert "--loads" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_at_load_divides_arrival_times():
+    from scheduler.workloads import Workload, WorkloadJob
+
+    work = Workload("w", (WorkloadJob("a", "cifar10", 0.0), WorkloadJob("b", "cifar10", 600.0)))
+    fast = work.at_load(2)
+    assert [j.arrival for j in fast.jobs] == [0.0, 300.0] and fast.name == "w@2x"
+    assert work.at_load(1) is work

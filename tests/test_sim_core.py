@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 import pytest
 
+from profiler.errors import InputError
 from scheduler.cluster import cluster_from_dict
 from scheduler.colocation import ColocationTable
 from scheduler.goodput import TableGoodputModel
@@ -205,6 +206,42 @@ def test_violation_names_round_and_job(mode, words):
                  config=NO_COSTS)
     message = str(info.value)
     assert all(w in message for w in words), message
+
+
+class _Triple:
+    """Packs three jobs on one GPU (what the ILP proposes with ``max_group_size=3``)."""
+
+    name = "triple"
+    adaptive = False
+
+    def allocate(self, jobs, cluster, context):
+        names = tuple(j.name for j in jobs)
+        allocs = tuple(Allocation(n, "g", 1, 32, partner=[m for m in names if m != n][0],
+                                  partners=tuple(m for m in names if m != n)) for n in names)
+        return RoundDecision(allocs, (), 0.0, SolverInfo("test", "ok", 0.0, 0.0))
+
+
+def three_jobs() -> Workload:
+    return Workload("three", tuple(WorkloadJob(n, "a", 0.0, 1, 32, work=600.0) for n in "ABC"))
+
+
+def test_a_group_of_three_is_rejected_by_name():
+    with pytest.raises(SimulationError) as info:
+        simulate(one_gpu(), three_jobs(), _Triple(), colocation=ColocationTable.from_rows([]), profiles=GOODPUT,
+                 config=NO_COSTS)
+    message = str(info.value)
+    assert all(w in message for w in ("round 0", "job A", "pairs only", "max_group_size=2")), message
+
+
+@pytest.mark.parametrize("policy, options", [
+    ("colocate", {"max_group_size": 3}),
+    (PackingPolicy(IlpConfig(max_group_size=3), name="colocate"), None),
+])
+def test_simulating_triples_is_a_one_line_input_error(policy, options):
+    with pytest.raises(InputError) as info:
+        simulate(one_gpu(), three_jobs(), policy, colocation=ColocationTable.from_rows([]), profiles=GOODPUT,
+                 config=NO_COSTS, policy_options=options)
+    assert "max_group_size" in str(info.value) and "\n" not in str(info.value)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""``colocate compare``: every policy on every workload, in parallel processes, then a markdown report."""
+"""``colocate compare``: every policy on every workload at every load point, in parallel processes, then a
+markdown report (with JCT across load when several load points are given)."""
 
 from __future__ import annotations
 
@@ -62,22 +63,47 @@ def _code_version() -> str:
     return f"commit {head}" + (" with uncommitted changes under scheduler/" if dirty else "")
 
 
+def parse_loads(text: str) -> list[float]:
+    """``"0.5,1,2"`` → ``[0.5, 1.0, 2.0]``; anything else is an InputError naming ``--loads``."""
+    from colocate.errors import InputError
+
+    loads = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            value = float(part.rstrip("x×"))
+        except ValueError:
+            value = float("nan")
+        if not value > 0 or value == float("inf"):
+            raise InputError(f"load {part!r}", source="--loads", field="loads",
+                             valid="comma-separated multiples of the arrival rate > 0, e.g. 0.5,1,1.5,2,3")
+        loads.append(value)
+    return sorted(set(loads))
+
+
 def run_task(task: dict[str, Any]) -> dict[str, Any]:
-    """Run one (workload, policy) simulation and write its logs; a module-level function for worker processes."""
-    from scheduler.simulator import simulate
+    """Run one (workload, load, policy) simulation and write its logs; module-level for worker processes."""
+    from scheduler.simulator import SimConfig, simulate
+    from scheduler.workloads import read_workload
 
     out = Path(task["out"])
-    result = simulate(task["cluster"], task["workload"], task["policy"], colocation=task["colocation"],
-                      round_s=task["round_s"], seed=task["seed"], profiles=task["profiles"])
+    work = read_workload(task["workload"]).at_load(task["load"])
+    config = SimConfig(round_s=task["round_s"], seed=task["seed"], colocation_strength=task["strength"])
+    result = simulate(task["cluster"], work, task["policy"], colocation=task["colocation"],
+                      profiles=task["profiles"], config=config)
+    result.meta["load"] = task["load"]
     result.meta["code"] = _code_version()
     result.write(out)
-    return {"workload": task["label"], "policy": task["policy"], **result.to_json()}
+    return {"workload": task["label"], "load": task["load"], "policy": task["policy"], **result.to_json()}
 
 
 def compare_command(
     cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML."),
     workloads: str = typer.Option(..., "--workloads", help="Glob of workload files (comma-separate several globs)."),
     policies: str = typer.Option("colocate,sia,gavel", "--policies", help="Comma-separated policy names."),
+    loads: str = typer.Option("1", "--loads", help="Load points: multiples of each workload's arrival rate "
+                                                  "(arrival times divided by it), e.g. 0.5,1,1.5,2,3."),
+    strength: float = typer.Option(1.0, "--colocation-strength",
+                                   help="Scale every pair's benefit Σr−1 (sensitivity: <1 weaker, >1 stronger)."),
     out: Path = typer.Option(..., "--out", "-o", help="Report directory, e.g. results/sim/NAME."),
     colocation: Path = typer.Option(None, "--colocation",
                                     help="Colocation table CSV (default: the bundled table transferred from Gavel)."),
@@ -104,6 +130,7 @@ def compare_command(
     from scheduler.cluster import load_cluster
     from scheduler.policies import policy_spec
     from scheduler.report import RunRecord, colocation_provenance, migrations_of, write_report
+    from scheduler.report_load import machine_description
     from scheduler.transfer import DEFAULT_TABLE
     from scheduler.workloads import read_workload
 
@@ -131,21 +158,25 @@ def compare_command(
         from scheduler.colocation import ColocationTable
 
         ColocationTable.load(colocation)
-    tasks = []
+    load_points = parse_loads(loads)
+    tasks: list[dict[str, Any]] = []
     for f in files:
-        label = workload_label(f)
-        for p in names:
-            run_dir = out / "runs" / label / p
-            tasks.append({"cluster": str(cluster), "workload": str(f), "policy": p, "label": label,
-                          "colocation": str(colocation) if colocation else None, "round_s": round_s, "seed": seed,
-                          "profiles": str(profiles) if profiles else None, "out": str(run_dir)})
+        for load in load_points:
+            label = workload_label(f) + ("" if load_points == [1.0] else f"@{load:g}x")
+            for p in names:
+                run_dir = out / "runs" / label / p
+                tasks.append({"cluster": str(cluster), "workload": str(f), "policy": p, "label": label, "load": load,
+                              "colocation": str(colocation) if colocation else None, "round_s": round_s,
+                              "seed": seed, "strength": strength, "profiles": str(profiles) if profiles else None,
+                              "out": str(run_dir)})
     logs = ("summary.json", "jobs.parquet", "rounds.parquet", "allocations.parquet")
     todo = [t for t in tasks if force or not all((Path(t["out"]) / f).is_file() for f in logs)]
     n_workers = workers if workers is not None else min(os.cpu_count() or 1, max(len(todo), 1))
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=error_console)
     with progress:
-        bar = progress.add_task(f"{len(names)} policies × {len(files)} workloads ({n_workers} workers)",
+        bar = progress.add_task(f"{len(names)} policies × {len(files)} workloads × {len(load_points)} loads "
+                                f"({n_workers} workers)",
                                 total=len(tasks), completed=len(tasks) - len(todo), last="")
 
         def done(row: dict[str, Any]) -> None:
@@ -168,7 +199,7 @@ def compare_command(
         moves, pair_moves = migrations_of(allocations)
         records.append(RunRecord(t["label"], t["policy"], {k: v for k, v in summary.items() if k != "meta"},
                                  pd.read_parquet(run_dir / "jobs.parquet"), pd.read_parquet(run_dir / "rounds.parquet"),
-                                 moves, pair_moves))
+                                 moves, pair_moves, t["load"]))
     packing = any(policy_spec(p).packing for p in names)
     table_used = colocation if colocation is not None else (DEFAULT_TABLE if packing else None)
     types = ", ".join(f"{t.name} {t.nodes}×{t.gpus_per_node}" for t in cluster_obj)
@@ -176,10 +207,15 @@ def compare_command(
         "cluster": f"`{cluster}` ({cluster_obj.total_gpus} GPUs: {types})",
         "workloads": f"{len(files)} files from `{workloads}`",
         "policies": ", ".join(f"`{p}`" for p in names),
-        "round": f"{round_s:g} s; seed {seed}",
+        "loads": ", ".join(f"{x:g}×" for x in load_points) + " the workloads' arrival rate (same jobs, arrival "
+                 "times divided by the load)",
+        "round": f"{round_s:g} s; seed {seed}" + (f"; co-location benefit scaled by {strength:g}"
+                                                   if strength != 1 else ""),
         "command": f"`colocate compare --cluster {cluster} --workloads '{workloads}' --policies {','.join(names)} "
-                   f"--out {out}`" + (f" --colocation {colocation}" if colocation else ""),
-        "machine": "2-core CPU dev container",
+                   f"--loads {','.join(f'{x:g}' for x in load_points)} --out {out}"
+                   + (f" --colocation-strength {strength:g}" if strength != 1 else "")
+                   + (f" --colocation {colocation}" if colocation else "") + "`",
+        "machine": f"{machine_description()}; {n_workers} worker processes",
         "code": f"report written at {_code_version()}; each run records the code it ran in "
                 f"`runs/<workload>/<policy>/summary.json` (meta.code)",
     }
@@ -187,8 +223,8 @@ def compare_command(
                           colocation_note=colocation_provenance(table_used) if packing else "",
                           notes=read_text(notes, field="--notes", what="notes file") if notes is not None else "")
     frame = pd.read_csv(out / "summary.csv")
-    means = frame.groupby("policy")[["avg_jct_s", "p99_jct_s", "gpu_hours", "packed_fraction"]].mean()
-    for policy, row in means.iterrows():
-        console.print(f"{policy:>13}: avg JCT {row.avg_jct_s / 3600:.3f} h · p99 {row.p99_jct_s / 3600:.2f} h · "
-                      f"{row.gpu_hours:.0f} GPU-h · packed {row.packed_fraction:.1%}", highlight=False)
+    means = frame.groupby(["load", "policy"])[["avg_jct_s", "p99_jct_s", "gpu_hours", "packed_fraction"]].mean()
+    for (load, policy), row in means.iterrows():
+        console.print(f"{load:>4g}× {policy:>13}: avg JCT {row.avg_jct_s / 3600:.3f} h · p99 {row.p99_jct_s / 3600:.2f} h"
+                      f" · {row.gpu_hours:.0f} GPU-h · packed {row.packed_fraction:.1%}", highlight=False)
     console.print(f"report: {report}")

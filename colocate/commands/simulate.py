@@ -31,6 +31,19 @@ def simulate_command(
     profiles: Path = typer.Option(None, "--profiles",
                                   help="Throughput profiles: Sia traces dir or profile CSV (default: "
                                        "<shared data>/sia/traces)."),
+    throughput: str = typer.Option("bootstrap", "--throughput",
+                                   help="bootstrap: learned online as Sia does; oracle: every profile known."),
+    batch: str = typer.Option("app-max", "--batch",
+                              help="app-max: adaptive jobs grow to the application's largest batch (Sia); "
+                                   "workload: they run the batch the policy chose."),
+    restart_on: str = typer.Option("shape", "--restart-on",
+                                   help="shape: restart on a new GPU type or GPUs per node (Sia); gpus: on any "
+                                        "change of GPU indices."),
+    efficiency: str = typer.Option("sia", "--efficiency",
+                                   help="sia: validation curves at the job's batch; gns: initial batch's GNS curve."),
+    memory: bool = typer.Option(True, "--memory/--no-memory", help="Enforce pair memory (default on)."),
+    strength: float = typer.Option(1.0, "--colocation-strength",
+                                   help="Scale every pair's benefit Σr−1 (<1 weaker, >1 stronger)."),
 ) -> None:
     """Simulate a workload under one policy; print JCTs, makespan, GPU-hours, utilization, packing."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -42,7 +55,7 @@ def simulate_command(
     from profiler.safe_load import json_text
     from scheduler.cluster import load_cluster
     from scheduler.policies import policy_spec
-    from scheduler.simulator import simulate
+    from scheduler.simulator import SimConfig, simulate
     from scheduler.workloads import read_workload
 
     check_number(round_s, field="--round", low=1, high=86400, valid="seconds in [1, 86400]")
@@ -50,6 +63,8 @@ def simulate_command(
     if out is not None:
         prepare_out_dir(out)
     spec = policy_spec(policy)
+    config = SimConfig(round_s=round_s, seed=seed, throughput=throughput, batch=batch, restart_on=restart_on,
+                       efficiency=efficiency, memory=memory, colocation_strength=strength)
     cluster_obj = load_cluster(cluster)
     work = read_workload(workload)
     from scheduler.profiles import check_workload
@@ -65,8 +80,8 @@ def simulate_command(
         def on_round(sim_time: float, done: int, total: int) -> None:
             progress.update(task, completed=done, sim=f"{sim_time / 3600:.1f} h")
 
-        result = simulate(cluster_obj, work, spec.name, colocation=colocation, round_s=round_s, seed=seed,
-                          profiles=profiles, progress=on_round)
+        result = simulate(cluster_obj, work, spec.name, colocation=colocation, profiles=profiles,
+                          config=config, progress=on_round)
     if out is not None:
         result.write(out)
     if as_json:

@@ -24,7 +24,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def restart_factor(job: Job, restart_cost_s: float) -> float:
-    """Sia's ``max(T − N·S, 0) / (T + S)``: how much of a move's goodput survives the restart."""
+    """Sia's ``max(T − N·S, 0) / (T + S)``: how much of a move's goodput survives the restart (S: the job's
+    own ``restart_cost_s`` when set)."""
+    restart_cost_s = job.restart_cost_s if job.restart_cost_s is not None else restart_cost_s
     denom = job.age_s + restart_cost_s
     if denom <= 0:
         return 1.0

@@ -5,16 +5,16 @@ name               jobs      packing  what it is
 =================  ========  =======  ==========================================================================
 ``colocate``       adaptive  yes      ours: Sia's ILP plus pair variables (:class:`scheduler.ilp.PackingPolicy`)
 ``sia``            adaptive  no       the same code with packing off = Sia's formulation (SOSP'23)
-``gavel``          rigid     no       heterogeneity-aware max-min fairness over time fractions (OSDI'20)
+``gavel``          rigid     no       Gavel's time-fraction LP, max total throughput as Sia runs it (OSDI'20)
 ``gavel-packed``   rigid     yes      Gavel's space-sharing variant: all same-size pairs in the LP
 ``tiresias``       rigid     no       discretised 2D-LAS (NSDI'19)
 ``gandiva``        rigid     yes      random pairing when oversubscribed, unpack pairs with Σ ratio < 1 (OSDI'18)
 ``fifo``           rigid     no       first come first served with backfilling
 =================  ========  =======  ==========================================================================
 
-Adaptive jobs get their GPU count and batch size chosen by goodput (the workload's batch size is their
-upper limit, as in Sia's simulator); rigid jobs run exactly as submitted. :func:`make_policy` builds a fresh
-policy object per simulation (baselines keep per-run bookkeeping such as attained service).
+Adaptive jobs get their GPU count and batch size chosen by goodput (the policy plans with the workload's
+batch size as their upper limit, as Sia's speedup functions do); rigid jobs run exactly as submitted.
+:func:`make_policy` builds a fresh policy object per simulation (baselines keep per-run bookkeeping such as attained service).
 """
 
 from __future__ import annotations

@@ -1,6 +1,12 @@
-r"""Gavel (OSDI'20): heterogeneity-aware max-min fairness over time fractions, rigid jobs; and packed Gavel.
+r"""Gavel (OSDI'20) over time fractions, rigid jobs; and packed Gavel.
 
-**Allocation.** For the active rigid jobs ``j`` and GPU types ``t`` (throughput ``T_jt``: the job's goodput
+**Objective.** ``objective="max_sum_throughput"`` (the default: the policy Sia's simulator runs as
+"gavel", ``max_sum_throughput_perf``) maximises the total throughput in iterations per second,
+``Σ_c,t Σ_{j ∈ c} (T_jct / B_j) / s_j · x_ct`` (``B_j`` the job's batch, ``s_j`` its application's
+calibration slowdown when the simulator passes ``extras["slowdown"]``), under the same constraints as
+below. ``objective="max_min"`` is Gavel's heterogeneity-aware max-min fairness:
+
+**Allocation (max-min).** For the active rigid jobs ``j`` and GPU types ``t`` (throughput ``T_jt``: the job's goodput
 alone at its own size), Gavel solves an LP for the fraction of time ``x_ct`` each *combination* ``c`` (a job
 alone, or — packed variant — two jobs of the same size sharing GPUs) should spend on each type::
 
@@ -31,9 +37,11 @@ fractions are the policy's own bookkeeping of its decisions.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from profiler.errors import InputError
 from scheduler.cluster import Cluster
 from scheduler.goodput import GoodputEstimate
 from scheduler.jobs import Job
@@ -41,6 +49,7 @@ from scheduler.policies.common import FreeGpus, Shape, current_shape, job_shapes
 from scheduler.policy import Allocation, RoundContext, RoundDecision
 
 Combo = tuple[str, ...]
+OBJECTIVES = ("max_sum_throughput", "max_min")
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,7 @@ class GavelPolicy:
 
     packing: bool = False
     name: str = "gavel"
+    objective: str = "max_sum_throughput"
     adaptive: bool = False
     epsilon: float = 1e-3
     round_s: float = 360.0
@@ -92,8 +102,33 @@ class GavelPolicy:
                     out.append(_Option((a.name, b.name), shape_a, (est_a, hit[1]), ratios))
         return out
 
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise InputError(f"gavel objective {self.objective!r}", source="policy options", field="objective",
+                             valid=", ".join(OBJECTIVES))
+
     # ------------------------------------------------------------------ the LP
-    def _solve(self, jobs: Sequence[Job], cluster: Cluster, options: list[_Option]) -> dict[tuple[Combo, str], float]:
+    def _objective(self, prob: Any, xs: list, options: list[_Option], norm: dict[str, list], served: list[str],
+                   z: Any, slowdown: Mapping[str, float], apps: Mapping[str, str]) -> None:
+        import pulp
+
+        if self.objective == "max_min":
+            prob.setObjective(z + self.epsilon * pulp.lpSum(pulp.LpAffineExpression(norm[n]) for n in served))
+            for n, name in enumerate(served):
+                prob.addConstraint(pulp.LpAffineExpression(norm[name]) - z >= 0, name=f"minmax_{n}")
+            return
+        terms = []
+        for x, o in zip(xs, options):
+            value = 0.0  # one coefficient per variable: a pair's members add up
+            for pos, name in enumerate(o.combo):
+                est = o.estimates[pos]
+                steps = est.throughput / est.batch_size if est.batch_size else est.throughput
+                value += steps * o.ratios[pos] / slowdown.get(apps[name], 1.0)
+            terms.append((x, value))
+        prob.setObjective(pulp.LpAffineExpression(terms))
+
+    def _solve(self, jobs: Sequence[Job], cluster: Cluster, options: list[_Option],
+               slowdown: Mapping[str, float] | None = None) -> dict[tuple[Combo, str], float]:
         import pulp
 
         started = time.perf_counter()
@@ -115,9 +150,8 @@ class GavelPolicy:
                 share[name].append((x, 1.0))
             gpus[o.shape.gpu_type].append((x, float(o.shape.gpus)))
         served = [name for name, terms in norm.items() if terms]
-        prob.setObjective(z + self.epsilon * pulp.lpSum(pulp.LpAffineExpression(norm[n]) for n in served))
+        self._objective(prob, xs, options, norm, served, z, slowdown or {}, {j.name: j.application for j in jobs})
         for n, name in enumerate(served):
-            prob.addConstraint(pulp.LpAffineExpression(norm[name]) - z >= 0, name=f"minmax_{n}")
             prob.addConstraint(pulp.LpAffineExpression(share[name]) <= 1, name=f"share_{n}")
         for t in cluster:
             if gpus[t.name]:
@@ -153,7 +187,8 @@ class GavelPolicy:
         options = self._options(jobs, cluster, context)
         key = (tuple(sorted(live)), hash(cluster), id(context.colocation))
         if key != self._cache_key:
-            self._fractions = self._solve(jobs, cluster, options)
+            slowdown = context.extras.get("slowdown")
+            self._fractions = self._solve(jobs, cluster, options, slowdown if isinstance(slowdown, Mapping) else None)
             self._cache_key = key
         by_key = {o.key: o for o in options}
         by_name = {j.name: j for j in jobs}

@@ -1,0 +1,121 @@
+"""Per-round invariants of the simulator: a violation raises :class:`SimulationError` naming round and job.
+
+:func:`check_round` (the decision): every active job exactly once, no finished or unknown job, capacity per
+GPU type, partners that pair back on the same configuration, rigid jobs at least their requested size.
+:func:`check_placement` (where it runs): at most two jobs per GPU and only declared partners, on exactly the
+same GPUs. :func:`check_pair_memory` (what runs): the two members of every pair fit together in one GPU's
+memory at the local batches they run (:class:`scheduler.sim_models.MemoryModel`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from scheduler.cluster import Cluster
+from scheduler.jobs import Job
+from scheduler.placement import Placement
+from scheduler.policy import RoundDecision, check_decision
+
+if TYPE_CHECKING:  # pragma: no cover
+    from scheduler.sim_models import MemoryModel
+
+
+class SimulationError(AssertionError):
+    """An invariant broke; the message names the round, the simulated time and the job."""
+
+
+def check_round(round_index: int, time_s: float, decision: RoundDecision, jobs: Sequence[Job],
+                cluster: Cluster, finished: set[str], placement: Placement | None = None,
+                rigid_sizes: Mapping[str, int] | None = None) -> None:
+    """Raise :class:`SimulationError` (naming round and job) if ``decision``/``placement`` break an invariant."""
+    where = f"round {round_index} (t={time_s:.0f} s)"
+
+    def fail(job: str, message: str) -> SimulationError:
+        return SimulationError(f"{where}: job {job}: {message}")
+
+    active = {j.name for j in jobs}
+    seen: dict[str, str] = {}
+    for a in decision.allocations:
+        if a.job in seen:
+            raise fail(a.job, "allocated twice")
+        seen[a.job] = "allocated"
+    for name in decision.unallocated:
+        if name in seen:
+            raise fail(name, f"both {seen[name]} and unallocated")
+        seen[name] = "unallocated"
+    for name in seen:
+        if name in finished:
+            raise fail(name, "already finished but still scheduled")
+        if name not in active:
+            raise fail(name, "not an active job")
+    for name in sorted(active - set(seen)):
+        raise fail(name, "lost: neither allocated nor unallocated")
+    alloc = decision.by_job()
+    for a in decision.allocations:
+        if a.gpu_type not in cluster:
+            raise fail(a.job, f"unknown GPU type {a.gpu_type!r}")
+        if a.num_gpus < 1:
+            raise fail(a.job, f"{a.num_gpus} GPUs")
+        if rigid_sizes is not None and a.num_gpus < rigid_sizes.get(a.job, 0):
+            raise fail(a.job, f"rigid job of {rigid_sizes[a.job]} GPUs given {a.num_gpus}")
+        if len(a.others) > 1:  # progress, memory and restarts are integrated per pair
+            raise fail(a.job, f"shares GPUs with {len(a.others)} jobs {list(a.others)}: the simulator runs "
+                              "pairs only (use max_group_size=2)")
+        if a.partner is not None:
+            b = alloc.get(a.partner)
+            if b is None or b.partner != a.job:
+                raise fail(a.job, f"partner {a.partner} does not pair back")
+            if (b.gpu_type, b.num_gpus, b.num_nodes) != (a.gpu_type, a.num_gpus, a.num_nodes):
+                raise fail(a.job, f"pair configurations differ from partner {a.partner}")
+    for gpu_type, used in decision.gpus_used().items():
+        if used > cluster.capacity(gpu_type):
+            names = sorted(a.job for a in decision.allocations if a.gpu_type == gpu_type)
+            raise fail(names[-1], f"{gpu_type}: {used} GPUs allocated > capacity {cluster.capacity(gpu_type)} "
+                                  f"(jobs {', '.join(names)})")
+    try:
+        check_decision(decision, jobs, cluster)
+    except AssertionError as err:
+        raise SimulationError(f"{where}: {err}") from None
+    if placement is not None:
+        check_placement(round_index, time_s, decision, placement)
+
+
+def check_placement(round_index: int, time_s: float, decision: RoundDecision, placement: Placement) -> None:
+    """Raise :class:`SimulationError` if ``placement`` does not realise a decision that passed :func:`check_round`."""
+    where = f"round {round_index} (t={time_s:.0f} s)"
+
+    def fail(job: str, message: str) -> SimulationError:
+        return SimulationError(f"{where}: job {job}: {message}")
+
+    alloc = decision.by_job()
+    for slot, names in placement.occupants().items():
+        if len(names) > 2:
+            raise fail(names[0], f"GPU {slot} shared by {len(names)} jobs {names}")
+        if len(names) == 2 and (alloc[names[0]].partner != names[1]):
+            raise fail(names[0], f"shares GPU {slot} with {names[1]}, which is not its partner")
+    for name, jp in placement.jobs.items():
+        a = alloc.get(name)
+        if a is None:
+            raise fail(name, "placed without an allocation")
+        if jp.gpu_type != a.gpu_type or jp.num_gpus != a.num_gpus:
+            raise fail(name, f"placed on {jp.num_gpus}x{jp.gpu_type}, allocated {a.num_gpus}x{a.gpu_type}")
+        if a.partner is not None and a.partner in placement.jobs:
+            other = placement.jobs[a.partner]
+            if (other.gpu_type, other.nodes, other.gpus) != (jp.gpu_type, jp.nodes, jp.gpus):
+                raise fail(name, f"pair with {a.partner} is not on the same GPUs")
+
+
+def check_pair_memory(round_index: int, time_s: float, gpu_type: str, members: Sequence[tuple[str, str, float]],
+                      memory: MemoryModel) -> None:
+    """Raise unless the pair ``(job, application, local batch)`` × 2 fits on one GPU of ``gpu_type``."""
+    (ja, app_a, la), (jb, app_b, lb) = members
+    if not memory.pair_fits(gpu_type, (app_a, la), (app_b, lb)):
+        fa = memory.footprint_gb(app_a, gpu_type, la) or float("nan")
+        fb = memory.footprint_gb(app_b, gpu_type, lb) or float("nan")
+        raise SimulationError(
+            f"round {round_index} (t={time_s:.0f} s): job {ja}: packed with {jb} on {gpu_type} needs "
+            f"{fa:.1f} + {fb:.1f} GB + 2 x {memory.context_gb} GB context > {memory.cluster[gpu_type].memory_gb} GB")
+
+
+__all__ = ["SimulationError", "check_pair_memory", "check_placement", "check_round"]
