@@ -1,0 +1,253 @@
+"""Worker processes of a campaign, kept warm across the runs that need them, and the MPS daemon they use.
+
+``workers: warm`` (the default): a worker that finished a run in good health goes back to the pool idle
+(its allocator cache emptied) and serves the next run of its job type after a short re-warm; it is stopped
+once no run of the current batch-size block needs it. ``workers: fresh``: every run starts new processes
+and stops them afterwards (the Ray backend always works this way).
+
+A worker is keyed by job type and *sharing mode*: a plain CUDA process can never join an MPS daemon later,
+and an MPS client is bound to its daemon and its thread percentage. Plain workers get a private, empty
+``CUDA_MPS_PIPE_DIRECTORY`` and no inherited ``CUDA_MPS_*`` variables, so no MPS daemon on the host can
+capture them. One private daemon serves the MPS runs; it is quit (after its clients are stopped: ``quit``
+waits for clients) before any non-MPS run, and when no idle client needs it any more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import shutil
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from profiler.cells import Cell, JobType, Run
+from profiler.devices import DeviceTarget
+from profiler.mps import MpsDaemon, isolated_root, start_daemon, stop_daemon
+from profiler.spec import CampaignSpec
+from profiler.worker import JobConfig, job_main
+
+STOP_GRACE_S = 15.0
+REWARM_ITERS = 2  # a reused worker re-grows its emptied allocator cache before the jobs meet
+PLAIN = "plain"
+
+
+def worker_context() -> mp.context.BaseContext:
+    """Start workers from a fork server that has torch imported but never touched CUDA.
+
+    This keeps what the spawn method guarantees — a fresh process with no inherited CUDA state — while a
+    new worker costs a fork instead of a Python start plus a torch import (seconds on a busy node). The
+    server dies with the campaign process, and workers die with it (PDEATHSIG), so nothing is orphaned.
+    """
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(["torch", "models", "profiler.worker"])
+    return context
+
+
+def mode_key(cell: Cell) -> str:
+    """Which processes may serve ``cell``: plain ones, or clients of our daemon with its thread percentage."""
+    if cell.sharing != "mps":
+        return PLAIN
+    return "mps" if cell.mps_thread_percentage is None else f"mps{cell.mps_thread_percentage}"
+
+
+@dataclass(frozen=True)
+class WorkerKey:
+    job: JobType
+    mode: str
+
+
+@dataclass(eq=False)
+class Worker:
+    """One job process and the coordinator's end of its pipe."""
+
+    key: WorkerKey
+    process: Any
+    conn: Connection
+    expected_pipe_dir: str | None  # the CUDA_MPS_PIPE_DIRECTORY the worker must report in its hello
+    warm: bool = False
+    hello: dict[str, Any] | None = None
+    runs: int = 0
+
+    @property
+    def pid(self) -> int:
+        return int(self.process.pid)
+
+    @property
+    def name(self) -> str:
+        return self.key.job.label
+
+
+@dataclass
+class WorkerPool:
+    """Starts, lends, keeps and stops the job processes of one campaign session (a context manager)."""
+
+    spec: CampaignSpec
+    target: DeviceTarget
+    reuse: bool | None = None
+    idle: list[Worker] = field(default_factory=list)
+    daemon: MpsDaemon | None = None
+    started: int = 0
+
+    def __post_init__(self) -> None:
+        if self.reuse is None:
+            self.reuse = self.spec.workers == "warm"
+        self._context = worker_context()
+        self._isolation = isolated_root()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- lending -----------------------------------------------------------------------------------
+    def acquire(self, cell: Cell) -> list[Worker]:
+        """Workers for ``cell``'s jobs: idle ones of the same key first, new ones otherwise.
+
+        Raises :class:`profiler.mps.MpsUnavailable` when an MPS cell's daemon cannot be started.
+        """
+        mode = mode_key(cell)
+        if mode == PLAIN:
+            self._close_mps()  # never measure a non-MPS run beside our own daemon
+        elif self.daemon is None:
+            self.daemon = start_daemon(self.target.pin, nvml_index=self.target.nvml_index)
+        chosen: list[Worker] = []
+        for job in cell.jobs:
+            key = WorkerKey(job, mode)
+            found = next((w for w in self.idle if w.key == key and w.process.is_alive()), None)
+            if found is not None:
+                self.idle.remove(found)
+                chosen.append(found)
+            else:
+                chosen.append(self._start(key))
+        return chosen
+
+    def warmup_iterations(self, worker: Worker) -> int:
+        return min(REWARM_ITERS, self.spec.warmup_iters) if worker.warm else self.spec.warmup_iters
+
+    def release(self, workers: Sequence[Worker], healthy: bool) -> None:
+        """Take workers back after a run: idle when healthy and reuse is on, stopped otherwise.
+
+        A failed MPS run also ends the daemon and all its clients: a fatal fault in one client kills them all.
+        """
+        for worker in workers:
+            worker.runs += 1
+        if healthy and self.reuse:
+            for worker in workers:
+                worker.warm = True
+            self.idle.extend(workers)
+            return
+        stop_workers(workers)
+        if not healthy and any(w.key.mode != PLAIN for w in workers):
+            self._close_mps()
+
+    def retain(self, upcoming: Iterable[Run]) -> None:
+        """Stop idle workers that none of ``upcoming`` needs (the caller passes the current block)."""
+        needed: Counter[WorkerKey] = Counter()
+        for run in upcoming:
+            counts = Counter(WorkerKey(job, mode_key(run.cell)) for job in run.cell.jobs)
+            for key, count in counts.items():
+                needed[key] = max(needed[key], count)
+        keep: list[Worker] = []
+        drop: list[Worker] = []
+        for worker in self.idle:
+            if needed[worker.key] > 0 and worker.process.is_alive():
+                needed[worker.key] -= 1
+                keep.append(worker)
+            else:
+                drop.append(worker)
+        self.idle = keep
+        stop_workers(drop)
+        if self.daemon is not None and not any(w.key.mode != PLAIN for w in self.idle):
+            self._close_mps()
+
+    def evict_idle(self) -> bool:
+        """Stop every idle worker (their memory is needed); True when there was any."""
+        had = bool(self.idle)
+        stop_workers(self.idle)
+        self.idle = []
+        return had
+
+    def close(self) -> None:
+        self.evict_idle()
+        self._close_mps()
+        shutil.rmtree(self._isolation, ignore_errors=True)
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _close_mps(self) -> None:
+        clients = [w for w in self.idle if w.key.mode != PLAIN]
+        stop_workers(clients)
+        self.idle = [w for w in self.idle if w.key.mode == PLAIN]
+        if self.daemon is not None:
+            stop_daemon(self.daemon)
+            self.daemon = None
+
+    def _environment(self, mode: str) -> tuple[dict[str, str], tuple[str, ...], str]:
+        if mode == PLAIN:
+            pipe = str(self._isolation / "pipe")
+            env = {**self.target.worker_env(), "CUDA_MPS_PIPE_DIRECTORY": pipe,
+                   "CUDA_MPS_LOG_DIRECTORY": str(self._isolation / "log")}
+            return env, (), pipe
+        assert self.daemon is not None
+        percentage = int(mode[3:]) if mode[3:] else None
+        # The daemon owns the device (pinned by UUID): a client must not narrow CUDA_VISIBLE_DEVICES itself.
+        return self.daemon.client_env(percentage), ("CUDA_VISIBLE_DEVICES",), str(self.daemon.pipe_dir)
+
+    def _start(self, key: WorkerKey) -> Worker:
+        env, unset, pipe = self._environment(key.mode)
+        spec, job = self.spec, key.job
+        config = JobConfig(model=job.model, batch_size=job.batch_size, image_size=spec.image_size,
+                           num_classes=spec.num_classes, device=self.target.worker_device,
+                           seed=spec.seed + self.started, warmup_iters=spec.warmup_iters,
+                           threads=spec.threads_per_job, env=env, unset_env=unset, precision=job.precision,
+                           seq_len=spec.seq_len)
+        self.started += 1
+        parent_end, child_end = self._context.Pipe(duplex=True)
+        process = self._context.Process(target=job_main, args=(child_end, config), daemon=True,
+                                        name=f"colocate-{job.label}")
+        process.start()
+        child_end.close()
+        return Worker(key, process, parent_end, pipe)
+
+
+def stop_workers(workers: Iterable[Worker]) -> None:
+    """Stop workers: polite exit, then SIGTERM, then SIGKILL. Always leaves no process behind."""
+    workers = list(workers)
+    for worker in workers:
+        with contextlib.suppress(Exception):
+            worker.conn.send(("stop",))
+            worker.conn.send(("exit",))
+    deadline = time.monotonic() + STOP_GRACE_S
+    for worker in workers:
+        worker.process.join(timeout=max(deadline - time.monotonic(), 0.1))
+    for worker in workers:
+        if worker.process.is_alive():
+            worker.process.terminate()
+            worker.process.join(timeout=3)
+        if worker.process.is_alive():
+            worker.process.kill()
+            worker.process.join(timeout=3)
+        with contextlib.suppress(Exception):
+            worker.conn.close()
+
+
+def upcoming_block(todo: Sequence[Run], position: int) -> list[Run]:
+    """The runs after ``position`` that belong to the next run's batch-size block (what idle workers may serve)."""
+    rest = list(todo[position + 1:])
+    if not rest:
+        return []
+    batch = rest[0].cell.batch_key
+    block = []
+    for run in rest:
+        if run.cell.batch_key != batch:
+            break
+        block.append(run)
+    return block
+
