@@ -192,20 +192,40 @@ def stop_daemon(daemon: MpsDaemon, timeout_s: float = 30.0) -> bool:
     """Send ``quit`` to our daemon and poll until it has gone; remove its directories. True when it is gone.
 
     ``quit`` returns before the daemon exits (it first waits for its servers' clients), so the daemon's pid
-    (its pid file) is polled; without a pid file, until it stops answering.
+    (its pid file) is polled; without a pid file, until it stops answering. A daemon of ours that does not
+    take ``quit`` (it never answered, or ignores it) is terminated through the pid in its own pid file.
     """
     pid = daemon.daemon_pid()
-    daemon.command("quit", timeout_s=min(timeout_s, COMMAND_TIMEOUT_S))
-    deadline = time.monotonic() + timeout_s
-    gone = False
-    while time.monotonic() < deadline:
-        gone = not pid_alive(pid) if pid is not None else not daemon.answers(timeout_s=2.0)
-        if gone:
-            break
+    code, _ = daemon.command("quit", timeout_s=min(timeout_s, COMMAND_TIMEOUT_S))
+    deadline = time.monotonic() + (timeout_s if code == 0 else 0.0)
+    gone = _gone(daemon, pid)
+    while not gone and time.monotonic() < deadline:
         time.sleep(0.05)
+        gone = _gone(daemon, pid)
+    if not gone and pid is not None:
+        gone = _terminate(pid)
     if gone:
         shutil.rmtree(daemon.root, ignore_errors=True)
     return gone
+
+
+def _gone(daemon: MpsDaemon, pid: int | None) -> bool:
+    return not pid_alive(pid) if pid is not None else not daemon.answers(timeout_s=2.0)
+
+
+def _terminate(pid: int, grace_s: float = 5.0) -> bool:
+    """SIGTERM, then SIGKILL, a daemon of ours (its pid from the pid file in our private directory)."""
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not pid_alive(pid):
+            return True
+    return False
 
 
 @contextmanager
@@ -255,9 +275,9 @@ def isolated_root(base: Path | None = None) -> Path:
     return _make_root(base)
 
 
-def _environ_of(pid: int) -> dict[str, str] | None:
+def _environ_of(entry: Path) -> dict[str, str] | None:
     try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
+        raw = (entry / "environ").read_bytes()
     except OSError:
         return None
     pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
@@ -281,7 +301,7 @@ def foreign_mps_processes(proc: Path = Path("/proc")) -> list[dict[str, object]]
         name = Path(command).name
         if name not in ("nvidia-cuda-mps-server", CONTROL_BINARY):
             continue
-        environ = _environ_of(int(entry.name))
+        environ = _environ_of(entry)
         pipe = (environ or {}).get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps (default)")
         if environ is not None and Path(pipe).parent.name.startswith(ROOT_PREFIX):
             continue

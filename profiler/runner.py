@@ -244,9 +244,10 @@ def _coordinate(
     if on_pids is not None:
         on_pids([w.pid for w in workers])
     session = _Session(workers, time.monotonic() + spec.run_timeout_s)
+    ready = []
     for index, worker in enumerate(workers):  # one member at a time: the coordinator hands out the turn
         session.send(index, ("warmup", pool.warmup_iterations(worker)))
-        session.collect("ready", only=index)
+        ready.extend(session.collect("ready", only=index))
     session.broadcast(("go",))
     starts = session.collect("started")
     window_start = max(float(s) for s in starts)
@@ -258,7 +259,7 @@ def _coordinate(
         process_memory[0] = process_memory_mib(target.nvml_index, workers[0].pid)
     session.wait_for_window(window_start, spec.min_window_iters, spec.min_window_seconds)
     session.broadcast(("stop",))
-    results = session.collect("result")
+    results = [{**result, "warmup_span": info["warmup_span"]} for result, info in zip(session.collect("result"), ready)]
     timings = [JobTiming(float(r["start"]), list(r["ends"])) for r in results]
     return timings, results, process_memory
 

@@ -175,7 +175,8 @@ class _Job:
             torch.cuda.reset_peak_memory_stats(self.device)
         self.ranges.pop()
         device_name = torch.cuda.get_device_name(self.device) if self.on_cuda else "cpu"
-        self.conn.send(("ready", {"warmup_s": time.perf_counter() - start, "device_name": device_name,
+        end = time.perf_counter()
+        self.conn.send(("ready", {"warmup_s": end - start, "warmup_span": (start, end), "device_name": device_name,
                                   "pid": os.getpid()}))
 
     def idle(self) -> None:
