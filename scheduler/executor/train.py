@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from models import build_model, synthetic_batch
+    from models import build_model, synthetic_inputs
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         device_ids = [local_rank] if device.type == "cuda" else None
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
     local_batch = max(args.batch_size // world, 1)
-    inputs, labels = synthetic_batch(local_batch, image_size=args.image_size, num_classes=num_classes,
-                                     device=device, seed=args.seed + rank)
+    inputs, labels = synthetic_inputs(args.model, local_batch, image_size=args.image_size, num_classes=num_classes,
+                                      seq_len=128, device=device, seed=args.seed + rank)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     model.train()
@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         report("running")
     while not stop["requested"] and (args.steps == 0 or step < args.steps):
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(inputs), labels)
+        outputs = model(inputs)  # (B, C) for classifiers, (B, T, V) for a language model
+        loss = loss_fn(outputs.reshape(-1, outputs.shape[-1]), labels.reshape(-1))
         loss.backward()
         optimizer.step()
         step += 1
