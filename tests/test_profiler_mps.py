@@ -216,3 +216,21 @@ def test_gpm_metrics_with_a_failed_return_code_are_nan_not_zero() -> None:
     values = gpm_values(metrics, success=0)
     assert values["occupancy"] == 41.5 and values["dram"] == 0.0
     assert values["sm_util"] != values["sm_util"]  # NaN
+
+
+def test_preflight_on_a_machine_without_gpu_says_what_is_missing(fake_mps: Path) -> None:
+    import subprocess as sp
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    plain_path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != str(FAKE_BIN))
+    done = sp.run([sys.executable, "-m", "colocate.cli", "env", "--check", "--json"], capture_output=True,
+                  text=True, timeout=300, env={**env, "PATH": plain_path})
+    assert done.returncode == 1
+    import json
+
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    assert checks["CUDA"]["ok"] is False and "no CUDA device" in checks["CUDA"]["detail"]
+    assert checks["MPS"]["ok"] is False and "not found on PATH" in checks["MPS"]["detail"]
+    screen = sp.run([sys.executable, "-m", "colocate.cli", "env", "--check"], capture_output=True, text=True,
+                    timeout=300, env={**env, "PATH": plain_path})
+    assert screen.returncode == 1 and "not ready" in screen.stdout and len(screen.stdout.splitlines()) < 25
