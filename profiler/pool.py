@@ -32,7 +32,7 @@ from profiler.spec import CampaignSpec
 from profiler.worker import JobConfig, job_main
 
 STOP_GRACE_S = 15.0
-REWARM_ITERS = 2  # a reused worker re-grows its emptied allocator cache before the jobs meet
+REWARM_ITERS = 2  # a reused CUDA worker re-grows its emptied allocator cache before the jobs meet
 PLAIN = "plain"
 
 
@@ -130,7 +130,11 @@ class WorkerPool:
         return chosen
 
     def warmup_iterations(self, worker: Worker) -> int:
-        return min(REWARM_ITERS, self.spec.warmup_iters) if worker.warm else self.spec.warmup_iters
+        """A cold worker's full warm-up; a warm one re-warms on CUDA only (it emptied its cache when idle;
+        a CPU worker released nothing)."""
+        if not worker.warm:
+            return self.spec.warmup_iters
+        return min(REWARM_ITERS, self.spec.warmup_iters) if self.spec.is_cuda else 0
 
     def release(self, workers: Sequence[Worker], healthy: bool) -> None:
         """Take workers back after a run: idle when healthy and reuse is on, stopped otherwise.
