@@ -6,8 +6,8 @@ block; one MPS daemon per run of MPS runs) and charges each run:
 
 * process start + model build for every *cold* worker, then its warm-up (``warmup_iters`` iterations plus
   cuDNN autotuning), one member after the other; a *warm* worker re-warms for 2 iterations;
-* the window: ``max(min_window_seconds, (min_window_iters + 1) · t'_max)`` plus one iteration before the
-  window opens and one drained after the stop (at most 2 are in flight);
+* the window: ``max(min_window_seconds, (min_window_iters + 1) · t'_max)`` plus the iteration the partners
+  finish after the stop (at most 2 are in flight, so no longer queue drains);
 * fixed costs: barrier and stop, the MPS membership check, the results-store write; an MPS daemon cycle
   (start, readiness, quit polling) whenever the mode switches to MPS.
 
@@ -145,4 +145,4 @@ def _run_cost(run: Run, spec: CampaignSpec, a: EstimateAssumptions,
     t_max = sum(solo)  # δ = 1: every member sees the sum of the members' iteration times
     iters = (spec.min_window_iters or 0) + 1
     span = max(spec.min_window_seconds or 0.0, iters * t_max)
-    return span, warmup, startup, 2 * t_max  # + the iteration before the window and the one drained after
+    return span, warmup, startup, t_max  # + the iteration each partner finishes after the stop

@@ -32,7 +32,7 @@ from profiler.spec import CampaignSpec
 from profiler.worker import JobConfig, job_main
 
 STOP_GRACE_S = 15.0
-REWARM_ITERS = 2  # a reused CUDA worker re-grows its emptied allocator cache before the jobs meet
+REWARM_ITERS = 1  # a reused CUDA worker re-grows its emptied allocator cache (one iteration re-reserves it)
 PLAIN = "plain"
 
 
