@@ -57,7 +57,8 @@ fi
 { $PY -m colocate.cli env --check --device "$DEVICE"; echo "exit $?"; echo; $PY -m colocate.cli env; } \
   > "$OUT/preflight.txt" 2>&1
 $PY -m colocate.cli env --check --device "$DEVICE" --json > "$OUT/preflight.json" 2>/dev/null
-echo "preflight: $(tail -n 1 "$OUT/preflight.json" >/dev/null; grep -m1 '"ok"' "$OUT/preflight.json" | tr -d ' ,') (${BUDGET}s budget, $(elapsed)s used)" | tee -a "$OUT/summary.txt"
+READY=$($PY -c "import json, sys; print(json.load(open(sys.argv[1]))['ok'])" "$OUT/preflight.json" 2>/dev/null || echo unknown)
+echo "preflight ok: $READY ($(elapsed)s used)" | tee -a "$OUT/summary.txt"
 
 # 2. The GPU suite, bounded so the campaign keeps at least a third of the budget.
 if [ "$SKIP_TESTS" = 0 ]; then
