@@ -296,3 +296,12 @@ def test_synthetic_tokens_labels_are_the_next_tokens_for_a_language_model() -> N
     assert torch.equal(tokens[:, 1:], labels[:, :-1])
     with pytest.raises(ValueError, match="exceeds"):
         synthetic_inputs("bert_base", 1, image_size=32, num_classes=2, seq_len=513, device="cpu")
+
+
+def test_activation_memory_per_sample_scales_with_the_input_and_matches_the_readme_table() -> None:
+    from models.memory import activation_mib_per_sample
+
+    small = activation_mib_per_sample("tiny_cnn", image_size=112)
+    large = activation_mib_per_sample("tiny_cnn", image_size=224)
+    assert 3.5 < large / small < 4.5  # convolution activations grow with the image area
+    assert large == pytest.approx(3.3, abs=0.05)  # the README's model table
