@@ -120,8 +120,16 @@ class MpsDaemon:
         return _run_control(self.binary, [], self.daemon_env(), text + "\n", self.root, timeout_s)
 
     def answers(self, timeout_s: float = COMMAND_TIMEOUT_S) -> bool:
-        code, _ = self.command("get_server_list", timeout_s)
-        return code == 0
+        """Whether the daemon answers ``get_server_list`` on our pipe (exit 0; or, should a driver version
+        exit non-zero for an empty server list, a completed command with no connection error while the
+        daemon's own pid lives). Membership of every client is proven separately, per run."""
+        code, output = self.command("get_server_list", timeout_s)
+        if code == 0:
+            return True
+        pid = self.daemon_pid()
+        lowered = output.lower()
+        return (code is not None and pid is not None and pid_alive(pid)
+                and not any(marker in lowered for marker in ("cannot", "fail", "error", "refused")))
 
     def daemon_pid(self) -> int | None:
         with contextlib.suppress(OSError, ValueError):

@@ -22,7 +22,6 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 from profiler.cells import Cell, JobType, Run
@@ -214,8 +213,8 @@ class WorkerPool:
                            seq_len=spec.seq_len)
         self.started += 1
         parent_end, child_end = self._context.Pipe(duplex=True)
-        process = self._context.Process(target=job_main, args=(child_end, config), daemon=True,
-                                        name=f"colocate-{job.label}")
+        process = self._context.Process(  # type: ignore[attr-defined]
+            target=job_main, args=(child_end, config), daemon=True, name=f"colocate-{job.label}")
         process.start()
         child_end.close()
         return Worker(key, process, parent_end, pipe)

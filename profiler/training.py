@@ -52,7 +52,7 @@ def make_training_step(model_name: str, batch_size: int, *, image_size: int, num
     inputs, labels = synthetic_inputs(model_name, batch_size, image_size=image_size, num_classes=num_classes,
                                       seq_len=seq_len, device=target, seed=seed)
     if precision == "bf16" and target.type == "cuda" and MODEL_INFO[model_name].inputs == "image":
-        model = model.to(memory_format=torch.channels_last)
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         inputs = inputs.contiguous(memory_format=torch.channels_last)
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
