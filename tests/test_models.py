@@ -258,6 +258,7 @@ def test_transformer_parameter_counts_equal_the_published_configurations() -> No
     assert count_parameters(bert) == 109_482_240 + 768 * NUM_CLASSES + NUM_CLASSES  # plus the task head
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TOKEN_MODELS)
 def test_transformers_train_on_synthetic_tokens(name: str) -> None:
     from profiler.training import make_training_step

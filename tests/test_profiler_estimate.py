@@ -54,6 +54,7 @@ def _script(tmp_path: Path, *args: str, budget: int = 240) -> subprocess.Complet
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=budget + 120)
 
 
+@pytest.mark.slow
 def test_the_gpu_window_script_dry_run_prints_the_plan_and_the_estimate(tmp_path: Path) -> None:
     done = _script(tmp_path, "--dry-run", "--device", "cpu")
     assert done.returncode == 0, done.stderr
