@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,7 @@ def make_datasets(results: ResultsSet, *, sharing: str | None = None, source: st
     """Split results into one dataset per (GPU type, sharing mode) with solo baselines for every member."""
     solo = solo_table(results)
     pairs = group_table(results, 2)
-    datasets = []
+    datasets: list[PairDataset] = []
     if pairs.empty:
         return datasets
     for (gpu_type, mode), group in pairs.groupby(["gpu_type", "sharing"], sort=True):
@@ -181,6 +182,11 @@ def soft_impute(
 
 # --------------------------------------------------------------------------------------------------------
 # Models: each fits on training pairs and predicts directed ratios for (victim, aggressor) index arrays.
+
+
+def _constant_log(value: float, vv: np.ndarray, aa: np.ndarray) -> np.ndarray:
+    """The mean baseline's prediction: the same log-ratio for every pair."""
+    return np.full(len(vv), value)
 
 
 @dataclass
@@ -377,7 +383,7 @@ def leave_one_pair_out(
         mean_log = float(np.log(ratio_values[keep].mean()))
         fitted = {
             "predictor": _fit_arrays(v, a, y, matrix, config, design[keep], fold_gram),
-            "mean": _Fitted(lambda vv, aa, m=mean_log: np.full(len(vv), m), MAX_RATIO,
+            "mean": _Fitted(partial(_constant_log, mean_log), MAX_RATIO,
                             float(np.delete(deltas, held).mean())),
             "solo-utilization": _fit_arrays(v, a, y, baseline_matrix, SOLO_BASELINE, baseline_design[keep], fold_baseline),
         }

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from profiler.schema import SHARING_SOLO
+from profiler.sharing import sharing_label, sharing_mode
 from profiler.spec import CampaignSpec, parse_job_type, parse_job_type_full
 from profiler.training import DEFAULT_PRECISION
 
@@ -64,9 +65,7 @@ class Cell:
 
     @property
     def mode_label(self) -> str:
-        if self.sharing == "mps" and self.mps_thread_percentage is not None:
-            return f"mps{self.mps_thread_percentage}"
-        return self.sharing
+        return sharing_label(self.sharing, self.mps_thread_percentage)
 
     @property
     def cell_id(self) -> str:
@@ -140,8 +139,8 @@ def expand_cells(spec: CampaignSpec) -> list[Cell]:
     cells = [Cell((job,), SHARING_SOLO) for job in sorted(solo_types)]
     modes: list[tuple[str, int | None]] = []
     for mode in spec.sharing:
-        if mode == "mps" and spec.mps_thread_percentages:
-            modes.extend(("mps", pct) for pct in spec.mps_thread_percentages)
+        if sharing_mode(mode).thread_partitions and spec.mps_thread_percentages:
+            modes.extend((mode, pct) for pct in spec.mps_thread_percentages)
         else:
             modes.append((mode, None))
     for group in groups:

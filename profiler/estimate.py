@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from profiler.cells import Run, plan_runs
-from profiler.pool import REWARM_ITERS, WorkerKey, mode_key, upcoming_block
+from profiler.pool import PLAIN, REWARM_ITERS, WorkerKey, mode_key, upcoming_block
 from profiler.spec import CampaignSpec
 
 # Training FLOPs per 224x224 sample = 3 x forward (2 x multiply-accumulates), forward MACs from the
@@ -105,9 +105,10 @@ def estimate_campaign(spec: CampaignSpec, a: EstimateAssumptions | None = None) 
             w, up, start, extra = cost
             window, warmup, startup = window + w, warmup + up, startup + start
             overhead += extra + a.run_overhead_s
-            if run.cell.sharing == "mps":
+            served = mode_key(run.cell) != PLAIN  # the mode has a service (the MPS daemon)
+            if served:
                 overhead += a.mps_check_s + (0.0 if daemon_up else a.mps_cycle_s)
-            daemon_up = run.cell.sharing == "mps"  # a non-MPS run quits the daemon first
+            daemon_up = served  # a plain run quits the daemon first
         overhead += a.store_write_s
         if warm:
             if cost is not None:
@@ -117,7 +118,7 @@ def estimate_campaign(spec: CampaignSpec, a: EstimateAssumptions | None = None) 
                 for key, count in Counter(WorkerKey(j, mode_key(upcoming.cell)) for j in upcoming.cell.jobs).items():
                     keep[key] = max(keep[key], count)
             idle = idle & keep
-        if not any(key.mode != "plain" for key in idle):
+        if not any(key.mode != PLAIN for key in idle):
             daemon_up = False  # no idle client needs it: the pool quits the daemon
     return CampaignEstimate(len(runs), infeasible, window, warmup, startup, overhead)
 

@@ -30,6 +30,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from profiler.errors import SharingUnavailable
+
 CONTROL_BINARY = "nvidia-cuda-mps-control"
 ROOT_PREFIX = "colocate-mps-"
 OWNER_FILE = "owner.json"
@@ -37,7 +39,7 @@ PID_FILE = "nvidia-cuda-mps-control.pid"  # written by the daemon into CUDA_MPS_
 COMMAND_TIMEOUT_S = 10.0
 
 
-class MpsUnavailable(RuntimeError):
+class MpsUnavailable(SharingUnavailable):
     """MPS cannot be used here; the message says why (recorded as the cells' skip reason)."""
 
 

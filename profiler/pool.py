@@ -6,10 +6,12 @@ once no run of the current batch-size block needs it. ``workers: fresh``: every 
 and stops them afterwards (the Ray backend always works this way).
 
 A worker is keyed by job type and *sharing mode*: a plain CUDA process can never join an MPS daemon later,
-and an MPS client is bound to its daemon and its thread percentage. Plain workers get a private, empty
-``CUDA_MPS_PIPE_DIRECTORY`` and no inherited ``CUDA_MPS_*`` variables, so no MPS daemon on the host can
-capture them. One private daemon serves the MPS runs; it is quit (after its clients are stopped: ``quit``
-waits for clients) before any non-MPS run, and when no idle client needs it any more.
+and an MPS client is bound to its daemon and its thread percentage. What a mode needs comes from the
+sharing-mode registry (:mod:`profiler.sharing`): a mode with a service (MPS: a private daemon) has it started
+once and kept for the runs of that mode; it is stopped (after its clients: ``quit`` waits for clients) before
+any run of a plain mode, and when no idle client needs it any more. Workers get the environment the mode's
+``worker_environment`` hook gives: plain modes a private, empty ``CUDA_MPS_PIPE_DIRECTORY`` (and no inherited
+``CUDA_MPS_*`` variables), so no MPS daemon on the host can capture them.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from typing import Any
 
 from profiler.cells import Cell, JobType, Run
 from profiler.devices import DeviceTarget
-from profiler.mps import MpsDaemon, isolated_root, start_daemon, stop_daemon
+from profiler.mps import isolated_root
+from profiler.sharing import SharingMode, sharing_mode
 from profiler.spec import CampaignSpec
 from profiler.worker import JobConfig, job_main
 
@@ -35,7 +38,7 @@ REWARM_ITERS = 1  # a reused CUDA worker re-grows its emptied allocator cache (o
 PLAIN = "plain"
 
 
-def worker_context() -> mp.context.BaseContext:
+def worker_context() -> mp.context.ForkServerContext | mp.context.SpawnContext:
     """Start workers from a fork server that has torch imported but never touched CUDA.
 
     This keeps what the spawn method guarantees — a fresh process with no inherited CUDA state — while a
@@ -50,10 +53,9 @@ def worker_context() -> mp.context.BaseContext:
 
 
 def mode_key(cell: Cell) -> str:
-    """Which processes may serve ``cell``: plain ones, or clients of our daemon with its thread percentage."""
-    if cell.sharing != "mps":
-        return PLAIN
-    return "mps" if cell.mps_thread_percentage is None else f"mps{cell.mps_thread_percentage}"
+    """Which processes may serve ``cell``: plain ones, or clients of its mode's service (``mps``, ``mps50``)."""
+    mode = sharing_mode(cell.sharing)
+    return PLAIN if mode.start_service is None else mode.mode_label(cell.mps_thread_percentage)
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,8 @@ class WorkerPool:
     target: DeviceTarget
     reuse: bool | None = None
     idle: list[Worker] = field(default_factory=list)
-    daemon: MpsDaemon | None = None
+    daemon: Any = None  # the running service's handle (MPS: our MpsDaemon), owned by ``service_mode``
+    service_mode: SharingMode | None = None
     started: int = 0
 
     def __post_init__(self) -> None:
@@ -110,23 +113,36 @@ class WorkerPool:
     def acquire(self, cell: Cell) -> list[Worker]:
         """Workers for ``cell``'s jobs: idle ones of the same key first, new ones otherwise.
 
-        Raises :class:`profiler.mps.MpsUnavailable` when an MPS cell's daemon cannot be started.
+        Raises :class:`profiler.errors.SharingUnavailable` when the cell's mode cannot start its service.
         """
-        mode = mode_key(cell)
-        if mode == PLAIN:
-            self._close_mps()  # never measure a non-MPS run beside our own daemon
-        elif self.daemon is None:
-            self.daemon = start_daemon(self.target.pin, nvml_index=self.target.nvml_index)
+        mode = sharing_mode(cell.sharing)
+        if mode.start_service is None or self.service_mode not in (None, mode):
+            self._close_service()  # never measure a plain run beside our own daemon
+        if mode.start_service is not None and self.daemon is None:
+            self.open_service(mode)
         chosen: list[Worker] = []
         for job in cell.jobs:
-            key = WorkerKey(job, mode)
+            key = WorkerKey(job, mode_key(cell))
             found = next((w for w in self.idle if w.key == key and w.process.is_alive()), None)
             if found is not None:
                 self.idle.remove(found)
                 chosen.append(found)
             else:
-                chosen.append(self._start(key))
+                chosen.append(self._start(key, cell))
         return chosen
+
+    def open_service(self, mode: SharingMode) -> None:
+        """Start ``mode``'s service (its set-up hook) for the runs to come; the pool stops it."""
+        assert mode.start_service is not None and self.daemon is None
+        self.daemon = mode.start_service(self.target.pin, self.target.nvml_index)
+        self.service_mode = mode
+
+    def check_clients(self, cell: Cell, workers: Sequence[Worker]) -> str | None:
+        """Why ``workers`` are not served by ``cell``'s service (they ran as plain CUDA), or None."""
+        mode = sharing_mode(cell.sharing)
+        if mode.start_service is None or self.daemon is None:
+            return None
+        return mode.check_clients(self.daemon, [(w.name, w.pid) for w in workers])
 
     def warmup_iterations(self, worker: Worker) -> int:
         """A cold worker's full warm-up; a warm one re-warms on CUDA only (it emptied its cache when idle;
@@ -149,7 +165,7 @@ class WorkerPool:
             return
         stop_workers(workers)
         if not healthy and any(w.key.mode != PLAIN for w in workers):
-            self._close_mps()
+            self._close_service()
 
     def retain(self, upcoming: Iterable[Run]) -> None:
         """Stop idle workers that none of ``upcoming`` needs (the caller passes the current block)."""
@@ -169,7 +185,7 @@ class WorkerPool:
         self.idle = keep
         stop_workers(drop)
         if self.daemon is not None and not any(w.key.mode != PLAIN for w in self.idle):
-            self._close_mps()
+            self._close_service()
 
     def evict_idle(self) -> bool:
         """Stop every idle worker (their memory is needed); True when there was any."""
@@ -180,31 +196,22 @@ class WorkerPool:
 
     def close(self) -> None:
         self.evict_idle()
-        self._close_mps()
+        self._close_service()
         shutil.rmtree(self._isolation, ignore_errors=True)
 
     # -- internals ---------------------------------------------------------------------------------
-    def _close_mps(self) -> None:
+    def _close_service(self) -> None:
         clients = [w for w in self.idle if w.key.mode != PLAIN]
         stop_workers(clients)
         self.idle = [w for w in self.idle if w.key.mode == PLAIN]
-        if self.daemon is not None:
-            stop_daemon(self.daemon)
-            self.daemon = None
+        if self.daemon is not None and self.service_mode is not None:
+            self.service_mode.stop_service(self.daemon)  # the mode's tear-down hook
+        self.daemon = self.service_mode = None
 
-    def _environment(self, mode: str) -> tuple[dict[str, str], tuple[str, ...], str]:
-        if mode == PLAIN:
-            pipe = str(self._isolation / "pipe")
-            env = {**self.target.worker_env(), "CUDA_MPS_PIPE_DIRECTORY": pipe,
-                   "CUDA_MPS_LOG_DIRECTORY": str(self._isolation / "log")}
-            return env, (), pipe
-        assert self.daemon is not None
-        percentage = int(mode[3:]) if mode[3:] else None
-        # The daemon owns the device (pinned by UUID): a client must not narrow CUDA_VISIBLE_DEVICES itself.
-        return self.daemon.client_env(percentage), ("CUDA_VISIBLE_DEVICES",), str(self.daemon.pipe_dir)
-
-    def _start(self, key: WorkerKey) -> Worker:
-        env, unset, pipe = self._environment(key.mode)
+    def _start(self, key: WorkerKey, cell: Cell) -> Worker:
+        environment = sharing_mode(cell.sharing).worker_environment(
+            self.daemon, self._isolation, self.target.worker_env(), cell.mps_thread_percentage)
+        env, unset, pipe = environment.env, environment.unset, environment.pipe_dir
         spec, job = self.spec, key.job
         config = JobConfig(model=job.model, batch_size=job.batch_size, image_size=spec.image_size,
                            num_classes=spec.num_classes, device=self.target.worker_device,
@@ -213,7 +220,7 @@ class WorkerPool:
                            seq_len=spec.seq_len)
         self.started += 1
         parent_end, child_end = self._context.Pipe(duplex=True)
-        process = self._context.Process(  # type: ignore[attr-defined]
+        process = self._context.Process(
             target=job_main, args=(child_end, config), daemon=True, name=f"colocate-{job.label}")
         process.start()
         child_end.close()

@@ -23,11 +23,11 @@ from datetime import datetime, timezone
 from multiprocessing.connection import wait
 from typing import Any
 
-from profiler.cells import JobType, Run
+from profiler.cells import Cell, JobType, Run
 from profiler.devices import DeviceTarget
+from profiler.errors import SharingUnavailable
 from profiler.metrics import JobTiming, delta, iteration_stats, overlap_window, slowdowns, throughput_sum
-from profiler.mps import MpsDaemon, MpsUnavailable, mps_unavailable_reason
-from profiler.nvml import NvmlSampler, NvmlSummary, mps_client_pids, process_memory_mib
+from profiler.nvml import NvmlSampler, NvmlSummary, process_memory_mib
 from profiler.pool import Worker, WorkerPool, worker_context
 from profiler.schema import (
     STATUS_FAILED,
@@ -35,6 +35,7 @@ from profiler.schema import (
     STATUS_OK,
     STATUS_SKIPPED,
 )
+from profiler.sharing import sharing_mode
 from profiler.spec import CampaignSpec
 
 __all__ = ["RunRecord", "SoloBaseline", "execute_run", "not_run_record", "precheck", "worker_context"]
@@ -130,10 +131,9 @@ def precheck(
 ) -> RunRecord | None:
     """A record for a run that must not start (and why), or None when it may run."""
     cell = run.cell
-    if cell.sharing == "mps":
-        reason = mps_unavailable_reason(spec.device)
-        if reason:
-            return not_run_record(run, spec, target, STATUS_SKIPPED, reason)
+    reason = sharing_mode(cell.sharing).unavailable_reason(spec.device)
+    if reason:
+        return not_run_record(run, spec, target, STATUS_SKIPPED, reason)
     if len(cell.jobs) == 1:
         return None
     for job in cell.jobs:
@@ -190,13 +190,12 @@ def _measure(run: Run, spec: CampaignSpec, target: DeviceTarget, baselines: Mapp
     try:
         with ExitStack() as stack:
             try:
-                workers = pool.acquire(cell)
-            except MpsUnavailable as exc:
+                workers = pool.acquire(cell)  # starts the mode's service (the MPS daemon) when it needs one
+            except SharingUnavailable as exc:
                 return not_run_record(run, spec, target, STATUS_SKIPPED, str(exc))
             sampler = (stack.enter_context(NvmlSampler(target.nvml_index))
                        if target.nvml_index is not None and sample_nvml else None)
-            daemon = pool.daemon if cell.sharing == "mps" else None
-            measured = _coordinate(workers, pool, spec, target, daemon, on_pids)
+            measured = _coordinate(workers, pool, cell, spec, target, on_pids)
         healthy = True
     except _RunFailure as failure:
         row.update(status=failure.status, error=str(failure), wall_s=time.perf_counter() - wall_start)
@@ -238,7 +237,7 @@ def _add_delta(row: dict[str, Any], jobs: list[dict[str, Any]], solo: list[float
 
 
 def _coordinate(
-    workers: list[Worker], pool: WorkerPool, spec: CampaignSpec, target: DeviceTarget, daemon: MpsDaemon | None,
+    workers: list[Worker], pool: WorkerPool, cell: Cell, spec: CampaignSpec, target: DeviceTarget,
     on_pids: Callable[[list[int]], None] | None,
 ) -> tuple[list[JobTiming], list[dict[str, Any]], list[float | None]]:
     if on_pids is not None:
@@ -252,8 +251,9 @@ def _coordinate(
     starts = session.collect("started")
     window_start = max(float(s) for s in starts)
     session.broadcast(("window", window_start))
-    if daemon is not None:
-        _check_mps_membership(daemon, workers)
+    not_served = pool.check_clients(cell, workers)  # under MPS: every worker a client of our daemon
+    if not_served:
+        raise _RunFailure(STATUS_FAILED, not_served)
     process_memory: list[float | None] = [None] * len(workers)
     if target.nvml_index is not None and len(workers) == 1:
         process_memory[0] = process_memory_mib(target.nvml_index, workers[0].pid)
@@ -264,13 +264,6 @@ def _coordinate(
     return timings, results, process_memory
 
 
-def _check_mps_membership(daemon: MpsDaemon, workers: list[Worker]) -> None:
-    """Fail the run unless every worker is a client of our daemon (proof, not assumption)."""
-    missing = daemon.missing_clients([w.pid for w in workers], mps_client_pids)
-    if missing:
-        names = ", ".join(f"{w.name} (pid {w.pid})" for w in workers if w.pid in missing)
-        raise _RunFailure(STATUS_FAILED, f"not an MPS client of our daemon: {names} — neither get_client_list "
-                                         f"nor NVML lists it, so it ran as plain CUDA; partners stopped")
 
 
 class _Session:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
 from colocate.commands.demo import demo_spec
@@ -19,6 +20,7 @@ def test_embedded_demo_spec_is_a_cpu_campaign_of_three_models_solo_and_pairs() -
     assert gpu.device == "cuda" and gpu.image_size == 224
 
 
+@pytest.mark.slow
 def test_demo_runs_campaign_matrix_and_simulation(tmp_path: Path, shared_data: Path) -> None:
     spec = tmp_path / "tiny.yaml"
     spec.write_text(yaml.safe_dump({"name": "tiny-demo", "models": ["tiny_cnn"], "batch_sizes": [2],

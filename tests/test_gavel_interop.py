@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from analysis_fixtures import cpu_campaign  # noqa: F401  (session fixture)
+
 from colocate.errors import InputError
 from colocate.gavel import export_gavel, gavel_job_type, gavel_results, import_gavel, load_inputs, write_import
 from colocate.results import group_table, load_results, solo_table
@@ -117,6 +117,7 @@ def test_export_round_trips_gavel_values(gavel_path: Path, gavel_raw: dict) -> N
             assert exported["p100"][key][partner] == pytest.approx(value, rel=1e-9, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_export_of_our_campaign_is_steps_per_second(cpu_campaign: Path, tmp_path: Path) -> None:  # noqa: F811
     results = load_results(cpu_campaign)
     exported = export_gavel(results)

@@ -12,8 +12,8 @@ from torch import nn
 
 import models
 from models import (
-    MODEL_INFO,
     IMAGE_MODELS,
+    MODEL_INFO,
     MODEL_NAMES,
     THESIS_MODELS,
     TOKEN_MODELS,
@@ -44,7 +44,7 @@ def _batch_size(name: str, image_size: int) -> int:
     return 1 if name.startswith("vgg") and image_size >= 96 else 2
 
 
-@pytest.mark.parametrize("image_size", [32, 224])
+@pytest.mark.parametrize("image_size", [32, pytest.param(224, marks=pytest.mark.slow)])  # 224: seconds per model
 @pytest.mark.parametrize("name", IMAGE_MODELS)
 def test_forward_backward_gives_logits_and_gradients(name: str, image_size: int) -> None:
     torch.manual_seed(0)

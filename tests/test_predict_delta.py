@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from analysis_fixtures import cpu_campaign  # noqa: F401  (session fixture)
+
 from colocate.colocation_table import read_colocation_table, validate_colocation_table
 from colocate.errors import InputError
 from colocate.gavel import gavel_results

@@ -24,6 +24,7 @@ from profiler.devices import resolve_device
 from profiler.nvml import gpm_values, nvml_index_for
 from profiler.pool import WorkerPool
 from profiler.runner import SoloBaseline, _measure
+from profiler.sharing import sharing_mode
 from profiler.spec import spec_from_dict
 
 FAKE_BIN = Path(__file__).parent / "fake_mps"
@@ -186,7 +187,7 @@ def test_plain_workers_get_a_private_empty_pipe_and_no_inherited_mps_variables(f
     target = resolve_device("cpu")
     job = JobType("tiny_cnn", 2)
     with WorkerPool(spec, target) as pool:
-        pool.daemon = mps.start_daemon(None)  # as if the previous run had been an MPS run
+        pool.open_service(sharing_mode("mps"))  # as if the previous run had been an MPS run
         daemon_root = pool.daemon.root
         record = _measure(Run(Cell((job, job), "timeslice"), 0), spec, target,
                           {job: SoloBaseline(0.01, 1.0, "ok")}, pool, None, False)

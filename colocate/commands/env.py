@@ -36,14 +36,14 @@ def collect_env() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             versions[package] = None
     cuda = torch.cuda.is_available()
-    devices = []
+    devices: list[dict[str, Any]] = []
     if cuda:
         for index in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(index)
             devices.append({"index": index, "name": props.name, "memory_gib": round(props.total_memory / 2**30, 1),
                             "capability": f"{props.major}.{props.minor}", "sms": props.multi_processor_count})
     nvml_ok, nvml_why = nvml_status()
-    gpus = []
+    gpus: list[dict[str, Any]] = []
     if nvml_ok:
         import pynvml
 
@@ -94,9 +94,9 @@ def env(
         table.add_row(name, version or "[dim]not installed[/]")
     table.add_row("torch CUDA", str(info["torch_cuda"]))
     table.add_row("CUDA available", str(info["cuda_available"]))
-    for device in info["cuda_devices"]:
-        table.add_row(f"cuda:{device['index']}", f"{device['name']}, {device['memory_gib']} GiB, "
-                      f"sm_{device['capability']}, {device['sms']} SMs")
+    for cuda_device in info["cuda_devices"]:
+        table.add_row(f"cuda:{cuda_device['index']}", f"{cuda_device['name']}, {cuda_device['memory_gib']} GiB, "
+                      f"sm_{cuda_device['capability']}, {cuda_device['sms']} SMs")
     table.add_row("NVML", f"{'yes' if info['nvml']['usable'] else 'no'} ({info['nvml']['why']})")
     for gpu in info["nvml"]["gpus"]:
         table.add_row(f"  GPU {gpu['nvml_index']}", f"{gpu.get('name')} driver {gpu.get('driver')}; "

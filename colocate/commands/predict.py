@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
     app.command("predict")(predict)
+
+
+def _advance(progress: Any, task: Any, done: int, total: int) -> None:
+    progress.update(task, completed=done)
 
 
 def predict(
@@ -23,41 +29,62 @@ def predict(
     ridge_lambda: float = typer.Option(1.0, "--ridge-lambda", min=0.0, help="Ridge penalty of the feature model."),
 ) -> None:
     """Predict t/t' (and δ) of every pair of measured job types per GPU type and sharing mode."""
+    from colocate.gavel import load_inputs
+    from colocate.predict import PredictorConfig
+
+    results = load_inputs(results_dirs or [], gavel or [], gpu_types=gpu_type or None)
+    config = PredictorConfig(ridge_lambda=ridge_lambda, nuclear_lambda=nuclear_lambda)
+    if not evaluate:
+        _write_predicted_table(results, config, sharing, out, results_dirs)
+        return
+    command = (f"colocate predict --evaluate {' '.join(str(p) for p in results_dirs or [])}"
+               + "".join(f" --gavel {g}" for g in gavel or []) + "".join(f" --gpu-type {g}" for g in gpu_type or []))
+    _evaluate(results, config, sharing, report_dir, command)
+
+
+def _write_predicted_table(results: Any, config: Any, sharing: str | None, out: Path | None,
+                           results_dirs: list[Path] | None) -> None:
+    """Predict every pair of one sharing mode, write the colocation table and show what it holds."""
+    from rich.table import Table
+
+    from colocate.commands._output import console
+    from colocate.errors import InputError
+    from colocate.predict import make_datasets, predict_dataset
+    from colocate.results import choose_sharing
+
+    every_mode = make_datasets(results)  # one per (GPU type, sharing mode); the output holds one mode
+    mode = choose_sharing([d.sharing for d in every_mode], sharing, results.label)
+    datasets = [d for d in every_mode if d.sharing == mode]
+    if not datasets:
+        raise InputError("no pairs measured", source=results.label, field="kind",
+                         valid="a campaign with group_sizes including 2, or a Gavel file")
+    import pandas as pd
+
+    from colocate.colocation_table import write_colocation_table
+
+    table = pd.concat([predict_dataset(d, config) for d in datasets], ignore_index=True)
+    target = out or (results_dirs[0] if results_dirs else Path("results") / "gavel") / "colocation_predicted.csv"
+    write_colocation_table(table[["gpu_type", "type_a", "type_b", "ratio_a", "ratio_b", "delta", "source",
+                                  "repeats", "sharing"]], target)
+    summary = table.groupby(["gpu_type", "source"]).size().unstack(fill_value=0)
+    view = Table(title=f"colocation table → {target}")
+    view.add_column("GPU type")
+    for column in summary.columns:
+        view.add_column(str(column))
+    for gpu, row in summary.iterrows():
+        view.add_row(str(gpu), *[str(int(v)) for v in row])
+    console.print(view)
+
+
+def _evaluate(results: Any, config: Any, sharing: str | None, report_dir: Path, command: str) -> None:
+    """Leave-one-pair-out evaluation: report.md, evaluation.csv/json, loo_predictions.csv, and a table."""
     from rich.progress import Progress
     from rich.table import Table
 
     from colocate.commands._output import console, error_console
     from colocate.errors import InputError
-    from colocate.gavel import load_inputs
-    from colocate.predict import PredictorConfig, evaluation_report, leave_one_pair_out, make_datasets, predict_dataset
-    from colocate.results import atomic_write_json, choose_sharing
-
-    results = load_inputs(results_dirs or [], gavel or [], gpu_types=gpu_type or None)
-    config = PredictorConfig(ridge_lambda=ridge_lambda, nuclear_lambda=nuclear_lambda)
-    if not evaluate:
-        every_mode = make_datasets(results)  # one per (GPU type, sharing mode); the output holds one mode
-        mode = choose_sharing([d.sharing for d in every_mode], sharing, results.label)
-        datasets = [d for d in every_mode if d.sharing == mode]
-        if not datasets:
-            raise InputError("no pairs measured", source=results.label, field="kind",
-                             valid="a campaign with group_sizes including 2, or a Gavel file")
-        import pandas as pd
-
-        from colocate.colocation_table import write_colocation_table
-
-        table = pd.concat([predict_dataset(d, config) for d in datasets], ignore_index=True)
-        target = out or (results_dirs[0] if results_dirs else Path("results") / "gavel") / "colocation_predicted.csv"
-        write_colocation_table(table[["gpu_type", "type_a", "type_b", "ratio_a", "ratio_b", "delta", "source",
-                                      "repeats", "sharing"]], target)
-        summary = table.groupby(["gpu_type", "source"]).size().unstack(fill_value=0)
-        view = Table(title=f"colocation table → {target}")
-        view.add_column("GPU type")
-        for column in summary.columns:
-            view.add_column(str(column))
-        for gpu, row in summary.iterrows():
-            view.add_row(str(gpu), *[str(int(v)) for v in row])
-        console.print(view)
-        return
+    from colocate.predict import evaluation_report, leave_one_pair_out, make_datasets
+    from colocate.results import atomic_write_json
 
     datasets = make_datasets(results, sharing=sharing)
     if not datasets:
@@ -67,13 +94,10 @@ def predict(
     with Progress(console=error_console, transient=True) as progress:
         for dataset in datasets:
             task = progress.add_task(f"leave-one-pair-out {dataset.gpu_type}/{dataset.sharing}", total=len(dataset.pairs))
-            evaluations.append(leave_one_pair_out(
-                dataset, config, progress=lambda done, total, t=task: progress.update(t, completed=done)))
+            evaluations.append(leave_one_pair_out(dataset, config, progress=partial(_advance, progress, task)))
     report_dir.mkdir(parents=True, exist_ok=True)
     provenance = [f"Inputs: {', '.join(str(s) for s in results.sources)}.",
-                  f"Command: `colocate predict --evaluate {' '.join(str(p) for p in results_dirs or [])}"
-                  + "".join(f" --gavel {g}" for g in gavel or []) + "".join(f" --gpu-type {g}" for g in gpu_type or [])
-                  + "`."]
+                  f"Command: `{command}`."]
     (report_dir / "report.md").write_text(evaluation_report(evaluations, provenance=provenance))
     import pandas as pd
 

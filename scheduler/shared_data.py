@@ -1,0 +1,34 @@
+"""Where the public data sets (Sia's traces and workloads, Gavel's throughputs) are found: one resolver.
+
+``$COLOCATE_SHARED_DATA`` wins; otherwise ``shared/data`` beside the repository, above the working
+directory or inside it. The data is read where it lies and never copied into the repository.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENV_VAR = "COLOCATE_SHARED_DATA"
+
+
+def shared_data_dir() -> Path:
+    """``$COLOCATE_SHARED_DATA`` if set, else ``../shared/data`` beside the repository (or the working dir)."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parents[1]
+    for base in (repo.parent / "shared" / "data", Path.cwd().parent / "shared" / "data", Path.cwd() / "shared" / "data"):
+        if base.is_dir():
+            return base
+    return repo.parent / "shared" / "data"
+
+
+def default_profiles_dir() -> Path:
+    """Sia's per-GPU-type profiles (``<shared>/sia/traces``), read at run time and never copied."""
+    return shared_data_dir() / "sia" / "traces"
+
+
+def gavel_throughputs_path() -> Path:
+    """Gavel's ``simulation_throughputs.json`` (``<shared>/gavel``)."""
+    return shared_data_dir() / "gavel" / "simulation_throughputs.json"
