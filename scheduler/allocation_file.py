@@ -31,7 +31,7 @@ def allocation_document(decision: RoundDecision, placement: Placement) -> dict[s
         where = placement.of(a.job)
         rows.append({
             "job": a.job, "gpu_type": a.gpu_type, "num_gpus": a.num_gpus, "batch_size": a.batch_size,
-            "partner": a.partner, "node": where.node if where else None,
+            "partner": a.partner, "partners": list(a.others), "node": where.node if where else None,
             "nodes": list(where.nodes) if where else [], "gpus": list(where.gpus) if where else [],
             "expected_goodput": round(a.expected_goodput, 6),
         })

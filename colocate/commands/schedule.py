@@ -17,6 +17,7 @@ from typing import Any, Literal, Optional, get_origin, get_type_hints
 import typer
 
 from colocate.errors import InputError
+from scheduler.allocation_file import allocation_document as decision_to_json
 
 
 def register(app: typer.Typer) -> None:
@@ -41,29 +42,6 @@ def _check_inputs(jobs: list, cluster: Any, model: Any, jobs_path: Path) -> None
         if job.current_gpu_type and job.current_gpu_type not in cluster:
             raise InputError(f"row {row}: current_gpu_type {job.current_gpu_type!r} is not in the cluster",
                              source=jobs_path, field="current_gpu_type", valid=", ".join(cluster.type_names))
-
-
-def decision_to_json(decision: Any, placement: Any) -> dict[str, Any]:
-    """The ``--json`` document (schema in the README)."""
-    rows = []
-    for a in decision.allocations:
-        where = placement.of(a.job)
-        rows.append({
-            "job": a.job, "gpu_type": a.gpu_type, "num_gpus": a.num_gpus, "batch_size": a.batch_size,
-            "partner": a.partner, "partners": list(a.others), "node": where.node if where else None,
-            "nodes": list(where.nodes) if where else [], "gpus": list(where.gpus) if where else [],
-            "expected_goodput": round(a.expected_goodput, 6),
-        })
-    info = decision.solver
-    return {
-        "allocations": rows,
-        "unallocated": list(decision.unallocated),
-        "unplaced": list(placement.unplaced),
-        "objective": info.objective,
-        "solver": {"name": info.name, "status": info.status, "time_s": round(info.time_s, 4), "gap": info.gap,
-                   "bound": info.bound, "fallback": info.fallback, "variables": info.num_variables,
-                   "constraints": info.num_constraints},
-    }
 
 
 def _schedule(
