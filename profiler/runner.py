@@ -195,7 +195,7 @@ def _measure(run: Run, spec: CampaignSpec, target: DeviceTarget, baselines: Mapp
                 return not_run_record(run, spec, target, STATUS_SKIPPED, str(exc))
             sampler = (stack.enter_context(NvmlSampler(target.nvml_index))
                        if target.nvml_index is not None and sample_nvml else None)
-            measured = _coordinate(workers, pool, cell, spec, target, on_pids)
+            measured = _coordinate(workers, pool, spec, target, cell, on_pids)
         healthy = True
     except _RunFailure as failure:
         row.update(status=failure.status, error=str(failure), wall_s=time.perf_counter() - wall_start)
@@ -237,9 +237,10 @@ def _add_delta(row: dict[str, Any], jobs: list[dict[str, Any]], solo: list[float
 
 
 def _coordinate(
-    workers: list[Worker], pool: WorkerPool, cell: Cell, spec: CampaignSpec, target: DeviceTarget,
+    workers: list[Worker], pool: WorkerPool, spec: CampaignSpec, target: DeviceTarget, cell: Cell | None,
     on_pids: Callable[[list[int]], None] | None,
 ) -> tuple[list[JobTiming], list[dict[str, Any]], list[float | None]]:
+    """Warm up, start together, time the window, stop; ``cell``'s mode proves its clients (None: no proof)."""
     if on_pids is not None:
         on_pids([w.pid for w in workers])
     session = _Session(workers, time.monotonic() + spec.run_timeout_s)
@@ -251,7 +252,7 @@ def _coordinate(
     starts = session.collect("started")
     window_start = max(float(s) for s in starts)
     session.broadcast(("window", window_start))
-    not_served = pool.check_clients(cell, workers)  # under MPS: every worker a client of our daemon
+    not_served = pool.check_clients(cell, workers) if cell is not None else None  # MPS: all clients of our daemon
     if not_served:
         raise _RunFailure(STATUS_FAILED, not_served)
     process_memory: list[float | None] = [None] * len(workers)
