@@ -40,6 +40,12 @@ class ModelInfo:
     family: str
     description: str
     published_params_imagenet: int | None = None
+    # "image": (B, 3, H, W) float inputs and (B,) class labels; "tokens": (B, seq_len) token ids, with
+    # (B, seq_len) next-token labels over ``vocabulary`` (a language model) or (B,) class labels.
+    inputs: str = "image"
+    vocabulary: int | None = None  # token models: size of the embedding table
+    max_positions: int | None = None  # token models: longest sequence the position table covers
+    language_model: bool = False  # labels are next tokens (B, T), not classes (B,)
 
 
 # Builders by name; MODEL_INFO holds the same names' infos (both written only by register_model).

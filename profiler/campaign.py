@@ -1,8 +1,9 @@
 """Run a whole campaign into a results directory, resuming where an earlier invocation stopped.
 
-Solo runs come first and provide each job type's baseline t (mean over its ok solo repeats) and peak
-memory; every group run then computes δ against those baselines. Completed runs are never re-run; runs
-recorded as skipped (no GPU or MPS on the machine that ran them) are tried again.
+A batch size's solo runs come first and provide each job type's baseline t (mean over its ok solo repeats
+on the same GPU type) and memory; every group run then computes δ against those baselines. Completed runs
+are never re-run; runs recorded as skipped (no GPU or MPS on the machine that ran them) are tried again.
+One :class:`~profiler.pool.WorkerPool` serves the session, so warm workers carry over between runs.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -25,17 +26,20 @@ import pandas as pd
 from profiler.cells import JobType, Run, plan_runs, runs_for_gpu_type
 from profiler.devices import DeviceTarget, resolve_device
 from profiler.errors import InputError
-from profiler.mps import mps_unavailable_reason
-from profiler.nvml import gpm_supported, nvml_status
+from profiler.mps import foreign_mps_processes, mps_unavailable_reason, reap_stale_daemons
+from profiler.nvml import compute_mode, gpm_supported, nvml_status
+from profiler.pool import WorkerPool, upcoming_block
 from profiler.runner import RunRecord, SoloBaseline, execute_run
 from profiler.schema import SHARING_SOLO, STATUS_OK
 from profiler.signals import sigterm_as_interrupt
 from profiler.spec import CampaignSpec
 from profiler.store import ResultsStore
 
-# Spec fields that change what a number means: a results directory holds one protocol only.
+# Spec fields that change what a number means: a results directory holds one protocol only (and one GPU
+# name, see check_resumable). A key missing from an older meta.json counts as its default.
 PROTOCOL_FIELDS = ("device", "image_size", "num_classes", "warmup_iters", "min_window_iters",
-                   "min_window_seconds", "threads_per_job")
+                   "min_window_seconds", "threads_per_job", "seq_len", "workers")
+_SPEC_DEFAULTS = {f.name: f.default for f in fields(CampaignSpec)}
 
 
 @dataclass(frozen=True)
@@ -97,24 +101,33 @@ class SessionTally:
                        complete=self.done == self.planned)
 
 
-def baselines_from(store: ResultsStore, gpu_type: str | None = None) -> dict[JobType, SoloBaseline]:
-    """Solo baselines from the store's committed rows (with ``gpu_type``: only that type's typed cells)."""
+def baselines_from(store: ResultsStore, gpu_type: str | None = None, *,
+                   typed_cells: bool = True) -> dict[JobType, SoloBaseline]:
+    """Solo baselines from the store's committed rows of GPU type ``gpu_type`` (all rows when None).
+
+    ``typed_cells``: the spec lists gpu_types, so a type's baselines come from its own typed cells
+    ("h100:solo|…"); otherwise from the rows whose ``gpu_type`` column says that type.
+    """
     runs = store.runs()
     jobs = store.jobs(runs)
     result: dict[JobType, SoloBaseline] = {}
     if runs.empty:
         return result
     solo_runs = runs[runs["sharing"] == SHARING_SOLO]
-    if gpu_type is not None:
+    if gpu_type is not None and typed_cells:
         solo_runs = solo_runs[solo_runs["cell_id"].astype(str).str.startswith(f"{gpu_type}:")]
+    elif gpu_type is not None:
+        solo_runs = solo_runs[solo_runs["gpu_type"].astype(str) == gpu_type]
     solo_jobs = jobs[jobs["run_id"].isin(solo_runs["run_id"])]
     for job_type, rows in solo_jobs.groupby("job_type"):
         ok = rows[rows["status"] == STATUS_OK]
         times = [float(t) for t in ok["iter_time_s"] if not pd.isna(t)]
         peaks = [float(p) for p in rows["peak_memory_mib"] if not pd.isna(p)]
+        nvml = [float(m) for m in rows.get("nvml_process_memory_mib", pd.Series(dtype=float)) if not pd.isna(m)]
         if times:
             result[JobType.parse(str(job_type))] = SoloBaseline(
-                sum(times) / len(times), max(peaks) if peaks else None, STATUS_OK)
+                sum(times) / len(times), max(peaks) if peaks else None, STATUS_OK,
+                process_memory_mib=max(nvml) if nvml else None)
         else:
             last = rows.iloc[-1]
             result[JobType.parse(str(job_type))] = SoloBaseline(None, None, str(last["status"]),
@@ -140,7 +153,12 @@ def build_meta(spec: CampaignSpec, target: DeviceTarget) -> dict[str, Any]:
     return {
         "spec": spec.to_dict(),
         "device": {"spec": spec.device, "name": target.name, "gpu_type": target.gpu_type,
-                   "physical_gpu": target.physical_gpu, "memory_total_mib": target.memory_total_mib},
+                   "physical_gpu": target.physical_gpu, "uuid": target.uuid,
+                   "memory_total_mib": target.memory_total_mib,
+                   "compute_mode": compute_mode(target.nvml_index) if target.nvml_index is not None else None},
+        # MPS daemons/servers on this host that are not ours: our non-MPS workers are isolated from them
+        # (private empty pipe directory), but they share the GPU's memory and time.
+        "foreign_mps": foreign_mps_processes() if target.nvml_index is not None else [],
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
                      "colocate": _version("colocate"), "nvidia-ml-py": _version("nvidia-ml-py")},
@@ -153,17 +171,25 @@ def build_meta(spec: CampaignSpec, target: DeviceTarget) -> dict[str, Any]:
     }
 
 
-def check_resumable(store: ResultsStore, spec: CampaignSpec, out: Path) -> None:
-    """Refuse to mix two measurement protocols in one directory."""
-    previous = store.read_meta().get("spec")
+def check_resumable(store: ResultsStore, spec: CampaignSpec, out: Path, gpu_name: str | None = None) -> None:
+    """Refuse to mix two measurement protocols — or two GPU models (``gpu_name``) — in one directory."""
+    meta = store.read_meta()
+    previous = meta.get("spec")
     if not previous:
         return
     current = spec.to_dict()
     for key in PROTOCOL_FIELDS:
-        if previous.get(key) != current.get(key):
+        before = previous.get(key, _SPEC_DEFAULTS.get(key))
+        if isinstance(before, list):
+            before = list(before)
+        if before != current.get(key):
             raise InputError(
-                f"holds a campaign measured with {key}={previous.get(key)!r}, the spec says {current.get(key)!r}",
+                f"holds a campaign measured with {key}={before!r}, the spec says {current.get(key)!r}",
                 source=out, field=key, valid="the same value, or a new --out directory")
+    measured_on = (meta.get("device") or {}).get("name")
+    if gpu_name is not None and measured_on and measured_on != gpu_name and not spec.gpu_types:
+        raise InputError(f"holds a campaign measured on '{measured_on}', this machine's device is '{gpu_name}'",
+                         source=out, field="device", valid="the same GPU model, or a new --out directory")
 
 
 def _profile_kernels_once(spec: CampaignSpec, store: ResultsStore, job: JobType, todo: list[Run]) -> str | None:
@@ -219,31 +245,39 @@ def run_campaign(
     """
     out = Path(out)
     store = ResultsStore(out)
-    check_resumable(store, spec, out)
     target = resolve_device(spec.device)
+    check_resumable(store, spec, out, target.name)
     typed = None  # with gpu_types, this device measures (and takes baselines from) its own type only
     if spec.gpu_types:
         typed = target.gpu_type
         if typed not in spec.gpu_types:
             raise InputError(f"this machine's device is of type '{typed}'", field="gpu_types",
                              valid="a list including it, or --backend ray to route runs to other types")
-    meta, session = open_session(store, build_meta(spec, target))
+    stale = reap_stale_daemons() if target.nvml_index is not None else []
+    meta, session = open_session(store, build_meta(spec, target),
+                                 stale_mps_daemons_quit=[str(root) for root in stale])
 
     planned = runs if runs is not None else plan_runs(spec)
     if typed is not None:
         planned = runs_for_gpu_type(planned, typed)
     finished = store.finished_run_ids()
     todo = [run for run in planned if run.run_id not in finished]
-    baselines = baselines_from(store, typed)
+    gpu_type = typed or target.gpu_type  # baselines from rows of this GPU type only
+
+    def current_baselines() -> dict[JobType, SoloBaseline]:
+        return baselines_from(store, gpu_type, typed_cells=typed is not None)
+
+    baselines = current_baselines()
     tally = SessionTally(len(planned), len(planned) - len(todo), on_progress)
     try:
-        with sigterm_as_interrupt():
-            for run in todo:
+        with sigterm_as_interrupt(), WorkerPool(spec, target) as pool:
+            for position, run in enumerate(todo):
                 pids_hook = (lambda pids, run=run: on_run_start(run, pids)) if on_run_start else None
-                record = execute_run(run, spec, target, baselines, on_pids=pids_hook)
+                record = execute_run(run, spec, target, baselines, pool=pool, on_pids=pids_hook)
+                pool.retain(upcoming_block(todo, position))
                 store.append_run(record.run, record.jobs)
                 if run.cell.sharing == SHARING_SOLO:
-                    baselines = baselines_from(store, typed)
+                    baselines = current_baselines()
                     if spec.kernels:
                         problem = _profile_kernels_once(spec, store, run.cell.jobs[0], todo)
                         if problem:

@@ -1,9 +1,11 @@
 """Expand a campaign spec into cells (configurations) and an ordered list of runs (cell × repeat).
 
-Order matters for a campaign that may be cut off: all solo runs come first (every group needs its members'
-baselines and solo peak memory), then per batch size the pairs, then the triples, with sharing modes and
-repeats shuffled together inside each block (seeded), so a cut-off leaves whole batch sizes measured and
-no systematic drift lines up with one mode.
+Order matters for a campaign that may be cut off (a 10-minute GPU lease): runs come in blocks of (batch
+size, group size) — solos@64, pairs@64, triples@64, solos@128, … — so a cut-off leaves whole batch sizes
+with δ (a block's solos give its groups their baselines and solo memory). Inside a block the runs of one
+sharing mode stay together (warm workers of that mode serve them; an MPS daemon is started once), the
+order of the modes and of the runs inside each mode shuffled (seeded), so no systematic drift lines up
+with one mode across blocks.
 
 With ``gpu_types`` in the spec every cell is planned once per type, the type prefixed to its id
 (``h100:pair|mps|...``); each type's group runs use that type's solo baselines.
@@ -18,7 +20,8 @@ from dataclasses import dataclass, replace
 
 from profiler.schema import SHARING_SOLO
 from profiler.sharing import sharing_label, sharing_mode
-from profiler.spec import CampaignSpec, parse_job_type
+from profiler.spec import CampaignSpec, parse_job_type, parse_job_type_full
+from profiler.training import DEFAULT_PRECISION
 
 KIND_BY_SIZE = {1: "solo", 2: "pair", 3: "triple"}
 
@@ -27,17 +30,20 @@ KIND_BY_SIZE = {1: "solo", 2: "pair", 3: "triple"}
 class JobType:
     model: str
     batch_size: int
+    precision: str = DEFAULT_PRECISION
 
     @property
     def label(self) -> str:
-        return f"{self.model}@{self.batch_size}"
+        """``model@batch`` in fp32 (the default), ``model@batch:bf16`` in another precision."""
+        suffix = "" if self.precision == DEFAULT_PRECISION else f":{self.precision}"
+        return f"{self.model}@{self.batch_size}{suffix}"
 
     @classmethod
     def parse(cls, text: str) -> JobType:
-        model, batch = parse_job_type(text)
+        model, batch, precision = parse_job_type_full(text)
         if batch is None:
             raise ValueError(f"job type '{text}' needs a batch size: 'model@batch'")
-        return cls(model, batch)
+        return cls(model, batch, precision or DEFAULT_PRECISION)
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,10 @@ class Cell:
     @property
     def kind(self) -> str:
         return KIND_BY_SIZE[len(self.jobs)]
+
+    @property
+    def precision(self) -> str:
+        return self.jobs[0].precision  # every member of a group runs in the same precision
 
     @property
     def mode_label(self) -> str:
@@ -109,6 +119,10 @@ def _dedupe(items: Iterable[Cell]) -> list[Cell]:
     return list(seen.values())
 
 
+def _in_precision(cell: Cell, precision: str) -> Cell:
+    return replace(cell, jobs=tuple(replace(job, precision=precision) for job in cell.jobs))
+
+
 def expand_cells(spec: CampaignSpec) -> list[Cell]:
     """All cells of a campaign: solos for every job type any group (or group size 1) needs, then groups."""
     groups = _groups(spec)
@@ -132,7 +146,7 @@ def expand_cells(spec: CampaignSpec) -> list[Cell]:
     for group in groups:
         ordered = tuple(sorted(group))  # a pair is unordered: one canonical cell id
         cells.extend(Cell(ordered, mode, pct) for mode, pct in modes)
-    cells = _dedupe(cells)
+    cells = _dedupe([_in_precision(cell, precision) for precision in spec.precision for cell in cells])
     if spec.gpu_types:
         cells = [replace(cell, gpu_type=gpu_type) for gpu_type in spec.gpu_types for cell in cells]
     return cells
@@ -146,15 +160,16 @@ def runs_for_gpu_type(runs: Iterable[Run], gpu_type: str) -> list[Run]:
 def plan_runs(spec: CampaignSpec) -> list[Run]:
     """Runs in execution order (see module docstring)."""
     rng = random.Random(spec.seed)
-    cells = expand_cells(spec)
-    blocks: dict[tuple[int, int, int], list[Run]] = {}
-    for cell in cells:
-        size = len(cell.jobs)
-        key = (0 if size == 1 else 1, 0 if size == 1 else cell.batch_key, size)
-        blocks.setdefault(key, []).extend(Run(cell, r) for r in range(spec.repeats))
+    blocks: dict[tuple[int, int], dict[str, list[Run]]] = {}
+    for cell in expand_cells(spec):
+        modes = blocks.setdefault((cell.batch_key, len(cell.jobs)), {})
+        modes.setdefault(cell.mode_label, []).extend(Run(cell, r) for r in range(spec.repeats))
     ordered: list[Run] = []
     for key in sorted(blocks):
-        block = blocks[key]
-        rng.shuffle(block)
-        ordered.extend(block)
+        labels = sorted(blocks[key])
+        rng.shuffle(labels)
+        for label in labels:
+            runs = blocks[key][label]
+            rng.shuffle(runs)
+            ordered.extend(runs)
     return ordered

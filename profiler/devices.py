@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiler.nvml import device_info
+from profiler.nvml import device_info, gpu_inventory, nvml_index_for
 
 # Families we recognise in NVML/CUDA device names, most specific first.
 _GPU_FAMILIES = (
@@ -56,12 +56,21 @@ class DeviceTarget:
     name: str
     gpu_type: str
     memory_total_mib: float | None
+    uuid: str | None = None  # NVML UUID: how the MPS daemon is pinned (indices can be renumbered)
+
+    @property
+    def pin(self) -> str | None:
+        """The most specific CUDA_VISIBLE_DEVICES value for our GPU: its UUID when NVML knows it."""
+        return self.uuid or self.physical_gpu
 
     def worker_env(self) -> dict[str, str]:
+        """Environment of a plain (non-MPS) worker: only our GPU visible, so "cuda:0" is the right one.
+
+        MPS clients get no CUDA_VISIBLE_DEVICES: the daemon owns the device and is pinned with :attr:`pin`.
+        """
         if self.physical_gpu is None:
             return {}
-        # Same ordering as NVML, and only our GPU visible, so "cuda:0" inside the worker is the right one.
-        return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": self.physical_gpu}
+        return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": self.pin or self.physical_gpu}
 
     def free_memory_mib(self) -> float | None:
         if self.nvml_index is None:
@@ -76,8 +85,11 @@ def resolve_device(spec_device: str) -> DeviceTarget:
     index = int(spec_device.split(":", 1)[1]) if ":" in spec_device else 0
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     physical = visible[index] if index < len(visible) else str(index)
-    nvml_index = int(physical) if physical.isdigit() else None
+    inventory = gpu_inventory()
+    # A UUID (GPU-…, or a prefix of one, as CUDA accepts) resolves through NVML; MIG instances do not.
+    nvml_index = nvml_index_for(physical, inventory)
     info = device_info(nvml_index) if nvml_index is not None else {}
+    uuid = next((gpu["uuid"] for gpu in inventory if gpu["index"] == nvml_index), None)
     name = info.get("name", f"CUDA device {physical}")
     return DeviceTarget(spec_device, "cuda:0", physical, nvml_index, name, gpu_type_from_name(name),
-                        info.get("memory_total_mib"))
+                        info.get("memory_total_mib"), uuid)

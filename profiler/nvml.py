@@ -77,6 +77,96 @@ def gpm_supported(index: int) -> tuple[bool, str]:
         nvml.nvmlShutdown()
 
 
+def gpm_values(metrics: Any, success: int = 0) -> dict[str, float]:
+    """Occupancy, SM and DRAM utilization from a filled GPM request; a metric whose own return code is
+    not success is NaN — never the 0 its value field holds (NVML sets ``nvmlReturn`` per metric)."""
+    values = {}
+    for slot, key in enumerate(("occupancy", "sm_util", "dram")):
+        metric = metrics[slot]
+        values[key] = float(metric.value) if int(metric.nvmlReturn) == success else math.nan
+    return values
+
+
+def _with_nvml(query: Any, default: Any) -> Any:
+    """Run ``query(nvml)`` between nvmlInit and nvmlShutdown; ``default`` when NVML is missing or fails."""
+    try:
+        nvml = _pynvml()
+        nvml.nvmlInit()
+    except Exception:
+        return default
+    try:
+        return query(nvml)
+    except Exception:
+        return default
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
+def gpu_inventory() -> list[dict[str, Any]]:
+    """``[{"index", "uuid", "name"}]`` of every GPU NVML sees (empty without NVML)."""
+    def query(nvml: Any) -> list[dict[str, Any]]:
+        rows = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            rows.append({"index": index, "uuid": _decode(nvml.nvmlDeviceGetUUID(handle)),
+                         "name": _decode(nvml.nvmlDeviceGetName(handle))})
+        return rows
+
+    return _with_nvml(query, [])
+
+
+def nvml_index_for(entry: str, inventory: list[dict[str, Any]]) -> int | None:
+    """NVML index of a CUDA_VISIBLE_DEVICES entry: an index, a GPU UUID or a unique UUID prefix (as CUDA
+    accepts); None for MIG instances and entries no GPU matches."""
+    entry = entry.strip()
+    if entry.isdigit():
+        return int(entry)
+    if entry.startswith("MIG-"):
+        return None
+    wanted = entry if entry.startswith("GPU-") else f"GPU-{entry}"
+    matches = [gpu["index"] for gpu in inventory if str(gpu["uuid"]).startswith(wanted)]
+    return matches[0] if len(matches) == 1 else None
+
+
+COMPUTE_MODES = {0: "DEFAULT", 1: "EXCLUSIVE_THREAD", 2: "PROHIBITED", 3: "EXCLUSIVE_PROCESS"}
+
+
+def compute_mode(index: int) -> str | None:
+    """The GPU's compute mode as NVML names it (DEFAULT, EXCLUSIVE_PROCESS, PROHIBITED), None without NVML."""
+    def query(nvml: Any) -> str:
+        mode = int(nvml.nvmlDeviceGetComputeMode(nvml.nvmlDeviceGetHandleByIndex(index)))
+        return COMPUTE_MODES.get(mode, str(mode))
+
+    return _with_nvml(query, None)
+
+
+def mps_client_pids(index: int) -> set[int]:
+    """Pids NVML lists as MPS compute processes on GPU ``index`` (empty without NVML)."""
+    def query(nvml: Any) -> set[int]:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        return {int(p.pid) for p in nvml.nvmlDeviceGetMPSComputeRunningProcesses(handle)}
+
+    return _with_nvml(query, set())
+
+
+def process_memory_mib(index: int, pid: int) -> float | None:
+    """Device memory NVML attributes to ``pid`` on GPU ``index`` (CUDA context included), or None.
+
+    None when NVML is missing, the process is not listed (a pid namespace hides it) or the driver does not
+    report per-process memory.
+    """
+    def query(nvml: Any) -> float | None:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            used = getattr(process, "usedGpuMemory", None)
+            if int(process.pid) == pid and used is not None and used < 2**63:
+                return float(used) / 2**20
+        return None
+
+    return _with_nvml(query, None)
+
+
 def device_info(index: int) -> dict[str, Any]:
     """Name, memory and driver of GPU ``index`` via NVML (empty dict without NVML)."""
     try:
@@ -223,11 +313,7 @@ class NvmlSampler:
         for slot, metric_id in enumerate((GPM_SM_OCCUPANCY, GPM_SM_UTIL, GPM_DRAM_BW_UTIL)):
             request.metrics[slot].metricId = metric_id
         nvml.nvmlGpmMetricsGet(request)
-        return {
-            "occupancy": float(request.metrics[0].value),
-            "sm_util": float(request.metrics[1].value),
-            "dram": float(request.metrics[2].value),
-        }
+        return gpm_values(request.metrics, nvml.NVML_SUCCESS)
 
     def summary(self, window: tuple[float, float] | None = None) -> NvmlSummary:
         """Summary over samples inside ``window`` (perf_counter times), or all samples."""

@@ -33,6 +33,8 @@ RUN_COLUMNS: tuple[str, ...] = (
     "batch_sizes",  # "64+64"
     "job_types",  # "resnet18@64+vgg11@64"
     "image_size",
+    "precision",  # fp32 | tf32 | bf16 (every member of a group runs in it)
+    "seq_len",  # tokens per sample of token models (the campaign's seq_len)
     "repeat",
     "status",
     "error",  # empty when ok; the reason otherwise
@@ -66,7 +68,10 @@ JOB_COLUMNS: tuple[str, ...] = (
     "slowdown",  # t' / t
     "ratio",  # t / t' = co-located / solo throughput
     "iters_in_window",
-    "peak_memory_mib",  # torch max_memory_allocated (GPU) or max RSS growth (CPU)
+    "peak_memory_mib",  # steady-state torch max_memory_reserved after warm-up (GPU) or max RSS growth (CPU)
+    "peak_allocated_mib",  # steady-state torch max_memory_allocated after warm-up (GPU); RSS growth (CPU)
+    "nvml_process_memory_mib",  # NVML device memory of the process, CUDA context included (solo runs)
+    "precision",
     "status",
     "error",
 )

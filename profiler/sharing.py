@@ -5,8 +5,14 @@ Each :class:`SharingMode` says everything a layer needs about a mode, so no code
 * ``name`` (what specs, plans and results rows store) and ``label`` (a short name for messages);
 * ``unavailable_reason(device)``: None when the mode can run on ``device``, else why not (a skip reason);
 * ``enter(stack, physical_gpu, thread_percentage)``: set the mode up for one group on one GPU and return
-  the environment its clients need; tear-down is registered on the ``ExitStack`` (the profiler's runner and
-  the local executor call this);
+  the environment its clients need; tear-down is registered on the ``ExitStack`` (the local executor);
+* ``start_service(pin, nvml_index)`` / ``stop_service(handle)``: the set-up and tear-down of a service that
+  outlives one run (the MPS daemon a profiling campaign's warm workers stay clients of); None: the mode
+  needs no service and its workers are plain CUDA processes (the profiler's worker pool);
+* ``worker_environment(handle, private_root, base_env, thread_percentage)``: what a profiler worker of the
+  mode gets (:class:`WorkerEnvironment`); plain modes isolate their workers from every MPS daemon;
+* ``check_clients(handle, workers)``: why a run's workers are not served by the service (they ran as
+  plain CUDA), or None: the proof the profiler asks for before it trusts a run;
 * ``slurm_setup`` / ``slurm_teardown``: the same set-up and tear-down as bash lines for a Slurm batch
   script (``scheduler.executor.slurm``); the tear-down runs inside the script's ``cleanup`` trap;
 * ``k8s_mode``: the HAMi ``nvidia.com/vgpu-mode`` annotation for co-located pods (``scheduler.executor.k8s``);
@@ -19,13 +25,15 @@ To add a mode, build a :class:`SharingMode` and :func:`register_sharing_mode` it
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from profiler.errors import SharingUnavailable
-from profiler.mps import mps_daemon, mps_unavailable_reason
+from profiler.mps import MpsDaemon, mps_daemon, mps_unavailable_reason, start_daemon, stop_daemon
+from profiler.nvml import mps_client_pids
 
 SHARING_SOLO = "none"  # solo runs share nothing; their t is reused by every sharing mode
 
@@ -36,6 +44,32 @@ def _always_available(device: str) -> str | None:
 
 def _no_environment(stack: ExitStack, physical_gpu: str | None, thread_percentage: int | None) -> dict[str, str]:
     return {}
+
+
+@dataclass(frozen=True)
+class WorkerEnvironment:
+    """A profiler worker's environment: ``env`` is set and ``unset`` removed (after every inherited
+    ``CUDA_MPS_*`` variable is dropped); ``pipe_dir`` is the ``CUDA_MPS_PIPE_DIRECTORY`` its hello must report."""
+
+    env: dict[str, str]
+    unset: tuple[str, ...] = ()
+    pipe_dir: str | None = None
+
+
+def isolated_worker_environment(handle: Any, private_root: Path, base_env: Mapping[str, str],
+                                thread_percentage: int | None) -> WorkerEnvironment:
+    """Plain CUDA workers get a private, empty MPS pipe directory: no MPS daemon on the host can capture them."""
+    pipe = str(private_root / "pipe")
+    env = {**base_env, "CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": str(private_root / "log")}
+    return WorkerEnvironment(env, (), pipe)
+
+
+def _nothing_to_stop(handle: Any) -> bool:
+    return True
+
+
+def _nothing_to_prove(handle: Any, workers: Sequence[tuple[str, int]]) -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -50,6 +84,11 @@ class SharingMode:
     slurm_teardown: tuple[str, ...] = ()
     k8s_mode: str = "hami-core"
     thread_partitions: bool = False
+    start_service: Callable[[str | None, int | None], Any] | None = None
+    stop_service: Callable[[Any], bool] = _nothing_to_stop
+    worker_environment: Callable[[Any, Path, Mapping[str, str], int | None], WorkerEnvironment] = (
+        isolated_worker_environment)
+    check_clients: Callable[[Any, Sequence[tuple[str, int]]], str | None] = _nothing_to_prove
     shared: bool = True  # False only for the solo pseudo-mode
 
     def mode_label(self, thread_percentage: Any = None) -> str:
@@ -69,6 +108,26 @@ def _enter_mps(stack: ExitStack, physical_gpu: str | None, thread_percentage: in
         raise SharingUnavailable("MPS needs a CUDA device (no GPU is assigned to this group)")
     daemon = stack.enter_context(mps_daemon(physical_gpu))
     return daemon.client_env(thread_percentage)
+
+
+def _start_mps(pin: str | None, nvml_index: int | None) -> MpsDaemon:
+    return start_daemon(pin, nvml_index=nvml_index)
+
+
+def _mps_worker_environment(daemon: MpsDaemon, private_root: Path, base_env: Mapping[str, str],
+                            thread_percentage: int | None) -> WorkerEnvironment:
+    # The daemon owns the device (pinned by UUID): a client must not narrow CUDA_VISIBLE_DEVICES itself.
+    return WorkerEnvironment(daemon.client_env(thread_percentage), ("CUDA_VISIBLE_DEVICES",), str(daemon.pipe_dir))
+
+
+def _check_mps_clients(daemon: MpsDaemon, workers: Sequence[tuple[str, int]]) -> str | None:
+    """Every worker must be a client of our daemon (proof, not assumption)."""
+    missing = daemon.missing_clients([pid for _, pid in workers], mps_client_pids)
+    if not missing:
+        return None
+    names = ", ".join(f"{name} (pid {pid})" for name, pid in workers if pid in missing)
+    return (f"not an MPS client of our daemon: {names} — neither get_client_list nor NVML lists it, so it ran "
+            f"as plain CUDA; partners stopped")
 
 
 _MPS_SLURM_SETUP = (
@@ -124,6 +183,8 @@ register_sharing_mode(SharingMode(
     unavailable_reason=mps_unavailable_reason, enter=_enter_mps,
     slurm_setup=_MPS_SLURM_SETUP, slurm_teardown=_MPS_SLURM_TEARDOWN,
     k8s_mode="mps", thread_partitions=True,
+    start_service=_start_mps, stop_service=stop_daemon, worker_environment=_mps_worker_environment,
+    check_clients=_check_mps_clients,
 ))
 
 SHARING_MODES: tuple[str, ...] = sharing_mode_names()  # the modes at import time; later registrations: call the function

@@ -15,11 +15,18 @@ from profiler.bounds import MAX_BATCH, MAX_REPEATS, check_number
 from profiler.errors import InputError
 from profiler.names import NAME_RULE, check_name, shown
 from profiler.sharing import sharing_mode, sharing_mode_names
+from profiler.training import PRECISIONS
 
 DEVICE_PATTERN = re.compile(r"^(cpu|cuda|cuda:\d+)$")
 # Short GPU type names as profiler.devices.gpu_type_from_name gives them ('h100', 'a100', 't4', '2080').
 GPU_TYPE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 GROUP_SIZES = (1, 2, 3)
+WORKER_MODES = ("warm", "fresh")
+# On CUDA a window lasts at least this long unless the spec says otherwise: NVML and GPM sample every
+# 100 ms and need enough samples; and a run that hangs is failed after CUDA_RUN_TIMEOUT_S (fits a lease).
+CUDA_MIN_WINDOW_SECONDS = 2.0
+CUDA_RUN_TIMEOUT_S = 120.0
+CPU_RUN_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,9 @@ class CampaignSpec:
     # Measure every cell on each of these GPU types (the Ray backend routes each run to a node of its
     # type; the local backend measures the type of its own device). None = just the spec's device.
     gpu_types: tuple[str, ...] | None = None
+    precision: tuple[str, ...] = ("fp32",)  # fp32 | tf32 | bf16: each group is measured in each precision
+    seq_len: int = 128  # token models (gpt2_small, bert_base): tokens per sample
+    workers: str = "warm"  # warm: a job type's worker serves every run that needs it; fresh: one per run
 
     @property
     def is_cuda(self) -> bool:
@@ -94,6 +104,9 @@ _KEYS: dict[str, _Key] = {
     "kernels": _Key("bool", "true or false"),
     "run_timeout_s": _Key("float", "a number of seconds in (0, 604800]"),
     "memory_headroom_mib": _Key("int", "an integer in [0, 1000000] (MiB)"),
+    "precision": _Key("list[str]", "a list of fp32, tf32, bf16"),
+    "seq_len": _Key("int", "an integer in 1..512 (tokens per sample of gpt2_small / bert_base)"),
+    "workers": _Key("str", "warm (reuse a job type's process across runs) or fresh (new processes per run)"),
     "gpu_types": _Key("list[str]", "a list of distinct lower-case GPU type names as `colocate env` shows them, "
                                    "e.g. [h100, a100]"),
 }
@@ -143,6 +156,13 @@ def parse_job_type(text: str, *, strict: bool = True) -> tuple[str, int | None]:
     if not batch.isdigit() or int(batch) <= 0:
         raise ValueError(f"'{text}' has no positive batch size after '@'")
     return model.strip(), int(batch)
+
+
+def parse_job_type_full(text: str) -> tuple[str, int | None, str | None]:
+    """Split a stored job type key 'resnet18@64:bf16' into ('resnet18', 64, 'bf16'); no suffix = fp32."""
+    base, _, precision = text.partition(":")
+    model, batch = parse_job_type(base)
+    return model, batch, precision or None
 
 
 def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
@@ -224,6 +244,17 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
         if len(set(gpu_types)) != len(gpu_types):
             raise fail("gpu_types", "a GPU type is listed twice")
 
+    precision = tuple(data.get("precision", ["fp32"]))
+    for i, name in enumerate(precision):
+        if name not in PRECISIONS:
+            raise fail(f"precision[{i}]", f"'{shown(name)}' is not a precision")
+    if len(set(precision)) != len(precision):
+        raise fail("precision", "a precision is listed twice")
+    workers = data.get("workers", "warm")
+    if workers not in WORKER_MODES:
+        raise fail("workers", f"'{shown(workers)}' is not a worker mode")
+    is_cuda = device.startswith("cuda")
+
     def number(key: str, default: Any, minimum: float, *, strict: bool = False, maximum: float = 1e6) -> Any:
         value = data.get(key, default)
         if value is None:
@@ -235,6 +266,9 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
     min_seconds = number("min_window_seconds", None, 0, strict=True, maximum=86400)
     if min_iters is None and min_seconds is None:
         min_iters = 20  # the default window when the user sets neither
+    if min_seconds is None and is_cuda:
+        min_seconds = CUDA_MIN_WINDOW_SECONDS
+    seq_len = number("seq_len", 128, 1, maximum=512)
     image_size = number("image_size", MIN_IMAGE_SIZE, MIN_IMAGE_SIZE, maximum=4096)
     return CampaignSpec(
         name=data["name"].strip(),
@@ -255,9 +289,13 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
         seed=number("seed", 0, 0, maximum=2**32 - 1),
         threads_per_job=number("threads_per_job", 1, 1, maximum=1024),
         kernels=data.get("kernels", False),
-        run_timeout_s=float(number("run_timeout_s", 600.0, 0, strict=True, maximum=7 * 86400)),
+        run_timeout_s=float(number("run_timeout_s", CUDA_RUN_TIMEOUT_S if is_cuda else CPU_RUN_TIMEOUT_S, 0,
+                                   strict=True, maximum=7 * 86400)),
         memory_headroom_mib=number("memory_headroom_mib", 512, 0),
         gpu_types=tuple(gpu_types) if gpu_types is not None else None,
+        precision=precision,
+        seq_len=seq_len,
+        workers=workers,
     )
 
 

@@ -12,15 +12,19 @@ from torch import nn
 
 import models
 from models import (
+    IMAGE_MODELS,
     MODEL_INFO,
     MODEL_NAMES,
     THESIS_MODELS,
+    TOKEN_MODELS,
     ModelInfo,
     build_model,
     count_parameters,
     register_model,
     registered_names,
     synthetic_batch,
+    synthetic_inputs,
+    synthetic_tokens,
 )
 from models import registry as registry_module
 
@@ -41,7 +45,7 @@ def _batch_size(name: str, image_size: int) -> int:
 
 
 @pytest.mark.parametrize("image_size", [32, pytest.param(224, marks=pytest.mark.slow)])  # 224: seconds per model
-@pytest.mark.parametrize("name", MODEL_NAMES)
+@pytest.mark.parametrize("name", IMAGE_MODELS)
 def test_forward_backward_gives_logits_and_gradients(name: str, image_size: int) -> None:
     torch.manual_seed(0)
     model = build_model(name, num_classes=NUM_CLASSES, image_size=image_size)
@@ -192,8 +196,10 @@ def test_out_of_range_class_count_or_size_is_rejected(num_classes: int, image_si
 
 
 def test_public_name_tuples() -> None:
-    assert MODEL_NAMES == ("resnet18", "resnet50", "vgg11", "vgg19", "se_resnet18", "tiny_cnn")
-    assert set(THESIS_MODELS) == set(MODEL_NAMES) - {"tiny_cnn"}
+    assert MODEL_NAMES == ("resnet18", "resnet50", "vgg11", "vgg19", "se_resnet18", "tiny_cnn", "gpt2_small",
+                           "bert_base")
+    assert IMAGE_MODELS + TOKEN_MODELS == MODEL_NAMES
+    assert set(THESIS_MODELS) == set(IMAGE_MODELS) - {"tiny_cnn"}
     assert set(MODEL_INFO) >= set(MODEL_NAMES)
     assert all(MODEL_INFO[n].name == n for n in MODEL_NAMES)
 
@@ -239,3 +245,64 @@ def test_models_package_imports_no_other_project_package() -> None:
             else:
                 continue
             assert not roots & forbidden, f"{path.name} imports {roots & forbidden}"
+
+
+# Published configurations: GPT-2 small (Radford et al. 2019; 124,439,808 with the LM head tied to the token
+# embedding) and BERT-base (Devlin et al. 2019; 109,482,240 with the pooler, without a task head).
+def test_transformer_parameter_counts_equal_the_published_configurations() -> None:
+    with torch.device("meta"):
+        gpt2 = build_model("gpt2_small")
+        bert = build_model("bert_base", num_classes=NUM_CLASSES)
+    assert count_parameters(gpt2) == 124_439_808 == MODEL_INFO["gpt2_small"].published_params_imagenet
+    assert bert.backbone_parameters() == 109_482_240 == MODEL_INFO["bert_base"].published_params_imagenet
+    assert count_parameters(bert) == 109_482_240 + 768 * NUM_CLASSES + NUM_CLASSES  # plus the task head
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TOKEN_MODELS)
+def test_transformers_train_on_synthetic_tokens(name: str) -> None:
+    from profiler.training import make_training_step
+
+    torch.manual_seed(0)
+    model = build_model(name, num_classes=NUM_CLASSES)
+    tokens, labels = synthetic_inputs(name, 2, image_size=32, num_classes=NUM_CLASSES, seq_len=8, device="cpu")
+    outputs = model(tokens)
+    if MODEL_INFO[name].language_model:
+        assert outputs.shape == (2, 8, 50_257) and labels.shape == (2, 8)
+    else:
+        assert outputs.shape == (2, NUM_CLASSES) and labels.shape == (2,)
+    loss = nn.functional.cross_entropy(outputs.reshape(-1, outputs.shape[-1]), labels.reshape(-1))
+    loss.backward()
+    assert not [n for n, p in model.named_parameters() if p.grad is None]
+    step = make_training_step(name, 1, image_size=32, num_classes=NUM_CLASSES, device="cpu", seed=0,
+                              precision="bf16", seq_len=8)
+    step()  # bf16 autocast on CPU
+
+
+def test_gpt2_attention_is_causal() -> None:
+    torch.manual_seed(0)
+    model = build_model("gpt2_small").eval()
+    tokens, _ = synthetic_tokens(1, seq_len=6, vocabulary=50_257, num_classes=None, device="cpu")
+    changed = tokens.clone()
+    changed[0, -1] = (changed[0, -1] + 1) % 50_257
+    with torch.no_grad():
+        a, b = model(tokens), model(changed)
+    assert torch.allclose(a[0, :-1], b[0, :-1], atol=1e-5)  # earlier positions never see a later token
+    assert not torch.allclose(a[0, -1], b[0, -1])
+
+
+def test_synthetic_tokens_labels_are_the_next_tokens_for_a_language_model() -> None:
+    tokens, labels = synthetic_tokens(3, seq_len=5, vocabulary=100, num_classes=None, device="cpu", seed=4)
+    assert tokens.shape == labels.shape == (3, 5) and tokens.dtype == torch.int64
+    assert torch.equal(tokens[:, 1:], labels[:, :-1])
+    with pytest.raises(ValueError, match="exceeds"):
+        synthetic_inputs("bert_base", 1, image_size=32, num_classes=2, seq_len=513, device="cpu")
+
+
+def test_activation_memory_per_sample_scales_with_the_input_and_matches_the_readme_table() -> None:
+    from models.memory import activation_mib_per_sample
+
+    small = activation_mib_per_sample("tiny_cnn", image_size=112)
+    large = activation_mib_per_sample("tiny_cnn", image_size=224)
+    assert 3.5 < large / small < 4.5  # convolution activations grow with the image area
+    assert large == pytest.approx(3.3, abs=0.05)  # the README's model table

@@ -106,11 +106,15 @@ def test_cells_and_run_order() -> None:
     assert len(triples) == 1 * 2 * 2
     runs = plan_runs(spec)
     assert len(runs) == 2 * len(cells)
-    kinds = [r.cell.kind for r in runs]
-    # solos first; per batch size pairs before triples
-    assert kinds[: 2 * len(solos)] == ["solo"] * (2 * len(solos))
-    group_keys = [(r.cell.batch_key, len(r.cell.jobs)) for r in runs if r.cell.kind != "solo"]
-    assert group_keys == sorted(group_keys)
+    # blocks of (batch size, group size): solos@4, pairs@4, triples@4, solos@8, pairs@8, triples@8
+    block_keys = [(r.cell.batch_key, len(r.cell.jobs)) for r in runs]
+    assert block_keys == sorted(block_keys)
+    assert [k for i, k in enumerate(block_keys) if i == 0 or block_keys[i - 1] != k] == [
+        (4, 1), (4, 2), (4, 3), (8, 1), (8, 2), (8, 3)]
+    # inside a block the runs of one sharing mode are contiguous (one MPS daemon, warm workers of that mode)
+    for key in set(block_keys):
+        modes = [r.cell.mode_label for r in runs if (r.cell.batch_key, len(r.cell.jobs)) == key]
+        assert sum(1 for i, m in enumerate(modes) if i == 0 or modes[i - 1] != m) == len(set(modes))
     assert plan_runs(spec) == runs  # seeded: the same order every time
 
 

@@ -92,3 +92,38 @@ def test_executors_take_a_registered_mode_from_the_registry(fair: list[str], tmp
     assert all("nvidia.com/vgpu-mode: fair-core" in pod.read_text() for pod in pods)
     with pytest.raises(InputError, match="timeslice, mps, fair"):
         build_plan(PAIR, applications={"a": "tiny_cnn", "b": "tiny_cnn"}, sharing="unfair")
+
+
+def test_the_worker_pool_takes_a_modes_service_and_environment_from_the_registry(tmp_path: Path) -> None:
+    """A mode with a service: the pool starts it once, keys its workers by label, proves clients through it,
+    and stops it (its tear-down hook) before a plain run; plain workers are isolated by the default hook."""
+    from profiler.cells import Cell, JobType
+    from profiler.devices import resolve_device
+    from profiler.pool import PLAIN, WorkerPool, mode_key
+
+    events: list[str] = []
+    mode = SharingMode(
+        "pooled", "pooled", thread_partitions=True,
+        start_service=lambda pin, index: events.append(f"start {pin} {index}") or "handle",
+        stop_service=lambda handle: events.append(f"stop {handle}") or True,
+        worker_environment=lambda handle, root, env, pct: sharing.WorkerEnvironment({"POOLED": f"{handle}/{pct}"}),
+        check_clients=lambda handle, workers: f"{handle}: {[pid for _, pid in workers]} not served")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sharing, "_REGISTRY", dict(sharing._REGISTRY))
+        register_sharing_mode(mode)
+        job = JobType("tiny_cnn", 2)
+        assert mode_key(Cell((job, job), "pooled", 30)) == "pooled30"
+        assert mode_key(Cell((job, job), "timeslice")) == mode_key(Cell((job,), "none")) == PLAIN
+        spec = spec_from_dict({"name": "t", "models": ["tiny_cnn"], "batch_sizes": [2], "sharing": ["pooled"]})
+        with WorkerPool(spec, resolve_device("cpu")) as pool:
+            pool.open_service(mode)
+            assert pool.daemon == "handle" and events == ["start None None"]
+            assert pool.check_clients(Cell((job, job), "timeslice"), []) is None  # plain modes prove nothing
+            assert pool.check_clients(Cell((job, job), "pooled", 30), []) == "handle: [] not served"
+            assert mode.worker_environment(pool.daemon, tmp_path, {}, 30).env == {"POOLED": "handle/30"}
+            pool._close_service()
+            assert pool.daemon is None and events == ["start None None", "stop handle"]
+    plain = sharing_mode("timeslice").worker_environment(None, tmp_path, {"OMP_NUM_THREADS": "1"}, None)
+    assert plain.env == {"OMP_NUM_THREADS": "1", "CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipe"),
+                         "CUDA_MPS_LOG_DIRECTORY": str(tmp_path / "log")} and plain.pipe_dir == str(tmp_path / "pipe")
+    assert sharing_mode("mps").start_service is not None and sharing_mode("timeslice").start_service is None

@@ -1,4 +1,8 @@
-"""``colocate env``: versions, devices and what is usable (MPS, NVML, GPM, ncu) — for bug reports."""
+"""``colocate env``: versions, devices and what is usable (MPS, NVML, GPM, ncu) — for bug reports.
+
+``colocate env --check`` is the preflight a GPU user runs before a campaign (:mod:`profiler.preflight`):
+it proves MPS works end to end and exits 1 when a check fails.
+"""
 
 from __future__ import annotations
 
@@ -32,14 +36,14 @@ def collect_env() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             versions[package] = None
     cuda = torch.cuda.is_available()
-    devices = []
+    devices: list[dict[str, Any]] = []
     if cuda:
         for index in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(index)
             devices.append({"index": index, "name": props.name, "memory_gib": round(props.total_memory / 2**30, 1),
                             "capability": f"{props.major}.{props.minor}", "sms": props.multi_processor_count})
     nvml_ok, nvml_why = nvml_status()
-    gpus = []
+    gpus: list[dict[str, Any]] = []
     if nvml_ok:
         import pynvml
 
@@ -64,12 +68,20 @@ def collect_env() -> dict[str, Any]:
     }
 
 
-def env(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
-    """Print versions, devices and whether MPS, NVML and GPM are usable."""
+def env(
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    check: bool = typer.Option(False, "--check", help="Preflight: prove MPS works (private daemon + a tiny "
+                               "CUDA client), report compute mode, foreign MPS daemons, NVML/GPM, memory."),
+    device: str = typer.Option("cuda", "--device", help="GPU the preflight checks: cuda or cuda:N."),
+) -> None:
+    """Print versions, devices and whether MPS, NVML and GPM are usable (--check: run the preflight)."""
     from rich.table import Table
 
     from colocate.commands._output import console
 
+    if check:
+        _preflight(device, as_json)
+        return
     info = collect_env()
     if as_json:
         print(json.dumps(info, indent=2))
@@ -82,9 +94,9 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) ->
         table.add_row(name, version or "[dim]not installed[/]")
     table.add_row("torch CUDA", str(info["torch_cuda"]))
     table.add_row("CUDA available", str(info["cuda_available"]))
-    for device in info["cuda_devices"]:
-        table.add_row(f"cuda:{device['index']}", f"{device['name']}, {device['memory_gib']} GiB, "
-                      f"sm_{device['capability']}, {device['sms']} SMs")
+    for cuda_device in info["cuda_devices"]:
+        table.add_row(f"cuda:{cuda_device['index']}", f"{cuda_device['name']}, {cuda_device['memory_gib']} GiB, "
+                      f"sm_{cuda_device['capability']}, {cuda_device['sms']} SMs")
     table.add_row("NVML", f"{'yes' if info['nvml']['usable'] else 'no'} ({info['nvml']['why']})")
     for gpu in info["nvml"]["gpus"]:
         table.add_row(f"  GPU {gpu['nvml_index']}", f"{gpu.get('name')} driver {gpu.get('driver')}; "
@@ -93,3 +105,31 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) ->
     table.add_row("Nsight Compute", info["ncu"] or "no (ncu not on PATH)")
     table.add_row("CPU threads", str(info["cpu_threads"]))
     console.print(table)
+
+
+def _preflight(device: str, as_json: bool) -> None:
+    from rich.table import Table
+
+    from colocate.commands._output import console
+    from colocate.errors import InputError
+    from profiler.preflight import run_preflight
+    from profiler.spec import DEVICE_PATTERN
+
+    if not DEVICE_PATTERN.match(device):
+        raise InputError(f"'{device}' is not a device", field="--device", valid="cuda or cuda:N")
+    report = run_preflight(device)
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        table = Table(title=f"colocate preflight ({device})", show_header=False)
+        table.add_column("check", style="bold")
+        table.add_column("", width=4)
+        table.add_column("detail", overflow="fold")
+        marks = {True: "[green]ok[/]", False: "[red]FAIL[/]", None: "[dim]info[/]"}
+        for item in report["checks"]:
+            table.add_row(item["name"], marks[item["ok"]], item["detail"])
+        console.print(table)
+        console.print("[green]ready for GPU campaigns[/]" if report["ok"] else
+                      "[red]not ready[/]: see the FAIL rows (they say what is missing)")
+    if not report["ok"]:
+        raise typer.Exit(1)

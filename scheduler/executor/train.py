@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from models import build_model, synthetic_batch
+    from models import build_model, synthetic_inputs
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -172,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         device_ids = [device.index] if device.type == "cuda" else None
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
     local_batch = max(args.batch_size // world, 1)
-    inputs, labels = synthetic_batch(local_batch, image_size=args.image_size, num_classes=num_classes,
-                                     device=device, seed=args.seed + rank)
+    inputs, labels = synthetic_inputs(args.model, local_batch, image_size=args.image_size, num_classes=num_classes,
+                                      seq_len=128, device=device, seed=args.seed + rank)
     _train(args, model, optimizer, (inputs, labels), counters, stop, world=world, rank=rank, device=device)
     if world > 1:
         import torch.distributed as dist
@@ -209,7 +209,8 @@ def _train(args: argparse.Namespace, model: Any, optimizer: Any, batch: tuple[An
     loss = None
     while not counters.done(args) and not _stop_agreed(stop["requested"], world, device):
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(inputs), labels)
+        outputs = model(inputs)  # (B, C) for classifiers, (B, T, V) for a language model
+        loss = loss_fn(outputs.reshape(-1, outputs.shape[-1]), labels.reshape(-1))
         loss.backward()
         optimizer.step()
         counters.step += 1
