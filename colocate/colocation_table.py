@@ -77,7 +77,7 @@ def read_colocation_table(path: str | Path) -> "pd.DataFrame":
     if not p.is_file():
         raise InputError("colocation table not found", source=p, field="--colocation", valid="a CSV file path")
     try:
-        frame = pd.read_csv(p, dtype={"gpu_type": str, "type_a": str, "type_b": str})
+        frame = pd.read_csv(p, dtype={"gpu_type": str, "type_a": str, "type_b": str}, comment="#")
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         raise InputError(f"not a readable CSV ({type(err).__name__})", source=p, field="gpu_type",
                          valid="header " + ",".join(COLUMNS)) from None

@@ -168,8 +168,8 @@ def _load_profiles(path: str, applications: tuple[str, ...] | None, gpu_types: t
 def load_goodput_model(profiles: str | Path | None = None, applications: Sequence[str] | None = None,
                        gpu_types: Sequence[str] | None = None) -> GoodputModel:
     """A :class:`scheduler.goodput.ProfileGoodputModel` from a profile CSV or Sia traces directory (default:
-    Sia's traces in the shared data folder), restricted to the given applications and GPU types, cached."""
-    path = Path(profiles) if profiles is not None else default_profiles_dir()
+    Sia's traces in the shared data folder, else the bundled set), restricted to the given applications and GPU types, cached."""
+    path = Path(profiles) if profiles is not None else default_profiles_dir(gpu_types)
     if not path.exists():
         raise InputError("throughput profiles not found", source=path, field="--profiles",
                          valid="Sia's traces directory (<shared>/sia/traces) or a profile CSV")

@@ -152,9 +152,17 @@ def shared_data_dir() -> Path:
     return repo.parent / "shared" / "data"
 
 
-def default_profiles_dir() -> Path:
-    """Sia's per-GPU-type profiles (``<shared>/sia/traces``), read at run time and never copied."""
-    return shared_data_dir() / "sia" / "traces"
+def default_profiles_dir(gpu_types: Iterable[str] | None = None) -> Path:
+    """Sia's per-GPU-type profiles (``<shared>/sia/traces``, read at run time, never copied) when present,
+    else the bundled Pollux-derived set (:mod:`scheduler.bundled`); the bundled set also when every one of
+    ``gpu_types`` is a bundled type (``t4``, ``v100``), which Sia's traces do not name."""
+    from scheduler import bundled
+
+    types = set(gpu_types or ())
+    sia = shared_data_dir() / "sia" / "traces"
+    if sia.is_dir() and not (types and types <= set(bundled.GPU_MAP)):
+        return sia
+    return bundled.default_profiles_dir()
 
 
 # --------------------------------------------------------------------------------------------------

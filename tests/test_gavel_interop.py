@@ -14,12 +14,13 @@ from colocate.errors import InputError
 from colocate.gavel import export_gavel, gavel_job_type, gavel_results, import_gavel, load_inputs, write_import
 from colocate.results import group_table, load_results, solo_table
 
-GAVEL_FILE = "gavel/simulation_throughputs.json"
+ORACLE_P100 = Path(__file__).resolve().parent / "data" / "gavel_oracle_p100.json"
 
 
 @pytest.fixture(scope="module")
-def gavel_path(shared_data: Path) -> Path:
-    return shared_data / GAVEL_FILE
+def gavel_path(gavel_throughputs: Path) -> Path:
+    """Gavel's simulation_throughputs.json at scale factor 1, as bundled in the package."""
+    return gavel_throughputs
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +74,9 @@ def test_median_normalized_throughput_matches_gavel_source_notes(gavel_path: Pat
     assert medians["k80"] == pytest.approx(1.05, abs=0.005)
 
 
-def test_oracle_file_and_asymmetric_pairs(shared_data: Path, tmp_path: Path) -> None:
+def test_oracle_file_and_asymmetric_pairs(tmp_path: Path) -> None:
     # The older oracle file keys jobs by name only (no scale factor) and is symmetric as published.
-    path = shared_data / "gavel" / "oracle_throughputs.json"
+    path = ORACLE_P100
     raw = json.loads(path.read_text())
     imported = import_gavel(path, gpu_types=("p100",))
     assert imported.meta["counts"]["p100"]["job_types"] == len(raw["p100"]) == 26

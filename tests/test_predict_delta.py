@@ -26,8 +26,8 @@ from colocate.results import load_results
 
 
 @pytest.fixture(scope="module")
-def gavel_path(shared_data: Path) -> Path:
-    return shared_data / "gavel" / "simulation_throughputs.json"
+def gavel_path(gavel_throughputs: Path) -> Path:
+    return gavel_throughputs
 
 
 def test_soft_impute_recovers_a_low_rank_matrix() -> None:
