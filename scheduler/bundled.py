@@ -17,6 +17,8 @@ with attribution in each file's header (CSV ``#`` lines; the JSON file has a sid
   (:mod:`scheduler.transfer`; t4 ← P100, v100 ← V100).
 * ``cluster-default.yaml`` — a 32-GPU two-type cluster over which ``colocate demo`` simulates.
 
+Licences and the derivation in full: ``scheduler/data/SOURCE.md``.
+
 Sia's own files (A100, RTX 2080Ti, ... profiles; workloads) carry no licence and are never copied: they are
 read at run time from ``$COLOCATE_SHARED_DATA/sia`` when present. ``python -m scheduler.bundled [SHARED]``
 regenerates this folder from the public data folder (``../shared/data``).
