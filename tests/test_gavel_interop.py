@@ -311,8 +311,9 @@ def test_cli_import_pairs_feeds_matrix_predict_and_colocation_table(tmp_path: Pa
     shared = tmp_path / "pairs.csv"
     export_pairs(gavel_results(gavel_path, gpu_types=("k80",)), shared)
     out = tmp_path / "imported"
+    repo = Path(__file__).resolve().parents[1]
     run = lambda *args: subprocess.run([sys.executable, "-m", "colocate.cli", *args], capture_output=True,  # noqa: E731
-                                       text=True, timeout=300)
+                                       text=True, timeout=300, cwd=repo)
     done = run("import-pairs", str(shared), "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert list((out / "matrices").glob("matrix_k80_timeslice_all_delta.csv"))
@@ -321,6 +322,20 @@ def test_cli_import_pairs_feeds_matrix_predict_and_colocation_table(tmp_path: Pa
     done = run("colocation-table", str(out), "--out", str(tmp_path / "table.csv"))
     assert done.returncode == 0, done.stderr
     assert len(pd.read_csv(tmp_path / "table.csv")) == 351
+    # pairs named by application feed the simulator as its colocation table
+    apps = tmp_path / "apps.csv"
+    apps.write_text("job_a,job_b,gpu_type,time_a,time_b,speed_a,speed_b\ncifar10,cifar10,t4,0.05,0.05,0.95,0.95\n"
+                    "cifar10,deepspeech2,t4,0.05,0.3,0.9,0.9\ncifar10,cifar10,v100,0.04,0.04,0.95,0.95\n")
+    assert run("import-pairs", str(apps), "--out", str(tmp_path / "apps"), "--no-matrices").returncode == 0
+    from colocate.commands.simulate import _colocation
+    from scheduler.jobs import Job
+
+    table = _colocation(tmp_path / "apps")
+    assert table.lookup("t4", Job("a", "cifar10"), Job("b", "deepspeech2")) == pytest.approx((0.9, 0.9))
+    done = run("simulate", "--cluster", "scheduler/data/cluster-default.yaml", "--workload",
+               "scheduler/examples/demo-workload.csv", "--colocation", str(tmp_path / "apps"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["completed"] == 24
     bad = tmp_path / "bad.csv"
     bad.write_text("job_a,job_b,gpu_type,time_a,time_b,speed_a,speed_b\nx,y,v100,0.1,-2,0.5,0.5\n")
     failed = run("import-pairs", str(bad), "--out", str(tmp_path / "x"))

@@ -17,14 +17,26 @@ def _hours(seconds: float) -> str:
     return "–" if not math.isfinite(seconds) else f"{seconds / 3600:.2f} h"
 
 
+def _colocation(path: Path | None):  # -> ColocationTable | Path | None
+    """A results directory's measured pairs as a colocation table; a CSV path is passed on as it is."""
+    if path is None or not path.is_dir():
+        return path
+    from colocate.matrix import measured_colocation_table
+    from colocate.results import load_results
+    from scheduler.colocation import ColocationTable
+
+    return ColocationTable.from_frame(measured_colocation_table(load_results(path)))
+
+
 def simulate_command(
     cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML (e.g. scheduler/examples/sia-64gpu.yaml)."),
     workload: Path = typer.Option(..., "--workload", help="Sia/Pollux workload CSV, Gavel .trace or Philly job CSV."),
     policy: str = typer.Option("colocate", "--policy",
                                help="colocate, sia, gavel, gavel-packed, tiresias, gandiva or fifo."),
     colocation: Path = typer.Option(None, "--colocation",
-                                    help="Colocation table CSV (default for packing policies: the bundled "
-                                         "table transferred from Gavel's measurements)."),
+                                    help="Colocation table CSV, or a results directory (e.g. from import-pairs) "
+                                         "whose measured pairs become one (default for packing policies: the "
+                                         "bundled table transferred from Gavel's measurements)."),
     round_s: float = typer.Option(60.0, "--round", help="Round length in seconds."),
     seed: int = typer.Option(0, "--seed", help="Seed (randomised policies such as gandiva)."),
     out: Path = typer.Option(None, "--out", "-o", help="Write jobs/rounds/allocations Parquet + summary.json here."),
@@ -44,6 +56,7 @@ def simulate_command(
     from scheduler.workloads import read_workload
 
     spec = policy_spec(policy)
+    table = _colocation(colocation)
     cluster_obj = load_cluster(cluster)
     work = read_workload(workload)
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -55,7 +68,7 @@ def simulate_command(
         def on_round(sim_time: float, done: int, total: int) -> None:
             progress.update(task, completed=done, sim=f"{sim_time / 3600:.1f} h")
 
-        result = simulate(cluster_obj, work, spec.name, colocation=colocation, round_s=round_s, seed=seed,
+        result = simulate(cluster_obj, work, spec.name, colocation=table, round_s=round_s, seed=seed,
                           profiles=profiles, progress=on_round)
     if out is not None:
         result.write(out)
