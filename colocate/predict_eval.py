@@ -278,10 +278,9 @@ def evaluation_report(results: Sequence[EvaluationResult], *, title: str = "δ p
                       provenance: Sequence[str] = ()) -> str:
     """A Markdown report: one table per dataset, then a verdict naming every baseline metric not beaten."""
     lines = [f"# {title}", "", *provenance, *([""] if provenance else [])]
-    lines += [line.strip() for line in (__doc__ or "").split("\n\n", 2)[1:2]]
-    lines += ["", "Methods: " + "; ".join(f"`{m}`" for m in METHODS) + " (described in `colocate/predict_eval.py` "
-              "and the README). Ratio a/b follow the canonical job-type order of the pair; infeasible (OOM) pairs "
-              "are not regression targets and are excluded. Balanced accuracy = mean recall of δ > 1 and δ ≤ 1.", ""]
+    lines += [part.strip() + "\n" for part in (__doc__ or "").split("\n\n")[1:4]]
+    lines += ["Ratio a/b follow the canonical job-type order of the pair; infeasible (OOM) pairs are not regression "
+              "targets and are excluded.", ""]
     if results:
         config = ", ".join(f"{k}={v}" for k, v in results[0].config.items())
         lines += [f"Predictor settings: {config}.", ""]
