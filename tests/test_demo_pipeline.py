@@ -38,7 +38,7 @@ def test_demo_runs_campaign_matrix_and_simulation_without_external_data(tmp_path
         summary = out / "sim" / policy / "summary.json"
         assert summary.is_file(), result.stdout[-2000:]
         assert json.loads(summary.read_text())["completed"] == 24  # the bundled 24-job workload, all done
-    assert "3/3 simulation" in result.stdout and "avg JCT" in result.stdout and "default-32gpu" in result.stdout
+    assert "3/3 simulation" in result.stdout and "avg JCT" in result.stdout and "default cluster (32 GPUs" in result.stdout
     # the closing note says where each output is and what it shows
     outputs = result.stdout[result.stdout.index("outputs"):]
     for where in ("runs.parquet", "matrices/matrix_*_delta.csv", "pairs.csv", "sim/<policy>/summary.json"):
