@@ -243,10 +243,10 @@ def test_import_pairs_yaml_map_flags_and_time_columns(tmp_path: Path) -> None:
     columns = load_column_map(mapping)
     columns = PairColumns({**columns.names, **parse_column_flags(["colocated_time_a=tt_a", "colocated_time_b=tt_b"])},
                           columns.defaults)
-    results = gavel_free = import_pairs(table, columns)
-    assert gavel_free.meta["gpu_types"] == ["h100"]
+    imported = import_pairs(table, columns)
+    assert imported.meta["gpu_types"] == ["h100"]
     out = tmp_path / "r"
-    write_import(results, out)
+    write_import(imported, out)
     pair = group_table(load_results(out), 2).set_index("job_types").loc["x@1+y@2"]
     assert pair["ratio_a"] == pytest.approx(0.1 / 0.15) and pair["ratio_b"] == pytest.approx(0.5)
     assert pair["delta"] == pytest.approx(0.3 / 0.4) and pair["sharing"] == "timeslice"
