@@ -21,10 +21,7 @@ those pairs as sharing mode ``timeslice`` (CUDA's default for two processes) and
 
 from __future__ import annotations
 
-import ast
-import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +29,6 @@ from typing import Any
 
 import pandas as pd
 
-from colocate.errors import InputError
 from colocate.results import (
     JOB_NUMERIC,
     JOBS_FILE,
@@ -44,14 +40,15 @@ from colocate.results import (
     atomic_write_parquet,
     choose_sharing,
     combine_results,
-    load_results,
     group_table,
+    load_results,
     results_from_frames,
     solo_table,
     sort_job_types,
     split_job_type,
     typed_frame,
 )
+from profiler.errors import InputError
 from profiler.schema import (
     JOB_COLUMNS,
     RUN_COLUMNS,
@@ -59,10 +56,10 @@ from profiler.schema import (
     STATUS_INFEASIBLE,
     STATUS_OK,
 )
+from scheduler.gavel_format import gavel_job_type, parse_gavel_key, read_gavel_json, throughput_value
 
 GAVEL_SHARING = "timeslice"
 GPU_NAMES = {"k80": "Tesla K80", "p100": "Tesla P100", "v100": "Tesla V100"}
-_JOB_NAME_RE = re.compile(r"^(?P<model>.+?) \(batch size (?P<batch>\d+)\)$")
 _EQUAL_REL_TOL = 1e-9
 
 
@@ -75,64 +72,10 @@ class GavelImport:
     meta: dict[str, Any]
 
 
-def gavel_job_type(name: str) -> tuple[str, int | None, str]:
-    """``"ResNet-18 (batch size 64)"`` → ``("ResNet-18", 64, "ResNet-18@64")``; ``"A3C"`` → ``("A3C", None, "A3C")``."""
-    match = _JOB_NAME_RE.match(name.strip())
-    if match is None:
-        return name.strip(), None, name.strip()
-    model, batch = match.group("model"), int(match.group("batch"))
-    return model, batch, f"{model}@{batch}"
-
-
 def gavel_job_name(job_type: str) -> str:
     """Inverse of :func:`gavel_job_type`: ``"resnet18@64"`` → ``"resnet18 (batch size 64)"``."""
     model, batch = split_job_type(job_type)
     return model if batch is None else f"{model} (batch size {batch})"
-
-
-def parse_gavel_key(key: str, source: str | Path, gpu: str) -> tuple[str, int]:
-    """A job key → (job name, scale factor); plain names (oracle file) have scale factor 1."""
-    if key.startswith("("):
-        try:
-            value = ast.literal_eval(key)  # literals only: a tuple of a string and an int
-        except (ValueError, SyntaxError):
-            value = None
-        if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], int)):
-            raise InputError(f"job key {key!r} is not ('<model> (batch size N)', scale_factor)", source=source,
-                             field=f"{gpu}.{key}", valid="keys like \"('ResNet-18 (batch size 64)', 1)\"")
-        return value[0], value[1]
-    return key, 1
-
-
-def _number(value: Any, source: Path, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
-        raise InputError(f"throughput {value!r} is not a non-negative number", source=source, field=field,
-                         valid="steps per second, e.g. 12.5 (0 = could not run)")
-    return float(value)
-
-
-def read_gavel_json(path: str | Path) -> dict[str, Any]:
-    """Load and shape-check a Gavel throughput file (one-line errors for anything malformed)."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError("file not found", source=path, valid="a Gavel throughput JSON such as simulation_throughputs.json")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON ({exc.msg} at line {exc.lineno} column {exc.colno})", source=path) from None
-    except UnicodeDecodeError:
-        raise InputError("not a text file", source=path, valid="a Gavel throughput JSON") from None
-    if not isinstance(data, dict) or not data:
-        raise InputError("expected a non-empty object keyed by worker type", source=path, field="<top level>",
-                         valid='{"v100": {"(\'ResNet-18 (batch size 64)\', 1)": {"null": 12.3, ...}}}')
-    for gpu, jobs in data.items():
-        if not isinstance(jobs, dict):
-            raise InputError("expected an object of job keys", source=path, field=gpu, valid="{job key: {'null': ...}}")
-        for key, entry in jobs.items():
-            if not isinstance(entry, dict):
-                raise InputError("expected an object with 'null' and partner keys", source=path, field=f"{gpu}.{key}",
-                                 valid="{'null': solo steps/s, partner key: [this job, partner]}")
-    return data
 
 
 def import_gavel(
@@ -161,18 +104,7 @@ def import_gavel(
     jobs: list[dict[str, Any]] = []
     counts: dict[str, dict[str, int]] = {}
     for gpu in chosen:
-        entries: dict[str, tuple[str, dict[str, Any]]] = {}  # job type → (original key, entry)
-        names: dict[str, str] = {}  # original key → job type
-        for key, entry in data[gpu].items():
-            name, factor = parse_gavel_key(key, path, gpu)
-            if factor != scale_factor:
-                continue
-            _, _, job_type = gavel_job_type(name)
-            entries[job_type] = (key, entry)
-            names[key] = job_type
-        if not entries:
-            raise InputError(f"no jobs with scale factor {scale_factor}", source=path, field=gpu,
-                             valid="scale factors present in the file (Gavel: 1, 2, 4, 8)")
+        entries, names = _scale_factor_entries(data[gpu], path, gpu, scale_factor)
         solo: dict[str, float] = {}
         counted = {"job_types": 0, "pairs": 0, "infeasible_pairs": 0, "asymmetric_pairs": 0, "zero_solo": 0}
         for job_type in sort_job_types(entries):
@@ -180,39 +112,72 @@ def import_gavel(
             if "null" not in entry:
                 raise InputError("no isolated ('null') throughput", source=path, field=f"{gpu}.{key}.null",
                                  valid="every job entry has a 'null' key with its solo steps/s")
-            throughput = _number(entry["null"], path, f"{gpu}.{key}.null")
+            throughput = throughput_value(entry["null"], path, f"{gpu}.{key}.null")
             solo[job_type] = throughput
             counted["job_types"] += 1
             counted["zero_solo"] += throughput == 0
             _add_solo(runs, jobs, campaign, gpu, job_type, throughput)
-        for job_a in sort_job_types(entries):
-            key_a, entry_a = entries[job_a]
-            for key_b, value in entry_a.items():
-                if key_b == "null" or key_b not in names:
-                    continue  # other scale factors
-                job_b = names[key_b]
-                if sort_job_types([job_a, job_b])[0] != job_a:
-                    continue  # each unordered pair once, from its first job's entry
-                forward = _pair_value(value, path, f"{gpu}.{key_a}.{key_b}")
-                measurements = [forward]
-                reverse_raw = entries[job_b][1].get(key_a)
-                if reverse_raw is not None and job_a != job_b:
-                    reverse = _pair_value(reverse_raw, path, f"{gpu}.{key_b}.{key_a}")[::-1]
-                    if not all(math.isclose(x, y, rel_tol=_EQUAL_REL_TOL) for x, y in zip(forward, reverse)):
-                        measurements.append(reverse)
-                        counted["asymmetric_pairs"] += 1
-                counted["pairs"] += 1
-                for repeat, (x_a, x_b) in enumerate(measurements):
-                    feasible = _add_pair(runs, jobs, campaign, gpu, (job_a, job_b), (x_a, x_b),
-                                         (solo[job_a], solo[job_b]), repeat)
-                    counted["infeasible_pairs"] += (not feasible) and repeat == 0
+        _import_pairs(runs, jobs, campaign, gpu, path, entries, names, solo, counted)
         counts[gpu] = counted
-    meta = {
+    meta = _import_meta(campaign, path, scale_factor, chosen, [g for g in data if g not in chosen], counts)
+    return GavelImport(typed_frame(runs, RUN_COLUMNS, RUN_NUMERIC), typed_frame(jobs, JOB_COLUMNS, JOB_NUMERIC), meta)
+
+
+def _scale_factor_entries(
+    jobs: dict[str, Any], path: Path, gpu: str, scale_factor: int
+) -> tuple[dict[str, tuple[str, dict[str, Any]]], dict[str, str]]:
+    """A worker type's entries at ``scale_factor``: job type → (original key, entry), and key → job type."""
+    entries: dict[str, tuple[str, dict[str, Any]]] = {}
+    names: dict[str, str] = {}
+    for key, entry in jobs.items():
+        name, factor = parse_gavel_key(key, path, gpu)
+        if factor != scale_factor:
+            continue
+        _, _, job_type = gavel_job_type(name)
+        entries[job_type] = (key, entry)
+        names[key] = job_type
+    if not entries:
+        raise InputError(f"no jobs with scale factor {scale_factor}", source=path, field=gpu,
+                         valid="scale factors present in the file (Gavel: 1, 2, 4, 8)")
+    return entries, names
+
+
+def _import_pairs(runs: list[dict[str, Any]], jobs: list[dict[str, Any]], campaign: str, gpu: str, path: Path,
+                  entries: dict[str, tuple[str, dict[str, Any]]], names: dict[str, str], solo: dict[str, float],
+                  counted: dict[str, int]) -> None:
+    """One pair run per unordered pair of a worker type (two repeats where the file's directions disagree)."""
+    for job_a in sort_job_types(entries):
+        key_a, entry_a = entries[job_a]
+        for key_b, value in entry_a.items():
+            if key_b == "null" or key_b not in names:
+                continue  # other scale factors
+            job_b = names[key_b]
+            if sort_job_types([job_a, job_b])[0] != job_a:
+                continue  # each unordered pair once, from its first job's entry
+            forward = _pair_value(value, path, f"{gpu}.{key_a}.{key_b}")
+            measurements = [forward]
+            reverse_raw = entries[job_b][1].get(key_a)
+            if reverse_raw is not None and job_a != job_b:
+                reverse = _pair_value(reverse_raw, path, f"{gpu}.{key_b}.{key_a}")[::-1]
+                if not all(math.isclose(x, y, rel_tol=_EQUAL_REL_TOL) for x, y in zip(forward, reverse)):
+                    measurements.append(reverse)
+                    counted["asymmetric_pairs"] += 1
+            counted["pairs"] += 1
+            for repeat, (x_a, x_b) in enumerate(measurements):
+                feasible = _add_pair(runs, jobs, campaign, gpu, (job_a, job_b), (x_a, x_b),
+                                     (solo[job_a], solo[job_b]), repeat)
+                counted["infeasible_pairs"] += (not feasible) and repeat == 0
+
+
+def _import_meta(campaign: str, path: Path, scale_factor: int, chosen: list[str], skipped: list[str],
+                 counts: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """meta.json of an imported Gavel file: where it came from and how its values were read."""
+    return {
         "campaign": campaign,
         "source": {"kind": "gavel-throughputs", "file": str(path), "scale_factor": scale_factor,
                    "origin": "github.com/stanford-futuredata/gavel (MIT); measured steps/s alone and in pairs"},
         "gpu_types": chosen,
-        "skipped_worker_types": [g for g in data if g not in chosen],
+        "skipped_worker_types": skipped,
         "counts": counts,
         "notes": [
             "t = 1 / throughput (seconds per training step); ratio = co-located / solo throughput = t/t'.",
@@ -222,14 +187,13 @@ def import_gavel(
             "Where T[a][b] and T[b][a] disagree, both directions are kept as two repeats of the pair.",
         ],
     }
-    return GavelImport(typed_frame(runs, RUN_COLUMNS, RUN_NUMERIC), typed_frame(jobs, JOB_COLUMNS, JOB_NUMERIC), meta)
 
 
 def _pair_value(value: Any, source: Path, field: str) -> tuple[float, float]:
     if not (isinstance(value, (list, tuple)) and len(value) == 2):
         raise InputError(f"pair value {value!r} is not a list of two throughputs", source=source, field=field,
                          valid="[this job's steps/s, partner's steps/s], or [0, 0] when infeasible")
-    return _number(value[0], source, field), _number(value[1], source, field)
+    return throughput_value(value[0], source, field), throughput_value(value[1], source, field)
 
 
 def _run_row(campaign: str, gpu: str, kind: str, sharing: str, job_types: list[str], repeat: int) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 A job type is ``model@batch``. For every (GPU type, sharing mode) — and, where several job types share a
 batch size, for each such batch size as well — the measured pairs are pivoted into a square matrix of one
-metric (DESIGN §4):
+metric (README, "Compatibility matrices"):
 
 * ``delta`` — δ = Σ t / max t′ (thesis eq. 4.1; > 1: co-locating beats running back to back);
 * ``throughput_sum`` — Σ t/t′, Gavel's normalized combined throughput (≥ δ);
@@ -18,7 +18,6 @@ measured pairs as edges weighted by δ.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from colocate.results import (
     sort_job_types,
     split_job_type,
 )
+from profiler.files import safe_name
 from profiler.schema import STATUS_INFEASIBLE, STATUS_OK
 
 METRICS = ("delta", "throughput_sum", "slowdown")
@@ -68,12 +68,17 @@ class CompatibilityMatrix:
     dram: pd.DataFrame
 
     @property
+    def metric_label(self) -> str:
+        """The metric's axis label, e.g. for a heatmap's title."""
+        return METRIC_LABELS[self.metric]
+
+    @property
     def scope(self) -> str:
         return "all" if self.batch_size is None else f"bs{self.batch_size}"
 
     @property
     def stem(self) -> str:
-        return safe_name(f"matrix_{self.gpu_type}_{self.sharing}_{self.scope}_{self.metric}")
+        return safe_name(f"matrix_{self.gpu_type}_{self.sharing}_{self.scope}_{self.metric}", None, keep="@+")
 
     @property
     def measured(self) -> int:
@@ -96,11 +101,6 @@ class CompatibilityMatrix:
         frame = pd.DataFrame(cells, index=list(self.job_types), columns=list(self.job_types))
         frame.index.name = f"{self.metric} ({self.gpu_type}, {self.sharing}, {self.scope})"
         return frame
-
-
-def safe_name(text: str) -> str:
-    """File-name-safe version of a label (job types contain '@', Gavel models contain spaces)."""
-    return re.sub(r"[^A-Za-z0-9._@+-]+", "-", text).strip("-")
 
 
 def _square(job_types: list[str], fill: Any) -> pd.DataFrame:
@@ -133,7 +133,7 @@ def build_matrix(
         if row.type_a not in position or row.type_b not in position:
             continue
         i, j = position[row.type_a], position[row.type_b]
-        for x, y, mine, theirs in ((i, j, row.slowdown_a, row.slowdown_b), (j, i, row.slowdown_b, row.slowdown_a)):
+        for x, y, mine in ((i, j, row.slowdown_a), (j, i, row.slowdown_b)):
             status[x][y] = row.status
             values[x][y] = getattr(row, column) if row.status == STATUS_OK else math.nan
             slowdown[x][y] = mine if row.status == STATUS_OK else math.nan
@@ -285,7 +285,7 @@ def write_matrices(
     solo = solo_table(results)
     for gpu_type, sharing in sorted(set(zip(pairs["gpu_type"], pairs["sharing"]))):
         graph = compatibility_graph(pairs, solo, gpu_type, sharing)
-        graph_path = out / safe_name(f"graph_{gpu_type}_{sharing}.graphml")
+        graph_path = out / safe_name(f"graph_{gpu_type}_{sharing}.graphml", None, keep="@+")
         nx.write_graphml(graph, graph_path)
         files.append(graph_path)
     return MatrixOutputs(tuple(matrices), tuple(files), pairs, ranked)

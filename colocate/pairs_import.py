@@ -260,16 +260,16 @@ def import_pairs(path: str | Path, columns: PairColumns = PairColumns()) -> Gave
     for r in rows:
         order = sort_job_types(list(r.jobs)) if r.jobs[0] != r.jobs[1] else list(r.jobs)
         flip = list(r.jobs) != order
-        t = tuple(r.solo[::-1]) if flip else r.solo
+        solo_t = tuple(r.solo[::-1]) if flip else r.solo
         key = (r.gpu, r.sharing, tuple(order))
         repeat = repeats[key] = repeats.get(key, -1) + 1
         if r.ratio is None:
             colocated = (0.0, 0.0)
         else:
             ratio = r.ratio[::-1] if flip else r.ratio
-            colocated = (ratio[0] / t[0], ratio[1] / t[1])  # co-located throughput = ratio × solo throughput
+            colocated = (ratio[0] / solo_t[0], ratio[1] / solo_t[1])  # co-located throughput = ratio × solo
         _add_pair_in(runs, jobs, campaign, r.gpu, r.sharing, (order[0], order[1]), colocated,
-                     (1.0 / t[0], 1.0 / t[1]), repeat, _add_pair)
+                     (1.0 / solo_t[0], 1.0 / solo_t[1]), repeat, _add_pair)
     meta = {
         "campaign": campaign,
         "source": {"kind": "pair-table", "file": str(p), "columns": dict(columns.names),

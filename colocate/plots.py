@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -18,9 +19,11 @@ import pandas as pd  # noqa: E402
 from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from colocate.matrix import METRIC_LABELS, CompatibilityMatrix  # noqa: E402
 from colocate.results import job_type_sort_key, weighted_mean  # noqa: E402
 from profiler.schema import STATUS_INFEASIBLE, STATUS_OK  # noqa: E402
+
+if TYPE_CHECKING:  # colocate.matrix imports this module to draw its heatmaps
+    from colocate.matrix import CompatibilityMatrix
 
 
 
@@ -32,7 +35,7 @@ def save_figure(fig: "plt.Figure", path: str | Path, dpi: int = 130) -> Path:
     return Path(path)
 
 
-def plot_matrix(matrix: CompatibilityMatrix, path: str | Path) -> Path:
+def plot_matrix(matrix: "CompatibilityMatrix", path: str | Path) -> Path:
     """Heatmap of the upper triangle, diverging colormap centred on 1.0, every measured cell annotated.
 
     Annotation: the metric on the first line, then the slowdowns t′/t of the row job and the column job;
@@ -84,7 +87,7 @@ def plot_matrix(matrix: CompatibilityMatrix, path: str | Path) -> Path:
     ax.set_xlim(-0.5, n - 0.5)
     ax.set_ylim(n - 0.5, -0.5)
     scope = "all job types" if matrix.batch_size is None else f"batch size {matrix.batch_size}"
-    ax.set_title(f"{METRIC_LABELS[matrix.metric]} — {matrix.gpu_type}, {matrix.sharing}, {scope}\n"
+    ax.set_title(f"{matrix.metric_label} — {matrix.gpu_type}, {matrix.sharing}, {scope}\n"
                  "cells: value; slowdown t′/t of row job / column job", fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=matrix.metric)
     return save_figure(fig, path)

@@ -90,7 +90,7 @@ def make_datasets(results: ResultsSet, *, sharing: str | None = None, source: st
     """Split results into one dataset per (GPU type, sharing mode) with solo baselines for every member."""
     solo = solo_table(results)
     pairs = group_table(results, 2)
-    datasets = []
+    datasets: list[PairDataset] = []
     if pairs.empty:
         return datasets
     for (gpu_type, mode), group in pairs.groupby(["gpu_type", "sharing"], sort=True):
@@ -298,15 +298,7 @@ def predict_dataset(dataset: PairDataset, config: PredictorConfig = PredictorCon
     return table
 
 
-# --------------------------------------------------------------------------------------------------------
-# Evaluation lives in colocate.predict_eval; re-exported here for the public API.
+# The leave-one-pair-out evaluation (it imports the fitting code above) lives in colocate.predict_eval.
 
-from colocate.predict_eval import (  # noqa: E402  (it imports the fitting code above)
-    METHODS,
-    EvaluationResult,
-    evaluation_report,
-    leave_one_pair_out,
-)
-
-__all__ = ["METHODS", "EvaluationResult", "PairDataset", "PredictorConfig", "evaluation_report", "feature_matrix",
-           "fit_ratio_model", "leave_one_pair_out", "make_datasets", "predict_dataset", "soft_impute"]
+__all__ = ["PairDataset", "PredictorConfig", "feature_matrix", "fit_ratio_model", "make_datasets",
+           "predict_dataset", "soft_impute"]

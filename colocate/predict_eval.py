@@ -45,6 +45,7 @@ from colocate.predict import (
 )
 from colocate.results import split_job_type
 
+DEFAULT_CONFIG = PredictorConfig()  # the defaults, chosen once on Gavel's V100 data
 METHODS = ("predictor", "mean", "job-type-mean", "same-models-mean", "solo-utilization")
 BASELINES = METHODS[1:]
 MAE_METRICS = ("mae_delta", "mae_ratio")
@@ -155,7 +156,8 @@ def _fold_baselines(held: int, out: list[int], victims: np.ndarray, aggressors: 
 
 
 def leave_one_pair_out(
-    dataset: PairDataset, config: PredictorConfig = PredictorConfig(), *, progress: Callable[[int, int], None] | None = None,
+    dataset: PairDataset, config: PredictorConfig = DEFAULT_CONFIG, *,
+    progress: Callable[[int, int], None] | None = None,
 ) -> EvaluationResult:
     """Hold out each measured pair in turn; fit every method on the others; predict the held-out pair.
 
@@ -221,7 +223,8 @@ def _leave_one_pair_out(dataset: PairDataset, config: PredictorConfig,
         for method in METHODS:
             ra, rb = predicted[method]
             rows.append({"method": method, "type_a": types_a[held], "type_b": types_b[held],
-                         "ratio_a": ratios[held], "ratio_b": ratios[held + n_pairs], "delta": deltas[held], "pred_ratio_a": float(ra), "pred_ratio_b": float(rb),
+                         "ratio_a": ratios[held], "ratio_b": ratios[held + n_pairs], "delta": deltas[held],
+                         "pred_ratio_a": float(ra), "pred_ratio_b": float(rb),
                          "pred_delta": float((solo_times[i] + solo_times[j]) / max(solo_times[i] / ra,
                                                                                    solo_times[j] / rb))})
         if progress is not None:

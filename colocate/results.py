@@ -1,6 +1,6 @@
 """Load one or several results directories into tidy tables for analysis.
 
-A results directory (DESIGN §4) holds ``runs.parquet``, ``jobs.parquet``, optionally ``kernels.parquet``
+A results directory (README, "Output files") holds ``runs.parquet``, ``jobs.parquet``, optionally ``kernels.parquet``
 and ``meta.json``. The profiler writes them; ``colocate import-gavel`` writes the same shape from Gavel's
 published throughputs, so matrices, the predictor and the exporters treat measured and imported data alike.
 
@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import re
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,63 +29,27 @@ import numpy as np
 import pandas as pd
 
 from colocate.errors import InputError
-from profiler.schema import (
+from profiler.files import atomic_write_json  # noqa: F401  (re-exported for the analysis modules)
+from profiler.files import atomic_write_table as atomic_write_parquet  # noqa: F401  (Parquet + CSV copy)
+from profiler.schema import (  # noqa: F401  (file names and numeric columns: re-exported)
     JOB_COLUMNS,
+    JOB_NUMERIC,
+    JOBS_FILE,
     KERNEL_COLUMNS,
+    KERNEL_NUMERIC,
+    KERNELS_FILE,
+    META_FILE,
     RUN_COLUMNS,
+    RUN_NUMERIC,
+    RUNS_FILE,
     STATUS_FAILED,
     STATUS_INFEASIBLE,
     STATUS_OK,
     STATUS_SKIPPED,
 )
+from profiler.sharing import sharing_label
+from profiler.spec import parse_job_type
 
-RUNS_FILE = "runs.parquet"
-JOBS_FILE = "jobs.parquet"
-KERNELS_FILE = "kernels.parquet"
-META_FILE = "meta.json"
-
-RUN_NUMERIC = (
-    "group_size",
-    "mps_thread_percentage",
-    "image_size",
-    "repeat",
-    "delta",
-    "throughput_sum",
-    "max_slowdown",
-    "window_s",
-    "wall_s",
-    "sm_clock_mean_mhz",
-    "sm_clock_min_mhz",
-    "memory_used_max_mib",
-    "gpu_util_mean",
-    "gpm_sm_occupancy_mean",
-    "gpm_sm_util_mean",
-    "gpm_dram_bw_util_mean",
-    "nvml_samples",
-)
-JOB_NUMERIC = (
-    "job_index",
-    "batch_size",
-    "iter_time_s",
-    "iter_time_std_s",
-    "solo_iter_time_s",
-    "slowdown",
-    "ratio",
-    "iters_in_window",
-    "peak_memory_mib",
-)
-KERNEL_NUMERIC = (
-    "batch_size",
-    "image_size",
-    "duration_us",
-    "registers_per_thread",
-    "shared_memory_bytes",
-    "blocks_per_sm",
-    "warps_per_sm",
-    "occupancy_pct",
-    "dram_throughput_pct",
-    "sm_throughput_pct",
-)
 # Device-wide counters summarised per run (NVML / GPM); shown beside δ and used as predictor features.
 UTILIZATION_COLUMNS = ("gpu_util_mean", "gpm_sm_occupancy_mean", "gpm_sm_util_mean", "gpm_dram_bw_util_mean")
 
@@ -132,15 +93,12 @@ class ResultsSet:
 # Job types
 
 
-_JOB_TYPE_RE = re.compile(r"^(?P<model>.+?)@(?P<batch>\d+)$")
-
-
 def split_job_type(job_type: str) -> tuple[str, int | None]:
-    """``"resnet18@64"`` → ``("resnet18", 64)``; a type without a batch size (Gavel's A3C) → ``(name, None)``."""
-    match = _JOB_TYPE_RE.match(job_type)
-    if match is None:
-        return job_type, None
-    return match.group("model"), int(match.group("batch"))
+    """``"resnet18@64"`` → ``("resnet18", 64)``; a type without a batch size (Gavel's A3C) → ``(name, None)``.
+
+    Stored rows are read leniently: :func:`profiler.spec.parse_job_type` with ``strict=False``.
+    """
+    return parse_job_type(job_type, strict=False)
 
 
 def job_type_sort_key(job_type: str) -> tuple[str, int]:
@@ -151,14 +109,6 @@ def job_type_sort_key(job_type: str) -> tuple[str, int]:
 
 def sort_job_types(job_types: Iterable[str]) -> list[str]:
     return sorted(set(job_types), key=job_type_sort_key)
-
-
-def sharing_label(sharing: Any, mps_thread_percentage: Any) -> str:
-    """The sharing mode as shown to users: ``timeslice``, ``mps`` or ``mps50`` (MPS at 50 % of SMs)."""
-    text = str(sharing)
-    if text == "mps" and mps_thread_percentage is not None and not pd.isna(mps_thread_percentage):
-        return f"mps{int(mps_thread_percentage)}"
-    return text
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -387,7 +337,8 @@ def solo_table(results: ResultsSet) -> pd.DataFrame:
         if column not in solo.columns:
             solo[column] = math.nan
     solo = solo[list(SOLO_COLUMNS)]
-    order = sorted(range(len(solo)), key=lambda i: (str(solo["gpu_type"].iloc[i]), job_type_sort_key(str(solo["job_type"].iloc[i]))))
+    order = sorted(range(len(solo)),
+                   key=lambda i: (str(solo["gpu_type"].iloc[i]), job_type_sort_key(str(solo["job_type"].iloc[i]))))
     return solo.iloc[order].reset_index(drop=True)
 
 
@@ -424,57 +375,73 @@ def group_table(results: ResultsSet, size: int = 2, *, require_baselines: bool =
     for slot, index in zip(slots, range(size)):
         runs[f"type_{slot}"] = runs["canonical"].str.split("+").str[index]
     key = ["results_dir", "run_id"]
-
     ok_runs = runs[runs["status"] == STATUS_OK]
     per_run = runs[key + ["gpu_type", "sharing_label", "image_size", "canonical", "status", "error",
                           *[f"type_{s}" for s in slots], *UTILIZATION_COLUMNS, "sm_clock_mean_mhz"]].copy()
     if not ok_runs.empty:
-        jobs = results.jobs.merge(ok_runs[key], on=key, how="inner")
-        solo = solo_table(results)[["gpu_type", "job_type", "solo_iter_time_s"]].rename(
-            columns={"solo_iter_time_s": "_solo_fallback"})
-        jobs = jobs.merge(solo, on=["gpu_type", "job_type"], how="left")
-        t = jobs["solo_iter_time_s"].where(jobs["solo_iter_time_s"] > 0, jobs["_solo_fallback"])
-        jobs = jobs.assign(_t=t, _tp=jobs["iter_time_s"])
-        counts = jobs.groupby(key).size().reindex(pd.MultiIndex.from_frame(ok_runs[key]), fill_value=0)
-        if (counts != size).any():
-            bad = counts[counts != size].index[0]
-            raise InputError(
-                f"run {bad[1]} is ok but has {int(counts[bad])} job rows for {size} jobs", source=Path(bad[0]) / JOBS_FILE,
-                field="run_id", valid="one jobs.parquet row per job of every run",
-            )
-        missing = jobs["_t"].isna() | ~(jobs["_t"] > 0) | ~(jobs["_tp"] > 0)
-        if missing.any():
-            if require_baselines:
-                bad_job = jobs[missing].iloc[0]
-                raise InputError(
-                    f"{kind} {bad_job['run_id']} on {bad_job['gpu_type']} has no solo baseline for {bad_job['job_type']}",
-                    source=Path(bad_job["results_dir"]) / JOBS_FILE, field="solo_iter_time_s",
-                    valid=f"a solo run of {bad_job['job_type']} on {bad_job['gpu_type']} in the given results directories",
-                )
-            bad_runs = jobs.loc[missing, key].drop_duplicates()
-            jobs = jobs.merge(bad_runs.assign(_bad=True), on=key, how="left")
-            jobs = jobs[jobs["_bad"].isna()]
-            dropped = per_run.merge(bad_runs.assign(_bad=True), on=key, how="left")["_bad"].notna().to_numpy()
-            per_run = per_run[~dropped]
-        jobs = jobs.assign(_ratio=jobs["_t"] / jobs["_tp"], _slowdown=jobs["_tp"] / jobs["_t"],
-                           _sort=jobs["job_type"].map(job_type_sort_key))
-        jobs = jobs.sort_values(key + ["_sort", "job_index"])
-        jobs["_slot"] = jobs.groupby(key).cumcount()
-        aggregates = jobs.groupby(key).agg(_sum_t=("_t", "sum"), _max_tp=("_tp", "max"),
-                                           throughput_sum=("_ratio", "sum"), max_slowdown=("_slowdown", "max"))
-        aggregates["delta"] = aggregates["_sum_t"] / aggregates["_max_tp"]
-        wide_ratio = jobs.pivot_table(index=key, columns="_slot", values="_ratio", aggfunc="first")
-        wide_slow = jobs.pivot_table(index=key, columns="_slot", values="_slowdown", aggfunc="first")
-        for index, slot in enumerate(slots):
-            aggregates[f"ratio_{slot}"] = wide_ratio[index]
-            aggregates[f"slowdown_{slot}"] = wide_slow[index]
-        per_run = per_run.merge(aggregates.drop(columns=["_sum_t", "_max_tp"]).reset_index(), on=key, how="left")
+        per_run = _with_ratios(results, ok_runs, per_run, size, require_baselines=require_baselines)
     for column in ("delta", "throughput_sum", "max_slowdown", *[f"ratio_{s}" for s in slots], *[f"slowdown_{s}" for s in slots]):
         if column not in per_run.columns:
             per_run[column] = math.nan
     if per_run.empty:
         return pd.DataFrame(columns=columns)
+    return _summarise_groups(per_run, size, columns)
 
+
+def _with_ratios(results: ResultsSet, ok_runs: pd.DataFrame, per_run: pd.DataFrame, size: int, *,
+                 require_baselines: bool) -> pd.DataFrame:
+    """``per_run`` plus δ, Σ t/t′, the slowdowns and each slot's ratio for the ok runs (t from the solo table
+    when the profiler left it empty); runs without a baseline are an error or dropped (``require_baselines``)."""
+    kind = {2: "pair", 3: "triple"}[size]
+    slots = _SLOTS[:size]
+    key = ["results_dir", "run_id"]
+    jobs = results.jobs.merge(ok_runs[key], on=key, how="inner")
+    solo = solo_table(results)[["gpu_type", "job_type", "solo_iter_time_s"]].rename(
+        columns={"solo_iter_time_s": "_solo_fallback"})
+    jobs = jobs.merge(solo, on=["gpu_type", "job_type"], how="left")
+    t = jobs["solo_iter_time_s"].where(jobs["solo_iter_time_s"] > 0, jobs["_solo_fallback"])
+    jobs = jobs.assign(_t=t, _tp=jobs["iter_time_s"])
+    counts = jobs.groupby(key).size().reindex(pd.MultiIndex.from_frame(ok_runs[key]), fill_value=0)
+    if (counts != size).any():
+        bad = counts[counts != size].index[0]
+        raise InputError(
+            f"run {bad[1]} is ok but has {int(counts[bad])} job rows for {size} jobs", source=Path(bad[0]) / JOBS_FILE,
+            field="run_id", valid="one jobs.parquet row per job of every run",
+        )
+    missing = jobs["_t"].isna() | ~(jobs["_t"] > 0) | ~(jobs["_tp"] > 0)
+    if missing.any():
+        if require_baselines:
+            bad_job = jobs[missing].iloc[0]
+            raise InputError(
+                f"{kind} {bad_job['run_id']} on {bad_job['gpu_type']} has no solo baseline for {bad_job['job_type']}",
+                source=Path(bad_job["results_dir"]) / JOBS_FILE, field="solo_iter_time_s",
+                valid=f"a solo run of {bad_job['job_type']} on {bad_job['gpu_type']} in the given results directories",
+            )
+        bad_runs = jobs.loc[missing, key].drop_duplicates()
+        jobs = jobs.merge(bad_runs.assign(_bad=True), on=key, how="left")
+        jobs = jobs[jobs["_bad"].isna()]
+        dropped = per_run.merge(bad_runs.assign(_bad=True), on=key, how="left")["_bad"].notna().to_numpy()
+        per_run = per_run[~dropped]
+    jobs = jobs.assign(_ratio=jobs["_t"] / jobs["_tp"], _slowdown=jobs["_tp"] / jobs["_t"],
+                       _sort=jobs["job_type"].map(job_type_sort_key))
+    jobs = jobs.sort_values(key + ["_sort", "job_index"])
+    jobs["_slot"] = jobs.groupby(key).cumcount()
+    aggregates = jobs.groupby(key).agg(_sum_t=("_t", "sum"), _max_tp=("_tp", "max"),
+                                       throughput_sum=("_ratio", "sum"), max_slowdown=("_slowdown", "max"))
+    aggregates["delta"] = aggregates["_sum_t"] / aggregates["_max_tp"]
+    wide_ratio = jobs.pivot_table(index=key, columns="_slot", values="_ratio", aggfunc="first")
+    wide_slow = jobs.pivot_table(index=key, columns="_slot", values="_slowdown", aggfunc="first")
+    for index, slot in enumerate(slots):
+        aggregates[f"ratio_{slot}"] = wide_ratio[index]
+        aggregates[f"slowdown_{slot}"] = wide_slow[index]
+    per_run = per_run.merge(aggregates.drop(columns=["_sum_t", "_max_tp"]).reset_index(), on=key, how="left")
+    return per_run
+
+
+def _summarise_groups(per_run: pd.DataFrame, size: int, columns: list[str]) -> pd.DataFrame:
+    """One row per (GPU type, sharing, image size, group): status by precedence, means and a 95 % CI of δ."""
+    kind = {2: "pair", 3: "triple"}[size]
+    slots = _SLOTS[:size]
     per_run = per_run.rename(columns={"sharing_label": "sharing", "canonical": "job_types"})
     per_run["_rank"] = per_run["status"].map({s: i for i, s in enumerate(_STATUS_ORDER)}).fillna(len(_STATUS_ORDER))
     per_run["_ok"] = per_run["status"] == STATUS_OK
@@ -503,30 +470,6 @@ def group_table(results: ResultsSet, size: int = 2, *, require_baselines: bool =
 
 # --------------------------------------------------------------------------------------------------------
 # Writing (used by import-gavel and the kernel profiler's command)
-
-
-def atomic_write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    """Write Parquet + a CSV copy, each via a temporary file and ``os.replace`` so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for target, writer in ((path, lambda p: frame.to_parquet(p, index=False)),
-                           (path.with_suffix(".csv"), lambda p: frame.to_csv(p, index=False))):
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{target.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            writer(tmp)
-            os.replace(tmp, target)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-
-
-def atomic_write_json(data: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True, default=str)
-        handle.write("\n")
-    os.replace(tmp, path)
 
 
 def typed_frame(rows: list[dict[str, Any]], columns: Sequence[str], numeric: Sequence[str]) -> pd.DataFrame:

@@ -8,7 +8,6 @@ from typing import Any
 import pandas as pd
 
 from colocate.results import sharing_label
-
 from profiler.metrics import mean_ci
 from profiler.schema import STATUS_OK
 

@@ -22,7 +22,6 @@ from typing import Any
 
 import pandas as pd
 
-from profiler.signals import sigterm_as_interrupt
 from profiler.cells import JobType, Run, plan_runs, runs_for_gpu_type
 from profiler.devices import DeviceTarget, resolve_device
 from profiler.errors import InputError
@@ -30,6 +29,7 @@ from profiler.mps import mps_unavailable_reason
 from profiler.nvml import gpm_supported, nvml_status
 from profiler.runner import RunRecord, SoloBaseline, execute_run
 from profiler.schema import SHARING_SOLO, STATUS_OK
+from profiler.signals import sigterm_as_interrupt
 from profiler.spec import CampaignSpec
 from profiler.store import ResultsStore
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from profiler.schema import SHARING_SOLO
+from profiler.sharing import sharing_label, sharing_mode
 from profiler.spec import CampaignSpec, parse_job_type
 
 KIND_BY_SIZE = {1: "solo", 2: "pair", 3: "triple"}
@@ -54,9 +55,7 @@ class Cell:
 
     @property
     def mode_label(self) -> str:
-        if self.sharing == "mps" and self.mps_thread_percentage is not None:
-            return f"mps{self.mps_thread_percentage}"
-        return self.sharing
+        return sharing_label(self.sharing, self.mps_thread_percentage)
 
     @property
     def cell_id(self) -> str:
@@ -126,8 +125,8 @@ def expand_cells(spec: CampaignSpec) -> list[Cell]:
     cells = [Cell((job,), SHARING_SOLO) for job in sorted(solo_types)]
     modes: list[tuple[str, int | None]] = []
     for mode in spec.sharing:
-        if mode == "mps" and spec.mps_thread_percentages:
-            modes.extend(("mps", pct) for pct in spec.mps_thread_percentages)
+        if sharing_mode(mode).thread_partitions and spec.mps_thread_percentages:
+            modes.extend((mode, pct) for pct in spec.mps_thread_percentages)
         else:
             modes.append((mode, None))
     for group in groups:

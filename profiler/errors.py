@@ -35,3 +35,11 @@ class InputError(ValueError):
         if valid:
             text += f" (valid: {valid})"
         super().__init__(" ".join(text.split()))  # one line, always
+
+
+class SharingUnavailable(RuntimeError):
+    """A sharing mode cannot be set up here (no MPS binary, no GPU); the message says why.
+
+    Not an input error: the same spec runs elsewhere. The profiler records the cell as skipped with this
+    message; the executors refuse the plan before starting anything.
+    """

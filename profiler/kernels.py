@@ -1,4 +1,4 @@
-"""Kernel-level profiles of one training job running alone (thesis Figs. 4.6–4.9; DESIGN §3).
+"""Kernel-level profiles of one training job running alone (thesis Figs. 4.6–4.9; README, "Kernel profiles").
 
 :func:`profile_kernels` trains a model for a warm-up, then records ``iters`` (default 2) training iterations
 with the PyTorch profiler (Kineto), exports the Chrome trace and turns it into one row per kernel launch
@@ -88,7 +88,7 @@ def cpu_ops_self_time(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     by_thread: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for event in ops:
         by_thread.setdefault((event.get("pid"), event.get("tid")), []).append(event)
-    result = []
+    result: list[dict[str, Any]] = []
     for thread_events in by_thread.values():
         thread_events.sort(key=lambda e: (float(e["ts"]), -float(e["dur"])))
         self_time = [float(e["dur"]) for e in thread_events]

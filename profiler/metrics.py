@@ -1,6 +1,6 @@
 """The measurement math: overlap window, per-job iteration times, δ, slowdowns and confidence intervals.
 
-Definitions (DESIGN §2; thesis eq. 4.1):
+Definitions (README, "Profiling campaigns"; thesis eq. 4.1):
 
 * window  = [max_j start_j, min_j last_end_j]: after the first job stops the others run alone, so only
   the overlap counts;

@@ -17,10 +17,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from profiler.errors import SharingUnavailable
+
 CONTROL_BINARY = "nvidia-cuda-mps-control"
 
 
-class MpsUnavailable(RuntimeError):
+class MpsUnavailable(SharingUnavailable):
     """MPS cannot be used here; the message says why (recorded as the cells' skip reason)."""
 
 

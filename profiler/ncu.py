@@ -1,7 +1,7 @@
 """Nsight Compute (``ncu``) backend for kernel profiles: true achieved occupancy and memory utilization.
 
 The torch profiler only knows the occupancy-calculator *estimate* per launch. Nsight Compute replays each
-kernel with hardware counters, so it measures what the kernel achieved (DESIGN §3):
+kernel with hardware counters, so it measures what the kernel achieved (README, "Kernel profiles"):
 
 * ``sm__warps_active.avg.pct_of_peak_sustained_active`` — achieved occupancy (%);
 * ``dram__throughput.avg.pct_of_peak_sustained_elapsed`` — memory (DRAM) utilization (%);

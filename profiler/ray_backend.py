@@ -40,15 +40,15 @@ from typing import Any
 from profiler.campaign import (
     Progress,
     SessionTally,
-    open_session,
     baselines_from,
     build_meta,
     check_resumable,
+    open_session,
 )
 from profiler.cells import JobType, Run, plan_runs
 from profiler.devices import DeviceTarget, resolve_device
 from profiler.errors import InputError
-from profiler.runner import RunRecord, SoloBaseline, not_run_record, execute_run
+from profiler.runner import RunRecord, SoloBaseline, execute_run, not_run_record
 from profiler.schema import SHARING_SOLO, STATUS_SKIPPED
 from profiler.signals import sigterm_as_interrupt
 from profiler.spec import CampaignSpec

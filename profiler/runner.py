@@ -22,8 +22,8 @@ from typing import Any
 
 from profiler.cells import JobType, Run
 from profiler.devices import DeviceTarget
+from profiler.errors import SharingUnavailable
 from profiler.metrics import JobTiming, delta, iteration_stats, overlap_window, slowdowns, throughput_sum
-from profiler.mps import MpsUnavailable, mps_daemon, mps_unavailable_reason
 from profiler.nvml import NvmlSampler, NvmlSummary
 from profiler.schema import (
     STATUS_FAILED,
@@ -31,6 +31,7 @@ from profiler.schema import (
     STATUS_OK,
     STATUS_SKIPPED,
 )
+from profiler.sharing import sharing_mode
 from profiler.spec import CampaignSpec
 from profiler.worker import JobConfig, job_main
 
@@ -117,10 +118,9 @@ def precheck(
 ) -> RunRecord | None:
     """A record for a run that must not start (and why), or None when it may run."""
     cell = run.cell
-    if cell.sharing == "mps":
-        reason = mps_unavailable_reason(spec.device)
-        if reason:
-            return not_run_record(run, spec, target, STATUS_SKIPPED, reason)
+    reason = sharing_mode(cell.sharing).unavailable_reason(spec.device)
+    if reason:
+        return not_run_record(run, spec, target, STATUS_SKIPPED, reason)
     if len(cell.jobs) == 1:
         return None
     for job in cell.jobs:
@@ -162,13 +162,10 @@ def execute_run(
     try:
         with ExitStack() as stack:
             env = dict(target.worker_env())
-            if cell.sharing == "mps":
-                assert target.physical_gpu is not None
-                try:
-                    daemon = stack.enter_context(mps_daemon(target.physical_gpu))
-                except MpsUnavailable as exc:
-                    return not_run_record(run, spec, target, STATUS_SKIPPED, str(exc))
-                env.update(daemon.client_env(cell.mps_thread_percentage))
+            try:
+                env.update(sharing_mode(cell.sharing).enter(stack, target.physical_gpu, cell.mps_thread_percentage))
+            except SharingUnavailable as exc:
+                return not_run_record(run, spec, target, STATUS_SKIPPED, str(exc))
             sampler = (stack.enter_context(NvmlSampler(target.nvml_index))
                        if target.nvml_index is not None and sample_nvml else None)
             configs = [
@@ -249,7 +246,7 @@ def _coordinate(
         _teardown(connections, processes)
 
 
-def worker_context() -> mp.context.BaseContext:
+def worker_context() -> mp.context.ForkServerContext | mp.context.SpawnContext:
     """Start workers from a fork server that has torch imported but never touched CUDA.
 
     This keeps what the spawn method guarantees — a fresh process with no inherited CUDA state — while a

@@ -1,4 +1,6 @@
-"""Column names of the results store (DESIGN §4), shared by the profiler (writer) and the analysis (reader).
+"""Column names of the results store, shared by the profiler (writer) and the analysis (reader).
+
+The files are described in the README, section "Output files".
 
 ``runs.parquet`` has one row per run (a cell executed once: one repeat of a solo, pair or triple);
 ``jobs.parquet`` one row per job per run. Rows are keyed by ``run_id``; a cell (``cell_id``) groups the
@@ -7,15 +9,14 @@ repeats of one configuration. Times are seconds, memory MiB, utilizations percen
 
 from __future__ import annotations
 
+from profiler.sharing import SHARING_MODES, SHARING_SOLO  # noqa: F401  (the registry is their home)
+
 # Run status values.
 STATUS_OK = "ok"  # measured; delta and friends are set for groups
 STATUS_INFEASIBLE = "infeasible"  # out of memory (measured OOM or the memory pre-check); a result, not an error
 STATUS_FAILED = "failed"  # a worker crashed / MPS client fault / timeout: the whole group is failed
 STATUS_SKIPPED = "skipped"  # could not run here (no GPU, no MPS, solo baseline missing); error says why
 RUN_STATUSES = (STATUS_OK, STATUS_INFEASIBLE, STATUS_FAILED, STATUS_SKIPPED)
-
-SHARING_SOLO = "none"  # solo runs share nothing; their t is reused by every sharing mode
-SHARING_MODES = ("timeslice", "mps")
 
 RUN_COLUMNS: tuple[str, ...] = (
     "run_id",  # "<cell_id>#r<repeat>"
@@ -89,4 +90,55 @@ KERNEL_COLUMNS: tuple[str, ...] = (
     "occupancy_pct",  # torch-profiler: occupancy-calculator estimate; ncu: achieved (sm__warps_active)
     "dram_throughput_pct",  # ncu only
     "sm_throughput_pct",  # ncu only
+)
+
+# File names of a results directory (the store writes them, the analysis reads them).
+RUNS_FILE = "runs.parquet"
+JOBS_FILE = "jobs.parquet"
+KERNELS_FILE = "kernels.parquet"
+META_FILE = "meta.json"
+
+
+# Columns read back as numbers (float64); the others are strings or None.
+RUN_NUMERIC = (
+    "group_size",
+    "mps_thread_percentage",
+    "image_size",
+    "repeat",
+    "delta",
+    "throughput_sum",
+    "max_slowdown",
+    "window_s",
+    "wall_s",
+    "sm_clock_mean_mhz",
+    "sm_clock_min_mhz",
+    "memory_used_max_mib",
+    "gpu_util_mean",
+    "gpm_sm_occupancy_mean",
+    "gpm_sm_util_mean",
+    "gpm_dram_bw_util_mean",
+    "nvml_samples",
+)
+JOB_NUMERIC = (
+    "job_index",
+    "batch_size",
+    "iter_time_s",
+    "iter_time_std_s",
+    "solo_iter_time_s",
+    "slowdown",
+    "ratio",
+    "iters_in_window",
+    "peak_memory_mib",
+)
+KERNEL_NUMERIC = (
+    "batch_size",
+    "image_size",
+    "duration_us",
+    "registers_per_thread",
+    "shared_memory_bytes",
+    "blocks_per_sm",
+    "warps_per_sm",
+    "occupancy_pct",
+    "dram_throughput_pct",
+    "sm_throughput_pct",
 )

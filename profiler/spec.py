@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from profiler.errors import InputError
-from profiler.schema import SHARING_MODES
+from profiler.sharing import sharing_mode, sharing_mode_names
 
 DEVICE_PATTERN = re.compile(r"^(cpu|cuda|cuda:\d+)$")
 # Short GPU type names as profiler.devices.gpu_type_from_name gives them ('h100', 'a100', 't4', '2080').
@@ -82,7 +82,7 @@ _KEYS: dict[str, _Key] = {
     "group_sizes": _Key("list[int]", "a non-empty subset of 1, 2, 3"),
     "combinations": _Key("combos", "a list of groups, each a list of 1-3 job types 'model' or 'model@batch'"),
     "repetition": _Key("bool", "true or false"),
-    "sharing": _Key("list[str]", ", ".join(SHARING_MODES)),
+    "sharing": _Key("list[str]", ", ".join(sharing_mode_names())),
     "mps_thread_percentages": _Key("list[int]", "a list of integers in 1..100"),
     "warmup_iters": _Key("int", "an integer >= 1"),
     "min_window_iters": _Key("int", "an integer >= 2"),
@@ -123,8 +123,19 @@ def _type_ok(kind: str, value: Any) -> bool:
     raise AssertionError(kind)
 
 
-def parse_job_type(text: str) -> tuple[str, int | None]:
-    """Split 'resnet18@64' into ('resnet18', 64); a bare model name gives (name, None)."""
+_JOB_TYPE_RE = re.compile(r"^(?P<model>.+?)@(?P<batch>\d+)$")
+
+
+def parse_job_type(text: str, *, strict: bool = True) -> tuple[str, int | None]:
+    """Split a job type ``model@batch``: 'resnet18@64' → ('resnet18', 64); a bare model name → (name, None).
+
+    The one parser of job types. ``strict`` (specs a user wrote): text after '@' must be a positive batch
+    size, else ValueError. Lenient (stored rows, Gavel's and others' names such as A3C): anything that is not
+    ``name@digits`` is a name without a batch size, kept as it is.
+    """
+    if not strict:
+        match = _JOB_TYPE_RE.match(text)
+        return (text, None) if match is None else (match.group("model"), int(match.group("batch")))
     if "@" not in text:
         return text.strip(), None
     model, _, batch = text.partition("@")
@@ -175,8 +186,9 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
             raise fail("group_sizes", f"{size} is not a group size")
     sharing = tuple(data.get("sharing", ["timeslice"]))
     for i, mode in enumerate(sharing):
-        if mode not in SHARING_MODES:
-            raise fail(f"sharing[{i}]", f"'{mode}' is not a sharing mode")
+        if mode not in sharing_mode_names():
+            raise InputError(f"'{mode}' is not a sharing mode", source=source, field=f"sharing[{i}]",
+                             valid=", ".join(sharing_mode_names()))  # registered now, not at import time
     if len(set(sharing)) != len(sharing):
         raise fail("sharing", "a sharing mode is listed twice")
     percentages = data.get("mps_thread_percentages")
@@ -184,7 +196,7 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
         for i, pct in enumerate(percentages):
             if not 1 <= pct <= 100:
                 raise fail(f"mps_thread_percentages[{i}]", f"{pct} is out of range")
-        if "mps" not in sharing:
+        if not any(sharing_mode(mode).thread_partitions for mode in sharing):
             raise fail("mps_thread_percentages", "set, but 'mps' is not in 'sharing'")
     combinations = None
     if data.get("combinations") is not None:

@@ -9,34 +9,23 @@ the run in flight and a rerun never duplicates a row.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from profiler.schema import JOB_COLUMNS, KERNEL_COLUMNS, RUN_COLUMNS, STATUS_SKIPPED
-
-RUNS_FILE = "runs.parquet"
-JOBS_FILE = "jobs.parquet"
-KERNELS_FILE = "kernels.parquet"
-META_FILE = "meta.json"
-
-
-def _atomic_write(path: Path, write: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
-        write(temp)
-        with open(temp, "rb") as stream:
-            os.fsync(stream.fileno())
-        os.replace(temp, path)
-    finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
+from profiler.files import atomic_write_json, atomic_write_table
+from profiler.schema import (  # noqa: F401  (file names: re-exported)
+    JOB_COLUMNS,
+    JOBS_FILE,
+    KERNEL_COLUMNS,
+    KERNELS_FILE,
+    META_FILE,
+    RUN_COLUMNS,
+    RUNS_FILE,
+    STATUS_SKIPPED,
+)
 
 
 def _frame(rows: Iterable[Mapping[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
@@ -113,10 +102,7 @@ class ResultsStore:
         return set(kernels["job_type"].astype(str)) if len(kernels) else set()
 
     def _write_table(self, name: str, frame: pd.DataFrame) -> None:
-        _atomic_write(self.root / name, lambda temp: frame.to_parquet(temp, index=False))
-        csv_path = (self.root / name).with_suffix(".csv")
-        _atomic_write(csv_path, lambda temp: frame.to_csv(temp, index=False))
+        atomic_write_table(frame, self.root / name)
 
     def write_meta(self, meta: Mapping[str, Any]) -> None:
-        text = json.dumps(meta, indent=2, sort_keys=True, default=str)
-        _atomic_write(self.root / META_FILE, lambda temp: Path(temp).write_text(text + "\n"))
+        atomic_write_json(meta, self.root / META_FILE)

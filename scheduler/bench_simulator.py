@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+SIA_CLUSTER = Path(__file__).resolve().parent / "examples" / "sia-64gpu.yaml"
 DEFAULT_WORKLOADS = ("sia/workloads/philly/workload-1.csv", "sia/workloads/saturn/workload-1.csv")
 
 
@@ -54,7 +55,7 @@ def register_bench(bench_app: Any) -> None:
                                       help="Comma-separated workload files (default: Sia's philly and saturn "
                                            "workload-1, 160 jobs each)."),
         policies: str = typer.Option("colocate", "--policies", help="Comma-separated policies."),
-        cluster: Path = typer.Option(Path(__file__).resolve().parent / "examples" / "sia-64gpu.yaml", "--cluster"),
+        cluster: Path = typer.Option(SIA_CLUSTER, "--cluster"),
         profiles: Path = typer.Option(None, "--profiles", help="Sia traces directory (default <shared>/sia/traces)."),
         target_s: float = typer.Option(60.0, "--target", help="Wall-time target per 160-job run, seconds."),
     ) -> None:

@@ -35,7 +35,7 @@ import numpy as np
 from scheduler.cluster import Cluster, load_cluster
 from scheduler.colocation import ColocationTable
 from scheduler.goodput import ProfileGoodputModel
-from scheduler.ilp import IlpConfig, RoundProblem, build_problem, column_weight, highs_lp, solve_problem
+from scheduler.ilp import IlpConfig, RoundProblem, build_problem, class_key, highs_lp, solve_problem
 from scheduler.jobs import Job
 
 EXAMPLES = Path(__file__).resolve().parent / "examples"
@@ -91,13 +91,11 @@ def synthetic_colocation(gpu_types: Sequence[str], seed: int = 0) -> ColocationT
 
 def all_pairs_count(problem: RoundProblem, colocation: ColocationTable, cfg: IlpConfig) -> int:
     """How many job pairs the all-pairs formulation considers (before configurations)."""
-    from scheduler.ilp import _class_key
-
     classes: dict[tuple[str, str], int] = {}
     reps: dict[tuple[str, str], Job] = {}
     for i, job in enumerate(problem.jobs):
         if problem.single_node_g[i]:
-            key = _class_key(job)
+            key = class_key(job)
             classes[key] = classes.get(key, 0) + 1
             reps.setdefault(key, job)
     keys = list(classes)
@@ -127,15 +125,14 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
 
     if cfg.p >= 0:
         raise ValueError("the bound is implemented for p < 0 (minimisation)")
-    from scheduler.ilp import _class_key
-
+    problem.release_reserved()  # every single column: the bound is over every configuration
     jobs = problem.jobs
     n = len(jobs)
     class_ids: dict[tuple[str, str], int] = {}
     reps: list[Job] = []
     cls = np.zeros(n, dtype=int)
     for i, job in enumerate(jobs):
-        key = _class_key(job)
+        key = class_key(job)
         if key not in class_ids:
             class_ids[key] = len(reps)
             reps.append(job)
@@ -162,7 +159,6 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
         idx = np.array([i for i in range(n) if ci in problem.single_node_g[i] and not blocked[i]], dtype=int)
         if len(idx) >= 2:
             by_conf[ci] = (idx, np.array([problem.single_node_g[i][ci] for i in idx]))
-    mem_cap = {t.name: t.memory_gb for t in problem.cluster}
     value = math.nan
     for iteration in range(1, max_iterations + 1):
         lp, job_row, cap_row = highs_lp(problem)
@@ -179,43 +175,62 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
         for ci, (idx, g) in by_conf.items():
             c = problem.configs[ci]
             mu = duals[cap_row[c.gpu_type]] if c.gpu_type in cap_row else 0.0
-            first, second = ratio[c.gpu_type]
-            r1 = first[np.ix_(cls[idx], cls[idx])]
-            r2 = second[np.ix_(cls[idx], cls[idx])]
-            ok = (r1 > 0) & (r2 > 0)
-            m = mem[idx]
-            both = ~np.isnan(m[:, None]) & ~np.isnan(m[None, :])
-            ok &= ~both | (np.nan_to_num(m[:, None]) + np.nan_to_num(m[None, :]) + 2 * cfg.context_memory_gb
-                           <= mem_cap[c.gpu_type])
-            ok &= np.triu(np.ones_like(ok, dtype=bool), k=1)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                va = g[:, None] * r1  # row job = lower index (upper triangle below)
-                vb = g[None, :] * r2
-                w = np.where(ok, np.power(np.where(ok, va, 1.0), cfg.p) + np.power(np.where(ok, vb, 1.0), cfg.p)
-                             - 2 * cfg.lambda_unallocated, np.inf)
-            reduced = w - y[idx][:, None] - y[idx][None, :] - c.num_gpus * mu
-            rows, cols = np.nonzero(reduced < -1e-9)
-            for a, b in zip(rows, cols):
-                added.append((reduced[a, b], int(idx[a]), int(idx[b]), ci, float(va[a, b]), float(vb[a, b])))
+            added += _dense_negative_pairs(problem, ci, idx, g, cls, ratio[c.gpu_type], mem, y, mu, cfg)
         added.sort()
-        fresh = 0
+        fresh: list[tuple[int, int, int, float, float]] = []
         for _, i, k, ci, vi, vk in added:
-            if fresh >= batch:
+            if len(fresh) >= batch:
                 break
             if ((i, k), ci) in existing:
                 continue
             existing.add(((i, k), ci))
-            problem.members.append((i, k))
-            problem.conf.append(ci)
-            problem.gpus.append(problem.configs[ci].num_gpus)
-            problem.values.append((vi, vk))
-            problem.estimates.append(())
-            problem.ratios.append(())
-            problem.weight.append(column_weight((vi, vk), cfg.p, cfg.lambda_unallocated))
-            fresh += 1
-        if fresh == 0:
+            fresh.append((i, k, ci, vi, vk))
+        problem.add_columns([(i, k) for i, k, _, _, _ in fresh], [ci for _, _, ci, _, _ in fresh],
+                            [(vi, vk) for _, _, _, vi, vk in fresh])
+        if not fresh:
             return value, iteration
     return value, max_iterations
+
+
+def _dense_negative_pairs(problem: RoundProblem, ci: int, idx: np.ndarray, g: np.ndarray, cls: np.ndarray,
+                          ratio: tuple[np.ndarray, np.ndarray], mem: np.ndarray, y: np.ndarray, mu: float,
+                          cfg: IlpConfig) -> list[tuple]:
+    """Every pair of jobs ``idx`` on configuration ``ci`` with negative reduced cost, priced as one array."""
+    c = problem.configs[ci]
+    mem_cap = {t.name: t.memory_gb for t in problem.cluster}[c.gpu_type]
+    weight = problem.objective.member_weight
+    first, second = ratio
+    r1 = first[np.ix_(cls[idx], cls[idx])]
+    r2 = second[np.ix_(cls[idx], cls[idx])]
+    ok = (r1 > 0) & (r2 > 0)
+    m = mem[idx]
+    both = ~np.isnan(m[:, None]) & ~np.isnan(m[None, :])
+    ok &= ~both | (np.nan_to_num(m[:, None]) + np.nan_to_num(m[None, :]) + 2 * cfg.context_memory_gb <= mem_cap)
+    ok &= np.triu(np.ones_like(ok, dtype=bool), k=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        va = g[:, None] * r1  # row job = lower index (upper triangle below)
+        vb = g[None, :] * r2
+        w = np.where(ok, weight(np.where(ok, va, 1.0)) + weight(np.where(ok, vb, 1.0)), np.inf)
+    reduced = w - y[idx][:, None] - y[idx][None, :] - c.num_gpus * mu
+    rows, cols = np.nonzero(reduced < -1e-9)
+    return [(reduced[a, b], int(idx[a]), int(idx[b]), ci, float(va[a, b]), float(vb[a, b])) for a, b in zip(rows, cols)]
+
+
+DENSE_BOUND_MAX_JOBS = 2000  # above this, the dense all-pairs pricing of lp_bound_all_pairs needs GBs: price by rank
+
+
+def lp_bound_by_pricing(jobs: list[Job], cluster: Cluster, model: ProfileGoodputModel, coloc: ColocationTable,
+                        cfg: IlpConfig) -> tuple[float, int]:
+    """The all-pairs LP bound for large rounds: the ILP's own pricing (a sort per configuration and class
+    pair, exact at convergence: a test checks it against the all-pairs LP) run until nothing is priced in."""
+    from scheduler.ilp import price_pair_columns
+
+    run_cfg = replace(cfg, top_k=max(cfg.top_k, 8), pricing_passes=100_000, max_group_size=2)
+    problem = build_problem(jobs, cluster, model, coloc, run_cfg)
+    passes = price_pair_columns(problem, run_cfg)
+    if problem.lp_weight is None:
+        return math.nan, passes
+    return problem.objective_from_weights(problem.lp_weight), passes
 
 
 def _timed_round(jobs: list[Job], cluster: Cluster, model: ProfileGoodputModel, coloc: ColocationTable | None,
@@ -230,12 +245,13 @@ def _timed_round(jobs: list[Job], cluster: Cluster, model: ProfileGoodputModel, 
             "cpu_s": time.process_time() - cpu_started,
             "objective": solution.info.objective, "status": solution.info.status, "fallback": solution.info.fallback,
             "columns": problem.num_columns, "pairs": problem.num_pairs, "problem": problem,
-            "pairs_used": sum(1 for j in solution.selected if len(problem.members[j]) == 2)}
+            "pairs_used": sum(1 for j in solution.selected if len(problem.members[j]) == 2),
+            "triples_used": sum(1 for j in solution.selected if len(problem.members[j]) == 3)}
 
 
 def run_case(num_gpus: int, num_jobs: int, model: ProfileGoodputModel, coloc: ColocationTable, *, repeats: int,
              cfg: IlpConfig, all_pairs_time_limit: float, all_pairs_max_pairs: int, exact_time_limit: float,
-             seed: int = 0, on_step: Any = None) -> list[dict[str, Any]]:
+             seed: int = 0, on_step: Any = None, reference: bool = True) -> list[dict[str, Any]]:
     """All formulations on ``repeats`` random rounds of one (cluster, jobs) case; one dict per round."""
     cluster = sia_cluster(num_gpus)
     rows = []
@@ -248,6 +264,7 @@ def run_case(num_gpus: int, num_jobs: int, model: ProfileGoodputModel, coloc: Co
             for key in ("build_s", "solve_s", "round_s", "cpu_s", "objective", "columns", "status", "fallback"):
                 row[f"{name}_{key}"] = r[key]
         row["topk_pairs_used"] = topk["pairs_used"]
+        row["topk_triples_used"] = topk["triples_used"]
         all_cfg = replace(cfg, pair_candidates="all", time_limit_s=all_pairs_time_limit)
         count = all_pairs_count(topk["problem"], coloc, cfg)
         row["all_pairs_candidates"] = count
@@ -264,11 +281,16 @@ def run_case(num_gpus: int, num_jobs: int, model: ProfileGoodputModel, coloc: Co
             ex = _timed_round(jobs, cluster, model, coloc, exact_cfg)
             if ex["status"] == "Optimal" and ex["fallback"] is None:
                 row["exact_objective"], row["exact_kind"] = ex["objective"], "ilp-optimum"
-        if row["exact_kind"] == "lp-bound":
+        if row["exact_kind"] == "lp-bound" and not reference:
+            row["exact_kind"], row["exact_objective"] = "none", math.nan
+        if row["exact_kind"] == "lp-bound" and num_jobs > DENSE_BOUND_MAX_JOBS:
+            row["exact_kind"] = "lp-bound (pricing)"
+            row["exact_objective"], row["lp_iterations"] = lp_bound_by_pricing(jobs, cluster, model, coloc, cfg)
+        elif row["exact_kind"] == "lp-bound":
             problem = build_problem(jobs, cluster, model, coloc, cfg)
             row["exact_objective"], row["lp_iterations"] = lp_bound_all_pairs(problem, coloc, cfg)
         ref = row["exact_objective"]
-        row["topk_gap_vs_exact"] = (row["topk_objective"] - ref) / abs(ref) if ref else math.nan
+        row["topk_gap_vs_exact"] = (row["topk_objective"] - ref) / abs(ref) if ref and ref == ref else math.nan
         rows.append(row)
         if on_step is not None:
             on_step()
@@ -289,7 +311,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         summary = {"gpus": gpus, "jobs": jobs, "repeats": len(group)}
         for key in ("sia_round_s", "sia_cpu_s", "sia_solve_s", "topk_build_s", "topk_solve_s", "topk_round_s",
                     "topk_cpu_s", "all_cpu_s", "all_round_s",
-                    "all_solve_s", "topk_columns", "all_columns", "topk_pairs_used", "all_pairs_candidates",
+                    "all_solve_s", "topk_columns", "all_columns", "topk_pairs_used", "topk_triples_used", "all_pairs_candidates",
                     "topk_gap_vs_exact"):
             summary[key] = med(key)
         summary["max_gap_vs_exact"] = max((r["topk_gap_vs_exact"] for r in group), default=math.nan)
@@ -300,6 +322,50 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         summary["exact_kind"] = "/".join(sorted({r["exact_kind"] for r in group}))
         out.append(summary)
     return out
+
+
+def print_summary(summary: list[dict[str, Any]], repeats: int, coloc_name: str) -> None:
+    """The benchmark's table: one row per case, medians."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Scheduler round time, wall s / CPU s (median of {repeats}); colocation: {coloc_name}")
+    for col in ("GPUs", "jobs", "sia (no packing)", "packing: top-k + pricing", "pairs / triples", "packing: all-pairs",
+                "speed-up", "gap vs exact (median/max)", "reference"):
+        table.add_column(col, justify="right")
+    for s in summary:
+        all_cell = (f"{s['all_round_s']:.2f} / {s['all_cpu_s']:.2f}" if s["all_round_s"] == s["all_round_s"]
+                    else s["all_status"].split("/")[0])
+        speed = f"{s['speedup_vs_all_pairs']:.0f}×" if s["speedup_vs_all_pairs"] == s["speedup_vs_all_pairs"] else "—"
+        table.add_row(str(s["gpus"]), str(s["jobs"]), f"{s['sia_round_s']:.2f} / {s['sia_cpu_s']:.2f}",
+                      f"{s['topk_round_s']:.2f} / {s['topk_cpu_s']:.2f}",
+                      f"{s['topk_pairs_used']:.0f} / {s['topk_triples_used']:.0f}", all_cell, speed,
+                      f"{100 * s['topk_gap_vs_exact']:.3f} % / {100 * s['max_gap_vs_exact']:.3f} %",
+                      s["exact_kind"])
+    Console(width=200).print(table)
+
+
+def growth_plot(summary: list[dict[str, Any]], path: Path) -> None:
+    """Log-log plot of the median round CPU time against cluster size (packing and Sia), with y ∝ GPUs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gpus = [s["gpus"] for s in summary]
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    ax.loglog(gpus, [s["topk_cpu_s"] for s in summary], "o-", label="packing (top-k + pricing)")
+    ax.loglog(gpus, [s["sia_cpu_s"] for s in summary], "s--", label="Sia, no packing")
+    ref = summary[0]["topk_cpu_s"]
+    ax.loglog(gpus, [ref * g / gpus[0] for g in gpus], ":", color="grey", label="∝ GPUs (linear)")
+    ax.set_xlabel("GPUs (active jobs ≈ GPUs / 2)")
+    ax.set_ylabel("round time, CPU s (median)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def default_colocation(path: Path | None, gpu_types: Sequence[str]) -> tuple[ColocationTable, str]:
@@ -322,6 +388,10 @@ def register_bench(bench_app: Any) -> None:
         profiles: Path = typer.Option(None, "--profiles", help="Sia traces directory (default ../shared/data/sia/traces)."),
         colocation: Path = typer.Option(None, "--colocation", help="Colocation table (default: transferred table)."),
         top_k: int = typer.Option(3, "--top-k"),
+        max_group_size: int = typer.Option(2, "--max-group-size", help="2 (pairs) or 3 (pairs and triples)."),
+        reference: bool = typer.Option(True, "--reference/--no-reference",
+                                       help="Compute the exact reference (all-pairs LP bound) for the gap."),
+        plot: Path = typer.Option(None, "--plot", help="Write a log-log plot of round CPU time vs GPUs here."),
         time_limit: float = typer.Option(10.0, "--time-limit", help="Solver limit for sia and top-k rounds."),
         all_pairs_time_limit: float = typer.Option(60.0, "--all-pairs-time-limit"),
         all_pairs_max_pairs: int = typer.Option(150_000, "--all-pairs-max-pairs",
@@ -335,9 +405,8 @@ def register_bench(bench_app: Any) -> None:
         import pandas as pd
         from rich.console import Console
         from rich.progress import Progress
-        from rich.table import Table
 
-        from colocate.errors import InputError
+        from profiler.errors import InputError
 
         parsed = []
         for item in cases.split(","):
@@ -354,7 +423,10 @@ def register_bench(bench_app: Any) -> None:
             raise InputError("Sia traces not found", source=path, field="--profiles", valid="Sia's traces directory")
         model = ProfileGoodputModel.from_path(path)
         coloc, coloc_name = default_colocation(colocation, sia_cluster(64).type_names)
-        cfg = IlpConfig(top_k=top_k, time_limit_s=time_limit)
+        try:
+            cfg = IlpConfig(top_k=top_k, time_limit_s=time_limit, max_group_size=max_group_size)
+        except InputError as err:
+            raise InputError(err.detail, field="--" + (err.field or "").replace("_", "-"), valid=err.valid) from None
         console = Console(stderr=True)
         rows: list[dict[str, Any]] = []
         with Progress(console=console) as progress:
@@ -362,22 +434,12 @@ def register_bench(bench_app: Any) -> None:
             for g, j in parsed:
                 rows += run_case(g, j, model, coloc, repeats=repeats, cfg=cfg, all_pairs_time_limit=all_pairs_time_limit,
                                  all_pairs_max_pairs=all_pairs_max_pairs, exact_time_limit=exact_time_limit,
-                                 seed=seed, on_step=lambda: progress.advance(task))
+                                 seed=seed, on_step=lambda: progress.advance(task), reference=reference)
         summary = summarize(rows)
-        table = Table(title=f"Scheduler round time, wall s / CPU s (median of {repeats}); colocation: {coloc_name}")
-        for col in ("GPUs", "jobs", "sia (no packing)", "packing: top-k + pricing", "pairs", "packing: all-pairs",
-                    "speed-up", "gap vs exact (median/max)", "reference"):
-            table.add_column(col, justify="right")
-        for s in summary:
-            all_cell = (f"{s['all_round_s']:.2f} / {s['all_cpu_s']:.2f}" if s["all_round_s"] == s["all_round_s"]
-                        else s["all_status"].split("/")[0])
-            speed = f"{s['speedup_vs_all_pairs']:.0f}×" if s["speedup_vs_all_pairs"] == s["speedup_vs_all_pairs"] else "—"
-            table.add_row(str(s["gpus"]), str(s["jobs"]), f"{s['sia_round_s']:.2f} / {s['sia_cpu_s']:.2f}",
-                          f"{s['topk_round_s']:.2f} / {s['topk_cpu_s']:.2f}",
-                          f"{s['topk_pairs_used']:.0f}", all_cell, speed,
-                          f"{100 * s['topk_gap_vs_exact']:.3f} % / {100 * s['max_gap_vs_exact']:.3f} %",
-                          s["exact_kind"])
-        Console(width=200).print(table)
+        print_summary(summary, repeats, coloc_name)
+        if plot is not None:
+            growth_plot(summary, plot)
+            console.print(f"plot written to {plot}")
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
             pd.DataFrame(rows).to_csv(out, index=False)

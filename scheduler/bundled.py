@@ -29,19 +29,21 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
-PROFILES_DIR = DATA_DIR / "profiles"
-CLUSTER_FILE = DATA_DIR / "cluster-default.yaml"
-COLOCATION_FILE = DATA_DIR / "colocation-default.csv"
-GAVEL_FILE = DATA_DIR / "gavel_throughputs_sf1.json"
+from scheduler.bundled_files import (  # noqa: F401  (the paths and types are part of this module's API)
+    CLUSTER_FILE,
+    COLOCATION_FILE,
+    DATA_DIR,
+    DERIVED_TYPES,
+    GAVEL_FILE,
+    GPU_MAP,
+    MEASURED_TYPE,
+    PROFILES_DIR,
+    REFERENCE_GAVEL_TYPE,
+)
 
-MEASURED_TYPE = "t4"
-DERIVED_TYPES: Mapping[str, str] = {"v100": "v100"}  # bundled type -> Gavel worker type measured on it
-REFERENCE_GAVEL_TYPE = "p100"  # Gavel's stand-in for the T4 (FP32 throughput, memory)
-GPU_MAP: Mapping[str, str] = {MEASURED_TYPE: REFERENCE_GAVEL_TYPE, **DERIVED_TYPES}
 POLLUX_APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 POLLUX = ("petuum/adaptdl osdi21-artifact @c793c7089bd3 simulator/traces/{app}/{name}; Apache-2.0, "
           "Copyright 2020 Petuum, Inc.")
@@ -119,7 +121,7 @@ def _gavel_subset(src: Path, dst: Path) -> None:
 
 def build(shared: Path, out: Path = DATA_DIR) -> list[Path]:
     """Regenerate the bundled profiles, Gavel subset and colocation table from the public data folder."""
-    from colocate.colocation_table import write_colocation_table
+    from scheduler.colocation_table import write_colocation_table
     from scheduler.transfer import transferred_frame
 
     traces = shared / "sia" / "traces"  # Pollux's files, byte-identical copies (pollux/SOURCE.md)
@@ -154,7 +156,7 @@ def build(shared: Path, out: Path = DATA_DIR) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m scheduler.bundled [SHARED_DATA]``: rewrite ``scheduler/data`` from the public data folder."""
-    from scheduler.workloads import shared_data_dir
+    from scheduler.shared_data import shared_data_dir
 
     args = list(sys.argv[1:] if argv is None else argv)
     shared = Path(args[0]) if args else shared_data_dir()

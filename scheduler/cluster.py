@@ -13,11 +13,12 @@ policies and the simulator pass them around and never mutate them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 
 _VALID_TYPE_FIELDS = "nodes (int >= 1), gpus_per_node (int >= 1), memory_gb (number > 0)"
 

@@ -1,7 +1,7 @@
 """Co-location ratios as the scheduler looks them up: (GPU type, job a, job b) -> (ratio_a, ratio_b).
 
 ``ratio = co-located throughput / solo throughput = t / t'`` for each job of the pair on one GPU (the file
-format and its reader live in :mod:`colocate.colocation_table`). A ratio of 0 marks an infeasible pair
+format and its reader live in :mod:`scheduler.colocation_table`). A ratio of 0 marks an infeasible pair
 (OOM, crash). Job types are ``model@batch`` or plain application names; a lookup tries the exact
 ``model@batch`` keys first, then the application names, so a table measured per application applies to
 every batch size. A multi-GPU single-node pair (both jobs data-parallel over the same GPUs) uses the same
@@ -10,9 +10,10 @@ ratio as on one GPU: each GPU hosts one replica of each job.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -43,14 +44,14 @@ class ColocationTable:
 
     @classmethod
     def from_frame(cls, frame: "pd.DataFrame") -> "ColocationTable":
-        """Build from the validated DataFrame returned by :func:`colocate.colocation_table.read_colocation_table`."""
+        """Build from the validated DataFrame returned by :func:`scheduler.colocation_table.read_colocation_table`."""
         cols = ["gpu_type", "type_a", "type_b", "ratio_a", "ratio_b"]
         return cls.from_rows(frame[cols].itertuples(index=False, name=None))
 
     @classmethod
     def load(cls, path: str | Path) -> "ColocationTable":
         """Read and validate a colocation CSV."""
-        from colocate.colocation_table import read_colocation_table
+        from scheduler.colocation_table import read_colocation_table
 
         return cls.from_frame(read_colocation_table(path))
 

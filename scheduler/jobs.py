@@ -21,11 +21,12 @@ The Sia/Pollux workload header ``name,time,application,num_replicas,batch_size``
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ Node indices count from 0 within a GPU type; GPU indices count from 0 within a n
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 from scheduler.cluster import Cluster, GpuType
 from scheduler.policy import Allocation, RoundDecision
@@ -32,7 +32,7 @@ class JobPlacement:
     """Where one job runs: ``nodes`` (indices within ``gpu_type``) and the GPU indices used on each of them.
 
     A single-node job has one node; a multi-node job uses whole nodes, so ``gpus`` lists every GPU of a node.
-    A packed job shares exactly these GPUs with ``partner``.
+    A packed job shares exactly these GPUs with ``partner`` (a group of three: with both ``partners``).
     """
 
     job: str
@@ -40,6 +40,7 @@ class JobPlacement:
     nodes: tuple[int, ...]
     gpus: tuple[int, ...]
     partner: str | None = None
+    partners: tuple[str, ...] = ()
 
     @property
     def node(self) -> int:
@@ -103,9 +104,10 @@ def _units(allocations: Iterable[Allocation]) -> list[_Unit]:
     for a in sorted(by_job.values(), key=lambda x: x.job):
         if a.job in done:
             continue
-        if a.partner is not None and a.partner in by_job:
-            units.append(_Unit((a, by_job[a.partner])))
-            done.update((a.job, a.partner))
+        others = [by_job[o] for o in a.others if o in by_job]
+        if others:
+            units.append(_Unit((a, *others)))
+            done.update(m.job for m in (a, *others))
         else:
             units.append(_Unit((a,)))
             done.add(a.job)
@@ -164,7 +166,7 @@ def _place_type(units: list[_Unit], gpu_type: GpuType, previous: Placement | Non
         for n in nodes:
             pool.take(n, gpus)
         for a in unit.members:
-            placed[a.job] = JobPlacement(a.job, a.gpu_type, nodes, gpus, a.partner)
+            placed[a.job] = JobPlacement(a.job, a.gpu_type, nodes, gpus, a.partner, a.partners)
 
     for unit in units:
         old = None

@@ -11,13 +11,15 @@ Every policy returns a :class:`RoundDecision` that satisfies, for every GPU type
 
 and every job appears exactly once, either in ``allocations`` or in ``unallocated``. Partners are
 symmetric: if ``a.partner == b`` then ``b``'s allocation names ``a`` as partner, with the same GPU type
-and count (:func:`check_decision` asserts all of this; the simulator calls it every round).
+and count (:func:`check_decision` checks all of this and raises :class:`InvalidDecision`; the simulator
+calls it every round).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.cluster import Cluster
@@ -32,7 +34,8 @@ class Allocation:
     """What one job gets this round.
 
     ``batch_size`` is the global batch; ``num_nodes`` follows from the configuration (powers of two inside
-    one node, then whole nodes). ``partner`` names the job sharing the same GPUs (packing), else None.
+    one node, then whole nodes). ``partner`` names the job sharing the same GPUs (packing), else None; in a
+    group of three (``IlpConfig.max_group_size=3``) ``partners`` names both others and ``partner`` the first.
     ``expected_goodput`` is the job's own goodput in samples/s, including its co-location ratio if packed.
     """
 
@@ -43,6 +46,14 @@ class Allocation:
     partner: str | None = None
     expected_goodput: float = 0.0
     num_nodes: int = 1
+    partners: tuple[str, ...] = ()
+
+    @property
+    def others(self) -> tuple[str, ...]:
+        """Every other job on the same GPUs: ``partners`` for a group of three, else ``(partner,)`` or ()."""
+        if self.partners:
+            return self.partners
+        return (self.partner,) if self.partner is not None else ()
 
 
 @dataclass(frozen=True)
@@ -81,8 +92,8 @@ class RoundDecision:
         """GPUs used per type, a packed pair counted once."""
         used: dict[str, int] = {}
         for a in self.allocations:
-            if a.partner is not None and a.partner < a.job:
-                continue  # the pair was counted with its first member
+            if any(other < a.job for other in a.others):
+                continue  # the group was counted with its first member
             used[a.gpu_type] = used.get(a.gpu_type, 0) + a.num_gpus
         return used
 
@@ -108,29 +119,44 @@ class RoundContext:
 class Policy(Protocol):
     """Every scheduling policy (the packing ILP, Sia without packing, baselines) implements this."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The policy's registry name (a plain class attribute or a frozen dataclass field satisfies this)."""
+        ...
 
     def allocate(self, jobs: Sequence["Job"], cluster: "Cluster", context: RoundContext) -> RoundDecision:
         """Decide every job's GPU type, GPU count, batch size and partner for this round."""
         ...
 
 
+class InvalidDecision(AssertionError):
+    """A decision breaks an invariant. Raised explicitly (never by ``assert``, which ``python -O`` strips);
+    an AssertionError subclass so callers that catch broken invariants keep working."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise InvalidDecision(message)
+
+
 def check_decision(decision: RoundDecision, jobs: Sequence["Job"], cluster: "Cluster") -> None:
-    """Raise AssertionError if ``decision`` breaks an invariant (capacity, one choice per job, pairing)."""
+    """Raise :class:`InvalidDecision` if ``decision`` breaks an invariant (capacity, one choice per job, pairing)."""
     names = [j.name for j in jobs]
     alloc = decision.by_job()
-    assert len(alloc) == len(decision.allocations), "a job has two allocations"
+    _require(len(alloc) == len(decision.allocations), "a job has two allocations")
     seen = set(alloc) | set(decision.unallocated)
-    assert len(decision.unallocated) == len(set(decision.unallocated)), "a job is unallocated twice"
-    assert not (set(alloc) & set(decision.unallocated)), "a job is both allocated and unallocated"
-    assert seen == set(names), f"jobs missing or unknown: {sorted(seen ^ set(names))}"
+    _require(len(decision.unallocated) == len(set(decision.unallocated)), "a job is unallocated twice")
+    _require(not (set(alloc) & set(decision.unallocated)), "a job is both allocated and unallocated")
+    _require(seen == set(names), f"jobs missing or unknown: {sorted(seen ^ set(names))}")
     for a in decision.allocations:
-        assert a.gpu_type in cluster, f"{a.job}: unknown GPU type {a.gpu_type}"
-        assert a.num_gpus >= 1, f"{a.job}: {a.num_gpus} GPUs"
-        if a.partner is not None:
-            b = alloc.get(a.partner)
-            assert b is not None and b.partner == a.job, f"{a.job}: partner {a.partner} is not paired back"
-            assert (b.gpu_type, b.num_gpus) == (a.gpu_type, a.num_gpus), f"{a.job}: pair configs differ"
+        _require(a.gpu_type in cluster, f"{a.job}: unknown GPU type {a.gpu_type}")
+        _require(a.num_gpus >= 1, f"{a.job}: {a.num_gpus} GPUs")
+        group = {a.job, *a.others}
+        _require(len(group) == len(a.others) + 1 and len(group) <= 3, f"{a.job}: bad group {sorted(group)}")
+        for other in a.others:
+            b = alloc.get(other)
+            _require(b is not None and {b.job, *b.others} == group, f"{a.job}: partner {other} is not paired back")
+            _require((b.gpu_type, b.num_gpus) == (a.gpu_type, a.num_gpus), f"{a.job}: group configs differ")
     for gpu_type, used in decision.gpus_used().items():
         cap = cluster.capacity(gpu_type)
-        assert used <= cap, f"{gpu_type}: {used} GPUs used > capacity {cap}"
+        _require(used <= cap, f"{gpu_type}: {used} GPUs used > capacity {cap}")

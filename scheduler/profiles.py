@@ -21,13 +21,14 @@ its attribution that way; see :mod:`scheduler.bundled`).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -151,9 +152,10 @@ def read_sia_profiles(root: str | Path, applications: Iterable[str] | None = Non
         for f in sorted(model_dir.iterdir()):
             m = _PLACEMENTS.match(f.name)
             s = _SCALABILITY.match(f.name)
-            if not (m or s):
+            found = m or s
+            if found is None:
                 continue
-            gpu = (m or s).group("gpu")
+            gpu = found.group("gpu")
             if wanted_types is not None and gpu not in wanted_types:
                 continue
             if m:

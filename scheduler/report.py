@@ -14,10 +14,11 @@ with its per-job and per-round tables). Output in ``out_dir``:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,7 @@ def natural_sorted(names: Any) -> list[str]:
     return sorted(set(names), key=lambda n: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(n))])
 
 
-def _order(policies: Sequence[str]) -> list[str]:
+def _order(policies: Iterable[str]) -> list[str]:
     rank = {p: i for i, p in enumerate(POLICY_ORDER)}
     return sorted(set(policies), key=lambda p: (rank.get(p, len(rank)), p))
 

@@ -36,14 +36,15 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 from scheduler.cluster import Cluster, load_cluster
 from scheduler.goodput import EstimateArrays, GoodputEstimate, GoodputModel, GoodputModelBase, estimate_arrays
 from scheduler.jobs import Job

@@ -44,11 +44,14 @@ from __future__ import annotations
 import itertools
 import statistics
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from colocate.errors import InputError
-from colocate.gavel import parse_gavel_key, read_gavel_json
+from profiler.errors import InputError
+from profiler.spec import parse_job_type
+from scheduler.applications import APPLICATION_MODELS
+from scheduler.gavel_format import parse_gavel_key, read_gavel_json
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -71,7 +74,7 @@ GAVEL_TO_SIA: Mapping[str, str] = {
 }
 SIA_GPU_TO_GAVEL: Mapping[str, str] = {"aws": "p100", "rtx": "v100", "dgx-ext": "v100", "dgx": "v100",
                                        "azure": "v100", "quad": "v100"}
-SIA_TO_OWN_MODEL: Mapping[str, str] = {"cifar10": "resnet18", "imagenet": "resnet50"}
+SIA_TO_OWN_MODEL: Mapping[str, str] = {app: model for app, (model, _) in APPLICATION_MODELS.items()}
 DEFAULT_TABLE = Path(__file__).resolve().parent / "examples" / "colocation-sia-transferred.csv"
 
 def _gavel_name(model: str, batch: int) -> str:
@@ -184,8 +187,8 @@ def _own_lookup(frame: "pd.DataFrame") -> dict[tuple[str, str, str], tuple[float
     model_to_app = {m: a for a, m in SIA_TO_OWN_MODEL.items()}
     out: dict[tuple[str, str, str], tuple[float, float, str]] = {}
     for r in frame.itertuples(index=False):
-        app_a = model_to_app.get(str(r.type_a).split("@")[0])
-        app_b = model_to_app.get(str(r.type_b).split("@")[0])
+        app_a = model_to_app.get(parse_job_type(str(r.type_a), strict=False)[0])
+        app_b = model_to_app.get(parse_job_type(str(r.type_b), strict=False)[0])
         if app_a is None or app_b is None:
             continue
         label = f"measured:{r.gpu_type} {r.type_a}+{r.type_b}"
@@ -204,24 +207,24 @@ def transferred_table(gavel_json: str | Path, **options: object) -> "ColocationT
 def default_table() -> "ColocationTable":
     """The bundled transferred tables: Sia's GPU types (``scheduler/examples/colocation-sia-transferred.csv``)
     and the bundled default types ``t4``/``v100`` (``scheduler/data/colocation-default.csv``)."""
-    from scheduler import bundled
+    from scheduler.bundled_files import COLOCATION_FILE
     from scheduler.colocation import ColocationTable
 
-    sia, ours = ColocationTable.load(DEFAULT_TABLE), ColocationTable.load(bundled.COLOCATION_FILE)
+    sia, ours = ColocationTable.load(DEFAULT_TABLE), ColocationTable.load(COLOCATION_FILE)
     return ColocationTable({**sia.ratios, **ours.ratios})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m scheduler.transfer OUT.csv [GAVEL_JSON]``: write the transferred table."""
-    from colocate.colocation_table import write_colocation_table
-    from scheduler.workloads import shared_data_dir
+    from scheduler.colocation_table import write_colocation_table
+    from scheduler.shared_data import gavel_throughputs_path
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
         print(__doc__.split("\n\n")[0])
         print("usage: python -m scheduler.transfer OUT.csv [simulation_throughputs.json]")
         return 2
-    gavel = Path(args[1]) if len(args) > 1 else shared_data_dir() / "gavel" / "simulation_throughputs.json"
+    gavel = Path(args[1]) if len(args) > 1 else gavel_throughputs_path()
     frame = transferred_frame(gavel)
     write_colocation_table(frame, args[0])
     print(f"wrote {len(frame)} rows to {args[0]}")

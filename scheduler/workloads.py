@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import csv
 import math
-import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
-from colocate.errors import InputError
+from profiler.errors import InputError
+from scheduler.shared_data import default_profiles_dir, gavel_throughputs_path, shared_data_dir
 
 SIA_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 OPTIONAL_COLUMNS = ("work", "duration")
@@ -137,35 +137,6 @@ def _sorted(jobs: Iterable[WorkloadJob]) -> tuple[WorkloadJob, ...]:
 
 
 # --------------------------------------------------------------------------------------------------
-# Where the public data lives
-# --------------------------------------------------------------------------------------------------
-
-def shared_data_dir() -> Path:
-    """``$COLOCATE_SHARED_DATA`` if set, else ``../shared/data`` beside the repository (or the working dir)."""
-    env = os.environ.get("COLOCATE_SHARED_DATA")
-    if env:
-        return Path(env)
-    repo = Path(__file__).resolve().parents[1]
-    for base in (repo.parent / "shared" / "data", Path.cwd().parent / "shared" / "data", Path.cwd() / "shared" / "data"):
-        if base.is_dir():
-            return base
-    return repo.parent / "shared" / "data"
-
-
-def default_profiles_dir(gpu_types: Iterable[str] | None = None) -> Path:
-    """Sia's per-GPU-type profiles (``<shared>/sia/traces``, read at run time, never copied) when present,
-    else the bundled Pollux-derived set (:mod:`scheduler.bundled`); the bundled set also when every one of
-    ``gpu_types`` is a bundled type (``t4``, ``v100``), which Sia's traces do not name."""
-    from scheduler import bundled
-
-    types = set(gpu_types or ())
-    sia = shared_data_dir() / "sia" / "traces"
-    if sia.is_dir() and not (types and types <= set(bundled.GPU_MAP)):
-        return sia
-    return bundled.default_profiles_dir()
-
-
-# --------------------------------------------------------------------------------------------------
 # Sia / Pollux workload CSV
 # --------------------------------------------------------------------------------------------------
 
@@ -251,7 +222,7 @@ def _find_gavel_throughputs(trace: Path) -> Path | None:
         candidate = parent / "simulation_throughputs.json"
         if candidate.is_file():
             return candidate
-    fallback = shared_data_dir() / "gavel" / "simulation_throughputs.json"
+    fallback = gavel_throughputs_path()
     return fallback if fallback.is_file() else None
 
 
@@ -263,7 +234,7 @@ def read_gavel_trace(path: str | Path, throughputs: str | Path | None = None,
     Job types without a Sia counterpart (A3C, CycleGAN) are mapped as :data:`scheduler.transfer.GAVEL_TO_SIA`
     says; an unknown type is an error naming the row.
     """
-    from colocate.gavel import gavel_job_type
+    from scheduler.gavel_format import gavel_job_type
     from scheduler.transfer import GAVEL_TO_SIA, read_gavel_isolated
 
     p = Path(path)
@@ -384,7 +355,7 @@ def read_philly(path: str | Path, *, start_hour: float | None = None, hours: flo
     rng = np.random.default_rng(seed)
     if num_jobs is not None and num_jobs < len(window):
         window = window.iloc[np.sort(rng.choice(len(window), size=num_jobs, replace=False))]
-    jobs = []
+    jobs: list[WorkloadJob] = []
     for row in window.sort_values("timestamp").itertuples():
         apps = PHILLY_CLASS_APPS[_philly_class(float(row.gpu_time))]
         app = apps[int(rng.integers(len(apps)))]

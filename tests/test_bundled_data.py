@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import tomllib
 
 from scheduler import bundled
 from scheduler.goodput import ProfileGoodputModel

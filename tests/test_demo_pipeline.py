@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
 from colocate.commands.demo import demo_spec
@@ -21,6 +22,7 @@ def test_embedded_demo_spec_is_a_cpu_campaign_of_three_models_solo_and_pairs() -
     assert gpu.device == "cuda" and gpu.image_size == 224
 
 
+@pytest.mark.slow
 def test_demo_runs_campaign_matrix_and_simulation_without_external_data(tmp_path: Path) -> None:
     """A clean clone: no ../shared/data, so step 3 runs on the bundled default cluster and profiles."""
     spec = tmp_path / "tiny.yaml"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from analysis_fixtures import cpu_campaign  # noqa: F401  (session fixture)
+
 from colocate.errors import InputError
 from colocate.gavel import export_gavel, gavel_job_type, gavel_results, import_gavel, load_inputs, write_import
 from colocate.results import group_table, load_results, solo_table
@@ -119,6 +119,7 @@ def test_export_round_trips_gavel_values(gavel_path: Path, gavel_raw: dict) -> N
             assert exported["p100"][key][partner] == pytest.approx(value, rel=1e-9, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_export_of_our_campaign_is_steps_per_second(cpu_campaign: Path, tmp_path: Path) -> None:  # noqa: F811
     results = load_results(cpu_campaign)
     exported = export_gavel(results)
@@ -197,8 +198,8 @@ def test_cli_import_and_error_exit(gavel_path: Path, tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------------------
 # Any pair table in (import-pairs), the tidy CSV + JSON out (export-pairs)
 
-from colocate.pairs_import import PairColumns, import_pairs, load_column_map, parse_column_flags  # noqa: E402
 from colocate.pairs_export import export_pairs, tidy_pairs  # noqa: E402
+from colocate.pairs_import import PairColumns, import_pairs, load_column_map, parse_column_flags  # noqa: E402
 
 THEIR_TABLE = """# a colleague's measurements (speeds = t/t' and solo throughputs in iterations/s)
 model_1,model_2,gpu,mode,norm_1,norm_2,it_s_1,it_s_2,mem_1

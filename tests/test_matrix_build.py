@@ -10,8 +10,8 @@ from pathlib import Path
 import networkx as nx
 import pandas as pd
 import pytest
-
 from analysis_fixtures import cpu_campaign  # noqa: F401  (session fixture)
+
 from colocate.colocation_table import read_colocation_table
 from colocate.errors import InputError
 from colocate.gavel import gavel_results, load_inputs

@@ -40,7 +40,7 @@ def _batch_size(name: str, image_size: int) -> int:
     return 1 if name.startswith("vgg") and image_size >= 96 else 2
 
 
-@pytest.mark.parametrize("image_size", [32, 224])
+@pytest.mark.parametrize("image_size", [32, pytest.param(224, marks=pytest.mark.slow)])  # 224: seconds per model
 @pytest.mark.parametrize("name", MODEL_NAMES)
 def test_forward_backward_gives_logits_and_gradients(name: str, image_size: int) -> None:
     torch.manual_seed(0)

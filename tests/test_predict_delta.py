@@ -9,22 +9,27 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from analysis_fixtures import cpu_campaign  # noqa: F401  (session fixture)
+
 from colocate.colocation_table import read_colocation_table, validate_colocation_table
 from colocate.errors import InputError
 from colocate.gavel import gavel_results
 from colocate.predict import (
-    METHODS,
     PredictorConfig,
     feature_matrix,
     fit_ratio_model,
-    leave_one_pair_out,
     make_datasets,
     predict_dataset,
     soft_impute,
 )
-from colocate.predict_eval import EvaluationResult, _summary, decision_metrics, evaluation_report
+from colocate.predict_eval import (
+    METHODS,
+    EvaluationResult,
+    _summary,
+    decision_metrics,
+    evaluation_report,
+    leave_one_pair_out,
+)
 from colocate.results import load_results
 
 

@@ -65,6 +65,7 @@ def tiny_campaign(tmp_path_factory: pytest.TempPathFactory) -> ResultsStore:
     return run_campaign(spec, tmp_path_factory.mktemp("tiny"))
 
 
+@pytest.mark.slow
 def test_campaign_measures_delta_from_the_overlap_window(tiny_campaign: ResultsStore) -> None:
     runs = tiny_campaign.runs()
     jobs = tiny_campaign.jobs()
@@ -90,6 +91,7 @@ def test_campaign_measures_delta_from_the_overlap_window(tiny_campaign: ResultsS
     assert (tiny_campaign.root / "runs.csv").is_file() and (tiny_campaign.root / "jobs.csv").is_file()
 
 
+@pytest.mark.slow
 def test_rerun_resumes_without_duplicates(tiny_campaign: ResultsStore) -> None:
     before = tiny_campaign.runs()
     spec = spec_from_dict(TINY)
@@ -107,6 +109,7 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_a_crashed_worker_fails_its_group_and_the_campaign_goes_on(tmp_path: Path) -> None:
     spec = spec_from_dict({**TINY, "name": "crash", "repeats": 1, "models": ["tiny_cnn", "resnet18"],
                            "repetition": True})
@@ -194,6 +197,7 @@ def test_mps_cells_are_skipped_with_a_reason_on_cpu(tmp_path: Path) -> None:
     assert again["run_id"].is_unique and len(again) == len(runs)
 
 
+@pytest.mark.slow
 def test_kernels_flag_records_a_profile_per_solo_job_type(tmp_path: Path) -> None:
     spec = spec_from_dict({**TINY, "name": "kern", "repeats": 1, "models": ["tiny_cnn"], "group_sizes": [1],
                            "batch_sizes": [2, 4], "kernels": True})

@@ -54,6 +54,8 @@ def test_table_output_has_decision_and_solver_line() -> None:
     (["--top-k", "-1"], "--top-k"),
     (["--time-limit", "0"], "--time-limit"),
     (["--solver", "gurobi"], "--solver"),
+    (["--max-group-size", "4"], "--max-group-size"),
+    (["--gap", "1.5"], "--gap"),
     (["--colocation", "/no/such/file.csv"], "--colocation"),
 ])
 def test_bad_arguments_are_one_line_with_status_2(extra: list[str], needle: str) -> None:

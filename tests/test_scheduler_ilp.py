@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 import math
 import random
 
@@ -13,8 +14,14 @@ from scheduler.cluster import Cluster, GpuType
 from scheduler.colocation import ColocationTable
 from scheduler.configs import configurations
 from scheduler.goodput import TableGoodputModel
-from scheduler.ilp import (IlpConfig, PackingPolicy, build_problem, greedy_selection, pair_move_values, restart_factor,
-                           solve_problem)
+from scheduler.ilp import (
+    IlpConfig,
+    PackingPolicy,
+    build_problem,
+    greedy_selection,
+    pair_move_values,
+    restart_factor,
+)
 from scheduler.jobs import Job
 from scheduler.placement import place
 from scheduler.policy import RoundContext, check_decision
@@ -155,8 +162,66 @@ def brute_force(cluster: Cluster, jobs: list[Job], table, ratios, cfg: IlpConfig
                 del assigned[k]
                 used[c.gpu_type] -= c.num_gpus
 
+        if cfg.max_group_size >= 3:
+            recurse_triples(i, assigned, used, values, recurse)
+
+    def recurse_triples(i: int, assigned: dict, used: dict, values: list[float], go) -> None:
+        for k, m in itertools.combinations(range(i + 1, n), 2):
+            if k in assigned or m in assigned:
+                continue
+            trio = [jobs[i], jobs[k], jobs[m]]
+            for c, vi in options[i].items():
+                if c.num_nodes != 1 or c not in options[k] or c not in options[m]:
+                    continue
+                r = oracle_triple_ratios(ratios, c.gpu_type, trio)
+                if r is None or sum(r) < 1 + cfg.min_benefit:
+                    continue
+                mems = [j.memory_gb for j in trio]
+                if None not in mems and sum(mems) + 3 * CONTEXT_GB > mem[c.gpu_type]:
+                    continue
+                if used[c.gpu_type] + c.num_gpus > cluster.capacity(c.gpu_type):
+                    continue
+                moved = oracle_group_move(trio, c, [vi, options[k][c], options[m][c]], cfg)
+                if min(moved) <= 0:
+                    continue
+                used[c.gpu_type] += c.num_gpus
+                assigned[k] = assigned[m] = c
+                go(i + 1, assigned, used, values + [v * rho for v, rho in zip(moved, r)])
+                del assigned[k], assigned[m]
+                used[c.gpu_type] -= c.num_gpus
+
     recurse(0, {}, {t.name: 0 for t in cluster}, [])
     return best
+
+
+def oracle_triple_ratios(ratios, gpu_type: str, trio: list[Job]):
+    """Additive slowdowns, written out: 1/ρ_x = 1/ρ_x|y + 1/ρ_x|z − 1."""
+    out = []
+    for x in trio:
+        inverse = []
+        for y in trio:
+            if y is x:
+                continue
+            r = ratios.get((gpu_type, x.application, y.application))
+            if r is None or r[0] <= 0:
+                return None
+            inverse.append(1 / r[0])
+        out.append(1 / (inverse[0] + inverse[1] - 1))
+    return out
+
+
+def oracle_group_move(trio: list[Job], c, values: list[float], cfg: IlpConfig) -> list[float]:
+    """Every member running now on c's shape moves except the one of highest value (the first on a tie)."""
+    names = {j.name for j in trio}
+    if all(j.current_partner in names for j in trio):
+        return values
+    here = [n for n, j in enumerate(trio) if j.current_gpu_type == c.gpu_type and j.current_num_gpus == c.num_gpus]
+    if len(here) < 2:
+        return values
+    best = max(values[n] for n in here)
+    stay = next(n for n in here if values[n] == best)
+    return [v * restart_factor(trio[n], cfg.restart_cost_s) if n in here and n != stay else v
+            for n, v in enumerate(values)]
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -243,7 +308,7 @@ def sia_direct_objective(cluster: Cluster, jobs: list[Job], table, cfg: IlpConfi
             per_job.setdefault(i, []).append(x[i, c])
     unalloc = [1 - pulp.lpSum(per_job.get(i, [])) for i in range(len(jobs))]
     prob += pulp.lpSum(terms) + (cfg.lambda_unallocated * pulp.lpSum(unalloc) if cfg.p < 0 else 0)
-    for i, vars_ in per_job.items():
+    for vars_ in per_job.values():
         prob += pulp.lpSum(vars_) <= 1
     for t in cluster:
         prob += pulp.lpSum(c.num_gpus * v for (i, c), v in x.items() if c.gpu_type == t.name) <= t.total_gpus
@@ -335,10 +400,10 @@ def test_time_limit_falls_back_without_dropping_the_round(monkeypatch: pytest.Mo
     import scheduler.ilp as ilp
 
     def no_solution(problem, cfg):
-        return ilp._RawResult(None, "Time limit reached", False, None, 0)
+        return ilp.RawResult(None, "Time limit reached", False, None, 0)
 
-    monkeypatch.setattr(ilp, "_solve_highspy", no_solution)
-    monkeypatch.setattr(ilp, "_solve_pulp", no_solution)
+    for backend in ilp.BACKENDS:
+        monkeypatch.setitem(ilp.BACKENDS, backend, no_solution)
     decision = PackingPolicy(IlpConfig(time_limit_s=1e-3)).allocate(jobs, cluster, context)
     check_decision(decision, jobs, cluster)
     assert decision.solver.fallback == "greedy"
@@ -355,7 +420,7 @@ def test_broken_highs_falls_back_to_cbc(monkeypatch: pytest.MonkeyPatch) -> None
     def broken(problem, cfg):
         raise RuntimeError("highspy crashed")
 
-    monkeypatch.setattr(ilp, "_solve_highspy", broken)
+    monkeypatch.setitem(ilp.BACKENDS, "highs", broken)
     decision = PackingPolicy(IlpConfig(mip_gap=0.0)).allocate(jobs, cluster, context)
     assert decision.solver.name.startswith("CBC")
     assert decision.objective == pytest.approx(reference.objective, rel=1e-7)
@@ -484,3 +549,132 @@ def test_column_generation_reaches_the_all_pairs_lp(seed: int) -> None:
     assert priced.num_columns < everything.num_columns
     assert _lp_value(priced) == pytest.approx(_lp_value(everything), rel=1e-7)
     assert _lp_value(priced) <= before + 1e-9
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_held_back_singles_priced_in_give_the_same_lp_and_optimum(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large rounds start the LP from a few singles per job and price the rest in: the LP reached is the LP
+    over every single, and without packing the round's optimum (gap 0) is unchanged."""
+    import scheduler.ilp.build as build
+
+    rng = random.Random(70 + seed)
+    cluster = Cluster({"a": GpuType("a", 2, 8, 40), "b": GpuType("b", 3, 4, 16)})
+    apps = [f"app{n}" for n in range(4)]
+    table = {(app, c.gpu_type, c.num_gpus): rng.uniform(1, 10) * c.num_gpus ** rng.uniform(0.2, 0.95)
+             for app in apps for c in configurations(cluster)}
+    rows = [(t, a, b, rng.uniform(0.4, 0.95), rng.uniform(0.4, 0.95))
+            for t in cluster.type_names for a, b in itertools.combinations_with_replacement(apps, 2)]
+    coloc = ColocationTable.from_rows(rows)
+    jobs = [Job(f"j{n}", rng.choice(apps), adaptive=rng.random() < 0.7, num_gpus=rng.choice([1, 2, 4]),
+                age_s=rng.uniform(0, 900), current_gpu_type="a" if n % 4 == 0 else None,
+                current_num_gpus=2 if n % 4 == 0 else 0) for n in range(24)]
+    model = TableGoodputModel(table)
+    for packing in (False, True):
+        cfg = IlpConfig(packing=packing, mip_gap=0.0, pricing_passes=1)
+        reference = PackingPolicy(cfg).allocate(jobs, cluster, RoundContext(model, colocation=coloc))
+        monkeypatch.setattr(build, "RESERVE_ABOVE", 0)
+        held = build_problem(jobs, cluster, model, coloc, cfg)
+        assert held.reserved is not None and held.reserved.num_left > 0
+        from scheduler.ilp import price_pair_columns
+        price_pair_columns(held, cfg)
+        full = build_problem(jobs, cluster, model, coloc, replace(cfg, pricing_passes=0))
+        if not packing:  # same columns in the end: the priced LP is the LP over every single
+            assert held.lp_weight + cfg.lambda_unallocated * len(jobs) == pytest.approx(_lp_value(full), rel=1e-9)
+        decision = PackingPolicy(cfg).allocate(jobs, cluster, RoundContext(model, colocation=coloc))
+        monkeypatch.setattr(build, "RESERVE_ABOVE", 20_000)
+        check_decision(decision, jobs, cluster)
+        if packing:  # other duals price other pairs in: a different, equally valid column set
+            assert decision.objective == pytest.approx(reference.objective, rel=1e-2)
+        else:
+            assert decision.objective == pytest.approx(reference.objective, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_brute_force_equals_ilp_with_groups_of_three(seed: int) -> None:
+    """max_group_size=3: the ILP over every pair and triple equals enumeration of alone / pairs / triples."""
+    cluster, jobs, table, ratios, coloc = random_instance(300 + seed, 5 if seed % 2 else 6)
+    # light jobs (pair ratios raised by 0.4), few GPUs: triples are often worth their GPU
+    cluster = Cluster({"big": GpuType("big", nodes=1, gpus_per_node=2, memory_gb=24),
+                       "small": GpuType("small", nodes=1, gpus_per_node=1, memory_gb=16)})
+    light = [(t, a, b, min(0.95, ra + 0.4) if ra else 0.0, min(0.95, rb + 0.4) if rb else 0.0)
+             for (t, a, b), (ra, rb) in ratios.items() if a <= b]
+    coloc = ColocationTable.from_rows(light)
+    ratios = {}
+    for t, a, b, ra, rb in light:
+        ratios[(t, a, b)] = (ra, rb)
+        ratios[(t, b, a)] = (rb, ra)
+    table = {(app, t, n): g for (app, t, n), g in table.items() if (t, n) in {("big", 1), ("big", 2), ("small", 1)}}
+    for p in (-0.5, 1.0):
+        cfg = IlpConfig(p=p, max_group_size=3, pair_candidates="all", mip_gap=0.0, time_limit_s=30)
+        decision = PackingPolicy(cfg).allocate(jobs, cluster, RoundContext(TableGoodputModel(table), colocation=coloc))
+        check_decision(decision, jobs, cluster)
+        assert decision.solver.fallback is None
+        assert decision.objective == pytest.approx(brute_force(cluster, jobs, table, ratios, cfg), rel=1e-7, abs=1e-9)
+        pairs_only = PackingPolicy(replace(cfg, max_group_size=2)).allocate(
+            jobs, cluster, RoundContext(TableGoodputModel(table), colocation=coloc))
+        better = decision.objective <= pairs_only.objective + 1e-9 if p < 0 else decision.objective >= pairs_only.objective - 1e-9
+        assert better  # triples only add options
+
+
+def test_a_triple_is_chosen_when_three_light_jobs_share_one_gpu() -> None:
+    """One GPU, three light jobs (pair ratios 0.8): the triple (ρ = 1/(1.25 + 1.25 − 1) = 2/3 each, Σ 2)
+    beats any pair (Σ 1.6) plus an unallocated job; placement puts all three on the same GPU."""
+    cluster = Cluster({"h": GpuType("h", nodes=1, gpus_per_node=1, memory_gb=80)})
+    jobs = [Job(f"j{n}", f"m{n}", memory_gb=10.0) for n in range(3)]
+    model = TableGoodputModel({(j.application, "h", 1): 100.0 for j in jobs})
+    coloc = ColocationTable.from_rows([("h", a.application, b.application, 0.8, 0.8)
+                                       for a, b in itertools.combinations(jobs, 2)])
+    decision = PackingPolicy(IlpConfig(p=1.0, max_group_size=3, mip_gap=0.0)).allocate(
+        jobs, cluster, RoundContext(model, colocation=coloc))
+    check_decision(decision, jobs, cluster)
+    assert decision.objective == pytest.approx(3 * 2 / 3)
+    by_job = decision.by_job()
+    assert set(by_job["j0"].others) == {"j1", "j2"}
+    placement = place(decision, cluster)
+    assert placement.occupants()[("h", 0, 0)] == ("j0", "j1", "j2")
+    pairs = PackingPolicy(IlpConfig(p=1.0, mip_gap=0.0)).allocate(jobs, cluster, RoundContext(model, colocation=coloc))
+    assert pairs.objective == pytest.approx(1.6) and len(pairs.unallocated) == 1
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_column_generation_with_triples_reaches_the_all_groups_lp(seed: int) -> None:
+    """Pricing pairs and triples by rank-aligned reduced costs, run to the end, gives the LP over every pair
+    and every triple."""
+    from scheduler.ilp import price_pair_columns
+
+    rng = random.Random(90 + seed)
+    cluster = Cluster({"a": GpuType("a", 2, 4, 80), "b": GpuType("b", 3, 2, 40)})
+    apps = [f"app{n}" for n in range(3)]
+    table = {(app, c.gpu_type, c.num_gpus): rng.uniform(1, 10) * c.num_gpus ** rng.uniform(0.2, 0.9)
+             for app in apps for c in configurations(cluster)}
+    rows = []
+    for t in cluster.type_names:
+        for a, b in itertools.combinations_with_replacement(apps, 2):
+            ra = rng.uniform(0.6, 0.95)
+            rows.append((t, a, b, ra, ra if a == b else rng.uniform(0.6, 0.95)))
+    coloc = ColocationTable.from_rows(rows)
+    jobs = [Job(f"j{n}", rng.choice(apps), adaptive=rng.random() < 0.5, age_s=rng.uniform(0, 900))
+            for n in range(16)]
+    model = TableGoodputModel(table)
+    cfg = IlpConfig(top_k=2, pricing_passes=200, max_group_size=3)
+    priced = build_problem(jobs, cluster, model, coloc, cfg)
+    price_pair_columns(priced, cfg)
+    everything = build_problem(jobs, cluster, model, coloc, IlpConfig(pair_candidates="all", max_group_size=3))
+    assert sum(len(m) == 3 for m in everything.members) > sum(len(m) == 3 for m in priced.members) > 0
+    assert _lp_value(priced) == pytest.approx(_lp_value(everything), rel=1e-7)
+
+
+def test_broken_selections_and_decisions_raise_named_errors() -> None:
+    """The runtime checks raise named exceptions (not ``assert``, which ``python -O`` removes)."""
+    from scheduler.ilp import InvalidSelection
+    from scheduler.policy import Allocation, InvalidDecision, RoundDecision, SolverInfo
+
+    cluster, jobs, table, ratios, coloc = random_instance(3, 6)
+    problem = build_problem(jobs, cluster, TableGoodputModel(table), coloc, IlpConfig())
+    first = problem.job_columns()[0][0]
+    with pytest.raises(InvalidSelection, match="more than once"):
+        problem.check([first, first])
+    lonely = RoundDecision((Allocation("j0", "big", 1, 1, partner="j1"),), tuple(j.name for j in jobs[1:]), 0.0,
+                           SolverInfo("none", "ok", 0, 0))
+    with pytest.raises(InvalidDecision, match="not paired back"):
+        check_decision(lonely, jobs, cluster)

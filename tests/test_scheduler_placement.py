@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
+from colocate.commands.schedule import decision_to_json
+from colocate.errors import InputError
 from scheduler.cluster import Cluster, GpuType
+from scheduler.executor.plan import build_plan
+from scheduler.jobs import Job
 from scheduler.placement import place
-from scheduler.policy import Allocation
+from scheduler.policy import Allocation, RoundDecision, SolverInfo, check_decision
 
 
 def cluster() -> Cluster:
@@ -51,3 +57,24 @@ def test_fragmentation_by_kept_jobs_is_undone() -> None:
                    previous=spread)
     assert not result.unplaced and previous is not None
     assert result.of("s1").node == result.of("s2").node != result.of("w").node
+
+
+def test_group_of_three_shares_one_gpu_set_and_becomes_one_launch_group() -> None:
+    """A group of three (max_group_size=3) is placed on the same GPUs and read back by the launch plan as one
+    GPU group of three jobs."""
+
+    group = [Allocation(n, "t", 1, 32, partner=others[0], partners=others)
+             for n, others in (("x", ("y", "z")), ("y", ("x", "z")), ("z", ("x", "y")))]
+    decision = RoundDecision(tuple(group + [Allocation("solo", "t", 2, 32)]), (), 0.0, SolverInfo("none", "ok", 0, 0))
+    check_decision(decision, [Job(n, "m") for n in ("x", "y", "z", "solo")], cluster())
+    assert decision.gpus_used() == {"t": 3}  # the group's GPU counted once
+    placement = place(decision, cluster())
+    assert not placement.unplaced
+    assert {names for names in placement.occupants().values() if len(names) > 1} == {("x", "y", "z")}
+    doc = decision_to_json(decision, placement)
+    plan = build_plan(doc, commands={n: "echo {job} {partner}" for n in ("x", "y", "z", "solo")})
+    sizes = sorted(len(g.jobs) for g in plan.groups)
+    assert sizes == [1, 3]
+    broken = dict(doc, allocations=[dict(a, partners=["x"]) if a["job"] == "z" else a for a in doc["allocations"]])
+    with pytest.raises(InputError, match="does not name it back"):
+        build_plan(broken, commands={n: "echo" for n in ("x", "y", "z", "solo")})

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from colocate.errors import InputError
-from scheduler.simulator import simulate
 from scheduler.cluster import cluster_from_dict
 from scheduler.goodput import TableGoodputModel
+from scheduler.simulator import simulate
 from scheduler.transfer import DEFAULT_TABLE, SIA_TO_GAVEL, read_gavel_pairs, transferred_frame
 from scheduler.workloads import (
     PHILLY_CLASS_APPS,

@@ -94,13 +94,13 @@ def run_demo_simulation(out: Path) -> Path:
 
     from colocate.commands._output import console
     from scheduler import bundled
-    from scheduler.simulator import simulate
-
     from scheduler.cluster import load_cluster
+    from scheduler.simulator import simulate
 
     cluster, workload = load_cluster(bundled.default_cluster()), _example("demo-workload.csv")
     console.print(f"[bold]3/3 simulation[/] {', '.join(DEMO_POLICIES)} on {workload.name} over the bundled "
-                  f"default cluster ({cluster.total_gpus} GPUs: {', '.join(cluster.type_names)}; T4 profiles from Pollux, V100 derived with Gavel's measured speed ratios; "
+                  f"default cluster ({cluster.total_gpus} GPUs: {', '.join(cluster.type_names)}; T4 profiles "
+                  "from Pollux, V100 derived with Gavel's measured speed ratios; "
                   f"co-location ratios transferred from Gavel's measured pairs)")
     table = Table(title="simulated comparison (lower JCT and GPU-hours are better)")
     for column in ("policy", "completed", "avg JCT (h)", "p99 JCT (h)", "makespan (h)", "GPU-hours", "packed", "wall (s)"):

@@ -25,7 +25,8 @@ def import_pairs(
     """Convert a pair table (solo and co-located times, or speeds t/t′) into our results schema."""
     from colocate.commands._output import console
     from colocate.gavel import write_import
-    from colocate.pairs_import import PairColumns, import_pairs as convert, load_column_map, parse_column_flags
+    from colocate.pairs_import import PairColumns, load_column_map, parse_column_flags
+    from colocate.pairs_import import import_pairs as convert
 
     mapping = load_column_map(columns) if columns is not None else PairColumns()
     names = {**mapping.names, **parse_column_flags(column or [])}

@@ -23,52 +23,23 @@ def kernels(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from colocate.commands._output import console, error_console
-    from colocate.errors import InputError
-    from colocate.kernel_store import kernel_meta, read_kernels, write_kernels
-    from profiler.kernels import BACKEND_NCU, BACKEND_TORCH, BACKENDS, profile_kernels
-    from profiler.ncu import find_ncu
+    from colocate.kernel_store import profile_spec_kernels
     from profiler.spec import load_spec
 
-    if backend not in BACKENDS:
-        raise InputError(f"unknown backend '{backend}'", field="--backend", valid=", ".join(BACKENDS))
     spec = load_spec(spec_path)
-    if backend == "ncu":
-        if not spec.is_cuda:
-            raise InputError("the ncu backend profiles CUDA kernels", source=spec_path, field="device",
-                             valid="cuda or cuda:N (or use --backend torch)")
-        if find_ncu() is None:
-            raise InputError("Nsight Compute (ncu) is not on PATH", field="--backend",
-                             valid="torch, or install Nsight Compute for --backend ncu")
     out = out or Path("results") / f"{spec.name}-kernels"
-    backend_label = BACKEND_NCU if backend == "ncu" else BACKEND_TORCH
-    existing = read_kernels(out)
-    done = set()
-    if not existing.empty and not force:
-        same = existing[(existing["backend"] == backend_label) & (existing["image_size"] == spec.image_size)]
-        done = set(same["job_type"])
-    todo = [(m, b) for m in spec.models for b in spec.batch_sizes if f"{m}@{b}" not in done]
-    frames = []
-    table = existing
     progress = Progress(TextColumn("[bold]kernels"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.fields[last]}"), console=error_console)
+    task = progress.add_task("kernels", total=None, last="")
+
+    def job_done(job_type: str, rows: int | None, error: str | None) -> None:
+        if error is not None:
+            error_console.print(f"[yellow]{job_type}: {error}[/]")
+        progress.update(task, advance=1, last=f"{job_type} failed" if error is not None else f"{job_type}: {rows} rows")
+
     with progress:
-        task = progress.add_task("kernels", total=len(todo), last="")
-        for model, batch in todo:
-            try:
-                frame = profile_kernels(model, batch, spec.image_size, spec.device, warmup_iters=spec.warmup_iters,
-                                        num_classes=spec.num_classes, seed=spec.seed, iters=iters, backend=backend,
-                                        threads=spec.threads_per_job if not spec.is_cuda else None)
-            except ValueError as exc:  # unknown model or size: the spec is wrong
-                raise InputError(str(exc), source=spec_path, field="models") from None
-            except RuntimeError as exc:  # OOM or ncu failure: record nothing for this job type, go on
-                error_console.print(f"[yellow]{model}@{batch}: {exc}[/]")
-                progress.update(task, advance=1, last=f"{model}@{batch} failed")
-                continue
-            frames.append(frame)
-            # written after every job type: an interrupted profile keeps what it measured
-            table = write_kernels(out, existing, frames, replace_backend=backend_label)
-            progress.update(task, advance=1, last=f"{model}@{batch}: {len(frame)} rows")
-    kernel_meta(out, spec=spec.to_dict(), backend=backend_label, iters=iters)
+        table = profile_spec_kernels(spec, spec_path, out, backend=backend, iters=iters, force=force,
+                                     on_start=lambda todo: progress.update(task, total=todo), on_job=job_done)
     if table.empty:
         console.print(f"no kernel rows in {out}")
         return

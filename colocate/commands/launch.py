@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 import typer
+
+from scheduler.launch import LaunchRequest as _Defaults  # the defaults' one source
 
 
 def register(app: typer.Typer) -> None:
@@ -61,127 +63,65 @@ def launch(
     allocation: Path = typer.Argument(..., metavar="ALLOCATION.json", help="Output of colocate schedule --json."),
     jobs: Optional[Path] = typer.Option(None, "--jobs", help="Jobs CSV given to colocate schedule (applications)."),
     commands: Optional[Path] = typer.Option(None, "--commands", help="YAML: job or application -> shell command."),
-    backend: str = typer.Option("local", "--backend", help="local (this node) or ray (needs the ray extra)."),
-    emit: Optional[Tuple[str, Path]] = typer.Option(None, "--emit", metavar="slurm|k8s DIR",
+    backend: str = typer.Option(_Defaults.backend, "--backend", help="local (this node) or ray (needs the ray extra)."),
+    emit: Optional[tuple[str, Path]] = typer.Option(None, "--emit", metavar="slurm|k8s DIR",
                                                     help="Write sbatch scripts or pod manifests to DIR instead.",
                                                     show_default=False),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address for --backend ray."),
     node: Optional[str] = typer.Option(None, "--node", help="local: run the groups of TYPE:N (e.g. h100:0), or all."),
-    sharing: str = typer.Option("timeslice", "--sharing", help="How pairs share a GPU unless the allocation says: "
-                                                               "timeslice or mps."),
-    device: str = typer.Option("auto", "--device", help="Built-in jobs train on: auto, cpu or cuda."),
-    steps: int = typer.Option(0, "--steps", help="Iterations per built-in job; 0 = until stopped."),
+    sharing: str = typer.Option(_Defaults.sharing, "--sharing", help="How pairs share a GPU unless the allocation says "
+                                                               "(a registered sharing mode: timeslice, mps)."),
+    device: str = typer.Option(_Defaults.device, "--device", help="Built-in jobs train on: auto, cpu or cuda."),
+    steps: int = typer.Option(_Defaults.steps, "--steps", help="Iterations per built-in job; 0 = until stopped."),
     duration: Optional[float] = typer.Option(None, "--duration", help="Stop every job after this many seconds."),
-    threads: int = typer.Option(1, "--threads", help="CPU threads per built-in job process."),
+    threads: int = typer.Option(_Defaults.threads, "--threads", help="CPU threads per built-in job process."),
     image_size: Optional[int] = typer.Option(None, "--image-size", help="Input size of built-in jobs [32; "
                                                                          "imagenet: 224]."),
     log_dir: Optional[Path] = typer.Option(None, "--log-dir", help="Logs and progress files "
                                                                    "(default: launch-logs/ALLOCATION-NAME)."),
-    grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL at teardown."),
-    num_cpus: float = typer.Option(1.0, "--num-cpus", help="ray: CPUs each group task reserves."),
+    grace: float = typer.Option(_Defaults.grace_s, "--grace", help="Seconds between SIGTERM and SIGKILL at teardown."),
+    num_cpus: float = typer.Option(_Defaults.num_cpus, "--num-cpus", help="ray: CPUs each group task reserves."),
     sbatch_option: list[str] = typer.Option([], "--sbatch-option", help="slurm: extra #SBATCH line, e.g. "
                                                                         "--partition=gpu (repeatable)."),
-    typed_gres: bool = typer.Option(False, "--typed-gres", help="slurm: --gres=gpu:TYPE:N instead of "
+    typed_gres: bool = typer.Option(_Defaults.typed_gres, "--typed-gres", help="slurm: --gres=gpu:TYPE:N instead of "
                                                                 "--gres=gpu:N + --constraint=TYPE."),
-    image: str = typer.Option("colocate:latest", "--image", help="k8s: container image with colocate installed."),
+    image: str = typer.Option(_Defaults.image, "--image", help="k8s: container image with colocate installed."),
     namespace: Optional[str] = typer.Option(None, "--namespace", help="k8s: namespace of the pods."),
     inventory: Optional[Path] = typer.Option(None, "--inventory", help="k8s: YAML of node names and GPU UUIDs."),
     as_json: bool = typer.Option(False, "--json", help="Print the final job statuses as JSON."),
 ) -> None:
     """Start the jobs of a packed placement: one group per GPU (solo or pair), logs and progress per job."""
-    from colocate.commands._output import console, error_console
-    from colocate.errors import InputError
-    from scheduler.executor.command import RunSettings
-    from scheduler.executor.local import LaunchSettings
-    from scheduler.executor.plan import SHARING_MODES, load_plan, safe_name
-
-    if sharing not in SHARING_MODES:
-        raise InputError(f"unknown sharing mode {sharing!r}", field="--sharing", valid=", ".join(SHARING_MODES))
-    if device not in ("auto", "cpu", "cuda"):
-        raise InputError(f"unknown device {device!r}", field="--device", valid="auto, cpu, cuda")
-    for name, value, low in (("--steps", steps, 0), ("--threads", threads, 1)):
-        if value < low:
-            raise InputError(f"{value}", field=name, valid=f"an integer >= {low}")
-    if duration is not None and duration <= 0:
-        raise InputError(f"{duration}", field="--duration", valid="seconds > 0")
-    plan = load_plan(allocation, jobs_path=jobs, commands_path=commands, sharing=sharing, image_size=image_size)
-    if not plan.groups:
-        raise InputError("allocates no job", source=allocation, field="allocations", valid="at least one placed job")
-    run = RunSettings(device=device, steps=steps, threads=threads)
-    if plan.not_launched:
-        error_console.print(f"not launched (unallocated or unplaced): {', '.join(plan.not_launched)}")
-
-    emit_kind, emit_dir = emit if emit else (None, None)
-    if emit_kind is not None:
-        from scheduler.executor.k8s import K8sOptions, emit_k8s, load_inventory
-        from scheduler.executor.slurm import SlurmOptions, emit_slurm
-
-        if emit_kind == "slurm":
-            for option in sbatch_option:
-                if not option.startswith("--"):
-                    raise InputError(f"{option!r}", field="--sbatch-option",
-                                     valid="an sbatch option such as --time=04:00:00")
-            written = emit_slurm(plan, emit_dir, run, SlurmOptions(extra=tuple(sbatch_option), typed_gres=typed_gres,
-                                                                   grace_s=int(grace)))
-            hint = f"submit with {Path(emit_dir) / 'submit_all.sh'}"
-        elif emit_kind == "k8s":
-            inv = load_inventory(inventory) if inventory is not None else None
-            written = emit_k8s(plan, emit_dir, run, K8sOptions(image=image, namespace=namespace), inv,
-                               str(inventory) if inventory else "<inventory>")
-            hint = f"apply with kubectl apply -f {emit_dir}" + ("" if inv else
-                                                                  " after filling in the GPU-UUID placeholders "
-                                                                  "(or pass --inventory)")
-        else:
-            raise InputError(f"unknown emitter {emit_kind!r}", field="--emit", valid="slurm DIR, k8s DIR")
-        if as_json:
-            print(json.dumps({"emit": emit_kind, "files": [str(p) for p in written]}, indent=2))
-            return
-        console.print(_plan_table(plan))
-        for path in written:
-            console.print(f"wrote {path}", highlight=False)
-        console.print(hint, highlight=False)
-        return
-
-    settings = LaunchSettings(run=run, log_dir=(log_dir or Path("launch-logs") / safe_name(allocation.stem)).resolve(),
-                              duration_s=duration, stop_grace_s=grace)
-    if backend == "local":
-        from scheduler.executor.local import check_local, run_groups
-
-        keys = plan.node_keys()
-        if node is None and len(keys) > 1:
-            raise InputError(f"the allocation uses {len(keys)} nodes: " + ", ".join(f"{t}:{n}" for t, n in keys),
-                             field="--node", valid="one of them (this node), 'all' to run every group here, "
-                                                   "or --backend ray / --emit slurm DIR")
-        if node is not None and node != "all":
-            gpu_type, _, index = node.partition(":")
-            if not index.isdigit() or (gpu_type, int(index)) not in keys:
-                raise InputError(f"{node!r}", field="--node",
-                                 valid=", ".join(f"{t}:{n}" for t, n in keys) + ", all")
-            plan = plan.on_node(gpu_type, int(index))
-        check_local(plan, settings)
-    elif backend != "ray":
-        raise InputError(f"unknown backend {backend!r}", field="--backend", valid="local, ray")
-    else:
-        from profiler.ray_backend import require_ray
-
-        require_ray()
-    if not as_json:
-        console.print(_plan_table(plan))
-        console.print(f"logs and progress files in {settings.log_dir}", highlight=False)
-
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from colocate.commands._output import console, error_console
+    from scheduler.launch import LaunchRequest
+    from scheduler.launch import launch as launch_allocation
+
+    request = LaunchRequest(
+        allocation=allocation, jobs=jobs, commands=commands, backend=backend, emit=emit, address=address, node=node,
+        sharing=sharing, device=device, steps=steps, duration_s=duration, threads=threads, image_size=image_size,
+        log_dir=log_dir, grace_s=grace, num_cpus=num_cpus, sbatch_options=tuple(sbatch_option), typed_gres=typed_gres,
+        image=image, namespace=namespace, inventory=inventory,
+    )
+
+    def show_plan(plan: Any) -> None:
+        if plan.not_launched:
+            error_console.print(f"not launched (unallocated or unplaced): {', '.join(plan.not_launched)}")
+        if emit is None and not as_json:
+            console.print(_plan_table(plan))
+            console.print(f"logs and progress files in {request.settings.log_dir}", highlight=False)
 
     bars = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TextColumn("{task.fields[state]}"), TextColumn("{task.fields[rate]}"),
-                    console=error_console, disable=as_json)
+                    console=error_console, disable=as_json or emit is not None)
     with bars:
-        on_progress = _JobBars(bars)
-        if backend == "local":
-            report = run_groups(plan.groups, settings, on_progress=on_progress)
-        else:
-            from scheduler.executor.ray_exec import run_plan_on_ray
-
-            report = run_plan_on_ray(plan, settings, address=address, num_cpus=num_cpus, on_progress=on_progress)
+        outcome = launch_allocation(request, on_plan=show_plan, on_progress=_JobBars(bars))
+    if outcome.emitted is not None:
+        _print_emitted(outcome.plan, outcome.emitted, as_json)
+        return
+    report = outcome.report
+    if report is None:  # launch() returns a report whenever it did not emit files
+        raise RuntimeError("launch returned neither files nor a report")
     if as_json:
         print(json.dumps({"interrupted": report.interrupted, "jobs": [j.to_dict() for j in report.jobs]}, indent=2))
     else:
@@ -190,3 +130,15 @@ def launch(
         sys.exit(130)
     if not report.ok:
         sys.exit(1)
+
+
+def _print_emitted(plan: Any, emitted: Any, as_json: bool) -> None:
+    from colocate.commands._output import console
+
+    if as_json:
+        print(json.dumps({"emit": emitted.kind, "files": [str(p) for p in emitted.files]}, indent=2))
+        return
+    console.print(_plan_table(plan))
+    for path in emitted.files:
+        console.print(f"wrote {path}", highlight=False)
+    console.print(emitted.hint, highlight=False)

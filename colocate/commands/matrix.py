@@ -12,7 +12,8 @@ def register(app: typer.Typer) -> None:
 
 
 def matrix(
-    results_dirs: list[Path] = typer.Argument(None, metavar="RESULTS_DIR...", help="Results directories (several GPU types are kept apart)."),
+    results_dirs: list[Path] = typer.Argument(None, metavar="RESULTS_DIR...",
+                                              help="Results directories (several GPU types are kept apart)."),
     gavel: list[Path] = typer.Option(None, "--gavel", help="Also read a Gavel throughput JSON (repeatable)."),
     metric: str = typer.Option("delta", "--metric", help="delta, throughput_sum or slowdown."),
     out: Path = typer.Option(None, "--out", "-o", help="Output directory [default: RESULTS_DIR/matrices]."),

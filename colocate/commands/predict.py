@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import subprocess
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -15,6 +17,10 @@ DIGITS = 4  # ratios and δ are written and printed to 4 decimals: measurement n
 
 def register(app: typer.Typer) -> None:
     app.command("predict")(predict)
+
+
+def _advance(progress: Any, task: Any, done: int, total: int) -> None:
+    progress.update(task, completed=done)
 
 
 def _default_output_dir(results_dirs: list[Path] | None, out: Path | None) -> Path:
@@ -113,8 +119,7 @@ def _evaluate(datasets: list, config, report_dir: Path, results, results_dirs: l
     from rich.table import Table
 
     from colocate.commands._output import console, error_console
-    from colocate.predict import evaluation_report, leave_one_pair_out
-    from colocate.predict_eval import ties
+    from colocate.predict_eval import evaluation_report, leave_one_pair_out, ties
     from colocate.results import atomic_write_json
 
     evaluations = []
@@ -122,8 +127,7 @@ def _evaluate(datasets: list, config, report_dir: Path, results, results_dirs: l
     with Progress(*columns, console=error_console, transient=False) as progress:
         for dataset in datasets:
             task = progress.add_task(f"leave-one-pair-out {dataset.gpu_type}/{dataset.sharing}", total=len(dataset.pairs))
-            evaluations.append(leave_one_pair_out(
-                dataset, config, progress=lambda done, total, t=task: progress.update(t, completed=done)))
+            evaluations.append(leave_one_pair_out(dataset, config, progress=partial(_advance, progress, task)))
     report_dir.mkdir(parents=True, exist_ok=True)
     command = ("colocate predict --evaluate " + " ".join(str(p) for p in results_dirs)
                + "".join(f" --gavel {g}" for g in gavel) + "".join(f" --gpu-type {g}" for g in gpu_types))

@@ -7,9 +7,12 @@ concrete nodes and GPUs (:mod:`scheduler.placement`); prints a table and the sol
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional, get_origin, get_type_hints
 
 import typer
 
@@ -48,7 +51,7 @@ def decision_to_json(decision: Any, placement: Any) -> dict[str, Any]:
         where = placement.of(a.job)
         rows.append({
             "job": a.job, "gpu_type": a.gpu_type, "num_gpus": a.num_gpus, "batch_size": a.batch_size,
-            "partner": a.partner, "node": where.node if where else None,
+            "partner": a.partner, "partners": list(a.others), "node": where.node if where else None,
             "nodes": list(where.nodes) if where else [], "gpus": list(where.gpus) if where else [],
             "expected_goodput": round(a.expected_goodput, 6),
         })
@@ -64,7 +67,7 @@ def decision_to_json(decision: Any, placement: Any) -> dict[str, Any]:
     }
 
 
-def schedule(
+def _schedule(
     cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML: gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}."),
     jobs: Path = typer.Option(..., "--jobs", help="Jobs CSV (name,application[,num_gpus,adaptive,...])."),
     profiles: Optional[Path] = typer.Option(None, "--profiles", help="Throughput profiles: a CSV "
@@ -72,35 +75,19 @@ def schedule(
                                             "traces directory. Default: ../shared/data/sia/traces."),
     colocation: Optional[Path] = typer.Option(None, "--colocation", help="Colocation table CSV "
                                               "(gpu_type,type_a,type_b,ratio_a,ratio_b). Without it: no packing."),
-    p: float = typer.Option(-0.5, "--p", help="Goodput power: -0.5 = Sia (fairness), 1 = sum of normalised goodputs."),
-    top_k: int = typer.Option(3, "--top-k", help="Partners considered per job."),
-    min_benefit: float = typer.Option(0.05, "--min-benefit", help="A pair needs ratio_a + ratio_b >= 1 + this."),
-    time_limit: float = typer.Option(10.0, "--time-limit", help="Solver time limit, seconds."),
-    gap: float = typer.Option(0.005, "--gap", help="Relative MIP gap at which the solver stops."),
-    restart_cost: float = typer.Option(25.0, "--restart-cost", help="Sia's restart cost S, seconds."),
-    solver: str = typer.Option("highs", "--solver", help="highs | pulp-highs | cbc."),
-    no_packing: bool = typer.Option(False, "--no-packing", help="No pair variables: exactly Sia's ILP."),
     as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON instead of a table."),
+    **ilp_options: Any,
 ) -> None:
     """Decide one round: GPU type, GPU count, batch size and co-location partner for every job."""
     from scheduler.cluster import load_cluster
     from scheduler.colocation import ColocationTable
     from scheduler.goodput import ProfileGoodputModel
-    from scheduler.ilp import IlpConfig, PackingPolicy
+    from scheduler.ilp import PackingPolicy
     from scheduler.jobs import load_jobs
     from scheduler.placement import place
     from scheduler.policy import RoundContext
 
-    if p == 0:
-        raise InputError("p = 0 is not allowed", field="--p", valid="a non-zero number, e.g. -0.5 (Sia) or 1")
-    if top_k < 0:
-        raise InputError(f"{top_k}", field="--top-k", valid="an integer >= 0")
-    if time_limit <= 0:
-        raise InputError(f"{time_limit}", field="--time-limit", valid="seconds > 0")
-    if not 0 <= gap < 1:
-        raise InputError(f"{gap}", field="--gap", valid="a fraction in [0, 1)")
-    if solver not in ("highs", "pulp-highs", "cbc"):
-        raise InputError(f"unknown solver {solver!r}", field="--solver", valid="highs, pulp-highs, cbc")
+    config = ilp_config_from_options(ilp_options)
     the_cluster = load_cluster(cluster)
     the_jobs = load_jobs(jobs)
     if profiles is None:
@@ -111,15 +98,67 @@ def schedule(
     model = ProfileGoodputModel.from_path(profiles)
     _check_inputs(the_jobs, the_cluster, model, jobs)
     table = ColocationTable.load(colocation) if colocation is not None else None
-    config = IlpConfig(p=p, top_k=top_k, min_benefit=min_benefit, time_limit_s=time_limit, mip_gap=gap,
-                       restart_cost_s=restart_cost, solver=solver, packing=not no_packing)  # type: ignore[arg-type]
-    policy = PackingPolicy(config, name="sia" if no_packing else "colocate")
+    policy = PackingPolicy(config, name="colocate" if config.packing else "sia")
     decision = policy.allocate(the_jobs, the_cluster, RoundContext(goodput=model, colocation=table))
     placement = place(decision, the_cluster)
     if as_json:
         typer.echo(json.dumps(decision_to_json(decision, placement), indent=2))
         return
     _print_table(decision, placement, the_jobs)
+
+
+def _ilp_fields() -> list[tuple[Any, Any, str]]:
+    """(dataclass field, Python type, command-line flag) of every IlpConfig knob."""
+    from scheduler.ilp import IlpConfig
+
+    hints = get_type_hints(IlpConfig)
+    out = []
+    for f in fields(IlpConfig):
+        flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+        kind = hints[f.name]
+        if get_origin(kind) is Literal:
+            kind = str  # the choices are checked (and listed in the error) by IlpConfig
+        out.append((f, kind, flag))
+    return out
+
+
+def ilp_parameters() -> list[inspect.Parameter]:
+    """Typer options for every IlpConfig field: defaults and help come from the dataclass, never restated."""
+    params = []
+    for f, kind, flag in _ilp_fields():
+        decls = [f"{flag}/--no-{flag[2:]}"] if kind is bool else [flag]
+        option = typer.Option(f.default, *decls, help=f.metadata.get("help"), show_default=True)
+        params.append(inspect.Parameter(f"ilp_{f.name}", inspect.Parameter.KEYWORD_ONLY, default=option,
+                                        annotation=kind))
+    return params
+
+
+def ilp_config_from_options(options: dict[str, Any]) -> Any:
+    """IlpConfig from the generated options; its own checks become one-line errors naming the flag."""
+    from scheduler.ilp import IlpConfig
+
+    flags = {f.name: flag for f, _, flag in _ilp_fields()}
+    values = {name[len("ilp_"):]: value for name, value in options.items() if name.startswith("ilp_")}
+    try:
+        return IlpConfig(**values)
+    except InputError as err:
+        raise InputError(err.detail, field=flags.get(err.field or "", err.field), valid=err.valid) from None
+
+
+def _with_ilp_options(func: Any) -> Any:
+    """``func`` with the generated IlpConfig options appended to its signature (Typer reads ``__signature__``)."""
+    base = [p for p in inspect.signature(func).parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    base = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in base]
+
+    @functools.wraps(func)
+    def wrapper(**kwargs: Any) -> None:
+        return func(**kwargs)
+
+    wrapper.__signature__ = inspect.Signature(base + ilp_parameters())  # type: ignore[attr-defined]
+    return wrapper
+
+
+schedule = _with_ilp_options(_schedule)
 
 
 def solver_line(info: Any) -> str:
@@ -145,14 +184,15 @@ def _print_table(decision: Any, placement: Any, jobs: list) -> None:
         where = placement.of(a.job)
         node = ",".join(str(n) for n in where.nodes) if where else "unplaced"
         gpus = ",".join(str(g) for g in where.gpus) if where else ""
-        table.add_row(a.job, a.gpu_type, str(a.num_gpus), str(a.batch_size), a.partner or "", node, gpus,
+        table.add_row(a.job, a.gpu_type, str(a.num_gpus), str(a.batch_size), ", ".join(a.others), node, gpus,
                       f"{a.expected_goodput:,.1f}")
     console.print(table)
     if decision.unallocated:
         console.print(f"[yellow]unallocated ({len(decision.unallocated)}):[/] {', '.join(decision.unallocated)}")
     if placement.unplaced:
         console.print(f"[red]allocated but not placeable:[/] {', '.join(placement.unplaced)}")
-    pairs = sum(1 for a in decision.allocations if a.partner) // 2
-    console.print(f"{len(decision.allocations)} jobs allocated, {pairs} packed pairs, "
+    pairs = sum(1 for a in decision.allocations if a.partner and not a.partners) // 2
+    triples = sum(1 for a in decision.allocations if a.partners) // 3
+    console.print(f"{len(decision.allocations)} jobs allocated, {pairs} packed pairs, {triples} groups of three, "
                   f"{len(decision.unallocated)} unallocated")
     console.print(solver_line(decision.solver), highlight=False)

@@ -30,8 +30,9 @@ from typing import Any
 
 import yaml
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 from profiler.ray_backend import ray_accelerator_name
+from profiler.sharing import sharing_mode
 from scheduler.executor.command import RunSettings, job_argv
 from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment
 
@@ -109,7 +110,7 @@ def pod_manifest(job: JobLaunch, group: GpuGroup, run: RunSettings, options: K8s
     annotations = {ANNOTATION_UUID: ",".join(uuids), ANNOTATION_TYPE: ray_accelerator_name(group.gpu_type)}
     limits: dict[str, Any] = {RESOURCE_GPU: group.gpus_per_node}
     if len(group.jobs) > 1:
-        annotations[ANNOTATION_MODE] = "mps" if group.sharing == "mps" else "hami-core"
+        annotations[ANNOTATION_MODE] = sharing_mode(group.sharing).k8s_mode
         limits[RESOURCE_MEMORY_PERCENT] = options.memory_percent_per_partner
     if job.partner:
         annotations["colocate.io/partner"] = job.partner

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from colocate.errors import InputError
+from profiler.errors import InputError
+from profiler.sharing import sharing_mode
 from profiler.signals import sigterm_as_interrupt
 from scheduler.executor.command import RunSettings, job_argv
 from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment, safe_name
@@ -97,18 +98,17 @@ class _Process:
 
 def check_local(plan: LaunchPlan, settings: LaunchSettings) -> None:
     """Refuse what this node cannot run before anything starts."""
-    from profiler.mps import mps_unavailable_reason
-
     for group in plan.groups:
         group.require_single_node(plan.source, "here")
-        if group.sharing == "mps":
-            if settings.run.device == "cpu":
-                raise InputError(f"group {group.label} asks for MPS but --device is cpu", source=plan.source,
-                                 field="sharing", valid="timeslice on CPU (--sharing timeslice)")
-            reason = mps_unavailable_reason("cuda")
-            if reason:
-                raise InputError(f"group {group.label} asks for MPS: {reason}", source=plan.source, field="sharing",
-                                 valid="timeslice (--sharing timeslice), or a node with NVIDIA MPS")
+        mode = sharing_mode(group.sharing)
+        reason = mode.unavailable_reason("cpu" if settings.run.device == "cpu" else "cuda")
+        if reason is None:
+            continue
+        if settings.run.device == "cpu":
+            raise InputError(f"group {group.label} asks for {mode.label} but --device is cpu", source=plan.source,
+                             field="sharing", valid="timeslice on CPU (--sharing timeslice)")
+        raise InputError(f"group {group.label} asks for {mode.label}: {reason}", source=plan.source,
+                         field="sharing", valid=f"timeslice (--sharing timeslice), or a node with {mode.label}")
 
 
 def physical_gpus(group: GpuGroup) -> list[str]:
@@ -202,8 +202,6 @@ def run_groups(
     ``gpu_assignment`` maps a group to its CUDA_VISIBLE_DEVICES entries (the Ray executor passes the GPUs
     Ray assigned). Ctrl-C/SIGTERM stop everything cleanly and return a report with ``interrupted`` set.
     """
-    from profiler.mps import mps_daemon
-
     settings.log_dir.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname()
     processes: list[_Process] = []
@@ -215,9 +213,7 @@ def run_groups(
                     env: dict[str, str] = {}
                     if settings.run.device != "cpu":
                         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_assignment(group))
-                    if group.sharing == "mps":
-                        daemon = daemons.enter_context(mps_daemon(env["CUDA_VISIBLE_DEVICES"]))
-                        env.update(daemon.client_env())
+                    env.update(sharing_mode(group.sharing).enter(daemons, env.get("CUDA_VISIBLE_DEVICES"), None))
                     for job in group.jobs:
                         processes.append(_start_job(job, group, settings, env))
                 deadline = time.monotonic() + settings.duration_s if settings.duration_s else None

@@ -1,6 +1,6 @@
 """Read a scheduling decision (``colocate schedule --json``) into GPU groups, and decide what each job runs.
 
-The allocation JSON (schema in the README)::
+The allocation JSON (:mod:`scheduler.allocation_file`; schema in the README)::
 
     {"allocations": [{"job": "a", "gpu_type": "h100", "num_gpus": 1, "batch_size": 64, "partner": "b",
                       "node": 0, "gpus": [1]}, ...],
@@ -26,30 +26,20 @@ the environment of every job as ``COLOCATE_JOB``, ``COLOCATE_BATCH_SIZE``, ... (
 
 from __future__ import annotations
 
-import json
-import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
-from colocate.errors import InputError
+from profiler.errors import InputError
+from profiler.files import safe_name  # noqa: F401  (re-exported for the executors)
+from profiler.sharing import SHARING_MODES, sharing_mode_names  # noqa: F401  (SHARING_MODES: re-exported)
+from scheduler.allocation_file import read_allocation_file
+from scheduler.applications import APPLICATION_MODELS
 
-# Applications of public traces (Sia/Pollux names) that the zoo can stand in for: (model, image size).
-APPLICATION_MODELS: dict[str, tuple[str, int]] = {
-    "cifar10": ("resnet18", 32),
-    "imagenet": ("resnet50", 224),
-}
-SHARING_MODES = ("timeslice", "mps")
 PLACEHOLDERS = ("job", "batch_size", "num_gpus", "gpu_type", "partner", "node", "gpus")
 DEFAULT_IMAGE_SIZE = 32
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
-
-
-def safe_name(text: str, limit: int = 60) -> str:
-    """A file-name-safe version of a job or group name."""
-    return (_SAFE.sub("-", text).strip("-.") or "job")[:limit]
 
 
 @dataclass(frozen=True)
@@ -72,7 +62,7 @@ class JobLaunch:
 
 @dataclass(frozen=True)
 class GpuGroup:
-    """Jobs that share exactly the same GPUs: one job (solo) or a packed pair."""
+    """Jobs that share exactly the same GPUs: one job (solo), a packed pair or a group of three."""
 
     index: int
     gpu_type: str
@@ -156,16 +146,6 @@ def job_environment(job: JobLaunch, group: GpuGroup) -> dict[str, str]:
 
 
 # -- reading ---------------------------------------------------------------------------------------------
-def _read_json(path: Path) -> Any:
-    if not path.is_file():
-        raise InputError("allocation file not found", source=path, valid="the output of colocate schedule --json")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise InputError(f"not valid JSON at line {err.lineno}: {err.msg}", source=path,
-                         valid="the output of colocate schedule --json") from None
-
-
 def load_commands(path: Path) -> dict[str, str]:
     """The ``--commands`` YAML: a mapping from job name or application to a shell command."""
     import yaml
@@ -219,11 +199,11 @@ def load_plan(
                 batch_sizes[job.name] = job.batch_size
     commands = load_commands(Path(commands_path)) if commands_path is not None else {}
     path = Path(path)
-    return build_plan(_read_json(path), source=str(path), applications=applications, batch_sizes=batch_sizes,
+    return build_plan(read_allocation_file(path), source=str(path), applications=applications, batch_sizes=batch_sizes,
                       commands=commands, sharing=sharing, image_size=image_size)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -252,6 +232,12 @@ def _entry_fields(entry: Any, i: int, source: str) -> dict[str, Any]:
     partner = entry.get("partner")
     if partner is not None and (not isinstance(partner, str) or not partner or partner == job):
         raise bad("partner", f"{partner!r} is not a partner", "another job's name or null")
+    partners = entry.get("partners") or ([partner] if partner is not None else [])
+    if (not isinstance(partners, list) or len(partners) > 2 or len(set(partners)) != len(partners)
+            or not all(isinstance(o, str) and o and o != job for o in partners)
+            or (partner is not None and partner not in partners)):
+        raise bad("partners", f"{partners!r} is not a list of partners",
+                  "up to two other jobs' names (including partner), or []")
     node = entry.get("node")
     nodes = entry.get("nodes")
     if node is None and not nodes:
@@ -274,14 +260,14 @@ def _entry_fields(entry: Any, i: int, source: str) -> dict[str, Any]:
         raise bad("num_gpus", f"{num_gpus} GPUs but {len(nodes)} node(s) × {len(gpus)} GPU indices",
                   "num_gpus = len(nodes) × len(gpus)")
     sharing = entry.get("sharing")
-    if sharing is not None and sharing not in SHARING_MODES:
-        raise bad("sharing", f"{sharing!r} is not a sharing mode", ", ".join(SHARING_MODES))
+    if sharing is not None and sharing not in sharing_mode_names():
+        raise bad("sharing", f"{sharing!r} is not a sharing mode", ", ".join(sharing_mode_names()))
     for key in ("command", "application"):
         value = entry.get(key)
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise bad(key, f"{value!r} is not a {key}", "a non-empty string")
     return {"job": job, "placed": True, "gpu_type": gpu_type, "num_gpus": num_gpus, "batch_size": batch,
-            "partner": partner, "nodes": tuple(nodes), "gpus": tuple(gpus), "sharing": sharing,
+            "partner": partner, "others": tuple(partners), "nodes": tuple(nodes), "gpus": tuple(gpus), "sharing": sharing,
             "command": entry.get("command"), "application": entry.get("application")}
 
 
@@ -343,8 +329,8 @@ def build_plan(
     image_size: int | None = None,
 ) -> LaunchPlan:
     """Validate a parsed allocation document and group its jobs by the GPUs they share."""
-    if sharing not in SHARING_MODES:
-        raise InputError(f"unknown sharing mode {sharing!r}", field="--sharing", valid=", ".join(SHARING_MODES))
+    if sharing not in sharing_mode_names():
+        raise InputError(f"unknown sharing mode {sharing!r}", field="--sharing", valid=", ".join(sharing_mode_names()))
     if not isinstance(data, dict) or not isinstance(data.get("allocations"), list):
         raise InputError("has no 'allocations' list", source=source, field="allocations",
                          valid="the output of colocate schedule --json")
@@ -364,19 +350,18 @@ def build_plan(
 
     # partners: symmetric, same GPUs
     for i, fields in placed:
-        partner = fields["partner"]
-        if partner is None:
-            continue
-        j = index_of.get(partner)
-        other = entries[j] if j is not None else None
-        if other is None or not other["placed"] or other["partner"] != fields["job"]:
-            raise InputError(f"job {fields['job']!r} names partner {partner!r}, which does not name it back",
-                             source=source, field=f"allocations[{i}].partner",
-                             valid="partners that name each other and are both placed")
-        for key in ("gpu_type", "nodes", "gpus"):
-            if fields[key] != other[key]:
-                raise InputError(f"partners {fields['job']!r} and {partner!r} differ in {key}", source=source,
-                                 field=f"allocations[{i}].{key}", valid="the same GPUs for both jobs of a pair")
+        group = {fields["job"], *fields["others"]}
+        for partner in fields["others"]:
+            j = index_of.get(partner)
+            other = entries[j] if j is not None else None
+            if other is None or not other["placed"] or {other["job"], *other["others"]} != group:
+                raise InputError(f"job {fields['job']!r} names partner {partner!r}, which does not name it back",
+                                 source=source, field=f"allocations[{i}].partner",
+                                 valid="partners that name each other and are both placed")
+            for key in ("gpu_type", "nodes", "gpus"):
+                if fields[key] != other[key]:
+                    raise InputError(f"partners {fields['job']!r} and {partner!r} differ in {key}", source=source,
+                                     field=f"allocations[{i}].{key}", valid="the same GPUs for every job of a group")
     # one group per GPU set; no GPU used by two groups
     groups: list[GpuGroup] = []
     used: dict[tuple[str, int, int], str] = {}
@@ -384,10 +369,7 @@ def build_plan(
     for i, fields in placed:
         if fields["job"] in seen:
             continue
-        members = [(i, fields)]
-        if fields["partner"] is not None:
-            j = index_of[fields["partner"]]
-            members.append((j, entries[j]))
+        members = [(i, fields)] + [(index_of[o], entries[index_of[o]]) for o in fields["others"]]
         for node in fields["nodes"]:
             for gpu in fields["gpus"]:
                 slot = (fields["gpu_type"], node, gpu)

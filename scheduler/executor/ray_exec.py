@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from colocate.errors import InputError
-from profiler.signals import sigterm_as_interrupt
+from profiler.errors import InputError
 from profiler.ray_backend import ROUTING_FRACTION, require_ray, routing_resource
+from profiler.signals import sigterm_as_interrupt
 from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings, run_groups
 from scheduler.executor.plan import GpuGroup, LaunchPlan
 from scheduler.executor.progress_board import ProgressBoard
@@ -43,7 +43,8 @@ def run_group_task(group: GpuGroup, settings: LaunchSettings, board: Any) -> lis
     settings = replace(settings, python=sys.executable)  # this node's interpreter, not the driver's
     assigned = [str(g) for g in ray.get_gpu_ids()]
     node_id = ray.get_runtime_context().get_node_id()
-    last_time, last_states = [0.0], [()]
+    last_time: list[float] = [0.0]
+    last_states: list[tuple[str, ...]] = [()]
 
     def report(statuses: list[JobStatus]) -> None:
         # at most every POLL_INTERVAL_S, but at once when a job changes state (one finished, one failed)

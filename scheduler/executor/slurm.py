@@ -23,6 +23,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from profiler.sharing import sharing_mode
 from scheduler.executor.command import TRAINER_MODULE, RunSettings, job_argv
 from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment, safe_name
 
@@ -124,12 +125,7 @@ def render_script(group: GpuGroup, run: RunSettings, options: SlurmOptions, sour
         '    kill -KILL -- "-$pid" 2>/dev/null || true',
         "  done",
     ]
-    if group.sharing == "mps":
-        lines += [
-            "  # quit only the daemon this script started (its pipe directory is private), after its clients",
-            '  if [[ -n "$MPS_STARTED" ]]; then echo quit | nvidia-cuda-mps-control || true; fi',
-            '  if [[ -n "$MPS_ROOT" ]]; then rm -rf "$MPS_ROOT"; fi',
-        ]
+    lines += sharing_mode(group.sharing).slurm_teardown
     lines += [
         "}",
         "trap cleanup EXIT",
@@ -139,17 +135,7 @@ def render_script(group: GpuGroup, run: RunSettings, options: SlurmOptions, sour
     ]
     if group.multi_node:
         lines += ['HEAD_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"', ""]
-    if group.sharing == "mps":
-        lines += [
-            "# private MPS control daemon for this GPU group (pipe/log dirs 0700, exported to both jobs)",
-            'MPS_ROOT="$(mktemp -d "${TMPDIR:-/tmp}/colocate-mps.XXXXXX")"',
-            'chmod 700 "$MPS_ROOT"',
-            'export CUDA_MPS_PIPE_DIRECTORY="$MPS_ROOT/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_ROOT/log"',
-            'mkdir -m 700 "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"',
-            'nvidia-cuda-mps-control -d || { echo "colocate: could not start the MPS daemon" >&2; exit 1; }',
-            "MPS_STARTED=1",
-            "",
-        ]
+    lines += sharing_mode(group.sharing).slurm_setup
     for job in group.jobs:
         lines += [f"# job {job.name}: {'model ' + str(job.model) if job.builtin else 'user command'}, "
                   f"global batch {job.batch_size}",

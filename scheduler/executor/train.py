@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from profiler.files import atomic_write_text
 from profiler.signals import die_with_parent
 
 PROGRESS_INTERVAL_S = 0.5
@@ -32,9 +33,7 @@ PROGRESS_INTERVAL_S = 0.5
 
 def write_progress(path: Path, payload: dict[str, Any]) -> None:
     """Replace ``path`` atomically so readers never see half a file."""
-    temp = path.with_name(f".{path.name}.tmp")
-    temp.write_text(json.dumps(payload))
-    os.replace(temp, path)
+    atomic_write_text(path, json.dumps(payload), durable=False)  # rewritten twice a second: no fsync
 
 
 def read_progress(path: Path) -> dict[str, Any] | None:
@@ -138,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.synchronize(device)
     if reporter:
         with contextlib.suppress(Exception):
-            loss_value = float(loss.detach())  # type: ignore[possibly-undefined]
+            loss_value = float(loss.detach())  # loss is bound once a step has run; suppressed otherwise
         report("stopped" if stop["requested"] and (args.steps == 0 or step < args.steps) else "finished")
         print(f"[{args.job}] {'stopped' if stop['requested'] else 'finished'} after {step} steps", flush=True)
     if world > 1:

@@ -19,10 +19,11 @@ policy object per simulation (baselines keep per-run bookkeeping such as attaine
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 from scheduler.policy import Policy
 
 

@@ -10,8 +10,8 @@ allocations the placement stage (:func:`scheduler.placement.place`) can realise.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from scheduler.cluster import Cluster, GpuType
 from scheduler.configs import Configuration
@@ -150,6 +150,7 @@ def arrival_order(jobs: Sequence[Job]) -> list[Job]:
 
 def current_shape(job: Job, options: Mapping[str, tuple[Shape, GoodputEstimate]]) -> tuple[Shape, GoodputEstimate] | None:
     """The job's present (type, shape) if it is running on a type it can still use."""
-    if not job.is_running or job.current_gpu_type not in options:
+    gpu_type = job.current_gpu_type
+    if not job.is_running or gpu_type is None or gpu_type not in options:
         return None
-    return options[job.current_gpu_type]
+    return options[gpu_type]

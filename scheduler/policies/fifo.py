@@ -8,12 +8,20 @@ start (first-fit backfilling), so one large request does not block the queue.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
-from scheduler.policies.common import FreeGpus, arrival_order, current_shape, job_shapes, make_decision, single, unaware_type
+from scheduler.policies.common import (
+    FreeGpus,
+    arrival_order,
+    current_shape,
+    job_shapes,
+    make_decision,
+    single,
+    unaware_type,
+)
 from scheduler.policy import Allocation, RoundContext, RoundDecision
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job

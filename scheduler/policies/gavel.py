@@ -24,15 +24,15 @@ combinations are ranked by ``x_ct / f_ct`` where ``f_ct`` is the fraction of
 rounds (since its jobs arrived) the combination has received on ``t`` (never received: first), and admitted
 greedily while capacity lasts, skipping combinations whose jobs are already placed; jobs in
 checkpoint-restore keep their GPUs first (as in Sia's simulator). Between Gavel rounds running
-combinations keep their GPUs and GPUs freed by finished jobs are refilled in priority order. The received fractions are the policy's
-own bookkeeping of its decisions.
+combinations keep their GPUs and GPUs freed by finished jobs are refilled in priority order. The received
+fractions are the policy's own bookkeeping of its decisions.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from scheduler.cluster import Cluster
 from scheduler.goodput import GoodputEstimate
@@ -136,7 +136,8 @@ class GavelPolicy:
         else:  # never leave a round without an answer: each job on its fastest type
             best: dict[str, _Option] = {}
             for o in options:
-                if len(o.combo) == 1 and (o.combo[0] not in best or o.estimates[0].goodput > best[o.combo[0]].estimates[0].goodput):
+                better = o.combo[0] not in best or o.estimates[0].goodput > best[o.combo[0]].estimates[0].goodput
+                if len(o.combo) == 1 and better:
                     best[o.combo[0]] = o
             fractions = {o.key: 1.0 for o in best.values()}
         self.lp_solves += 1

@@ -14,8 +14,8 @@ the round), so the policy needs no simulator internals.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job

@@ -1,0 +1,120 @@
+"""Which job groups get a column before pricing: job classes, the networkx compatibility graph, top-k seeds."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from scheduler.configs import Configuration
+from scheduler.ilp.config import IlpConfig
+from scheduler.jobs import Job
+
+if TYPE_CHECKING:  # pragma: no cover
+    from scheduler.colocation import ColocationTable
+    from scheduler.ilp.columns import JobColumns
+
+
+def class_key(job: Job) -> tuple[str, str]:
+    return (job.application, job.job_type)
+
+
+def pair_candidates(jobs: Sequence[Job], options: Sequence["JobColumns"], configs: tuple[Configuration, ...],
+                    colocation: "ColocationTable", cfg: IlpConfig) -> tuple[set[tuple[int, int]], "object"]:
+    """Unordered job pairs worth a pair variable, and the class-level compatibility graph.
+
+    Jobs are grouped into classes (application, job type): ratios depend only on the class and GPU type.
+    The networkx graph has one node per class and an edge where some GPU type gives ``ρ_a, ρ_b > 0`` and
+    ``ρ_a + ρ_b ≥ 1 + β`` (weight = the best such sum). Each job takes up to ``top_k`` partners from its
+    classes' neighbours, best edge first; within a partner class, partners are spread by rank (job j of
+    class A meets jobs near rank j·|B|/|A| of class B, both sorted by preferred shape) so that many
+    disjoint pairs exist, instead of every job naming the same few partners.
+    With ``pair_candidates="all"`` every pair of jobs in adjacent classes is a candidate.
+    """
+    classes: dict[tuple[str, str], list[int]] = {}
+    for i, job in enumerate(jobs):
+        if any(configs[ci].single_node for ci in options[i].single):
+            classes.setdefault(class_key(job), []).append(i)
+    graph = _class_graph(jobs, classes, colocation, cfg)
+    pairs: set[tuple[int, int]] = set()
+    if cfg.pair_candidates == "all":
+        for a, b in graph.edges:
+            for i in classes[a]:
+                for k in classes[b]:
+                    if i != k:
+                        pairs.add((min(i, k), max(i, k)))
+        return pairs, graph
+    if cfg.top_k == 0:
+        return pairs, graph
+
+    def shape_key(i: int) -> tuple:
+        opts = options[i].single
+        best_ci = max(opts, key=lambda ci: opts[ci][0])
+        c = configs[best_ci]
+        return (c.gpu_type, c.num_gpus, -opts[best_ci][0], jobs[i].name)
+
+    ordered = {key: sorted(members, key=shape_key) for key, members in classes.items()}
+    rank = {i: r for members in ordered.values() for r, i in enumerate(members)}
+    for a, members in ordered.items():
+        neighbours = sorted(graph[a].items(), key=lambda kv: (-kv[1]["weight"], kv[0]))
+        for i in members:
+            # round-robin over the neighbouring classes, best edge first: one partner from each of the
+            # top classes before a second from any, so a job's candidates are not all of one kind
+            chosen: list[int] = []
+            offset = {b: 0 for b, _ in neighbours}
+            while len(chosen) < cfg.top_k:
+                progressed = False
+                for b, _ in neighbours:
+                    if len(chosen) >= cfg.top_k:
+                        break
+                    pool = ordered[b]
+                    start = rank[i] + 1 if a == b else (rank[i] * len(pool)) // len(members)
+                    while offset[b] < len(pool):
+                        k = pool[(start + offset[b]) % len(pool)]
+                        offset[b] += 1
+                        if k != i and k not in chosen:
+                            chosen.append(k)
+                            progressed = True
+                            break
+                if not progressed:
+                    break
+            for k in chosen:
+                pairs.add((min(i, k), max(i, k)))
+    return pairs, graph
+
+
+
+def _class_graph(jobs: Sequence[Job], classes: dict[tuple[str, str], list[int]], colocation: "ColocationTable",
+                 cfg: IlpConfig) -> "object":
+    """networkx graph of job classes; an edge (weight = best ratio sum) where some GPU type makes the pair pay."""
+    import networkx as nx
+
+    graph = nx.Graph()
+    graph.add_nodes_from(classes)
+    keys = list(classes)
+    types = sorted(colocation.gpu_types)
+    for a_pos, a in enumerate(keys):
+        rep_a = jobs[classes[a][0]]
+        for b in keys[a_pos:]:
+            rep_b = jobs[classes[b][0]]
+            if a == b and len(classes[a]) < 2:
+                continue
+            best = 0.0
+            for t in types:
+                r = colocation.lookup(t, rep_a, rep_b)
+                if r is None or r[0] <= 0 or r[1] <= 0:
+                    continue
+                best = max(best, r[0] + r[1])
+            if best >= 1 + cfg.min_benefit:
+                graph.add_edge(a, b, weight=best)
+    return graph
+
+
+def beneficial_ratio(colocation: "ColocationTable", cache: dict[str, tuple[float, float] | None], gpu_type: str,
+                      a: Job, b: Job, min_benefit: float) -> tuple[float, float] | None:
+    """The pair's ratios on ``gpu_type`` if both are positive and sum to ≥ 1 + min_benefit, else None (cached)."""
+    if gpu_type not in cache:
+        cache[gpu_type] = colocation.lookup(gpu_type, a, b)
+    r = cache[gpu_type]
+    if r is None or r[0] <= 0 or r[1] <= 0 or r[0] + r[1] < 1 + min_benefit:
+        return None
+    return r
+

@@ -1,0 +1,270 @@
+"""Columns of the round ILP: each job's valid configurations (Sia's normalised, restart-adjusted goodput,
+dominance-filtered) and the group columns built from them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+import numpy as np
+
+from scheduler.cluster import Cluster
+from scheduler.configs import Configuration
+from scheduler.goodput import GoodputEstimate, GoodputModel, estimate_arrays
+from scheduler.ilp.candidates import beneficial_ratio
+from scheduler.ilp.config import IlpConfig
+from scheduler.ilp.objective import Objective
+from scheduler.ilp.problem import RoundProblem
+from scheduler.jobs import Job
+
+if TYPE_CHECKING:  # pragma: no cover
+    from scheduler.colocation import ColocationTable
+
+
+def restart_factor(job: Job, restart_cost_s: float) -> float:
+    """Sia's ``max(T − N·S, 0) / (T + S)``: how much of a move's goodput survives the restart."""
+    denom = job.age_s + restart_cost_s
+    if denom <= 0:
+        return 1.0
+    return max(job.age_s - job.restarts * restart_cost_s, 0.0) / denom
+
+
+def pair_move_values(a: Job, b: Job, c: Configuration, ga: float, gb: float, restart_cost_s: float
+                     ) -> tuple[float, float]:
+    """Normalised goodputs ``(G'_a, G'_b)`` of ``a`` and ``b`` sharing ``c`` after the partner-move restart.
+
+    Joining a partner keeps a job's configuration but moves one job onto the other's GPUs: a
+    checkpoint-restore. When the two are not already partners and both run now on c's type and GPU count,
+    one must move; the member of lower ``G`` does (``b`` on a tie) and its value takes its restart factor.
+    A member on another configuration already carries the factor in ``G``; one not running pays nothing.
+    """
+    if a.current_partner == b.name and b.current_partner == a.name:
+        return ga, gb
+    here = (c.gpu_type, c.num_gpus)
+    if not (a.is_running and b.is_running and (a.current_gpu_type, a.current_num_gpus) == here
+            and (b.current_gpu_type, b.current_num_gpus) == here):
+        return ga, gb
+    if ga >= gb:
+        return ga, gb * restart_factor(b, restart_cost_s)
+    return ga * restart_factor(a, restart_cost_s), gb
+
+
+def shape_for(job: Job, gpu_type: str, per_node: int) -> tuple[Configuration, Configuration] | None:
+    """A rigid job's (reserved, used) shapes on a type: its own count; multi-node jobs take whole nodes."""
+    n = job.num_gpus
+    if n <= per_node:
+        return Configuration(gpu_type, 1, n), Configuration(gpu_type, 1, n)
+    nodes = -(-n // per_node)
+    return Configuration(gpu_type, nodes, nodes * per_node), Configuration(gpu_type, nodes, n)
+
+
+@dataclass
+class JobColumns:
+    """Per job: columns to offer alone (after dominance) and every valid single-node configuration (for pairs).
+
+    Both map a configuration index to (normalised G after the restart factor, estimate).
+    """
+
+    alone: dict[int, tuple[float, GoodputEstimate]] = field(default_factory=dict)
+    single: dict[int, tuple[float, GoodputEstimate]] = field(default_factory=dict)
+    pinned: bool = False
+    split_cache: dict[str, dict[int, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The configurations one kind of job may use: reserved (capacity) and used (goodput) shapes.
+
+    Shapes are sorted by (GPU type, size) so dominance is one running maximum over the array.
+    """
+
+    reserved: "np.ndarray"          # indices into the round's configuration list
+    used: tuple[Configuration, ...]
+    type_of: "np.ndarray"           # small int per shape: its GPU type
+    size: "np.ndarray"              # reserved GPUs
+    single_node: "np.ndarray"       # bool
+    segment_start: "np.ndarray"     # bool: first shape of its GPU type
+
+
+def shapes_for(job: Job, cluster: Cluster, configs: tuple[Configuration, ...], index: dict[Configuration, int],
+                cfg: IlpConfig, sia_shapes: frozenset[Configuration]) -> Shapes:
+    entries: list[tuple[int, int, int, Configuration]] = []  # (type, size, reserved index, used shape)
+    types = {name: n for n, name in enumerate(cluster.type_names)}
+    for t in cluster:
+        if job.memory_gb is not None and job.memory_gb > t.memory_gb:
+            continue
+        if job.adaptive:
+            cap = job.max_gpus if job.max_gpus is not None else cfg.max_gpus_per_job
+            for c in configs:
+                if c.gpu_type == t.name and (cap is None or c.num_gpus <= cap) and c in sia_shapes:
+                    entries.append((types[t.name], c.num_gpus, index[c], c))
+        else:
+            shapes = shape_for(job, t.name, t.gpus_per_node)
+            if shapes is None or shapes[0] not in index:
+                continue
+            entries.append((types[t.name], shapes[0].num_gpus, index[shapes[0]], shapes[1]))
+    entries.sort(key=lambda e: (e[0], e[1]))
+    type_of = np.array([e[0] for e in entries], dtype=int)
+    start = np.ones(len(entries), dtype=bool)
+    if len(entries) > 1:
+        start[1:] = type_of[1:] != type_of[:-1]
+    return Shapes(
+        reserved=np.array([e[2] for e in entries], dtype=int), used=tuple(e[3] for e in entries),
+        type_of=type_of, size=np.array([e[1] for e in entries], dtype=int),
+        single_node=np.array([configs[e[2]].single_node for e in entries], dtype=bool), segment_start=start,
+    )
+
+
+def job_options(jobs: Sequence[Job], shapes: Shapes, configs: tuple[Configuration, ...], goodput: GoodputModel,
+                 cfg: IlpConfig, type_index: Mapping[str, int]) -> list[JobColumns]:
+    """Valid configurations of jobs sharing one set of shapes, with Sia's normalised, restart-adjusted
+    goodput, dominance-filtered: one :class:`JobColumns` per job.
+
+    The jobs' estimates are stacked into (jobs × shapes) arrays so each step is one numpy operation for
+    the whole group rather than one per job (shapes number ~30, so per-job calls cost mostly overhead).
+    """
+    outs = [JobColumns() for _ in jobs]
+    if not shapes.used or not jobs:
+        return outs
+    per_job = [estimate_arrays(goodput, job, shapes.used) for job in jobs]
+    raw = np.array([a.goodput for a in per_job], dtype=float)
+    g = np.nan_to_num(raw, nan=0.0)
+    valid = g > 0
+    running = np.array([job.is_running for job in jobs], dtype=bool)
+    current_type = np.array([type_index.get(job.current_gpu_type, -1) if job.is_running else -1 for job in jobs])
+    current_size = np.array([job.current_num_gpus if job.is_running else -1 for job in jobs])
+    is_current = (running[:, None] & (shapes.type_of[None, :] == current_type[:, None])
+                  & (shapes.size[None, :] == current_size[:, None]))
+    # a pinned job that can run on its current configuration is held there
+    pinned = np.array([job.pinned for job in jobs], dtype=bool) & (valid & is_current).any(axis=1)
+    valid = np.where(pinned[:, None], valid & is_current, valid)
+    smallest = np.where(valid, g, np.inf).min(axis=1)
+    G = np.where(valid, g / smallest[:, None], 0.0)
+    factor = np.array([restart_factor(job, cfg.restart_cost_s) for job in jobs])
+    G = np.where(is_current | ~running[:, None], G, G * factor[:, None])
+    valid &= G > 0
+    G = np.where(valid, G, 0.0)
+    # dominance inside each GPU type: shapes are sorted by (type, size); lifting each type's values above
+    # the previous types' lets one running maximum serve every segment
+    lifted = G + shapes.type_of[None, :] * (G.max(axis=1)[:, None] + 1.0)
+    running_max = np.maximum.accumulate(lifted, axis=1)
+    prev = np.empty_like(running_max)
+    prev[:, 0] = -np.inf
+    prev[:, 1:] = running_max[:, :-1]
+    prev[:, shapes.segment_start] = -np.inf
+    keep = valid & (lifted > prev + 1e-12 * np.abs(lifted))
+    rows, cols = np.nonzero((keep | (valid & shapes.single_node[None, :])) & (raw > 0))
+    # plain Python lists for the per-entry loop: indexing numpy scalars one by one costs more than the
+    # estimates themselves
+    g_l = G[rows, cols].tolist()
+    batch_l = np.array([a.batch_size for a in per_job], dtype=float)[rows, cols].tolist()
+    thr_l = np.array([a.throughput for a in per_job], dtype=float)[rows, cols].tolist()
+    eff_l = np.array([a.efficiency for a in per_job], dtype=float)[rows, cols].tolist()
+    keep_l, single_l = keep[rows, cols].tolist(), shapes.single_node[cols].tolist()
+    ci_l, row_l = shapes.reserved[cols].tolist(), rows.tolist()
+    for n in range(len(row_l)):
+        out = outs[row_l[n]]
+        entry = (g_l[n], GoodputEstimate(int(batch_l[n]), thr_l[n], eff_l[n]))
+        if keep_l[n]:
+            out.alone[ci_l[n]] = entry
+        if single_l[n]:
+            out.single[ci_l[n]] = entry
+    for out, is_pinned in zip(outs, pinned.tolist()):
+        out.pinned = is_pinned
+    return outs
+
+
+def split_beats_pair(a: JobColumns, b: JobColumns, c: Configuration, configs: tuple[Configuration, ...],
+                      va: float, vb: float, cfg: IlpConfig) -> bool:
+    """True when ``a`` and ``b`` alone on two shapes of c's type with n_a + n_b ≤ n_c do at least as well.
+
+    Such a pair column can never improve the optimum (it uses as many GPUs of the same type for no more
+    objective), so it is not generated. Only single-node shapes can fit inside a single-node pair.
+    """
+    if c.num_gpus < 2:
+        return False
+    pair_w = Objective.of(cfg).column_weight((va, vb))
+    best_a = a.split_cache.get(c.gpu_type)
+    if best_a is None:
+        best_a = best_weight_by_size(a, c.gpu_type, configs, cfg)
+    best_b = b.split_cache.get(c.gpu_type)
+    if best_b is None:
+        best_b = best_weight_by_size(b, c.gpu_type, configs, cfg)
+    n = c.num_gpus
+    for na, wa in best_a.items():
+        for nb, wb in best_b.items():
+            if na + nb <= n and wa + wb <= pair_w:
+                return True
+    return False
+
+
+def best_weight_by_size(opts: JobColumns, gpu_type: str, configs: tuple[Configuration, ...], cfg: IlpConfig
+                         ) -> dict[int, float]:
+    """Single-node size -> the best (lowest) weight of running the job alone on at most that many GPUs."""
+    cached = opts.split_cache.get(gpu_type)
+    if cached is not None:
+        return cached
+    objective = Objective.of(cfg)
+    weights: dict[int, float] = {}
+    for ci, (g, _) in opts.single.items():
+        c = configs[ci]
+        if c.gpu_type == gpu_type:
+            weights[c.num_gpus] = min(weights.get(c.num_gpus, math.inf), objective.column_weight((g,)))
+    best: dict[int, float] = {}
+    running = math.inf
+    for n in sorted(weights):
+        running = min(running, weights[n])
+        best[n] = running
+    opts.split_cache[gpu_type] = best
+    return best
+
+
+
+
+def add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int]], options: Sequence[JobColumns],
+                      colocation: "ColocationTable", cfg: IlpConfig) -> None:
+    """Pair columns for candidate job pairs: every common single-node configuration that is not dominated."""
+    jobs, configs_t = problem.jobs, problem.configs
+    mem_of = {t.name: t.memory_gb for t in problem.cluster}
+    single_node = [c.single_node for c in configs_t]
+    order_key = [(c.gpu_type, c.num_gpus) for c in configs_t]
+    new: list[tuple] = []
+    ratio_caches: dict[tuple[str, ...], dict[str, tuple[float, float] | None]] = {}
+    for i, k in candidates:
+        a, b = jobs[i], jobs[k]
+        if options[i].pinned or options[k].pinned:
+            # a pinned job keeps its configuration; it may keep (not gain) a partner
+            if not (a.current_partner == b.name and b.current_partner == a.name):
+                continue
+        # ratios depend only on the two jobs' classes: one cache per class pair for the whole call
+        ratio_cache = ratio_caches.setdefault((a.application, a.job_type, b.application, b.job_type), {})
+        kept: dict[str, list[tuple[float, float]]] = {}
+        single_k = options[k].single
+        common = sorted(
+            (ci for ci in options[i].single if ci in single_k and single_node[ci]), key=order_key.__getitem__,
+        )
+        for ci in common:
+            c = configs_t[ci]
+            r = beneficial_ratio(colocation, ratio_cache, c.gpu_type, a, b, cfg.min_benefit)
+            if r is None:
+                continue
+            if a.memory_gb is not None and b.memory_gb is not None:
+                if a.memory_gb + b.memory_gb + 2 * cfg.context_memory_gb > mem_of[c.gpu_type]:
+                    continue
+            gi, ei = options[i].single[ci]
+            gk, ek = options[k].single[ci]
+            gi, gk = pair_move_values(a, b, c, gi, gk, cfg.restart_cost_s)
+            if gi <= 0 or gk <= 0:
+                continue  # the mover's restart leaves it nothing (as for G_ic = 0, the column is dropped)
+            vi, vk = gi * r[0], gk * r[1]
+            seen = kept.setdefault(c.gpu_type, [])
+            if any(pi >= vi and pk >= vk for pi, pk in seen):
+                continue  # a smaller shape of this type is at least as good for both jobs
+            if split_beats_pair(options[i], options[k], c, configs_t, vi, vk, cfg):
+                continue  # running both alone on the same GPUs, split, is at least as good
+            seen.append((vi, vk))
+            new.append(((i, k), ci, (vi, vk), (ei, ek), (r[0], r[1])))
+    problem.add_columns([n[0] for n in new], [n[1] for n in new], [n[2] for n in new], [n[3] for n in new],
+                        [n[4] for n in new])
+

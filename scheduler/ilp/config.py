@@ -1,0 +1,84 @@
+"""The round ILP's knobs: one frozen dataclass, the single source of defaults, checks and CLI help.
+
+Each field carries its command-line help in ``metadata`` (``colocate schedule`` builds its ILP options from
+these fields, so defaults and checks are never restated there).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from colocate.errors import InputError
+
+SOLVERS = ("highs", "pulp-highs", "cbc")
+CANDIDATE_MODES = ("top-k", "all")
+
+
+def _opt(default: object, help: str, flag: str | None = None) -> object:
+    """A field default with its command-line help (and flag, when it differs from --<name>)."""
+    return field(default=default, metadata={"help": help, "flag": flag})
+
+
+@dataclass(frozen=True)
+class IlpConfig:
+    """Knobs of the round ILP (all have the defaults used in the README and benchmarks).
+
+    ``p``: goodput power (Sia −0.5; must not be 0). ``lambda_unallocated``: penalty λ per unallocated job
+    (used when p < 0). ``restart_cost_s``: Sia's S. ``packing``: add group (pair, triple) variables.
+    ``max_group_size``: 2 (pairs) or 3 (pairs and triples). ``top_k``: partners per job, seeded from the
+    compatibility graph and added per pricing pass; ``min_benefit``: β, a group needs ``Σ ρ ≥ 1 + β``.
+    ``pair_candidates``: "top-k" (ours) or "all" (every compatible pair, as in Gavel's packed LP; for
+    comparisons). ``pricing_passes``: column-generation passes (0: seeds only); ``seed_partners``: start
+    from the graph's top-k partners (else from singles only). ``time_limit_s`` (pricing and solving
+    together; when it runs out the best incumbent, else the greedy selection, answers) and ``mip_gap`` (relative gap of the
+    objective; rounds of ≤ 5,000 variables use at most 0.01 %) always go to the solver. ``solver``:
+    "highs" (highspy), "pulp-highs" (HiGHS through PuLP) or "cbc" (through PuLP). ``max_gpus_per_job``
+    caps multi-node shapes of adaptive jobs (None: the job's own ``max_gpus`` or the cluster).
+    ``context_memory_gb``: per process CUDA context added when checking a group's memory.
+    """
+
+    p: float = _opt(-0.5, "Goodput power: -0.5 = Sia (fairness), 1 = sum of normalised goodputs.")
+    lambda_unallocated: float = _opt(1.1, "Penalty per unallocated job (p < 0).", "--lambda")
+    restart_cost_s: float = _opt(25.0, "Sia's restart cost S, seconds.", "--restart-cost")
+    packing: bool = _opt(True, "Group variables (co-location); --no-packing is exactly Sia's ILP.")
+    max_group_size: int = _opt(2, "Jobs per GPU group: 2 (pairs) or 3 (pairs and triples).")
+    top_k: int = _opt(3, "Partners considered per job.")
+    min_benefit: float = _opt(0.05, "A group needs the sum of its ratios >= 1 + this.")
+    pair_candidates: Literal["top-k", "all"] = _opt("top-k", "top-k (ours) or all (every compatible pair).")
+    pricing_passes: int = _opt(2, "Column-generation passes on the LP relaxation (0: seeds only).")
+    seed_partners: bool = _opt(True, "Seed partners from the compatibility graph before pricing.")
+    time_limit_s: float = _opt(10.0, "Time limit of pricing and solving, seconds.", "--time-limit")
+    mip_gap: float = _opt(5e-3, "Relative MIP gap at which the solver stops.", "--gap")
+    solver: Literal["highs", "pulp-highs", "cbc"] = _opt("highs", "highs | pulp-highs | cbc.")
+    threads: int | None = _opt(1, "Solver threads.")
+    max_gpus_per_job: int | None = _opt(None, "Cap on an adaptive job's GPUs (default: the job's max_gpus).")
+    context_memory_gb: float = _opt(0.5, "CUDA context per process added to a group's memory, GB.")
+
+    def __post_init__(self) -> None:
+        if self.p == 0 or not math.isfinite(self.p):
+            raise InputError(f"p = {self.p} is not allowed", field="p",
+                             valid="a finite non-zero number, e.g. -0.5 (Sia) or 1 (sum of goodputs)")
+        if self.lambda_unallocated < 0 or not math.isfinite(self.lambda_unallocated):
+            raise InputError(f"{self.lambda_unallocated}", field="lambda_unallocated", valid="a number >= 0")
+        if self.restart_cost_s < 0:
+            raise InputError(f"{self.restart_cost_s}", field="restart_cost_s", valid="seconds >= 0")
+        if self.max_group_size not in (2, 3):
+            raise InputError(f"{self.max_group_size}", field="max_group_size", valid="2 or 3")
+        if self.top_k < 0:
+            raise InputError(f"{self.top_k}", field="top_k", valid="an integer >= 0")
+        if self.pricing_passes < 0:
+            raise InputError(f"{self.pricing_passes}", field="pricing_passes", valid="an integer >= 0")
+        if self.time_limit_s <= 0 or not math.isfinite(self.time_limit_s):
+            raise InputError(f"{self.time_limit_s}", field="time_limit_s", valid="seconds > 0")
+        if not 0 <= self.mip_gap < 1:
+            raise InputError(f"{self.mip_gap}", field="mip_gap", valid="a fraction in [0, 1)")
+        if self.solver not in SOLVERS:
+            raise InputError(f"unknown solver {self.solver!r}", field="solver", valid=", ".join(SOLVERS))
+        if self.pair_candidates not in CANDIDATE_MODES:
+            raise InputError(f"{self.pair_candidates!r}", field="pair_candidates", valid=", ".join(CANDIDATE_MODES))
+        if self.threads is not None and self.threads < 1:
+            raise InputError(f"{self.threads}", field="threads", valid="an integer >= 1")
+        if self.context_memory_gb < 0:
+            raise InputError(f"{self.context_memory_gb}", field="context_memory_gb", valid="GB >= 0")

@@ -1,0 +1,262 @@
+"""Pricing (column generation) as an explicit stage: LP relaxation, duals, pairs of negative reduced cost.
+
+:func:`price_pair_columns` runs between building and solving (:func:`scheduler.ilp.solve.solve_round`);
+it is the only stage after the build that adds columns to a :class:`RoundProblem`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from scheduler.configs import Configuration
+from scheduler.ilp.candidates import beneficial_ratio, class_key
+from scheduler.ilp.columns import JobColumns, add_pair_columns
+from scheduler.ilp.config import IlpConfig
+from scheduler.ilp.highs import highs_lp
+from scheduler.ilp.objective import Objective
+from scheduler.ilp.problem import RoundProblem
+from scheduler.ilp.triples import add_triple_columns, dual_ranked_triples
+
+if TYPE_CHECKING:  # pragma: no cover
+    from scheduler.colocation import ColocationTable
+
+
+@dataclass
+class PricingData:
+    """What pricing needs beyond the columns: per-job options, the class graph, the table."""
+
+    options: Sequence[JobColumns]
+    graph: object
+    colocation: "ColocationTable"
+    plan: list[tuple] | None = None
+
+
+def _pricing_plan(problem: RoundProblem, options: Sequence[JobColumns], configs: tuple[Configuration, ...],
+                  colocation: "ColocationTable", graph: "object", cfg: IlpConfig) -> list[tuple]:
+    """What pricing loops over, computed once per round: per (class pair, single-node configuration) the
+    ratios and the member jobs valid there (ids ascending) with their normalised goodputs."""
+    data = problem.pricing
+    if data is not None and data.plan is not None:
+        return data.plan
+    jobs = problem.jobs
+    class_of: dict[tuple[str, str], list[int]] = {}
+    for i, job in enumerate(jobs):
+        if options[i].single and not options[i].pinned:
+            class_of.setdefault(class_key(job), []).append(i)
+    single_node = [ci for ci, c in enumerate(configs) if c.single_node]
+    members_at: dict[tuple[tuple[str, str], int], tuple["np.ndarray", "np.ndarray"]] = {}
+    for key, members in class_of.items():
+        for ci in single_node:
+            ids = [i for i in members if ci in options[i].single]
+            if ids:
+                members_at[(key, ci)] = (np.array(ids, dtype=int),
+                                         np.array([options[i].single[ci][0] for i in ids]))
+    plan: list[tuple] = []
+    for a_key, b_key in graph.edges:  # type: ignore[attr-defined]
+        if a_key not in class_of or b_key not in class_of:
+            continue
+        rep_a, rep_b = jobs[class_of[a_key][0]], jobs[class_of[b_key][0]]
+        ratios: dict[str, tuple[float, float] | None] = {}
+        for ci in single_node:
+            c = configs[ci]
+            r = beneficial_ratio(colocation, ratios, c.gpu_type, rep_a, rep_b, cfg.min_benefit)
+            if r is None:
+                continue
+            got_a, got_b = members_at.get((a_key, ci)), members_at.get((b_key, ci))
+            if got_a is None or got_b is None:
+                continue
+            plan.append((a_key, b_key, ci, r, got_a[0], got_a[1], got_b[0], got_b[1]))
+    if data is not None:
+        data.plan = plan
+    return plan
+
+
+
+
+def dual_ranked_partners(problem: RoundProblem, options: Sequence[JobColumns], configs: tuple[Configuration, ...],
+                         colocation: "ColocationTable", graph: "object", cfg: IlpConfig,
+                         prices: "tuple[np.ndarray, dict[str, float]]",
+                         exclude: "set[tuple[int, int]] | None" = None) -> set[tuple[int, int]]:
+    """Top-k partners per job with negative LP reduced cost (pricing for column generation).
+
+    With duals ``y_i`` (jobs) and ``μ_t`` (capacity), the reduced cost of pair (i, k, c) is
+    ``w(ρ_i G_ic) − y_i + w(ρ_k G_kc) − y_k − n_c μ_t`` (``w`` = the column weight of one member). For a
+    fixed configuration and pair of classes (A, B) the ratios are fixed, so it separates into
+    ``a_i + b_k + const``: the best pairs match A's jobs sorted by ``a`` with B's sorted by ``b``, rank
+    by rank (any matching of the best ranks is equally good, and rank alignment keeps them disjoint).
+    That costs a sort per (configuration, class pair) instead of a pass over all job pairs. Each job then
+    keeps its ``top_k`` partners of most negative reduced cost. Because the minimum of ``a_i + b_k`` is
+    always a rank-aligned pair, an empty answer proves no pair column anywhere has negative reduced cost:
+    iterating this to the end solves the all-pairs LP relaxation exactly.
+    """
+    y, mu = prices
+    jobs = problem.jobs
+    mem = [j.memory_gb for j in jobs]
+    cap_mem = {t.name: t.memory_gb for t in problem.cluster}
+    best: dict[int, list[tuple[float, int]]] = {}
+
+    weight = Objective.of(cfg).member_weight
+    for a_key, b_key, ci, r, ia, ga, ib, gb in _pricing_plan(problem, options, configs, colocation, graph, cfg):
+        c = configs[ci]
+        ia0, ga0 = ia, ga  # job ids ascending, as planned
+        score_a = weight(ga * r[0]) - y[ia]
+        score_b = weight(gb * r[1]) - y[ib]
+        const = -c.num_gpus * mu.get(c.gpu_type, 0.0)
+        ia, score_a = ia[np.argsort(score_a, kind="stable")], np.sort(score_a, kind="stable")
+        ib, score_b = ib[np.argsort(score_b, kind="stable")], np.sort(score_b, kind="stable")
+        if a_key == b_key:  # same class: pair neighbouring ranks (0,1), (1,2), (2,3), ...
+            # a table may give the two copies of one job type different ratios (the column's first
+            # member, the lower index, gets ratio_a): cost each pair with its real orientation
+            left, right = ia[:-1], ia[1:]
+            lo, hi = np.minimum(left, right), np.maximum(left, right)
+            g_lo = ga0[np.searchsorted(ia0, lo)]
+            g_hi = ga0[np.searchsorted(ia0, hi)]
+            cost = weight(g_lo * r[0]) - y[lo] + weight(g_hi * r[1]) - y[hi] + const
+            left, right = lo, hi
+        else:  # rank r of A with ranks r and r+1 of B (two partners each, still nearly disjoint)
+            m = min(len(ia), len(ib))
+            left = np.concatenate([ia[:m], ia[:m - 1] if m > 1 else ia[:0]])
+            right = np.concatenate([ib[:m], ib[1:m]])
+            cost = np.concatenate([score_a[:m] + score_b[:m], score_a[:m - 1] + score_b[1:m]]) + const
+        keep = cost < -1e-9
+        for i, k, value in zip(left[keep], right[keep], cost[keep]):
+            i, k = int(i), int(k)
+            if exclude is not None and (min(i, k), max(i, k)) in exclude:
+                continue  # already a candidate: do not let it use up one of the job's top-k slots
+            if mem[i] is not None and mem[k] is not None:
+                if mem[i] + mem[k] + 2 * cfg.context_memory_gb > cap_mem[c.gpu_type]:
+                    continue
+            best.setdefault(i, []).append((float(value), k))
+            best.setdefault(k, []).append((float(value), i))
+    pairs: set[tuple[int, int]] = set()
+    for i, found in best.items():
+        chosen: list[int] = []
+        for _, k in sorted(found):
+            if k not in chosen:
+                chosen.append(k)
+                if len(chosen) >= cfg.top_k:
+                    break
+        for k in chosen:
+            pairs.add((min(i, k), max(i, k)))
+    return pairs
+
+
+
+
+def price_reserved_singles(problem: RoundProblem, y: np.ndarray, mu: dict[str, float], per_job: int = 2
+                           ) -> np.ndarray:
+    """Held-back singles with negative reduced cost ``w_ic − y_i − n_c μ_t``: per job its ``per_job`` most
+    negative (indices into ``problem.reserved``)."""
+    res = problem.reserved
+    if res is None or res.num_left == 0:
+        return np.zeros(0, dtype=np.int64)
+    mu_t = np.array([mu.get(t, 0.0) for t in problem.cluster.type_names])
+    reduced = res.weight - y[res.job] - res.gpus * mu_t[res.type_of]
+    found = np.nonzero((reduced < -1e-9) & ~res.released)[0]
+    if not len(found):
+        return found
+    order = found[np.lexsort((reduced[found], res.job[found]))]
+    job = res.job[order]
+    starts = np.r_[0, np.nonzero(np.diff(job))[0] + 1]
+    position = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    return order[position < per_job]
+
+
+def _append_to_lp(h: Any, problem: RoundProblem, new: range, job_row: dict[int, int], cap_row: dict[str, int]) -> None:
+    """Add the problem's columns ``new`` to the HiGHS LP in ``h`` (warm start: the basis is kept)."""
+    starts, index, value = [0], [], []
+    for j in new:
+        for i in problem.members[j]:
+            index.append(job_row[i])
+            value.append(1.0)
+        index.append(cap_row[problem.configs[problem.conf[j]].gpu_type])
+        value.append(float(problem.gpus[j]))
+        starts.append(len(index))
+    h.addCols(len(new), np.asarray([problem.weight[j] for j in new], dtype=float), np.zeros(len(new)),
+              np.ones(len(new)), len(index), np.asarray(starts[:-1], dtype=np.int32),
+              np.asarray(index, dtype=np.int32), np.asarray(value, dtype=float))
+
+
+def _lp_model(problem: RoundProblem) -> tuple[Any, dict[int, int], dict[str, int]]:
+    """The LP relaxation in minimisation form in a HiGHS instance, with a capacity row for every type."""
+    import highspy
+
+    lp, job_row, cap_row = highs_lp(problem, minimise_form=True, all_capacity_rows=True)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    h.passModel(lp)
+    for t in problem.cluster.type_names:  # types without any column get a row too, so new columns can reference it
+        if t not in cap_row:
+            cap_row[t] = h.getNumRow()
+            h.addRow(-highspy.kHighsInf, float(problem.cluster.capacity(t)), 0, np.array([], dtype=np.int32),
+                     np.array([], dtype=float))
+    return h, job_row, cap_row
+
+
+def price_pair_columns(problem: RoundProblem, cfg: IlpConfig, deadline: float | None = None) -> int:
+    """Column generation on the LP relaxation: add priced-in columns to ``problem``; returns the pair passes.
+
+    Each pass solves the LP (warm-started: new columns are appended to the same HiGHS model), reads the
+    row duals, and adds held-back singles (:func:`price_reserved_singles`) and, for the first
+    ``cfg.pricing_passes`` passes, pairs (:func:`dual_ranked_partners`) of negative reduced cost. It stops
+    when nothing is added (the LP then equals the LP over every single and the pairs so far; with no pass
+    limit, the all-pairs LP relaxation) or at ``deadline`` (``time.perf_counter()`` seconds), when any
+    singles still held back are all added. The last LP solved is the round's LP bound and rounding start.
+    """
+    import highspy
+
+    data = problem.pricing
+    if data is None or problem.num_columns == 0:
+        return 0
+    h, job_row, cap_row = _lp_model(problem)
+    seen: set[tuple[int, ...]] = {m for m in problem.members if len(m) >= 2}
+    pair_passes, solved = 0, False
+    while not (deadline is not None and time.perf_counter() > deadline):
+        h.run()
+        solved = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+        if not solved:
+            break
+        solution = h.getSolution()
+        problem.lp_values = np.asarray(solution.col_value)
+        problem.lp_weight = float(h.getInfo().objective_function_value)
+        duals = np.asarray(solution.row_dual)
+        y = np.zeros(len(problem.jobs))
+        for i, row in job_row.items():
+            y[i] = duals[row]
+        mu = {t: float(duals[row]) for t, row in cap_row.items()}
+        first = problem.num_columns
+        problem.release_reserved(price_reserved_singles(problem, y, mu))
+        if data.graph is not None and pair_passes < cfg.pricing_passes:
+            pair_passes += 1
+            fresh = dual_ranked_partners(problem, data.options, problem.configs, data.colocation, data.graph, cfg,
+                                         prices=(y, mu), exclude=seen) - seen
+            fresh = {pair for pair in fresh if pair[0] in job_row and pair[1] in job_row}
+            seen |= fresh
+            add_pair_columns(problem, sorted(fresh), data.options, data.colocation, cfg)
+            problem.num_group_candidates += len(fresh)
+            if cfg.max_group_size >= 3:
+                trios = dual_ranked_triples(problem, data.options, data.colocation, cfg, (y, mu), seen)
+                seen |= trios
+                add_triple_columns(problem, sorted(trios), data.options, data.colocation, cfg)
+                problem.num_group_candidates += len(trios)
+        if problem.num_columns == first:
+            break  # nothing priced in: this LP is the round's LP
+        _append_to_lp(h, problem, range(first, problem.num_columns), job_row, cap_row)
+        solved = False
+    if not solved and problem.reserved is not None and problem.reserved.num_left:
+        first = problem.num_columns  # stopped early: every held-back single joins, the LP is solved once more
+        _append_to_lp(h, problem, problem.release_reserved(), job_row, cap_row)
+    if not solved and problem.lp_values is not None:
+        h.run()  # warm start: the LP over the final columns, for rounding and as the round's bound
+        if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
+            problem.lp_values = np.asarray(h.getSolution().col_value)
+            problem.lp_weight = float(h.getInfo().objective_function_value)
+        else:
+            problem.lp_weight = None
+    problem.pricing_passes = pair_passes
+    return pair_passes

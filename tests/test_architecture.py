@@ -1,0 +1,93 @@
+"""The dependency arrows of ARCHITECTURE.md hold: rooms in layers, no import cycles, one input-error type.
+
+The contracts live in ``pyproject.toml`` (``[tool.importlinter]``) and are checked with import-linter, the
+same check ``lint-imports`` runs in CI. A second test builds a tiny tree that breaks an arrow, so a
+contract that no longer catches anything fails here too.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ROOMS = ("models", "profiler", "scheduler", "colocate")
+
+
+def _lint(cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run import-linter on the ``pyproject.toml`` in ``cwd`` with ``cwd`` first on the path."""
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    code = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True, no_logo=True))"
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_repository_keeps_its_import_contracts() -> None:
+    pytest.importorskip("importlinter", reason="import-linter comes with the dev extra: pip install -e '.[dev]'")
+    done = _lint(REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 kept, 0 broken" in done.stdout
+
+
+def test_contracts_catch_an_upward_import_and_a_cycle(tmp_path: Path) -> None:
+    pytest.importorskip("importlinter", reason="import-linter comes with the dev extra: pip install -e '.[dev]'")
+    for room in ROOMS:
+        (tmp_path / room).mkdir()
+        (tmp_path / room / "__init__.py").write_text("")
+    (tmp_path / "colocate" / "cli.py").write_text("import scheduler.jobs\n")
+    (tmp_path / "scheduler" / "jobs.py").write_text("from colocate import cli\n")  # the arrow upwards
+    (tmp_path / "scheduler" / "a.py").write_text("import scheduler.b\n")
+    (tmp_path / "scheduler" / "b.py").write_text("def f():\n    import scheduler.a\n")  # a lazy cycle counts
+    section = (REPO / "pyproject.toml").read_text().split("[tool.importlinter]", 1)[1]
+    (tmp_path / "pyproject.toml").write_text("[tool.importlinter]" + section)
+    done = _lint(tmp_path)
+    assert done.returncode != 0
+    assert "0 kept, 2 broken" in done.stdout, done.stdout
+    assert "scheduler.jobs -> colocate.cli" in done.stdout
+
+
+def _project_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names & set(ROOMS)
+
+
+def test_one_input_error_type_in_a_module_that_imports_nothing_of_the_project() -> None:
+    from colocate.errors import InputError as analysis_error
+    from profiler.errors import InputError
+
+    assert analysis_error is InputError
+    assert _project_imports(REPO / "profiler" / "errors.py") == set()
+    defined = [p for room in ROOMS for p in (REPO / room).rglob("*.py") if "class InputError" in p.read_text()]
+    assert defined == [REPO / "profiler" / "errors.py"]
+
+
+
+def test_decision_checks_raise_a_named_exception_that_survives_python_O(tmp_path: Path) -> None:
+    """check_decision must not rely on ``assert`` statements, which ``python -O`` removes."""
+    script = textwrap.dedent("""
+        from scheduler.cluster import Cluster, GpuType
+        from scheduler.jobs import Job
+        from scheduler.policy import Allocation, InvalidDecision, RoundDecision, SolverInfo, check_decision
+        cluster = Cluster({"h100": GpuType("h100", nodes=1, gpus_per_node=1, memory_gb=80.0)})
+        jobs = [Job("a", "cifar10"), Job("b", "cifar10")]
+        two = (Allocation("a", "h100", 1, 64), Allocation("b", "h100", 1, 64))
+        try:
+            check_decision(RoundDecision(two, (), 0.0, SolverInfo("t", "ok", 0.0, 0.0)), jobs, cluster)
+        except InvalidDecision as err:
+            print("raised:", err)
+    """)
+    done = subprocess.run([sys.executable, "-O", "-c", script], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "raised: h100: 2 GPUs used > capacity 1" in done.stdout
