@@ -26,9 +26,10 @@ import math
 import random
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -304,7 +305,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for gpus, jobs in keys:
         group = [r for r in rows if (r["gpus"], r["jobs"]) == (gpus, jobs)]
 
-        def med(key: str) -> float:
+        def med(key: str, group: list[dict[str, Any]] = group) -> float:
             values = [r[key] for r in group if isinstance(r.get(key), (int, float)) and not math.isnan(r[key])]
             return statistics.median(values) if values else math.nan
 
@@ -414,7 +415,8 @@ def register_bench(bench_app: Any) -> None:
                 g, j = (int(x) for x in item.split(":"))
                 sia_cluster(g)
             except ValueError:
-                raise InputError(f"bad case {item!r}", field="--cases", valid="GPUS:JOBS with GPUS a multiple of 64")
+                raise InputError(f"bad case {item!r}", field="--cases",
+                                 valid="GPUS:JOBS with GPUS a multiple of 64") from None
             parsed.append((g, j))
         from scheduler.workloads import default_profiles_dir
 

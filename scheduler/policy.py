@@ -155,7 +155,8 @@ def check_decision(decision: RoundDecision, jobs: Sequence["Job"], cluster: "Clu
         _require(len(group) == len(a.others) + 1 and len(group) <= 3, f"{a.job}: bad group {sorted(group)}")
         for other in a.others:
             b = alloc.get(other)
-            _require(b is not None and {b.job, *b.others} == group, f"{a.job}: partner {other} is not paired back")
+            if b is None or {b.job, *b.others} != group:
+                raise InvalidDecision(f"{a.job}: partner {other} is not paired back")
             _require((b.gpu_type, b.num_gpus) == (a.gpu_type, a.num_gpus), f"{a.job}: group configs differ")
     for gpu_type, used in decision.gpus_used().items():
         cap = cluster.capacity(gpu_type)

@@ -19,7 +19,7 @@ and optionally how much work the job is). Readers, chosen by :func:`read_workloa
 :func:`poisson_workload` draws arrivals from a Poisson process with Philly's job-size mix
 (:data:`PHILLY_CLASS_MIX`, :data:`PHILLY_GPU_MIX`, measured on Sia's ``traces/philly.csv``).
 
-Every malformed row raises a one-line :class:`~colocate.errors.InputError` naming file, row and field.
+Every malformed row raises a one-line :class:`~profiler.errors.InputError` naming file, row and field.
 """
 
 from __future__ import annotations

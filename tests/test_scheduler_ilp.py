@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 import math
 import random
+from dataclasses import replace
 
 import networkx as nx
 import pytest

@@ -98,8 +98,14 @@ from __future__ import annotations
 
 from scheduler.ilp.build import build_problem, gc_paused
 from scheduler.ilp.candidates import beneficial_ratio, class_key, pair_candidates
-from scheduler.ilp.columns import (JobColumns, add_pair_columns, job_options, pair_move_values, restart_factor,
-                                   split_beats_pair)
+from scheduler.ilp.columns import (
+    JobColumns,
+    add_pair_columns,
+    job_options,
+    pair_move_values,
+    restart_factor,
+    split_beats_pair,
+)
 from scheduler.ilp.config import IlpConfig
 from scheduler.ilp.highs import RawResult, highs_lp, solve_highspy
 from scheduler.ilp.objective import Objective

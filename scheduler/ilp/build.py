@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from scheduler.configs import Configuration
 from scheduler.ilp.config import IlpConfig
@@ -18,7 +19,7 @@ def class_key(job: Job) -> tuple[str, str]:
 
 
 def pair_candidates(jobs: Sequence[Job], options: Sequence["JobColumns"], configs: tuple[Configuration, ...],
-                    colocation: "ColocationTable", cfg: IlpConfig) -> tuple[set[tuple[int, int]], "object"]:
+                    colocation: "ColocationTable", cfg: IlpConfig) -> tuple[set[tuple[int, int]], "Any"]:
     """Unordered job pairs worth a pair variable, and the class-level compatibility graph.
 
     Jobs are grouped into classes (application, job type): ratios depend only on the class and GPU type.
@@ -83,7 +84,7 @@ def pair_candidates(jobs: Sequence[Job], options: Sequence["JobColumns"], config
 
 
 def _class_graph(jobs: Sequence[Job], classes: dict[tuple[str, str], list[int]], colocation: "ColocationTable",
-                 cfg: IlpConfig) -> "object":
+                 cfg: IlpConfig) -> "Any":
     """networkx graph of job classes; an edge (weight = best ratio sum) where some GPU type makes the pair pay."""
     import networkx as nx
 

@@ -4,8 +4,9 @@ dominance-filtered) and the group columns built from them."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -132,7 +133,7 @@ def job_options(jobs: Sequence[Job], shapes: Shapes, configs: tuple[Configuratio
     g = np.nan_to_num(raw, nan=0.0)
     valid = g > 0
     running = np.array([job.is_running for job in jobs], dtype=bool)
-    current_type = np.array([type_index.get(job.current_gpu_type, -1) if job.is_running else -1 for job in jobs])
+    current_type = np.array([type_index.get(job.current_gpu_type or "", -1) if job.is_running else -1 for job in jobs])
     current_size = np.array([job.current_num_gpus if job.is_running else -1 for job in jobs])
     is_current = (running[:, None] & (shapes.type_of[None, :] == current_type[:, None])
                   & (shapes.size[None, :] == current_size[:, None]))

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from colocate.errors import InputError
+from profiler.errors import InputError
 
 SOLVERS = ("highs", "pulp-highs", "cbc")
 CANDIDATE_MODES = ("top-k", "all")
 
 
-def _opt(default: object, help: str, flag: str | None = None) -> object:
+def _opt(default: Any, help: str, flag: str | None = None) -> Any:
     """A field default with its command-line help (and flag, when it differs from --<name>)."""
     return field(default=default, metadata={"help": help, "flag": flag})
 

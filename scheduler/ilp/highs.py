@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,7 @@ def constraint_rows(problem: RoundProblem, all_capacity_rows: bool = False
 
 
 def highs_lp(problem: RoundProblem, minimise_form: bool = False, all_capacity_rows: bool = False
-             ) -> tuple["object", dict[int, int], dict[str, int]]:
+             ) -> tuple["Any", dict[int, int], dict[str, int]]:
     """The round ILP as a ``highspy.HighsLp`` (column-wise), with the row of each job and capacity.
 
     For p < 0 the objective is ``Σ weight·z + λ·|J|`` (minimised; the constant is the offset), for p > 0

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Any
 
 from scheduler.cluster import Cluster
 from scheduler.ilp.build import build_problem
@@ -28,10 +29,10 @@ class PackingPolicy:
         solution = solve_problem(problem, self.config)
         return decision_from(problem, solution)
 
-    def with_config(self, **changes: object) -> "PackingPolicy":
+    def with_config(self, **changes: Any) -> "PackingPolicy":
         return replace(self, config=replace(self.config, **changes))
 
 
-def sia_policy(**changes: object) -> PackingPolicy:
+def sia_policy(**changes: Any) -> PackingPolicy:
     """Sia's policy (no pair variables) with optional :class:`IlpConfig` changes."""
     return PackingPolicy(replace(IlpConfig(packing=False), **changes), name="sia")

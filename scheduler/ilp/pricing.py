@@ -7,8 +7,9 @@ it is the only stage after the build that adds columns to a :class:`RoundProblem
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,13 +31,13 @@ class PricingData:
     """What pricing needs beyond the columns: per-job options, the class graph, the table."""
 
     options: Sequence[JobColumns]
-    graph: object
-    colocation: "ColocationTable"
+    graph: Any
+    colocation: "ColocationTable | None"
     plan: list[tuple] | None = None
 
 
 def _pricing_plan(problem: RoundProblem, options: Sequence[JobColumns], configs: tuple[Configuration, ...],
-                  colocation: "ColocationTable", graph: "object", cfg: IlpConfig) -> list[tuple]:
+                  colocation: "ColocationTable", graph: "Any", cfg: IlpConfig) -> list[tuple]:
     """What pricing loops over, computed once per round: per (class pair, single-node configuration) the
     ratios and the member jobs valid there (ids ascending) with their normalised goodputs."""
     data = problem.pricing
@@ -56,7 +57,7 @@ def _pricing_plan(problem: RoundProblem, options: Sequence[JobColumns], configs:
                 members_at[(key, ci)] = (np.array(ids, dtype=int),
                                          np.array([options[i].single[ci][0] for i in ids]))
     plan: list[tuple] = []
-    for a_key, b_key in graph.edges:  # type: ignore[attr-defined]
+    for a_key, b_key in graph.edges:
         if a_key not in class_of or b_key not in class_of:
             continue
         rep_a, rep_b = jobs[class_of[a_key][0]], jobs[class_of[b_key][0]]
@@ -80,7 +81,7 @@ def _pricing_plan(problem: RoundProblem, options: Sequence[JobColumns], configs:
 def dual_ranked_partners(problem: RoundProblem, options: Sequence[JobColumns], configs: tuple[Configuration, ...],
                          colocation: "ColocationTable", graph: "object", cfg: IlpConfig,
                          prices: "tuple[np.ndarray, dict[str, float]]",
-                         exclude: "set[tuple[int, int]] | None" = None) -> set[tuple[int, int]]:
+                         exclude: "set[tuple[int, ...]] | None" = None) -> set[tuple[int, int]]:
     """Top-k partners per job with negative LP reduced cost (pricing for column generation).
 
     With duals ``y_i`` (jobs) and ``μ_t`` (capacity), the reduced cost of pair (i, k, c) is
@@ -127,8 +128,9 @@ def dual_ranked_partners(problem: RoundProblem, options: Sequence[JobColumns], c
             i, k = int(i), int(k)
             if exclude is not None and (min(i, k), max(i, k)) in exclude:
                 continue  # already a candidate: do not let it use up one of the job's top-k slots
-            if mem[i] is not None and mem[k] is not None:
-                if mem[i] + mem[k] + 2 * cfg.context_memory_gb > cap_mem[c.gpu_type]:
+            mem_i, mem_k = mem[i], mem[k]
+            if mem_i is not None and mem_k is not None:
+                if mem_i + mem_k + 2 * cfg.context_memory_gb > cap_mem[c.gpu_type]:
                     continue
             best.setdefault(i, []).append((float(value), k))
             best.setdefault(k, []).append((float(value), i))
@@ -231,7 +233,7 @@ def price_pair_columns(problem: RoundProblem, cfg: IlpConfig, deadline: float | 
         mu = {t: float(duals[row]) for t, row in cap_row.items()}
         first = problem.num_columns
         problem.release_reserved(price_reserved_singles(problem, y, mu))
-        if data.graph is not None and pair_passes < cfg.pricing_passes:
+        if data.graph is not None and data.colocation is not None and pair_passes < cfg.pricing_passes:
             pair_passes += 1
             fresh = dual_ranked_partners(problem, data.options, problem.configs, data.colocation, data.graph, cfg,
                                          prices=(y, mu), exclude=seen) - seen

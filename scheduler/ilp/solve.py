@@ -4,8 +4,8 @@ fallbacks (best incumbent, else greedy), then the decision."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from scheduler.ilp.build import gc_paused
 from scheduler.ilp.config import IlpConfig

@@ -14,8 +14,9 @@ candidate partner of one of them), on every common single-node configuration, wi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import combinations_with_replacement
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -79,11 +80,11 @@ def triple_candidates(pairs: set[tuple[int, int]], limit_per_job: int) -> set[tu
     for i, mine in partners.items():
         made = 0
         for k in mine:
-            for l in partners.get(k, []) + mine:
+            for other in partners.get(k, []) + mine:
                 if made >= limit_per_job:
                     break
-                if l != i and l != k:
-                    triple = tuple(sorted((i, k, l)))
+                if other != i and other != k:
+                    triple = tuple(sorted((i, k, other)))
                     if triple not in out:
                         out.add(triple)  # type: ignore[arg-type]
                         made += 1
@@ -122,7 +123,8 @@ def add_triple_columns(problem: RoundProblem, triples: Sequence[tuple[int, int, 
             if r is None or sum(r) < 1 + cfg.min_benefit:
                 continue
             mem = [j.memory_gb for j in members]
-            if all(m is not None for m in mem) and sum(mem) + 3 * cfg.context_memory_gb > mem_of[c.gpu_type]:
+            known = [m for m in mem if m is not None]
+            if len(known) == len(mem) and sum(known) + 3 * cfg.context_memory_gb > mem_of[c.gpu_type]:
                 continue
             g = group_move_values(members, c, [options[i].single[ci][0] for i in triple], cfg.restart_cost_s)
             if min(g) <= 0:
@@ -201,4 +203,4 @@ def _rank_aligned(combo: tuple, valid: dict, ci: int, c: Configuration, colocati
     cost = sum(s[:length] for _, s in columns) - c.num_gpus * mu.get(c.gpu_type, 0.0)
     members = np.stack([ids[:length] for ids, _ in columns], axis=1)
     keep = np.nonzero(cost < -1e-9)[0]
-    return [(float(cost[n]), tuple(sorted(members[n].tolist()))) for n in keep.tolist()]  # type: ignore[misc]
+    return [(float(cost[n]), tuple(sorted(members[n].tolist()))) for n in keep.tolist()]
