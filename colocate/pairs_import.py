@@ -39,11 +39,11 @@ from colocate.errors import InputError
 from colocate.gavel import GavelImport
 from colocate.results import JOB_NUMERIC, RUN_NUMERIC, sort_job_types, split_job_type, typed_frame
 from profiler.schema import JOB_COLUMNS, RUN_COLUMNS, SHARING_SOLO, STATUS_INFEASIBLE, STATUS_OK
+from profiler.sharing import sharing_mode, sharing_mode_names
 
 CANONICAL = ("job_a", "job_b", "gpu_type", "sharing", "time_a", "time_b", "colocated_time_a", "colocated_time_b",
              "speed_a", "speed_b", "throughput_a", "throughput_b", "memory_a", "memory_b", "utilization_a",
              "utilization_b", "status")
-_SHARING = r"timeslice|mps|mps\d{1,3}"
 
 
 @dataclass(frozen=True)
@@ -181,8 +181,6 @@ def _ratios(frame: pd.DataFrame, i: int, cols: PairColumns, source: Path, solo: 
 
 
 def _parse_row(frame: pd.DataFrame, i: int, cols: PairColumns, source: Path) -> _Row:
-    import re
-
     row = i + 2
     names = []
     for canonical in ("job_a", "job_b", "gpu_type"):
@@ -192,9 +190,9 @@ def _parse_row(frame: pd.DataFrame, i: int, cols: PairColumns, source: Path) -> 
                              valid="a non-empty name" + (" (or --gpu-type)" if canonical == "gpu_type" else ""))
         names.append(value)
     sharing = (_cell(frame, i, "sharing", cols) or "timeslice").lower()
-    if not re.fullmatch(_SHARING, sharing):
+    if parse_sharing(sharing) is None:
         raise InputError(f"row {row}: sharing {sharing!r}", source=source, field=cols.column("sharing"),
-                         valid="timeslice, mps or mpsNN (MPS thread percentage)")
+                         valid=_valid_sharing())
     solo = (_solo_time(frame, i, "a", cols, source), _solo_time(frame, i, "b", cols, source))
     optional = {}
     for kind in ("memory", "utilization"):
@@ -288,6 +286,24 @@ def _job_row(run: dict[str, Any], job_type: str) -> dict[str, Any]:
             "batch_size": batch, "job_type": job_type, "status": STATUS_OK, "error": ""}
 
 
+def parse_sharing(label: str) -> tuple[str, int | None] | None:
+    """A table's sharing label as (registered mode, thread percentage): ``mps50`` → ``("mps", 50)``; None if
+    no registered mode reads it (a percentage only for modes with thread partitions, 1-100)."""
+    for name in sharing_mode_names():
+        if label == name:
+            return name, None
+        rest = label[len(name):]
+        if sharing_mode(name).thread_partitions and label.startswith(name) and rest.isdigit() and 1 <= int(rest) <= 100:
+            return name, int(rest)
+    return None
+
+
+def _valid_sharing() -> str:
+    """What a sharing cell may hold (read from the registry each time: modes can be registered at run time)."""
+    partitioned = [n for n in sharing_mode_names() if sharing_mode(n).thread_partitions]
+    return ", ".join(sharing_mode_names()) + "".join(f" or {n}NN (thread percentage)" for n in partitioned)
+
+
 def _add_pair_in(runs: list, jobs: list, campaign: str, gpu: str, sharing: str, job_types: tuple[str, str],
                  colocated: tuple[float, float], solo: tuple[float, float], repeat: int, add_pair: Any) -> None:
     """Gavel's pair-row builder, then the run's sharing mode set to the table's."""
@@ -297,7 +313,6 @@ def _add_pair_in(runs: list, jobs: list, campaign: str, gpu: str, sharing: str, 
     for record in (*runs[first_run:], *jobs[first_job:]):
         record["cell_id"], record["run_id"] = cell_id, f"{cell_id}#r{repeat}"
         if "sharing" in record:  # "mps50" = MPS with a 50 % thread limit per client
-            record["sharing"] = "mps" if sharing.startswith("mps") else sharing
-            record["mps_thread_percentage"] = int(sharing[3:]) if sharing[3:].isdigit() else None
+            record["sharing"], record["mps_thread_percentage"] = parse_sharing(sharing) or (sharing, None)
         if record.get("error", "").startswith("Gavel: [0, 0]"):
             record["error"] = "measured infeasible (pair table)"
