@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from analysis_fixtures import cpu_campaign  # noqa: F401  (session fixture)
 
-from colocate.colocation_table import read_colocation_table, validate_colocation_table
+from colocate.colocation_table import MAX_RATIO, read_colocation_table, validate_colocation_table
 from colocate.errors import InputError
 from colocate.gavel import gavel_results
 from colocate.predict import (
@@ -100,7 +100,8 @@ def test_table_fills_every_pair_and_keeps_measurements(cpu_campaign: Path) -> No
     assert len(table) == len(types) * (len(types) + 1) // 2
     measured = table[table["source"] == "measured"].set_index(["type_a", "type_b"])
     for row in dataset.pairs.itertuples():
-        assert measured.loc[(row.type_a, row.type_b), "ratio_a"] == pytest.approx(row.ratio_a)
+        # measured values are kept, capped at the table's bound (a loaded CPU can time a pair above it)
+        assert measured.loc[(row.type_a, row.type_b), "ratio_a"] == pytest.approx(min(row.ratio_a, MAX_RATIO))
     validate_colocation_table(table)  # the scheduler accepts it
 
 
