@@ -342,3 +342,24 @@ def test_cli_import_pairs_feeds_matrix_predict_and_colocation_table(tmp_path: Pa
     failed = run("import-pairs", str(bad), "--out", str(tmp_path / "x"))
     assert failed.returncode == 2 and "row 2" in failed.stderr and "time_b" in failed.stderr
     assert "Traceback" not in failed.stderr
+
+
+def test_job_types_with_a_precision_suffix_split_and_import(tmp_path: Path) -> None:
+    from colocate.results import sort_job_types, split_job_type
+
+    assert split_job_type("resnet50@64:bf16") == ("resnet50", 64)
+    assert split_job_type("resnet50@64") == ("resnet50", 64)
+    assert split_job_type("A3C") == ("A3C", None) and split_job_type("x@64:") == ("x@64:", None)
+    assert sort_job_types(["resnet50@64:bf16", "resnet50@128", "resnet50@64"]) == \
+        ["resnet50@64", "resnet50@64:bf16", "resnet50@128"]
+    path = tmp_path / "precision.csv"
+    path.write_text("model_1,model_2,gpu,mode,norm_1,norm_2,it_s_1,it_s_2,mem_1\n"
+                    "resnet50@64:bf16,resnet50@64,a100,mps,0.7,0.6,9.0,5.0,\n")
+    out = tmp_path / "imported"
+    write_import(import_pairs(path, PairColumns(THEIR_COLUMNS)), out)
+    results = load_results(out)
+    solo = solo_table(results).set_index("job_type")
+    assert solo.loc["resnet50@64:bf16", "batch_size"] == 64 and solo.loc["resnet50@64:bf16", "model"] == "resnet50"
+    pair = group_table(results, 2).iloc[0]
+    assert (pair["type_a"], pair["type_b"]) == ("resnet50@64", "resnet50@64:bf16")
+    assert (pair["ratio_a"], pair["ratio_b"]) == (pytest.approx(0.6), pytest.approx(0.7))
