@@ -55,6 +55,9 @@ def main() -> None:
     except InputError as err:
         Console(stderr=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
         sys.exit(2)
+    except KeyboardInterrupt:  # commands with work to resume say more before this
+        Console(stderr=True).print("interrupted", highlight=False)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -84,8 +84,10 @@ def profile_spec_kernels(
     """
     from colocate.errors import InputError
     from profiler.kernels import profile_kernels
+    from profiler.outdir import prepare_out_dir
 
     label = check_kernel_backend(backend, spec, spec_path)
+    prepare_out_dir(out)  # a file, a path under a file or an unwritable --out: one line before any work
     existing = read_kernels(out)
     done: set[str] = set()
     if not existing.empty and not force:

@@ -35,7 +35,7 @@ from colocate.results import (
     sort_job_types,
     split_job_type,
 )
-from profiler.files import safe_name
+from profiler.names import safe_name
 from profiler.schema import STATUS_INFEASIBLE, STATUS_OK
 
 METRICS = ("delta", "throughput_sum", "slowdown")

@@ -18,7 +18,6 @@ GPU types are never mixed: every table carries ``gpu_type`` and every join uses 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from profiler.schema import (  # noqa: F401  (file names and numeric columns: re
 )
 from profiler.sharing import sharing_label
 from profiler.spec import parse_job_type
+from profiler.store import ResultsStore
 
 # Device-wide counters summarised per run (NVML / GPM); shown beside δ and used as predictor features.
 UTILIZATION_COLUMNS = ("gpu_util_mean", "gpm_sm_occupancy_mean", "gpm_sm_util_mean", "gpm_dram_bw_util_mean")
@@ -187,10 +187,7 @@ def load_results(paths: str | Path | Sequence[str | Path]) -> ResultsSet:
         )
         meta: dict[str, Any] = {}
         if (path / META_FILE).is_file():
-            try:
-                meta = json.loads((path / META_FILE).read_text())
-            except json.JSONDecodeError as exc:
-                raise InputError(f"malformed JSON ({exc.msg} at line {exc.lineno})", source=path / META_FILE) from None
+            meta = ResultsStore(path).read_meta()
         runs_parts.append(runs)
         jobs_parts.append(jobs)
         if kernels is not None and not kernels.empty:

@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from profiler.bounds import MAX_BATCH, MAX_REPEATS, check_number
 from profiler.errors import InputError
+from profiler.names import NAME_RULE, check_name, shown
 from profiler.sharing import sharing_mode, sharing_mode_names
 
 DEVICE_PATTERN = re.compile(r"^(cpu|cuda|cuda:\d+)$")
@@ -73,26 +73,27 @@ class _Key:
 
 
 _KEYS: dict[str, _Key] = {
-    "name": _Key("str", "a non-empty name such as 'h100-pairs'", required=True),
+    "name": _Key("str", f"a name such as 'h100-pairs' ({NAME_RULE}); it names the results directory",
+                 required=True),
     "models": _Key("list[str]", "a non-empty list of model names", required=True),
-    "batch_sizes": _Key("list[int]", "a non-empty list of positive integers", required=True),
+    "batch_sizes": _Key("list[int]", "a non-empty list of integers in [1, 10000000]", required=True),
     "device": _Key("str", "cpu, cuda or cuda:N"),
-    "image_size": _Key("int", "an integer >= 32 (below 96: CIFAR-style models; 224: ImageNet-style)"),
-    "num_classes": _Key("int", "a positive integer"),
+    "image_size": _Key("int", "an integer in [32, 4096] (below 96: CIFAR-style models; 224: ImageNet-style)"),
+    "num_classes": _Key("int", "an integer in [1, 1000000]"),
     "group_sizes": _Key("list[int]", "a non-empty subset of 1, 2, 3"),
     "combinations": _Key("combos", "a list of groups, each a list of 1-3 job types 'model' or 'model@batch'"),
     "repetition": _Key("bool", "true or false"),
     "sharing": _Key("list[str]", ", ".join(sharing_mode_names())),
     "mps_thread_percentages": _Key("list[int]", "a list of integers in 1..100"),
-    "warmup_iters": _Key("int", "an integer >= 1"),
-    "min_window_iters": _Key("int", "an integer >= 2"),
-    "min_window_seconds": _Key("float", "a number > 0"),
-    "repeats": _Key("int", "an integer >= 1"),
-    "seed": _Key("int", "an integer"),
-    "threads_per_job": _Key("int", "an integer >= 1"),
+    "warmup_iters": _Key("int", "an integer in [1, 100000]"),
+    "min_window_iters": _Key("int", "an integer in [2, 1000000]"),
+    "min_window_seconds": _Key("float", "a number of seconds in (0, 86400]"),
+    "repeats": _Key("int", "an integer in [1, 1000]"),
+    "seed": _Key("int", "an integer in [0, 4294967295]"),
+    "threads_per_job": _Key("int", "an integer in [1, 1024]"),
     "kernels": _Key("bool", "true or false"),
-    "run_timeout_s": _Key("float", "a number > 0 (seconds)"),
-    "memory_headroom_mib": _Key("int", "an integer >= 0 (MiB)"),
+    "run_timeout_s": _Key("float", "a number of seconds in (0, 604800]"),
+    "memory_headroom_mib": _Key("int", "an integer in [0, 1000000] (MiB)"),
     "gpu_types": _Key("list[str]", "a list of distinct lower-case GPU type names as `colocate env` shows them, "
                                    "e.g. [h100, a100]"),
 }
@@ -158,7 +159,7 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
                          valid="keys " + ", ".join(_KEYS))
     unknown = [k for k in data if k not in _KEYS]
     if unknown:
-        raise InputError(f"unknown key '{unknown[0]}'", source=source, field=str(unknown[0]),
+        raise InputError(f"unknown key {shown(unknown[0])}", source=source, field=shown(unknown[0], 40),
                          valid=", ".join(_KEYS))
     # An explicit null means "use the default" for optional keys; required keys need a value.
     data = {k: v for k, v in data.items() if v is not None or _KEYS[k].required}
@@ -166,11 +167,12 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
         if rule.required and data.get(key) is None:
             raise InputError("missing required key", source=source, field=key, valid=rule.valid)
         if key in data and data[key] is not None and not _type_ok(rule.kind, data[key]):
-            raise InputError(f"{data[key]!r} has the wrong type", source=source, field=key, valid=rule.valid)
+            raise InputError(f"{shown(data[key])} has the wrong type", source=source, field=key, valid=rule.valid)
 
     def fail(key: str, message: str) -> InputError:
         return InputError(message, source=source, field=key, valid=_KEYS[key.split("[")[0]].valid)
 
+    check_name(data["name"].strip(), source=source, field="name", what="campaign name")
     models = tuple(data["models"])
     for i, model in enumerate(models):
         if model not in MODEL_NAMES:
@@ -178,8 +180,7 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
                              valid=", ".join(MODEL_NAMES))
     batch_sizes = tuple(data["batch_sizes"])
     for i, batch in enumerate(batch_sizes):
-        if batch <= 0:
-            raise fail(f"batch_sizes[{i}]", f"{batch} is not positive")
+        check_number(batch, source=source, field=f"batch_sizes[{i}]", low=1, high=MAX_BATCH, integer=True)
     device = data.get("device", "cpu")
     if not DEVICE_PATTERN.match(device):
         raise fail("device", f"'{device}' is not a device")
@@ -190,7 +191,7 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
     sharing = tuple(data.get("sharing", ["timeslice"]))
     for i, mode in enumerate(sharing):
         if mode not in sharing_mode_names():
-            raise InputError(f"'{mode}' is not a sharing mode", source=source, field=f"sharing[{i}]",
+            raise InputError(f"{shown(mode)} is not a sharing mode", source=source, field=f"sharing[{i}]",
                              valid=", ".join(sharing_mode_names()))  # registered now, not at import time
     if len(set(sharing)) != len(sharing):
         raise fail("sharing", "a sharing mode is listed twice")
@@ -226,19 +227,18 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
         if len(set(gpu_types)) != len(gpu_types):
             raise fail("gpu_types", "a GPU type is listed twice")
 
-    def number(key: str, default: Any, minimum: float, *, strict: bool = False) -> Any:
+    def number(key: str, default: Any, minimum: float, *, strict: bool = False, maximum: float = 1e6) -> Any:
         value = data.get(key, default)
         if value is None:
             return None
-        if value < minimum or (strict and value <= minimum):
-            raise fail(key, f"{value} is out of range")
-        return value
+        return check_number(value, source=source, field=key, low=minimum, high=maximum, low_open=strict,
+                            integer=_KEYS[key].kind == "int", valid=_KEYS[key].valid)
 
     min_iters = number("min_window_iters", None, 2)
-    min_seconds = number("min_window_seconds", None, 0, strict=True)
+    min_seconds = number("min_window_seconds", None, 0, strict=True, maximum=86400)
     if min_iters is None and min_seconds is None:
         min_iters = 20  # the default window when the user sets neither
-    image_size = number("image_size", MIN_IMAGE_SIZE, MIN_IMAGE_SIZE)
+    image_size = number("image_size", MIN_IMAGE_SIZE, MIN_IMAGE_SIZE, maximum=4096)
     return CampaignSpec(
         name=data["name"].strip(),
         models=models,
@@ -251,14 +251,14 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
         repetition=data.get("repetition", False),
         sharing=sharing,
         mps_thread_percentages=tuple(percentages) if percentages is not None else None,
-        warmup_iters=number("warmup_iters", 10, 1),
+        warmup_iters=number("warmup_iters", 10, 1, maximum=100_000),
         min_window_iters=min_iters,
         min_window_seconds=float(min_seconds) if min_seconds is not None else None,
-        repeats=number("repeats", 3, 1),
-        seed=data.get("seed", 0),
-        threads_per_job=number("threads_per_job", 1, 1),
+        repeats=number("repeats", 3, 1, maximum=MAX_REPEATS),
+        seed=number("seed", 0, 0, maximum=2**32 - 1),
+        threads_per_job=number("threads_per_job", 1, 1, maximum=1024),
         kernels=data.get("kernels", False),
-        run_timeout_s=float(number("run_timeout_s", 600.0, 0, strict=True)),
+        run_timeout_s=float(number("run_timeout_s", 600.0, 0, strict=True, maximum=7 * 86400)),
         memory_headroom_mib=number("memory_headroom_mib", 512, 0),
         gpu_types=tuple(gpu_types) if gpu_types is not None else None,
     )
@@ -266,13 +266,9 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
 
 def load_spec(path: str | Path) -> CampaignSpec:
     """Read and validate a campaign YAML file."""
+    from profiler.safe_load import load_yaml
+
     path = Path(path)
     if not path.is_file():
         raise InputError("no such campaign file", source=path, valid="a path to a YAML file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InputError(f"not valid YAML{where}: {getattr(err, 'problem', err)}", source=path) from None
-    return spec_from_dict(data, source=path)
+    return spec_from_dict(load_yaml(path, what="campaign file"), source=path)

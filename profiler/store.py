@@ -8,14 +8,13 @@ the run in flight and a rerun never duplicates a row.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from profiler.files import atomic_write_json, atomic_write_table
+from profiler.files import RESULT_FILE_MODE, atomic_write_json, atomic_write_table  # noqa: F401  (mode: re-exported)
 from profiler.schema import (  # noqa: F401  (file names: re-exported)
     JOB_COLUMNS,
     JOBS_FILE,
@@ -47,7 +46,30 @@ class ResultsStore:
         path = self.root / name
         if not path.is_file():
             return _frame([], columns)
-        return pd.read_parquet(path)
+        try:
+            return pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises several types for a truncated or foreign file
+            return self._recover(name, columns, exc)
+
+    def _recover(self, name: str, columns: tuple[str, ...], exc: Exception) -> pd.DataFrame:
+        """A damaged Parquet table: rebuild it from its CSV copy when that is intact, else say how to go on."""
+        import sys
+
+        from profiler.errors import InputError
+
+        path, csv_path = self.root / name, (self.root / name).with_suffix(".csv")
+        try:
+            frame = pd.read_csv(csv_path, keep_default_na=False, na_values=[""])
+            if tuple(frame.columns) != columns:
+                raise ValueError("its columns differ from the schema")
+        except Exception as csv_exc:
+            why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+            raise InputError(f"{name} is damaged ({why}) and {csv_path.name} cannot replace it "
+                             f"({type(csv_exc).__name__})", source=self.root, field=name,
+                             valid=f"move {name} and {csv_path.name} away and rerun to measure those runs again") from None
+        print(f"warning: {path} was damaged; rebuilt it from {csv_path.name} ({len(frame)} rows)", file=sys.stderr)
+        self._write_table(name, frame)
+        return frame
 
     def runs(self) -> pd.DataFrame:
         return self._read(RUNS_FILE, RUN_COLUMNS)
@@ -67,8 +89,17 @@ class ResultsStore:
         return set(runs.loc[runs["status"] != STATUS_SKIPPED, "run_id"])
 
     def read_meta(self) -> dict[str, Any]:
+        from profiler.errors import InputError
+        from profiler.safe_load import load_json
+
         path = self.root / META_FILE
-        return json.loads(path.read_text()) if path.is_file() else {}
+        if not path.is_file():
+            return {}
+        meta = load_json(path, what="meta.json", valid="the meta.json a campaign writes")
+        if not isinstance(meta, dict):
+            raise InputError(f"holds a {type(meta).__name__}, not an object", source=path, field="meta.json",
+                             valid="the JSON object a campaign writes; move the file away to start afresh")
+        return meta
 
     # -- writing -------------------------------------------------------------------------------------
     def append_run(self, run_row: Mapping[str, Any], job_rows: Iterable[Mapping[str, Any]]) -> None:

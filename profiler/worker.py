@@ -22,6 +22,7 @@ import bisect
 import contextlib
 import os
 import resource
+import signal
 import sys
 import time
 import traceback
@@ -76,6 +77,7 @@ class _Ranges:
 def job_main(conn: Connection, config: JobConfig) -> None:
     """Process entry point (spawned). Never raises: every failure becomes an ``("error", ...)`` message."""
     die_with_parent()  # a killed campaign leaves no orphans
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the coordinator stops us
     parent = os.getppid()
     os.environ.update(config.env)
     try:

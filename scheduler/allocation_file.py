@@ -11,11 +11,11 @@ The reader only parses the file; :func:`scheduler.executor.plan.build_plan` chec
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from profiler.errors import InputError
+from profiler.safe_load import load_json
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.placement import Placement
@@ -31,7 +31,7 @@ def allocation_document(decision: RoundDecision, placement: Placement) -> dict[s
         where = placement.of(a.job)
         rows.append({
             "job": a.job, "gpu_type": a.gpu_type, "num_gpus": a.num_gpus, "batch_size": a.batch_size,
-            "partner": a.partner, "node": where.node if where else None,
+            "partner": a.partner, "partners": list(a.others), "node": where.node if where else None,
             "nodes": list(where.nodes) if where else [], "gpus": list(where.gpus) if where else [],
             "expected_goodput": round(a.expected_goodput, 6),
         })
@@ -48,13 +48,8 @@ def allocation_document(decision: RoundDecision, placement: Placement) -> dict[s
 
 
 def read_allocation_file(path: str | Path) -> Any:
-    """The parsed JSON of an allocation file (one-line errors for a missing or malformed file)."""
+    """The parsed JSON of an allocation file (one-line errors for a missing, malformed or oversized file)."""
     path = Path(path)
     if not path.is_file():
         raise InputError("allocation file not found", source=path, valid=PRODUCER)
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise InputError(f"not valid JSON at line {err.lineno}: {err.msg}", source=path, valid=PRODUCER) from None
-    except UnicodeDecodeError:
-        raise InputError("not a text file", source=path, valid=PRODUCER) from None
+    return load_json(path, what="allocation file", valid=PRODUCER)

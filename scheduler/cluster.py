@@ -18,9 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profiler.bounds import MAX_GPUS, check_number
 from profiler.errors import InputError
+from profiler.names import check_name, shown
 
-_VALID_TYPE_FIELDS = "nodes (int >= 1), gpus_per_node (int >= 1), memory_gb (number > 0)"
+MAX_GPUS_PER_NODE = 64
+MAX_MEMORY_GB = 10_000.0
+_VALID_TYPE_FIELDS = (f"nodes (int in [1, {MAX_GPUS}]), gpus_per_node (int in [1, {MAX_GPUS_PER_NODE}]), "
+                      f"memory_gb (number in (0, {MAX_MEMORY_GB:g}])")
 
 
 @dataclass(frozen=True)
@@ -86,11 +91,8 @@ class Cluster:
         }
 
 
-def _positive_int(value: Any, *, source: str, field_name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 1:
-        raise InputError(f"expected a whole number >= 1, got {value!r}", source=source, field=field_name,
-                         valid="an integer >= 1")
-    return int(value)
+def _positive_int(value: Any, *, source: str, field_name: str, high: int = MAX_GPUS) -> int:
+    return int(check_number(value, source=source, field=field_name, low=1, high=high, integer=True))
 
 
 def cluster_from_dict(data: Any, *, source: str = "<cluster>") -> Cluster:
@@ -100,7 +102,8 @@ def cluster_from_dict(data: Any, *, source: str = "<cluster>") -> Cluster:
                          field="gpu_types", valid="gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}")
     unknown = set(data) - {"gpu_types", "name", "description"}
     if unknown:
-        raise InputError(f"unknown top-level key(s) {sorted(unknown)}", source=source, field=sorted(unknown)[0],
+        raise InputError(f"unknown top-level key(s) {shown(sorted(map(str, unknown)))}", source=source,
+                         field=sorted(map(str, unknown))[0][:40],
                          valid="gpu_types, name, description")
     raw_types = data["gpu_types"]
     if not isinstance(raw_types, Mapping) or not raw_types:
@@ -108,10 +111,8 @@ def cluster_from_dict(data: Any, *, source: str = "<cluster>") -> Cluster:
                          field="gpu_types", valid="gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}")
     types: dict[str, GpuType] = {}
     for name, spec in raw_types.items():
+        check_name(name, source=source, field=f"gpu_types.{shown(name, 40)}", what="GPU type name")
         prefix = f"gpu_types.{name}"
-        if not isinstance(name, str) or not name.strip():
-            raise InputError(f"GPU type name {name!r} is not a non-empty string", source=source, field=prefix,
-                             valid="a name such as a100")
         if not isinstance(spec, Mapping):
             raise InputError("must be a mapping", source=source, field=prefix, valid=_VALID_TYPE_FIELDS)
         missing = [k for k in ("nodes", "gpus_per_node", "memory_gb") if k not in spec]
@@ -120,29 +121,26 @@ def cluster_from_dict(data: Any, *, source: str = "<cluster>") -> Cluster:
                              valid=_VALID_TYPE_FIELDS)
         extra = set(spec) - {"nodes", "gpus_per_node", "memory_gb"}
         if extra:
-            raise InputError(f"unknown key(s) {sorted(extra)}", source=source, field=f"{prefix}.{sorted(extra)[0]}",
+            raise InputError(f"unknown key(s) {shown(sorted(map(str, extra)))}", source=source,
+                             field=f"{prefix}.{sorted(map(str, extra))[0][:40]}",
                              valid=_VALID_TYPE_FIELDS)
         nodes = _positive_int(spec["nodes"], source=source, field_name=f"{prefix}.nodes")
-        per_node = _positive_int(spec["gpus_per_node"], source=source, field_name=f"{prefix}.gpus_per_node")
-        mem = spec["memory_gb"]
-        if isinstance(mem, bool) or not isinstance(mem, (int, float)) or not mem > 0:
-            raise InputError(f"expected a number > 0, got {mem!r}", source=source, field=f"{prefix}.memory_gb",
-                             valid="GPU memory in GB, e.g. 40")
+        per_node = _positive_int(spec["gpus_per_node"], source=source, field_name=f"{prefix}.gpus_per_node",
+                                 high=MAX_GPUS_PER_NODE)
+        if nodes * per_node > MAX_GPUS:
+            raise InputError(f"{nodes} nodes x {per_node} GPUs is more than {MAX_GPUS} GPUs", source=source,
+                             field=f"{prefix}.nodes", valid=f"at most {MAX_GPUS} GPUs of one type")
+        mem = check_number(spec["memory_gb"], source=source, field=f"{prefix}.memory_gb", low=0,
+                           high=MAX_MEMORY_GB, low_open=True, valid=f"GPU memory in GB in (0, {MAX_MEMORY_GB:g}]")
         types[name] = GpuType(name=name, nodes=nodes, gpus_per_node=per_node, memory_gb=float(mem))
     return Cluster(types)
 
 
 def load_cluster(path: str | Path) -> Cluster:
     """Read and validate a cluster YAML file (see the module docstring for the format)."""
-    import yaml
+    from profiler.safe_load import load_yaml
 
     p = Path(path)
     if not p.is_file():
         raise InputError("cluster file not found", source=p, field="--cluster", valid="a YAML file path")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InputError(f"not valid YAML{where}", source=p, field="gpu_types", valid="a YAML mapping") from None
-    return cluster_from_dict(data, source=str(p))
+    return cluster_from_dict(load_yaml(p, field="gpu_types", what="cluster file"), source=str(p))

@@ -8,13 +8,14 @@ in one place. See :mod:`colocate.gavel` for the layout.
 from __future__ import annotations
 
 import ast
-import json
 import math
 import re
 from pathlib import Path
 from typing import Any
 
 from profiler.errors import InputError
+from profiler.names import shown
+from profiler.safe_load import load_json
 
 _JOB_NAME_RE = re.compile(r"^(?P<model>.+?) \(batch size (?P<batch>\d+)\)$")
 
@@ -43,9 +44,9 @@ def parse_gavel_key(key: str, source: str | Path, gpu: str) -> tuple[str, int]:
 
 
 def throughput_value(value: Any, source: Path, field: str) -> float:
-    """A throughput in steps/s, checked: a non-negative number (0 = the job could not run)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
-        raise InputError(f"throughput {value!r} is not a non-negative number", source=source, field=field,
+    """A throughput in steps/s, checked: a finite non-negative number (0 = the job could not run)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise InputError(f"throughput {shown(value)} is not a finite non-negative number", source=source, field=field,
                          valid="steps per second, e.g. 12.5 (0 = could not run)")
     return float(value)
 
@@ -55,12 +56,7 @@ def read_gavel_json(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise InputError("file not found", source=path, valid="a Gavel throughput JSON such as simulation_throughputs.json")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON ({exc.msg} at line {exc.lineno} column {exc.colno})", source=path) from None
-    except UnicodeDecodeError:
-        raise InputError("not a text file", source=path, valid="a Gavel throughput JSON") from None
+    data = load_json(path, what="Gavel throughput file", valid="a Gavel throughput JSON")
     if not isinstance(data, dict) or not data:
         raise InputError("expected a non-empty object keyed by worker type", source=path, field="<top level>",
                          valid='{"v100": {"(\'ResNet-18 (batch size 64)\', 1)": {"null": 12.3, ...}}}')

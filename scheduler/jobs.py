@@ -26,7 +26,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from profiler.bounds import MAX_BATCH, MAX_GPUS, MAX_SECONDS
 from profiler.errors import InputError
+from profiler.names import NAME_RULE, check_name, shown
 
 
 @dataclass(frozen=True)
@@ -94,23 +96,23 @@ def _parse_str(text: str) -> str:
 
 
 _COLUMNS: dict[str, tuple[Any, str]] = {
-    "name": (_parse_str, "a unique non-empty name"),
+    "name": (_parse_str, f"a unique name: {NAME_RULE}"),
     "application": (_parse_str, "an application name with throughput profiles, e.g. cifar10"),
-    "arrival": (_parse_float, "seconds, a number >= 0"),
-    "num_gpus": (_parse_int, "an integer >= 1"),
-    "max_gpus": (_parse_int, "an integer >= num_gpus"),
-    "batch_size": (_parse_int, "an integer >= 1"),
-    "min_batch_size": (_parse_int, "an integer >= 1"),
-    "max_batch_size": (_parse_int, "an integer >= min_batch_size"),
+    "arrival": (_parse_float, f"seconds, a number in [0, {MAX_SECONDS:g}]"),
+    "num_gpus": (_parse_int, f"an integer in [1, {MAX_GPUS}]"),
+    "max_gpus": (_parse_int, f"an integer in [num_gpus, {MAX_GPUS}]"),
+    "batch_size": (_parse_int, f"an integer in [1, {MAX_BATCH}]"),
+    "min_batch_size": (_parse_int, f"an integer in [1, {MAX_BATCH}]"),
+    "max_batch_size": (_parse_int, f"an integer in [min_batch_size, {MAX_BATCH}]"),
     "adaptive": (_parse_bool, "true/false"),
-    "memory_gb": (_parse_float, "GB per GPU, a number > 0"),
-    "age_s": (_parse_float, "seconds, a number >= 0"),
-    "restarts": (_parse_int, "an integer >= 0"),
+    "memory_gb": (_parse_float, "GB per GPU, a number in (0, 10000]"),
+    "age_s": (_parse_float, f"seconds, a number in [0, {MAX_SECONDS:g}]"),
+    "restarts": (_parse_int, "an integer in [0, 1000000]"),
     "current_gpu_type": (_parse_str, "a GPU type name or empty"),
-    "current_num_gpus": (_parse_int, "an integer >= 0"),
+    "current_num_gpus": (_parse_int, f"an integer in [0, {MAX_GPUS}]"),
     "current_partner": (_parse_str, "another job's name or empty"),
     "pinned": (_parse_bool, "true/false"),
-    "progress": (_parse_float, "a number >= 0"),
+    "progress": (_parse_float, "a number in [0, 1e15]"),
 }
 _ALIASES = {"time": "arrival", "num_replicas": "num_gpus"}
 
@@ -147,6 +149,15 @@ def _check_job(job: Job, *, source: str, row: int) -> None:
         raise bad("progress", f"negative progress {job.progress}")
     if job.current_num_gpus > 0 and not job.current_gpu_type:
         raise bad("current_gpu_type", "current_num_gpus > 0 needs current_gpu_type")
+    check_name(job.name, source=source, field="name", what=f"job name (row {row})")
+    check_name(job.application, source=source, field="application", what=f"application (row {row})")
+    limits = {"arrival": MAX_SECONDS, "age_s": MAX_SECONDS, "num_gpus": MAX_GPUS, "max_gpus": MAX_GPUS,
+              "current_num_gpus": MAX_GPUS, "batch_size": MAX_BATCH, "min_batch_size": MAX_BATCH,
+              "max_batch_size": MAX_BATCH, "memory_gb": 10_000, "restarts": 1_000_000, "progress": 1e15}
+    for f, high in limits.items():
+        v = getattr(job, f)
+        if v is not None and v > high:
+            raise bad(f, f"{f} {v:g} is out of range")
 
 
 def jobs_from_rows(rows: Sequence[dict[str, str]], *, source: str = "<jobs>") -> list[Job]:
@@ -162,7 +173,7 @@ def jobs_from_rows(rows: Sequence[dict[str, str]], *, source: str = "<jobs>") ->
                                  valid="one value per header column")
             key = _ALIASES.get(column.strip(), column.strip())
             if key not in _COLUMNS:
-                raise InputError(f"unknown column {column!r}", source=source, field=column,
+                raise InputError(f"unknown column {shown(column)}", source=source, field=column[:40],
                                  valid=", ".join(_COLUMNS))
             text = "" if text is None else str(text).strip()
             if text == "" and key not in ("adaptive", "pinned"):
@@ -171,7 +182,8 @@ def jobs_from_rows(rows: Sequence[dict[str, str]], *, source: str = "<jobs>") ->
             try:
                 values[key] = parser(text)
             except ValueError:
-                raise InputError(f"row {row}: cannot read {text!r}", source=source, field=key, valid=valid) from None
+                raise InputError(f"row {row}: cannot read {shown(text)}", source=source, field=key,
+                                 valid=valid) from None
         for required in ("name", "application"):
             if not values.get(required):
                 raise InputError(f"row {row}: missing {required}", source=source, field=required,
@@ -198,9 +210,17 @@ def load_jobs(path: str | Path) -> list[Job]:
     p = Path(path)
     if not p.is_file():
         raise InputError("jobs file not found", source=p, field="--jobs", valid="a CSV file path")
-    with p.open(newline="") as fh:
+    import io
+
+    from profiler.safe_load import read_text
+
+    with io.StringIO(read_text(p, field="--jobs", what="jobs file"), newline="") as fh:
         reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
+        try:
+            header = reader.fieldnames or []
+        except csv.Error as err:
+            raise InputError(f"not a readable CSV ({err})", source=p, field="name",
+                             valid="a CSV header with name,application") from None
         if not header:
             raise InputError("empty file", source=p, field="name", valid="a CSV header with name,application")
         normalized = {_ALIASES.get(h.strip(), h.strip()) for h in header}
@@ -208,5 +228,9 @@ def load_jobs(path: str | Path) -> list[Job]:
             if required not in normalized:
                 raise InputError(f"header lacks '{required}'", source=p, field=required,
                                  valid="a CSV header with name,application")
-        rows = list(reader)
+        try:
+            rows = list(reader)
+        except csv.Error as err:
+            raise InputError(f"not a readable CSV ({err})", source=p, field="name",
+                             valid="one job per line") from None
     return jobs_from_rows(rows, source=str(p))

@@ -13,7 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from profiler.bounds import MAX_SECONDS, check_number
 from profiler.errors import InputError
+from profiler.names import shown
 from profiler.sharing import sharing_mode_names
 from scheduler.executor.command import RunSettings
 from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings
@@ -30,6 +32,7 @@ class LaunchRequest:
 
     allocation: Path
     jobs: Path | None = None
+    cluster: Path | None = None  # the cluster YAML given to schedule: node and GPU indices must lie inside it
     commands: Path | None = None
     backend: str = "local"
     emit: tuple[str, Path] | None = None
@@ -52,22 +55,32 @@ class LaunchRequest:
 
     def __post_init__(self) -> None:
         if self.sharing not in sharing_mode_names():
-            raise InputError(f"unknown sharing mode {self.sharing!r}", field="--sharing",
+            raise InputError(f"unknown sharing mode {shown(self.sharing)}", field="--sharing",
                              valid=", ".join(sharing_mode_names()))
         if self.device not in DEVICES:
-            raise InputError(f"unknown device {self.device!r}", field="--device", valid=", ".join(DEVICES))
-        for name, value, low in (("--steps", self.steps, 0), ("--threads", self.threads, 1)):
-            if value < low:
-                raise InputError(f"{value}", field=name, valid=f"an integer >= {low}")
-        if self.duration_s is not None and self.duration_s <= 0:
-            raise InputError(f"{self.duration_s}", field="--duration", valid="seconds > 0")
+            raise InputError(f"unknown device {shown(self.device)}", field="--device", valid=", ".join(DEVICES))
+        self._check_numbers()
         if self.emit is None and self.backend not in BACKENDS:
-            raise InputError(f"unknown backend {self.backend!r}", field="--backend", valid=", ".join(BACKENDS))
+            raise InputError(f"unknown backend {shown(self.backend)}", field="--backend", valid=", ".join(BACKENDS))
         if self.emit is not None and self.emit[0] not in EMITTERS:
-            raise InputError(f"unknown emitter {self.emit[0]!r}", field="--emit", valid="slurm DIR, k8s DIR")
+            raise InputError(f"unknown emitter {shown(self.emit[0])}", field="--emit", valid="slurm DIR, k8s DIR")
         for option in self.sbatch_options:
-            if not option.startswith("--"):
-                raise InputError(f"{option!r}", field="--sbatch-option", valid="an sbatch option such as --time=04:00:00")
+            if not option.startswith("--") or not option.isprintable():  # a newline would start a new line of the script
+                raise InputError(f"{shown(option)}", field="--sbatch-option",
+                                 valid="an sbatch option such as --time=04:00:00")
+
+    def _check_numbers(self) -> None:
+        """Every numeric option finite and inside a documented range (NaN, inf and typos such as 1e12 refused)."""
+        from models import MIN_IMAGE_SIZE
+
+        check_number(self.steps, field="--steps", low=0, high=10**9, integer=True)
+        check_number(self.threads, field="--threads", low=1, high=1024, integer=True)
+        if self.duration_s is not None:
+            check_number(self.duration_s, field="--duration", low=0, high=MAX_SECONDS, low_open=True)
+        check_number(self.grace_s, field="--grace", low=0, high=3600, valid="seconds in [0, 3600]")
+        check_number(self.num_cpus, field="--num-cpus", low=0, high=1024, low_open=True)
+        if self.image_size is not None:
+            check_number(self.image_size, field="--image-size", low=MIN_IMAGE_SIZE, high=4096, integer=True)
 
     @property
     def run(self) -> RunSettings:
@@ -99,9 +112,15 @@ class LaunchOutcome:
 
 
 def load_launch_plan(request: LaunchRequest) -> LaunchPlan:
-    """The allocation as GPU groups; refuses an allocation that places no job."""
+    """The allocation as GPU groups; refuses an allocation that places no job, or (with ``cluster``) GPU types,
+    nodes or GPU indices the cluster lacks."""
     plan = load_plan(request.allocation, jobs_path=request.jobs, commands_path=request.commands,
                      sharing=request.sharing, image_size=request.image_size)
+    if request.cluster is not None:
+        from scheduler.cluster import load_cluster
+        from scheduler.executor.plan import check_cluster
+
+        check_cluster(plan, load_cluster(request.cluster), request.cluster)
     if not plan.groups:
         raise InputError("allocates no job", source=request.allocation, field="allocations",
                          valid="at least one placed job")

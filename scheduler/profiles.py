@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -75,7 +75,8 @@ def _read_csv(path: Path, required: Iterable[str]) -> "pd.DataFrame":
     import pandas as pd
 
     try:
-        frame = pd.read_csv(path, comment="#")  # bundled files carry attribution lines starting with #
+        # bundled files carry attribution lines starting with #; a BOM from spreadsheet exports is allowed
+        frame = pd.read_csv(path, comment="#", encoding="utf-8-sig")
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         raise InputError(f"not a readable CSV ({type(err).__name__})", source=path, field=next(iter(required)),
                          valid="header " + ",".join(required)) from None
@@ -94,7 +95,7 @@ def _check_positive(frame: "pd.DataFrame", columns: Iterable[str], path: Path | 
         bad = numeric.isna() | ~(numeric > 0) | ~np.isfinite(numeric.fillna(0))
         if bad.any():
             i = int(bad.to_numpy().nonzero()[0][0])
-            raise InputError(f"row {i + 2}: {col} = {frame[col].iloc[i]!r}", source=path, field=col,
+            raise InputError(f"row {i + 2}: {col} = '{str(frame[col].iloc[i])[:60]}'", source=path, field=col,
                              valid="a number > 0")
         frame[col] = numeric
 
@@ -121,6 +122,15 @@ def read_generic_profiles(path: str | Path) -> "pd.DataFrame":
             raise InputError(f"row {i + 2}: {col} = {frame[col].iloc[i]}", source=p, field=col, valid="an integer >= 1")
     import pandas as pd
 
+    key = ["application", "gpu_type", "num_nodes", "num_gpus", "batch_size"]
+    clash = frame.duplicated(key, keep=False) & ~frame.duplicated(key + ["throughput"], keep=False)
+    if clash.any():
+        i = int(clash.to_numpy().nonzero()[0][-1])
+        row = frame.iloc[i]
+        raise InputError(f"row {i + 2}: a second, different throughput for {row['application']} on {row['gpu_type']} "
+                         f"with {int(row['num_gpus'])} GPUs at batch {row['batch_size']:g}", source=p,
+                         field="throughput", valid="one row per application, GPU type, GPU count and batch size")
+    frame = frame.drop_duplicates(key)
     out = pd.DataFrame({
         "application": frame["application"],
         "gpu_type": frame["gpu_type"],
@@ -223,3 +233,27 @@ def load_profiles(path: str | Path) -> tuple["pd.DataFrame", dict[str, GnsCurve]
                              valid="a generic profile CSV or a Sia traces directory")
         return read_sia_profiles(p), read_gns_curves(p)
     return read_generic_profiles(p), {}
+
+
+def check_workload(jobs: Iterable, cluster: Any, path: str | Path, source: str | Path) -> None:
+    """Refuse, naming the workload's file, a job larger than every GPU type of ``cluster`` (it would never
+    run, and the simulation would go on to its horizon) or whose application has no profile in ``path``
+    (the simulator reads profiles only for the workload's applications, so it would blame ``path``).
+    """
+    jobs = list(jobs)
+    largest = max(t.total_gpus for t in cluster)
+    for job in jobs:
+        if job.num_gpus > largest:
+            raise InputError(f"job {job.name} asks for {job.num_gpus} GPUs; the largest GPU type of the cluster has "
+                             f"{largest}", source=source, field="num_replicas", valid=f"an integer in [1, {largest}]")
+    p = Path(path)
+    if p.is_dir():
+        known = {f.parent.name for f in p.glob("*/placements-*.csv")}
+    elif p.is_file():
+        known = set(read_generic_profiles(p)["application"])
+    else:
+        return  # the reader itself reports a missing profiles path
+    for job in jobs:
+        if job.application not in known:
+            raise InputError(f"job {job.name}: no throughput profile for application {job.application!r} in {p}",
+                             source=source, field="application", valid=", ".join(sorted(known)) or "none found")

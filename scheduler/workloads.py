@@ -30,7 +30,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from profiler.bounds import MAX_BATCH, MAX_GPUS
 from profiler.errors import InputError
+from profiler.names import check_name, shown
 from scheduler.shared_data import default_profiles_dir, gavel_throughputs_path, shared_data_dir
 
 SIA_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
@@ -60,6 +62,10 @@ PHILLY_CLASS_APPS: Mapping[str, tuple[str, ...]] = {
     "small": ("cifar10",), "medium": ("deepspeech2", "bert"), "large": ("yolov3",), "xlarge": ("imagenet",),
 }
 MAX_JOB_GPUS = 16
+# Arrivals and durations beyond the simulator's horizon (SimConfig.max_time_s, 60 days) would run for
+# minutes and finish nothing: they are refused when read.
+MAX_WORKLOAD_SECONDS = 60 * 86400.0
+MAX_GAVEL_SCALE_FACTOR = 64
 
 
 @dataclass(frozen=True)
@@ -141,14 +147,15 @@ def _sorted(jobs: Iterable[WorkloadJob]) -> tuple[WorkloadJob, ...]:
 # --------------------------------------------------------------------------------------------------
 
 def _number(text: str | None, *, source: str, row: int, field_name: str, valid: str, integer: bool = False,
-            minimum: float = 0.0, strict: bool = False) -> float:
+            minimum: float = 0.0, strict: bool = False, maximum: float = MAX_WORKLOAD_SECONDS) -> float:
     raw = "" if text is None else str(text).strip()
     try:
         value = float(raw)
     except ValueError:
-        raise InputError(f"row {row}: cannot read {raw!r}", source=source, field=field_name, valid=valid) from None
-    if not math.isfinite(value) or value < minimum or (strict and value <= minimum):
-        raise InputError(f"row {row}: {raw!r} is out of range", source=source, field=field_name, valid=valid)
+        raise InputError(f"row {row}: cannot read {shown(raw)}", source=source, field=field_name,
+                         valid=valid) from None
+    if not math.isfinite(value) or value < minimum or (strict and value <= minimum) or value > maximum:
+        raise InputError(f"row {row}: {shown(raw)} is out of range", source=source, field=field_name, valid=valid)
     if integer and value != int(value):
         raise InputError(f"row {row}: {raw!r} is not a whole number", source=source, field=field_name, valid=valid)
     return value
@@ -160,7 +167,11 @@ def read_sia_workload(path: str | Path) -> Workload:
     source = str(p)
     if not p.is_file():
         raise InputError("workload file not found", source=p, field="--workload", valid="a workload CSV path")
-    with p.open(newline="") as fh:
+    import io
+
+    from profiler.safe_load import read_text
+
+    with io.StringIO(read_text(p, field="--workload", what="workload file"), newline="") as fh:
         reader = csv.DictReader(fh)
         header = [h.strip() for h in (reader.fieldnames or [])]
         missing = [c for c in SIA_COLUMNS if c not in header]
@@ -169,7 +180,7 @@ def read_sia_workload(path: str | Path) -> Workload:
                              valid="header " + ",".join(SIA_COLUMNS) + "[,work][,duration]")
         unknown = [h for h in header if h not in SIA_COLUMNS and h not in OPTIONAL_COLUMNS]
         if unknown:
-            raise InputError(f"unknown column {unknown[0]!r}", source=source, field=unknown[0],
+            raise InputError(f"unknown column {shown(unknown[0])}", source=source, field=unknown[0][:40],
                              valid=",".join(SIA_COLUMNS + OPTIONAL_COLUMNS))
         jobs: list[WorkloadJob] = []
         seen: set[str] = set()
@@ -182,6 +193,7 @@ def read_sia_workload(path: str | Path) -> Workload:
             name = rec.get("name") or ""
             if not name:
                 raise InputError(f"row {row}: empty name", source=source, field="name", valid="a unique job name")
+            check_name(name, source=source, field="name", what=f"job name (row {row})")
             if name in seen:
                 raise InputError(f"row {row}: duplicate job name {name!r}", source=source, field="name",
                                  valid="unique names")
@@ -190,23 +202,27 @@ def read_sia_workload(path: str | Path) -> Workload:
             if not app:
                 raise InputError(f"row {row}: empty application", source=source, field="application",
                                  valid="an application with profiles, e.g. cifar10")
+            check_name(app, source=source, field="application", what=f"application (row {row})")
             if rec.get("time") is None:
                 raise InputError(f"row {row}: missing time", source=source, field="time", valid="seconds >= 0")
-            arrival = _number(rec.get("time"), source=source, row=row, field_name="time", valid="seconds >= 0")
+            arrival = _number(rec.get("time"), source=source, row=row, field_name="time",
+                              valid=f"seconds in [0, {MAX_WORKLOAD_SECONDS:g}] (the simulator's horizon)")
             gpus = _number(rec.get("num_replicas"), source=source, row=row, field_name="num_replicas",
-                           valid="an integer >= 1", integer=True, minimum=1)
+                           valid=f"an integer in [1, {MAX_GPUS}]", integer=True, minimum=1, maximum=MAX_GPUS)
             batch_text = rec.get("batch_size") or ""
             batch = None
             if batch_text:
                 batch = int(_number(batch_text, source=source, row=row, field_name="batch_size",
-                                    valid="an integer >= 1 (global batch)", integer=True, minimum=1))
+                                    valid=f"an integer in [1, {MAX_BATCH}] (global batch)", integer=True, minimum=1,
+                                    maximum=MAX_BATCH))
             work = duration = None
             if rec.get("work"):
                 work = _number(rec["work"], source=source, row=row, field_name="work",
-                               valid="useful samples to finish, a number > 0", strict=True)
+                               valid="useful samples to finish, a number in (0, 1e15]", strict=True, maximum=1e15)
             if rec.get("duration"):
                 duration = _number(rec["duration"], source=source, row=row, field_name="duration",
-                                   valid="seconds alone on the reference GPU type, > 0", strict=True)
+                                   valid=f"seconds alone on the reference GPU type, in (0, {MAX_WORKLOAD_SECONDS:g}]",
+                                   strict=True)
             jobs.append(WorkloadJob(name, app, arrival, int(gpus), batch, work, duration))
     if not jobs:
         raise InputError("no jobs", source=source, field="name", valid="at least one job row")
@@ -247,7 +263,11 @@ def read_gavel_trace(path: str | Path, throughputs: str | Path | None = None,
                          field="throughputs", valid="pass the path of simulation_throughputs.json")
     isolated = read_gavel_isolated(tput_path)
     jobs: list[WorkloadJob] = []
-    with p.open() as fh:
+    import io
+
+    from profiler.safe_load import read_text
+
+    with io.StringIO(read_text(p, field="--workload", what="Gavel trace")) as fh:
         for i, line in enumerate(fh):
             row = i + 1
             if not line.strip():
@@ -264,16 +284,21 @@ def read_gavel_trace(path: str | Path, throughputs: str | Path | None = None,
             if model not in GAVEL_TO_SIA:
                 raise InputError(f"row {row}: job type {job_type!r} has no Sia counterpart", source=source,
                                  field="job_type", valid=", ".join(sorted(GAVEL_TO_SIA)))
-            steps = _number(total, source=source, row=row, field_name="total_steps", valid="an integer > 0",
-                            strict=True)
-            t = _number(arrival, source=source, row=row, field_name="arrival_time", valid="seconds >= 0")
-            sf = int(_number(scale, source=source, row=row, field_name="scale_factor", valid="an integer >= 1",
-                             integer=True, minimum=1))
+            steps = _number(total, source=source, row=row, field_name="total_steps",
+                            valid="a number of steps in (0, 1e12]", strict=True, maximum=1e12)
+            t = _number(arrival, source=source, row=row, field_name="arrival_time",
+                        valid=f"seconds in [0, {MAX_WORKLOAD_SECONDS:g}] (the simulator's horizon)")
+            sf = int(_number(scale, source=source, row=row, field_name="scale_factor",
+                             valid=f"an integer in [1, {MAX_GAVEL_SCALE_FACTOR}]", integer=True, minimum=1,
+                             maximum=MAX_GAVEL_SCALE_FACTOR))
             rate = isolated.get(("v100", job_type.strip(), sf)) or isolated.get(("v100", job_type.strip(), 1))
             if not rate:
                 raise InputError(f"row {row}: no isolated V100 throughput for {job_type!r} x{sf}",
                                  source=source, field="job_type", valid="a job type of simulation_throughputs.json")
             app = GAVEL_TO_SIA[model]
+            if steps / rate > MAX_WORKLOAD_SECONDS:
+                raise InputError(f"row {row}: {steps:g} steps take {steps / rate:.3g} s alone on a V100", source=source,
+                                 field="total_steps", valid=f"jobs of at most {MAX_WORKLOAD_SECONDS:g} s")
             jobs.append(WorkloadJob(f"{app}-{len(jobs)}", app, t, sf, None, None, steps / rate))
             if max_jobs is not None and len(jobs) >= max_jobs:
                 break
@@ -322,7 +347,11 @@ def read_philly(path: str | Path, *, start_hour: float | None = None, hours: flo
     source = str(p)
     if not p.is_file():
         raise InputError("Philly job CSV not found", source=p, field="--workload", valid="a CSV file path")
-    frame = pd.read_csv(p)
+    try:
+        frame = pd.read_csv(p, encoding="utf-8-sig")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise InputError(f"not a readable UTF-8 CSV ({type(err).__name__})", source=source, field="timestamp",
+                         valid="header " + ",".join(PHILLY_COLUMNS)) from None
     missing = [c for c in PHILLY_COLUMNS if c not in frame.columns]
     if missing:
         raise InputError(f"header lacks {', '.join(missing)}", source=source, field=missing[0],
@@ -330,25 +359,30 @@ def read_philly(path: str | Path, *, start_hour: float | None = None, hours: flo
     stamps = pd.to_datetime(frame["timestamp"], errors="coerce")
     if stamps.isna().any():
         i = int(stamps.isna().to_numpy().nonzero()[0][0])
-        raise InputError(f"row {i + 2}: timestamp {frame['timestamp'].iloc[i]!r}", source=source,
+        raise InputError(f"row {i + 2}: timestamp '{str(frame['timestamp'].iloc[i])[:60]}'", source=source,
                          field="timestamp", valid="a date-time such as 2017-10-09 07:01:55")
     for col in ("duration", "num_gpus", "gpu_time"):
         values = pd.to_numeric(frame[col], errors="coerce")
         bad = values.isna() | (values < 0)
         if bad.any():
             i = int(bad.to_numpy().nonzero()[0][0])
-            raise InputError(f"row {i + 2}: {col} {frame[col].iloc[i]!r}", source=source, field=col,
+            raise InputError(f"row {i + 2}: {col} '{str(frame[col].iloc[i])[:60]}'", source=source, field=col,
                              valid="a number >= 0")
         frame[col] = values
     frame["timestamp"] = stamps
     frame = frame[(frame["duration"] >= 60) & (frame["gpu_time"] < 1000 * 3600) & (frame["num_gpus"] >= 1)]
+    if frame.empty:
+        raise InputError("no jobs (after Sia's filters: duration >= 60 s, < 1,000 GPU-hours, >= 1 GPU)",
+                         source=source, field="duration", valid="at least one job row that passes them")
+    if not (math.isfinite(hours) and 0 < hours <= 24 * 365):
+        raise InputError(f"window of {hours} hours", field="hours", valid="hours in (0, 8760]")
     if start_hour is None:
         hour = ((frame["timestamp"] - frame["timestamp"].min()).dt.total_seconds() // 3600).astype(int)
         per_hour = hour.value_counts().reindex(range(int(hour.max()) + 1), fill_value=0)
         window_sum = per_hour.rolling(max(int(math.ceil(hours)), 1), min_periods=1).sum()
         start_hour = float(max(int(window_sum.idxmax()) - max(int(math.ceil(hours)), 1) + 1, 0))
     t0 = frame["timestamp"].min() + pd.Timedelta(hours=start_hour)
-    window = frame[(frame["timestamp"] > t0) & (frame["timestamp"] < t0 + pd.Timedelta(hours=hours))]
+    window = frame[(frame["timestamp"] >= t0) & (frame["timestamp"] < t0 + pd.Timedelta(hours=hours))]
     if window.empty:
         raise InputError(f"no jobs between hour {start_hour} and {start_hour + hours}", source=source,
                          field="timestamp", valid="a window inside the trace")
@@ -418,8 +452,8 @@ def read_workload(path: str | Path, **options: object) -> Workload:
                          valid="a Sia/Pollux workload CSV, a Gavel .trace or the Philly job CSV")
     if p.suffix == ".trace":
         return read_gavel_trace(p, **options)  # type: ignore[arg-type]
-    with p.open(newline="") as fh:
-        first = fh.readline()
+    with p.open(newline="", encoding="utf-8-sig", errors="replace") as fh:
+        first = fh.readline(65536)
     header = [h.strip() for h in first.strip().split(",")]
     if all(c in header for c in PHILLY_COLUMNS):
         return read_philly(p, **options)  # type: ignore[arg-type]

@@ -192,7 +192,7 @@ def test_cli_import_and_error_exit(gavel_path: Path, tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=300)
     assert failed.returncode == 2
     lines = [line for line in failed.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "malformed JSON" in lines[0] and "Traceback" not in failed.stderr
+    assert len(lines) == 1 and "not valid JSON" in lines[0] and "Traceback" not in failed.stderr
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -30,6 +30,9 @@ def allocation(tmp_path: Path) -> Path:
     ({"sharing": "mpss"}, "--sharing"), ({"device": "gpu"}, "--device"), ({"steps": -1}, "--steps"),
     ({"threads": 0}, "--threads"), ({"duration_s": 0.0}, "--duration"), ({"backend": "nomad"}, "--backend"),
     ({"emit": ("nomad", Path("x"))}, "--emit"), ({"sbatch_options": ("time=1",)}, "--sbatch-option"),
+    ({"sbatch_options": ("--time=1\ntouch x",)}, "--sbatch-option"), ({"grace_s": float("nan")}, "--grace"),
+    ({"num_cpus": 0.0}, "--num-cpus"), ({"image_size": 8}, "--image-size"), ({"steps": 10**12}, "--steps"),
+    ({"duration_s": float("inf")}, "--duration"),
 ])
 def test_request_checks_every_option_with_one_line(changes: dict, field: str) -> None:
     with pytest.raises(InputError) as info:
@@ -70,3 +73,12 @@ def test_local_backend_runs_real_jobs_to_their_step_count(allocation: Path, tmp_
     (job,) = outcome.report.jobs
     assert job.job == "c" and job.state == "finished" and job.step == 3
     assert statuses and (tmp_path / "logs").is_dir()
+
+
+def test_cluster_refuses_indices_outside_it(allocation: Path, tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("gpu_types:\n  h100: {nodes: 1, gpus_per_node: 8, memory_gb: 80}\n")
+    with pytest.raises(InputError) as info:  # job c sits on node 1 of a one-node cluster
+        launch(LaunchRequest(allocation, cluster=cluster, emit=("slurm", tmp_path / "emit")))
+    assert "nodes" in str(info.value) and "node 1" in str(info.value)
+    assert not (tmp_path / "emit").exists()

@@ -26,10 +26,10 @@ ALLOCATION = {"allocations": [
     {"job": "c", "gpu_type": "a100", "num_gpus": 1, "batch_size": 8, "partner": "d", "node": 1, "gpus": [0],
      "sharing": "mps"},
     {"job": "d", "gpu_type": "a100", "num_gpus": 1, "batch_size": 8, "partner": "c", "node": 1, "gpus": [0]},
-    {"job": "big job", "gpu_type": "a100", "num_gpus": 2, "batch_size": 64, "partner": None, "node": 0,
+    {"job": "big-job", "gpu_type": "a100", "num_gpus": 2, "batch_size": 64, "partner": None, "node": 0,
      "gpus": [0, 1]},
 ], "unallocated": []}
-APPS = {"a": "tiny_cnn", "b": "tiny_cnn", "c": "tiny_cnn", "d": "custom", "big job": "resnet50"}
+APPS = {"a": "tiny_cnn", "b": "tiny_cnn", "c": "tiny_cnn", "d": "custom", "big-job": "resnet50"}
 COMMANDS = {"custom": "python my_train.py --batch-size {batch_size} --tag '{job} & {partner}'"}
 
 

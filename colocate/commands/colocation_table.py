@@ -26,7 +26,9 @@ def colocation_table(
     results = load_inputs(results_dirs or [], gavel or [], gpu_types=gpu_type or None)
     table = measured_colocation_table(results, sharing=sharing)
     from colocate.colocation_table import write_colocation_table
+    from profiler.outdir import prepare_out_file
 
+    prepare_out_file(out)
     write_colocation_table(table, out)
     counts = table.groupby("gpu_type").size()
     summary = ", ".join(f"{gpu}: {n} pairs" for gpu, n in counts.items())

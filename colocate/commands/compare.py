@@ -6,7 +6,7 @@ import glob as globlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import typer
 
@@ -83,7 +83,8 @@ def compare_command(
                                     help="Colocation table CSV (default: the bundled table transferred from Gavel)."),
     round_s: float = typer.Option(60.0, "--round", help="Round length in seconds."),
     seed: int = typer.Option(0, "--seed", help="Seed for randomised policies."),
-    workers: int = typer.Option(0, "--workers", help="Worker processes (default: CPU cores, at most the runs)."),
+    workers: Optional[int] = typer.Option(None, "--workers",
+                                          help="Worker processes (default: CPU cores, at most the runs)."),
     profiles: Path = typer.Option(None, "--profiles", help="Throughput profiles (default: <shared data>/sia/traces)."),
     title: str = typer.Option(None, "--title", help="Report title."),
     notes: Path = typer.Option(None, "--notes", help="Markdown file appended to the report as its Analysis section."),
@@ -97,19 +98,35 @@ def compare_command(
 
     from colocate.commands._output import console, error_console
     from colocate.errors import InputError
+    from profiler.bounds import check_number
+    from profiler.outdir import prepare_out_dir
+    from profiler.safe_load import read_text
     from scheduler.cluster import load_cluster
     from scheduler.policies import policy_spec
     from scheduler.report import RunRecord, colocation_provenance, migrations_of, write_report
     from scheduler.transfer import DEFAULT_TABLE
     from scheduler.workloads import read_workload
 
+    check_number(round_s, field="--round", low=1, high=86400, valid="seconds in [1, 86400]")
+    check_number(seed, field="--seed", low=0, high=2**32 - 1, integer=True)
+    if workers is not None:
+        check_number(workers, field="--workers", low=1, high=256, integer=True)
+    if notes is not None and not notes.is_file():
+        raise InputError("notes file not found", source=notes, field="--notes", valid="a Markdown file")
     cluster_obj = load_cluster(cluster)
-    names = [policy_spec(p).name for p in policies.split(",") if p.strip()]
+    try:
+        names = [policy_spec(p).name for p in policies.split(",") if p.strip()]
+    except InputError as err:
+        raise InputError(err.detail, field="--policies", valid=err.valid) from None
     if not names:
         raise InputError("no policy given", source="--policies", field="policies", valid="e.g. colocate,sia,gavel")
+    prepare_out_dir(out)
     files = expand_workloads(workloads)
+    from scheduler.profiles import check_workload
+    from scheduler.workloads import default_profiles_dir
+
     for f in files:  # fail fast on a malformed file, before any process starts
-        read_workload(f)
+        check_workload(read_workload(f).jobs, cluster_obj, profiles or default_profiles_dir(), f)
     if colocation is not None:
         from scheduler.colocation import ColocationTable
 
@@ -124,7 +141,7 @@ def compare_command(
                           "profiles": str(profiles) if profiles else None, "out": str(run_dir)})
     logs = ("summary.json", "jobs.parquet", "rounds.parquet", "allocations.parquet")
     todo = [t for t in tasks if force or not all((Path(t["out"]) / f).is_file() for f in logs)]
-    n_workers = workers if workers > 0 else min(os.cpu_count() or 1, max(len(todo), 1))
+    n_workers = workers if workers is not None else min(os.cpu_count() or 1, max(len(todo), 1))
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=error_console)
     with progress:
@@ -168,7 +185,7 @@ def compare_command(
     }
     report = write_report(records, out, title=title or f"Policy comparison: {out.name}", setup=setup,
                           colocation_note=colocation_provenance(table_used) if packing else "",
-                          notes=notes.read_text() if notes is not None and notes.is_file() else "")
+                          notes=read_text(notes, field="--notes", what="notes file") if notes is not None else "")
     frame = pd.read_csv(out / "summary.csv")
     means = frame.groupby("policy")[["avg_jct_s", "p99_jct_s", "gpu_hours", "packed_fraction"]].mean()
     for policy, row in means.iterrows():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -62,6 +61,8 @@ class _JobBars:
 def launch(
     allocation: Path = typer.Argument(..., metavar="ALLOCATION.json", help="Output of colocate schedule --json."),
     jobs: Optional[Path] = typer.Option(None, "--jobs", help="Jobs CSV given to colocate schedule (applications)."),
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster YAML given to colocate schedule: "
+                                                                   "refuse node or GPU indices outside it."),
     commands: Optional[Path] = typer.Option(None, "--commands", help="YAML: job or application -> shell command."),
     backend: str = typer.Option(_Defaults.backend, "--backend", help="local (this node) or ray (needs the ray extra)."),
     emit: Optional[tuple[str, Path]] = typer.Option(None, "--emit", metavar="slurm|k8s DIR",
@@ -94,12 +95,14 @@ def launch(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from colocate.commands._output import console, error_console
+    from profiler.safe_load import json_text
     from scheduler.launch import LaunchRequest
     from scheduler.launch import launch as launch_allocation
 
     request = LaunchRequest(
-        allocation=allocation, jobs=jobs, commands=commands, backend=backend, emit=emit, address=address, node=node,
-        sharing=sharing, device=device, steps=steps, duration_s=duration, threads=threads, image_size=image_size,
+        allocation=allocation, jobs=jobs, cluster=cluster, commands=commands, backend=backend, emit=emit,
+        address=address, node=node, sharing=sharing, device=device, steps=steps, duration_s=duration, threads=threads,
+        image_size=image_size,
         log_dir=log_dir, grace_s=grace, num_cpus=num_cpus, sbatch_options=tuple(sbatch_option), typed_gres=typed_gres,
         image=image, namespace=namespace, inventory=inventory,
     )
@@ -123,7 +126,7 @@ def launch(
     if report is None:  # launch() returns a report whenever it did not emit files
         raise RuntimeError("launch returned neither files nor a report")
     if as_json:
-        print(json.dumps({"interrupted": report.interrupted, "jobs": [j.to_dict() for j in report.jobs]}, indent=2))
+        print(json_text({"interrupted": report.interrupted, "jobs": [j.to_dict() for j in report.jobs]}, indent=2))
     else:
         console.print(_report_table(report))
     if report.interrupted:
@@ -134,9 +137,10 @@ def launch(
 
 def _print_emitted(plan: Any, emitted: Any, as_json: bool) -> None:
     from colocate.commands._output import console
+    from profiler.safe_load import json_text
 
     if as_json:
-        print(json.dumps({"emit": emitted.kind, "files": [str(p) for p in emitted.files]}, indent=2))
+        print(json_text({"emit": emitted.kind, "files": [str(p) for p in emitted.files]}, indent=2))
         return
     console.print(_plan_table(plan))
     for path in emitted.files:

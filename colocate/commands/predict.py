@@ -89,9 +89,11 @@ def _fill(datasets: list, config, target: Path) -> None:  # noqa: ANN001 - Predi
     from colocate.colocation_table import write_colocation_table
     from colocate.commands._output import console
     from colocate.predict import predict_dataset
+    from profiler.outdir import prepare_out_file
 
     table = pd.concat([predict_dataset(d, config) for d in datasets], ignore_index=True)
     table[["ratio_a", "ratio_b", "delta"]] = table[["ratio_a", "ratio_b", "delta"]].astype(float).round(DIGITS)
+    prepare_out_file(target)  # --out that is a directory, lies under a file or is unwritable: one line
     write_colocation_table(table[TABLE_COLUMNS], target)
     summary = table.groupby(["gpu_type", "source"]).size().unstack(fill_value=0)
     view = Table(title=f"colocation table → {target}")
@@ -121,6 +123,7 @@ def _evaluate(datasets: list, config, report_dir: Path, results, results_dirs: l
     from colocate.commands._output import console, error_console
     from colocate.predict_eval import evaluation_report, leave_one_pair_out, ties
     from colocate.results import atomic_write_json
+    from profiler.outdir import prepare_out_dir
 
     evaluations = []
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -128,7 +131,7 @@ def _evaluate(datasets: list, config, report_dir: Path, results, results_dirs: l
         for dataset in datasets:
             task = progress.add_task(f"leave-one-pair-out {dataset.gpu_type}/{dataset.sharing}", total=len(dataset.pairs))
             evaluations.append(leave_one_pair_out(dataset, config, progress=partial(_advance, progress, task)))
-    report_dir.mkdir(parents=True, exist_ok=True)
+    prepare_out_dir(report_dir, field="--report-dir")  # a file or an unwritable place: one line
     command = ("colocate predict --evaluate " + " ".join(str(p) for p in results_dirs)
                + "".join(f" --gavel {g}" for g in gavel) + "".join(f" --gpu-type {g}" for g in gpu_types))
     provenance = [f"Inputs: {', '.join(str(s) for s in results.sources)}.", f"Command: `{command.strip()}`."]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -22,10 +23,11 @@ def profile(
     address: str = typer.Option(None, "--address", help="Ray cluster address for --backend ray."),
 ) -> None:
     """Measure solo and co-located iteration times; print δ per cell. Rerun the same command to resume."""
-    from colocate.commands._output import campaign_progress, console, summary_table
+    from colocate.commands._output import console, error_console, summary_table
     from colocate.errors import InputError
     from colocate.summary import cell_summary
     from profiler.cells import plan_runs
+    from profiler.outdir import directory_lock
     from profiler.spec import load_spec
     from profiler.store import ResultsStore
 
@@ -39,21 +41,15 @@ def profile(
             console.print(f"{mark}  {run.run_id}", highlight=False)
         console.print(f"{len(runs)} runs ({len(finished & {r.run_id for r in runs})} already done) → {out}")
         return
-    if backend == "local":
-        from profiler.campaign import run_campaign
-
-        with campaign_progress(f"campaign {spec.name}", enabled=not as_json) as on_progress:
-            store = run_campaign(spec, out, on_progress=on_progress, runs=runs)
-    elif backend == "ray":
-        try:
-            from profiler.ray_backend import run_campaign_on_ray
-        except ImportError as exc:
-            raise InputError(f"the ray backend is unavailable ({exc})", field="--backend",
-                             valid="local, or install the extra: pip install -e '.[ray]'") from None
-        with campaign_progress(f"campaign {spec.name} (ray)", enabled=not as_json) as on_progress:
-            store = run_campaign_on_ray(spec, out, address=address, on_progress=on_progress, runs=runs)
-    else:
+    if backend not in ("local", "ray"):
         raise InputError(f"unknown backend '{backend}'", field="--backend", valid="local, ray")
+    try:
+        with directory_lock(out):  # one campaign per results directory
+            store = _run(spec, out, runs, backend, address, as_json)
+    except KeyboardInterrupt:
+        done = (ResultsStore(out).read_meta().get("sessions") or [{}])[-1].get("runs_executed", 0)
+        error_console.print(f"interrupted after {done} runs; rerun the same command to resume", highlight=False)
+        raise typer.Exit(130) from None
     summary = cell_summary(store.runs(), store.jobs())
     if as_json:
         records = json.loads(summary.to_json(orient="records"))
@@ -66,3 +62,26 @@ def profile(
     console.print(f"results in {out}/ (runs.parquet, jobs.parquet, meta.json + CSV); "
                   f"this session: {last.get('runs_executed', 0)} runs in {last.get('wall_s', 0):.1f} s"
                   + (f", window/wall efficiency {efficiency:.0%}" if efficiency and not math.isnan(efficiency) else ""))
+
+
+def _run(spec: Any, out: Path, runs: list, backend: str, address: str | None, as_json: bool) -> Any:
+    """Run the campaign on the chosen backend under a progress bar; returns its results store."""
+    from colocate.commands._output import campaign_progress
+    from colocate.errors import InputError
+    from profiler.store import ResultsStore
+
+    store = ResultsStore(out)  # damaged files fail here, before the progress bar starts
+    store.read_meta()
+    store.runs()
+    if backend == "local":
+        from profiler.campaign import run_campaign
+
+        with campaign_progress(f"campaign {spec.name}", enabled=not as_json) as on_progress:
+            return run_campaign(spec, out, on_progress=on_progress, runs=runs)
+    try:
+        from profiler.ray_backend import run_campaign_on_ray
+    except ImportError as exc:
+        raise InputError(f"the ray backend is unavailable ({exc})", field="--backend",
+                         valid="local, or install the extra: pip install -e '.[ray]'") from None
+    with campaign_progress(f"campaign {spec.name} (ray)", enabled=not as_json) as on_progress:
+        return run_campaign_on_ray(spec, out, address=address, on_progress=on_progress, runs=runs)

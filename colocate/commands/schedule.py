@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal, Optional, get_origin, get_type_hints
@@ -17,6 +16,7 @@ from typing import Any, Literal, Optional, get_origin, get_type_hints
 import typer
 
 from colocate.errors import InputError
+from scheduler.allocation_file import allocation_document as decision_to_json
 
 
 def register(app: typer.Typer) -> None:
@@ -33,38 +33,37 @@ def default_profiles_path(gpu_types: tuple[str, ...] = ()) -> Path | None:
 
 
 def _check_inputs(jobs: list, cluster: Any, model: Any, jobs_path: Path) -> None:
-    """Catch typos that would silently leave jobs unallocated: unknown applications and GPU types."""
+    """Catch typos that would silently leave jobs unallocated: unknown applications and GPU types, and jobs
+    no configuration of the cluster can run (too many GPUs, or a batch outside every profile)."""
+    from colocate.commands._output import error_console
+    from scheduler.configs import configurations
+
     known = getattr(model, "applications", None)
+    configs = configurations(cluster)
+    largest = max(t.total_gpus for t in cluster)
+    profiled = getattr(model, "gpu_types", None)
+    if known is not None and profiled is not None:
+        for name in cluster.type_names:
+            if not any(name in profiled(app) for app in {j.application for j in jobs} & set(known)):
+                error_console.print(f"warning: GPU type {name!r} of the cluster has no throughput profile for "
+                                    f"these jobs' applications; its GPUs stay idle", highlight=False)
     for row, job in enumerate(jobs, start=2):
+        if job.num_gpus > largest:
+            raise InputError(f"row {row}: job {job.name!r} asks for {job.num_gpus} GPUs; the largest GPU type of "
+                             f"the cluster has {largest}", source=jobs_path, field="num_gpus",
+                             valid=f"an integer in [1, {largest}]")
         if known is not None and job.application not in known:
             raise InputError(f"row {row}: no throughput profile for application {job.application!r}",
                              source=jobs_path, field="application", valid=", ".join(sorted(known)))
         if job.current_gpu_type and job.current_gpu_type not in cluster:
             raise InputError(f"row {row}: current_gpu_type {job.current_gpu_type!r} is not in the cluster",
                              source=jobs_path, field="current_gpu_type", valid=", ".join(cluster.type_names))
-
-
-def decision_to_json(decision: Any, placement: Any) -> dict[str, Any]:
-    """The ``--json`` document (schema in the README)."""
-    rows = []
-    for a in decision.allocations:
-        where = placement.of(a.job)
-        rows.append({
-            "job": a.job, "gpu_type": a.gpu_type, "num_gpus": a.num_gpus, "batch_size": a.batch_size,
-            "partner": a.partner, "partners": list(a.others), "node": where.node if where else None,
-            "nodes": list(where.nodes) if where else [], "gpus": list(where.gpus) if where else [],
-            "expected_goodput": round(a.expected_goodput, 6),
-        })
-    info = decision.solver
-    return {
-        "allocations": rows,
-        "unallocated": list(decision.unallocated),
-        "unplaced": list(placement.unplaced),
-        "objective": info.objective,
-        "solver": {"name": info.name, "status": info.status, "time_s": round(info.time_s, 4), "gap": info.gap,
-                   "bound": info.bound, "fallback": info.fallback, "variables": info.num_variables,
-                   "constraints": info.num_constraints},
-    }
+        shapes = [c for c in configs if job.adaptive or c.num_gpus == job.num_gpus]
+        if known is not None and not any(e is not None for e in model.estimate_many(job, shapes)):
+            field = "batch_size" if job.batch_size and shapes else "num_gpus"
+            raise InputError(f"row {row}: job {job.name!r} ({job.num_gpus} GPUs, batch {job.batch_size or 'auto'}) "
+                             f"fits no configuration of the cluster with the given profiles", source=jobs_path,
+                             field=field, valid="a GPU count and batch size the profiles cover on some GPU type")
 
 
 def _schedule(
@@ -102,7 +101,9 @@ def _schedule(
     decision = policy.allocate(the_jobs, the_cluster, RoundContext(goodput=model, colocation=table))
     placement = place(decision, the_cluster)
     if as_json:
-        typer.echo(json.dumps(decision_to_json(decision, placement), indent=2))
+        from profiler.safe_load import json_text
+
+        typer.echo(json_text(decision_to_json(decision, placement), indent=2))
         return
     _print_table(decision, placement, the_jobs)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -50,15 +49,26 @@ def simulate_command(
     from rich.table import Table
 
     from colocate.commands._output import console, error_console
+    from profiler.bounds import check_number
+    from profiler.outdir import prepare_out_dir
+    from profiler.safe_load import json_text
     from scheduler.cluster import load_cluster
     from scheduler.policies import policy_spec
     from scheduler.simulator import simulate
     from scheduler.workloads import read_workload
 
+    check_number(round_s, field="--round", low=1, high=86400, valid="seconds in [1, 86400]")
+    check_number(seed, field="--seed", low=0, high=2**32 - 1, integer=True)
+    if out is not None:
+        prepare_out_dir(out)
     spec = policy_spec(policy)
     table = _colocation(colocation)
     cluster_obj = load_cluster(cluster)
     work = read_workload(workload)
+    from scheduler.profiles import check_workload
+    from scheduler.workloads import default_profiles_dir
+
+    check_workload(work.jobs, cluster_obj, profiles or default_profiles_dir(), work.source)
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("jobs done · simulated {task.fields[sim]}"), TimeElapsedColumn(),
                         console=error_console, disable=as_json, transient=False)
@@ -73,7 +83,7 @@ def simulate_command(
     if out is not None:
         result.write(out)
     if as_json:
-        print(json.dumps(result.to_json()))
+        print(json_text(result.to_json()))
         return
     s = result.summary
     table = Table(title=f"{spec.name} · {work.name} · {cluster_obj.total_gpus} GPUs", show_header=False)

@@ -63,10 +63,9 @@ def load_inventory(path: str | Path) -> Inventory:
     valid = "gpu_type: [{node: NAME, gpus: [GPU-UUID, ...]}, ...]"
     if not path.is_file():
         raise InputError("inventory file not found", source=path, field="--inventory", valid=valid)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise InputError(f"not valid YAML: {getattr(err, 'problem', err)}", source=path, valid=valid) from None
+    from profiler.safe_load import load_yaml
+
+    data = load_yaml(path, field="--inventory", what="inventory file")
     if not isinstance(data, dict):
         raise InputError("must be a mapping of GPU types to node lists", source=path, valid=valid)
     for gpu_type, nodes in data.items():
@@ -85,7 +84,13 @@ def load_inventory(path: str | Path) -> Inventory:
 def dns_name(text: str, limit: int = 63) -> str:
     """An RFC 1123 label (pod names): lower-case alphanumerics and '-'."""
     name = _DNS_LABEL.sub("-", text.lower()).strip("-")
-    return (name or "job")[:limit].rstrip("-")
+    if name == text and len(name) <= limit:
+        return name
+    # changed by the rules above: add a hash of the original so that two names never share a pod or file
+    import hashlib
+
+    digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{(name or 'job')[:limit - 9].rstrip('-')}-{digest}"
 
 
 def _gpu_uuids(group: GpuGroup, inventory: Inventory | None, source: str) -> tuple[list[str], str | None]:

@@ -32,11 +32,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from profiler.bounds import MAX_BATCH, MAX_GPUS
 from profiler.errors import InputError
-from profiler.files import safe_name  # noqa: F401  (re-exported for the executors)
+from profiler.names import NAME_RULE, is_safe_name, safe_name, shown  # noqa: F401  (safe_name: re-exported)
 from profiler.sharing import SHARING_MODES, sharing_mode_names  # noqa: F401  (SHARING_MODES: re-exported)
 from scheduler.allocation_file import read_allocation_file
 from scheduler.applications import APPLICATION_MODELS
+from scheduler.cluster import MAX_GPUS_PER_NODE
 
 PLACEHOLDERS = ("job", "batch_size", "num_gpus", "gpu_type", "partner", "node", "gpus")
 DEFAULT_IMAGE_SIZE = 32
@@ -133,6 +135,23 @@ class LaunchPlan:
         return replace(self, groups=tuple(g for g in self.groups if g.gpu_type == gpu_type and node in g.nodes))
 
 
+def check_cluster(plan: LaunchPlan, cluster: Any, source: str | Path) -> None:
+    """Refuse groups on GPU types, nodes or GPU indices the cluster (``scheduler.cluster.Cluster``) lacks."""
+    for group in plan.groups:
+        field = f"allocations[{group.label}]"
+        if group.gpu_type not in cluster:
+            raise InputError(f"GPU type {group.gpu_type!r} of {group.label} is not in the cluster", source=plan.source,
+                             field=f"{field}.gpu_type", valid=", ".join(cluster.type_names) + f" (from {source})")
+        pool = cluster[group.gpu_type]
+        if max(group.nodes) >= pool.nodes:
+            raise InputError(f"node {max(group.nodes)} of {group.gpu_type} is outside the cluster", source=plan.source,
+                             field=f"{field}.nodes", valid=f"node indices in [0, {pool.nodes}) (from {source})")
+        if max(group.gpus) >= pool.gpus_per_node:
+            raise InputError(f"GPU {max(group.gpus)} of a {group.gpu_type} node is outside the cluster",
+                             source=plan.source, field=f"{field}.gpus",
+                             valid=f"GPU indices in [0, {pool.gpus_per_node}) (from {source})")
+
+
 def job_environment(job: JobLaunch, group: GpuGroup) -> dict[str, str]:
     """What every job's process finds in its environment (user commands may read it)."""
     return {
@@ -148,20 +167,17 @@ def job_environment(job: JobLaunch, group: GpuGroup) -> dict[str, str]:
 # -- reading ---------------------------------------------------------------------------------------------
 def load_commands(path: Path) -> dict[str, str]:
     """The ``--commands`` YAML: a mapping from job name or application to a shell command."""
-    import yaml
+    from profiler.safe_load import load_yaml
 
     if not path.is_file():
         raise InputError("commands file not found", source=path, field="--commands",
                          valid="a YAML mapping of job or application names to shell commands")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise InputError(f"not valid YAML: {getattr(err, 'problem', err)}", source=path) from None
+    data = load_yaml(path, what="commands file")
     if not isinstance(data, dict):
         raise InputError("must be a mapping", source=path, valid="job-or-application: 'shell command'")
     for key, value in data.items():
         if not isinstance(value, str) or not value.strip():
-            raise InputError(f"{value!r} is not a command", source=path, field=str(key),
+            raise InputError(f"{shown(value)} is not a command", source=path, field=str(key)[:40],
                              valid="a non-empty shell command string")
         _check_placeholders(value, source=str(path), field=str(key))
     return {str(k): str(v) for k, v in data.items()}
@@ -218,54 +234,55 @@ def _entry_fields(entry: Any, i: int, source: str) -> dict[str, Any]:
         return InputError(message, source=source, field=f"{where}.{key}", valid=valid)
 
     job = entry.get("job")
-    if not isinstance(job, str) or not job.strip():
-        raise bad("job", f"{job!r} is not a job name", "a non-empty string")
+    if not is_safe_name(job):
+        raise bad("job", f"{shown(job)} is not a job name", NAME_RULE)
     gpu_type = entry.get("gpu_type")
-    if not isinstance(gpu_type, str) or not gpu_type.strip():
-        raise bad("gpu_type", f"{gpu_type!r} is not a GPU type", "a GPU type name such as h100")
+    if not is_safe_name(gpu_type):
+        raise bad("gpu_type", f"{shown(gpu_type)} is not a GPU type", f"a GPU type name such as h100 ({NAME_RULE})")
     num_gpus = entry.get("num_gpus")
-    if not _is_int(num_gpus) or num_gpus < 1:
-        raise bad("num_gpus", f"{num_gpus!r} is not a GPU count", "an integer >= 1")
+    if not _is_int(num_gpus) or not 1 <= num_gpus <= MAX_GPUS:
+        raise bad("num_gpus", f"{shown(num_gpus)} is not a GPU count", f"an integer in [1, {MAX_GPUS}]")
     batch = entry.get("batch_size")
-    if batch is not None and (not _is_int(batch) or batch < 1):
-        raise bad("batch_size", f"{batch!r} is not a batch size", "an integer >= 1 or null")
+    if batch is not None and (not _is_int(batch) or not 1 <= batch <= MAX_BATCH):
+        raise bad("batch_size", f"{shown(batch)} is not a batch size", f"an integer in [1, {MAX_BATCH}] or null")
     partner = entry.get("partner")
-    if partner is not None and (not isinstance(partner, str) or not partner or partner == job):
-        raise bad("partner", f"{partner!r} is not a partner", "another job's name or null")
+    if partner is not None and (not is_safe_name(partner) or partner == job):
+        raise bad("partner", f"{shown(partner)} is not a partner", "another job's name or null")
     partners = entry.get("partners") or ([partner] if partner is not None else [])
     if (not isinstance(partners, list) or len(partners) > 2 or len(set(partners)) != len(partners)
-            or not all(isinstance(o, str) and o and o != job for o in partners)
+            or not all(is_safe_name(o) and o != job for o in partners)
             or (partner is not None and partner not in partners)):
-        raise bad("partners", f"{partners!r} is not a list of partners",
+        raise bad("partners", f"{shown(partners)} is not a list of partners",
                   "up to two other jobs' names (including partner), or []")
     node = entry.get("node")
     nodes = entry.get("nodes")
     if node is None and not nodes:
         return {"job": job, "placed": False}
     if nodes:
-        if (not isinstance(nodes, list) or not all(_is_int(n) and n >= 0 for n in nodes)
+        if (not isinstance(nodes, list) or not all(_is_int(n) and 0 <= n < MAX_GPUS for n in nodes)
                 or len(set(nodes)) != len(nodes)):
-            raise bad("nodes", f"{nodes!r} is not a list of node indices", "distinct integers >= 0")
+            raise bad("nodes", f"{shown(nodes)} is not a list of node indices", f"distinct integers in [0, {MAX_GPUS})")
         if node is not None and node != nodes[0]:
             raise bad("node", f"{node!r} is not the first of nodes {nodes}", "nodes[0]")
     else:
-        if not _is_int(node) or node < 0:
-            raise bad("node", f"{node!r} is not a node index", "an integer >= 0, or null when unplaced")
+        if not _is_int(node) or not 0 <= node < MAX_GPUS:
+            raise bad("node", f"{shown(node)} is not a node index", f"an integer in [0, {MAX_GPUS}), or null when unplaced")
         nodes = [node]
     gpus = entry.get("gpus")
-    if (not isinstance(gpus, list) or not gpus or not all(_is_int(g) and g >= 0 for g in gpus)
+    if (not isinstance(gpus, list) or not gpus or not all(_is_int(g) and 0 <= g < MAX_GPUS_PER_NODE for g in gpus)
             or len(set(gpus)) != len(gpus)):
-        raise bad("gpus", f"{gpus!r} is not a list of GPU indices", "a non-empty list of distinct integers >= 0")
+        raise bad("gpus", f"{shown(gpus)} is not a list of GPU indices",
+                  f"a non-empty list of distinct integers in [0, {MAX_GPUS_PER_NODE})")
     if num_gpus != len(gpus) * len(nodes):
         raise bad("num_gpus", f"{num_gpus} GPUs but {len(nodes)} node(s) × {len(gpus)} GPU indices",
                   "num_gpus = len(nodes) × len(gpus)")
     sharing = entry.get("sharing")
     if sharing is not None and sharing not in sharing_mode_names():
-        raise bad("sharing", f"{sharing!r} is not a sharing mode", ", ".join(sharing_mode_names()))
+        raise bad("sharing", f"{shown(sharing)} is not a sharing mode", ", ".join(sharing_mode_names()))
     for key in ("command", "application"):
         value = entry.get(key)
         if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise bad(key, f"{value!r} is not a {key}", "a non-empty string")
+            raise bad(key, f"{shown(value)} is not a {key}", "a non-empty string")
     return {"job": job, "placed": True, "gpu_type": gpu_type, "num_gpus": num_gpus, "batch_size": batch,
             "partner": partner, "others": tuple(partners), "nodes": tuple(nodes), "gpus": tuple(gpus), "sharing": sharing,
             "command": entry.get("command"), "application": entry.get("application")}
@@ -336,7 +353,7 @@ def build_plan(
                          valid="the output of colocate schedule --json")
     unallocated = data.get("unallocated", [])
     if not isinstance(unallocated, list) or not all(isinstance(n, str) for n in unallocated):
-        raise InputError(f"{unallocated!r} is not a list of job names", source=source, field="unallocated",
+        raise InputError(f"{shown(unallocated)} is not a list of job names", source=source, field="unallocated",
                          valid="a list of job names")
     entries = [_entry_fields(entry, i, source) for i, entry in enumerate(data["allocations"])]
     index_of: dict[str, int] = {}

@@ -23,6 +23,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from profiler.names import comment_text
 from profiler.sharing import sharing_mode
 from scheduler.executor.command import TRAINER_MODULE, RunSettings, job_argv
 from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment, safe_name
@@ -90,8 +91,8 @@ def render_script(group: GpuGroup, run: RunSettings, options: SlurmOptions, sour
     processes = group.gpus_per_node if group.multi_node else len(group.jobs)  # per node
     lines = [
         "#!/bin/bash",
-        f"# colocate launch --emit slurm{f' ({source})' if source else ''}: GPU group {group.key}",
-        f"#   {group.label} on {group.where}; sharing: {group.sharing}",
+        comment_text(f"# colocate launch --emit slurm{f' ({source})' if source else ''}: GPU group {group.key}"),
+        comment_text(f"#   {group.label} on {group.where}; sharing: {group.sharing}"),
         f"#   submit: sbatch {group.slug}.sbatch",
         f"#SBATCH --job-name=colocate-{group.slug}",
         f"#SBATCH --nodes={len(group.nodes)}",
@@ -137,8 +138,8 @@ def render_script(group: GpuGroup, run: RunSettings, options: SlurmOptions, sour
         lines += ['HEAD_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"', ""]
     lines += sharing_mode(group.sharing).slurm_setup
     for job in group.jobs:
-        lines += [f"# job {job.name}: {'model ' + str(job.model) if job.builtin else 'user command'}, "
-                  f"global batch {job.batch_size}",
+        lines += [comment_text(f"# job {job.name}: {'model ' + str(job.model) if job.builtin else 'user command'}, "
+                               f"global batch {job.batch_size}"),
                   _job_line(job, group, run),
                   f"PIDS+=($!); NAMES+=({shlex.quote(job.name)})"]
     lines += [

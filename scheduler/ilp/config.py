@@ -6,11 +6,12 @@ these fields, so defaults and checks are never restated there).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from profiler.bounds import MAX_GPUS, check_number
 from profiler.errors import InputError
+from profiler.names import shown
 
 SOLVERS = ("highs", "pulp-highs", "cbc")
 CANDIDATE_MODES = ("top-k", "all")
@@ -57,28 +58,30 @@ class IlpConfig:
     context_memory_gb: float = _opt(0.5, "CUDA context per process added to a group's memory, GB.")
 
     def __post_init__(self) -> None:
-        if self.p == 0 or not math.isfinite(self.p):
+        # Finite, bounded numbers (NaN, inf and typos such as 1e12 refused); ranges are generous.
+        check_number(self.p, field="p", low=-10, high=10,
+                     valid="a finite non-zero number in [-10, 10], e.g. -0.5 (Sia) or 1 (sum of goodputs)")
+        if self.p == 0:
             raise InputError(f"p = {self.p} is not allowed", field="p",
-                             valid="a finite non-zero number, e.g. -0.5 (Sia) or 1 (sum of goodputs)")
-        if self.lambda_unallocated < 0 or not math.isfinite(self.lambda_unallocated):
-            raise InputError(f"{self.lambda_unallocated}", field="lambda_unallocated", valid="a number >= 0")
-        if self.restart_cost_s < 0:
-            raise InputError(f"{self.restart_cost_s}", field="restart_cost_s", valid="seconds >= 0")
+                             valid="a finite non-zero number in [-10, 10], e.g. -0.5 (Sia) or 1 (sum of goodputs)")
+        check_number(self.lambda_unallocated, field="lambda_unallocated", low=0, high=1e6)
+        check_number(self.restart_cost_s, field="restart_cost_s", low=0, high=86400, valid="seconds in [0, 86400]")
         if self.max_group_size not in (2, 3):
-            raise InputError(f"{self.max_group_size}", field="max_group_size", valid="2 or 3")
-        if self.top_k < 0:
-            raise InputError(f"{self.top_k}", field="top_k", valid="an integer >= 0")
-        if self.pricing_passes < 0:
-            raise InputError(f"{self.pricing_passes}", field="pricing_passes", valid="an integer >= 0")
-        if self.time_limit_s <= 0 or not math.isfinite(self.time_limit_s):
-            raise InputError(f"{self.time_limit_s}", field="time_limit_s", valid="seconds > 0")
-        if not 0 <= self.mip_gap < 1:
+            raise InputError(f"{shown(self.max_group_size)}", field="max_group_size", valid="2 or 3")
+        check_number(self.top_k, field="top_k", low=0, high=1000, integer=True)
+        check_number(self.min_benefit, field="min_benefit", low=0, high=2)
+        check_number(self.pricing_passes, field="pricing_passes", low=0, high=1000, integer=True)
+        check_number(self.time_limit_s, field="time_limit_s", low=0, high=86400, low_open=True,
+                     valid="seconds in (0, 86400]")
+        check_number(self.mip_gap, field="mip_gap", low=0, high=1, valid="a fraction in [0, 1)")
+        if self.mip_gap >= 1:
             raise InputError(f"{self.mip_gap}", field="mip_gap", valid="a fraction in [0, 1)")
         if self.solver not in SOLVERS:
-            raise InputError(f"unknown solver {self.solver!r}", field="solver", valid=", ".join(SOLVERS))
+            raise InputError(f"unknown solver {shown(self.solver)}", field="solver", valid=", ".join(SOLVERS))
         if self.pair_candidates not in CANDIDATE_MODES:
-            raise InputError(f"{self.pair_candidates!r}", field="pair_candidates", valid=", ".join(CANDIDATE_MODES))
-        if self.threads is not None and self.threads < 1:
-            raise InputError(f"{self.threads}", field="threads", valid="an integer >= 1")
-        if self.context_memory_gb < 0:
-            raise InputError(f"{self.context_memory_gb}", field="context_memory_gb", valid="GB >= 0")
+            raise InputError(f"{shown(self.pair_candidates)}", field="pair_candidates", valid=", ".join(CANDIDATE_MODES))
+        if self.threads is not None:
+            check_number(self.threads, field="threads", low=1, high=1024, integer=True)
+        if self.max_gpus_per_job is not None:
+            check_number(self.max_gpus_per_job, field="max_gpus_per_job", low=1, high=MAX_GPUS, integer=True)
+        check_number(self.context_memory_gb, field="context_memory_gb", low=0, high=1024, valid="GB in [0, 1024]")
