@@ -34,6 +34,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "matrix",
     "import_gavel",
     "export_gavel",
+    "import_pairs",
+    "export_pairs",
     "colocation_table",
     "predict",
     "kernels",

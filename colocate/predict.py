@@ -18,19 +18,16 @@ r(a|b) = t_a / t′_a is
 The co-located iteration times follow as t′ = t / r, and δ = (t_a + t_b) / max(t′_a, t′_b) with the solo
 t measured. Predictions are clipped to [0.01, max ratio seen in training].
 
-Evaluation (:func:`evaluate`): leave one measured pair out, fit on the rest, predict it; MAE of δ and of
-each ratio, and accuracy of the decision δ > 1, side by side with two baselines: the training mean, and a
-linear regression on the two jobs' solo features only (utilization where measured).
+Evaluation (:mod:`colocate.predict_eval`): leave one measured pair out, fit on the rest, predict it; MAE of
+δ and of each ratio and the decision δ > 1 (balanced accuracy, precision, recall), side by side with the
+mean, per-job-type mean, same-models mean and solo-utilization baselines.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -157,11 +154,13 @@ def _ridge(design: np.ndarray, target: np.ndarray, lam: float, gram: tuple[np.nd
 
 def soft_impute(
     rows: np.ndarray, cols: np.ndarray, values: np.ndarray, n: int, lam: float, *, iters: int = 300, tol: float = 1e-6,
+    init: np.ndarray | None = None,
 ) -> np.ndarray:
     """Nuclear-norm-regularised completion of an n×n matrix from entries (rows, cols) = values.
 
     Repeated entries are averaged. Iterates Z ← S_λ(P_Ω(M) + P_Ω⊥(Z)) with S_λ soft-thresholding the
-    singular values (Mazumder, Hastie & Tibshirani 2010); convex, so the start (zeros) does not matter.
+    singular values (Mazumder, Hastie & Tibshirani 2010); convex, so the start (zeros, or ``init``: a nearby
+    solution such as the full-data one in leave-one-out) changes only how many iterations it takes.
     """
     total = np.zeros((n, n))
     count = np.zeros((n, n))
@@ -169,7 +168,7 @@ def soft_impute(
     np.add.at(count, (rows, cols), 1.0)
     observed = count > 0
     target = np.divide(total, count, out=np.zeros_like(total), where=observed)
-    estimate = np.zeros((n, n))
+    estimate = np.zeros((n, n)) if init is None else init.copy()
     for _ in range(iters):
         u, singular, vt = np.linalg.svd(np.where(observed, target, estimate))
         updated = (u * np.maximum(singular - lam, 0.0)) @ vt
@@ -184,16 +183,11 @@ def soft_impute(
 # Models: each fits on training pairs and predicts directed ratios for (victim, aggressor) index arrays.
 
 
-def _constant_log(value: float, vv: np.ndarray, aa: np.ndarray) -> np.ndarray:
-    """The mean baseline's prediction: the same log-ratio for every pair."""
-    return np.full(len(vv), value)
-
-
 @dataclass
 class _Fitted:
     predict_log: Callable[[np.ndarray, np.ndarray], np.ndarray]
     max_ratio: float
-    mean_delta: float | None = None  # the mean baseline predicts δ directly
+    completion: np.ndarray | None = None  # the residual completion Z (None when off)
 
 
 def _observations(pairs: pd.DataFrame, index: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -220,6 +214,7 @@ def fit_ratio_model(
 def _fit_arrays(
     victims: np.ndarray, aggressors: np.ndarray, target: np.ndarray, matrix: np.ndarray, config: PredictorConfig,
     design: np.ndarray | None = None, gram: tuple[np.ndarray, np.ndarray] | None = None,
+    warm_start: np.ndarray | None = None,
 ) -> _Fitted:
     """The fit on plain arrays (``design``/``gram`` = precomputed rows and XᵀX, Xᵀy, to save recomputing)."""
     n = matrix.shape[0]
@@ -231,13 +226,13 @@ def _fit_arrays(
     if config.use_completion and len(target):
         residual = target - design @ weights
         completion = soft_impute(victims, aggressors, residual, n, config.nuclear_lambda,
-                                 iters=config.completion_iters, tol=config.completion_tol)
+                                 iters=config.completion_iters, tol=config.completion_tol, init=warm_start)
 
     def predict_log(v: np.ndarray, a: np.ndarray) -> np.ndarray:
         return _design(v, a, matrix, n, **options) @ weights + completion[v, a]
 
     max_ratio = float(np.clip(np.exp(target.max()) if len(target) else 1.0, 1.0, MAX_RATIO))
-    return _Fitted(predict_log, max_ratio)
+    return _Fitted(predict_log, max_ratio, completion if config.use_completion else None)
 
 
 def _baseline_features(features: pd.DataFrame) -> list[str]:
@@ -256,10 +251,7 @@ def _predict_pairs(fitted: _Fitted, types_a: Sequence[str], types_b: Sequence[st
     ratio_b = np.clip(np.exp(fitted.predict_log(b, a)), MIN_RATIO, fitted.max_ratio)
     t_a = solo.loc[list(types_a), "solo_iter_time_s"].to_numpy(dtype=float)
     t_b = solo.loc[list(types_b), "solo_iter_time_s"].to_numpy(dtype=float)
-    if fitted.mean_delta is not None:
-        delta = np.full(len(a), fitted.mean_delta)
-    else:
-        delta = (t_a + t_b) / np.maximum(t_a / ratio_a, t_b / ratio_b)
+    delta = (t_a + t_b) / np.maximum(t_a / ratio_a, t_b / ratio_b)
     return pd.DataFrame({"type_a": list(types_a), "type_b": list(types_b), "ratio_a": ratio_a, "ratio_b": ratio_b,
                          "delta": delta})
 
@@ -306,161 +298,7 @@ def predict_dataset(dataset: PairDataset, config: PredictorConfig = PredictorCon
     return table
 
 
-# --------------------------------------------------------------------------------------------------------
-# Evaluation
+# The leave-one-pair-out evaluation (it imports the fitting code above) lives in colocate.predict_eval.
 
-
-METHODS = ("predictor", "mean", "solo-utilization")
-
-
-@dataclass(frozen=True)
-class EvaluationResult:
-    """Leave-one-pair-out results of one dataset: per-pair predictions and a summary per method."""
-
-    dataset: str
-    gpu_type: str
-    sharing: str
-    pairs: int
-    job_types: int
-    features: tuple[str, ...]
-    baseline_features: tuple[str, ...]
-    summary: pd.DataFrame  # one row per method
-    predictions: pd.DataFrame  # one row per held-out pair and method
-    seconds: float
-    config: dict[str, Any] = field(default_factory=dict)
-
-    def beats_baselines(self) -> bool:
-        """True when the predictor is better than both baselines on every metric (lower MAE, higher accuracy)."""
-        table = self.summary.set_index("method")
-        ours = table.loc["predictor"]
-        for baseline in ("mean", "solo-utilization"):
-            other = table.loc[baseline]
-            for metric in ("mae_delta", "mae_ratio_a", "mae_ratio_b"):
-                if not ours[metric] < other[metric]:
-                    return False
-            if not ours["accuracy_delta_gt_1"] >= other["accuracy_delta_gt_1"]:
-                return False
-        return True
-
-
-def leave_one_pair_out(
-    dataset: PairDataset, config: PredictorConfig = PredictorConfig(), *, progress: Callable[[int, int], None] | None = None,
-) -> EvaluationResult:
-    """Hold out each measured pair in turn; fit all three methods on the others; predict the held-out pair."""
-    if len(dataset.pairs) < 3:
-        raise InputError(f"{dataset.name}: {len(dataset.pairs)} measured pairs; leave-one-out needs at least 3",
-                         source=dataset.source, field="pairs", valid="a campaign with at least 3 measured pairs")
-    started = time.perf_counter()
-    features, used = feature_matrix(dataset.solo)
-    baseline_columns = _baseline_features(features)
-    index = {t: i for i, t in enumerate(features.index)}
-    pairs = dataset.pairs
-    n_pairs = len(pairs)
-    # Directed observations once: rows k (job a of pair k) and k + n_pairs (job b of pair k).
-    victims, aggressors, target = _observations(pairs, index)
-    matrix = features.to_numpy(dtype=float) if len(used) else np.zeros((len(index), 0))
-    baseline_matrix = features[baseline_columns].to_numpy(dtype=float) if baseline_columns else np.zeros((len(index), 0))
-    n = len(index)
-    design = _design(victims, aggressors, matrix, n, interactions=config.use_interactions,
-                     job_effects=config.use_job_effects)
-    baseline_design = _design(victims, aggressors, baseline_matrix, n, interactions=False, job_effects=False)
-    solo_times = dataset.solo["solo_iter_time_s"].reindex(features.index).to_numpy(dtype=float)
-    deltas = pairs["delta"].to_numpy(dtype=float)
-    ratio_values = np.concatenate([pairs["ratio_a"].to_numpy(dtype=float), pairs["ratio_b"].to_numpy(dtype=float)])
-    types_a, types_b = list(pairs["type_a"]), list(pairs["type_b"])
-    # Gram matrices of all observations; each fold subtracts its two held-out rows (a rank-2 downdate).
-    gram = (design.T @ design, design.T @ target)
-    baseline_gram = (baseline_design.T @ baseline_design, baseline_design.T @ target)
-    rows = []
-    for held in range(n_pairs):
-        keep = np.ones(2 * n_pairs, dtype=bool)
-        out = [held, held + n_pairs]
-        keep[out] = False
-        v, a, y = victims[keep], aggressors[keep], target[keep]
-        fold_gram = (gram[0] - design[out].T @ design[out], gram[1] - design[out].T @ target[out])
-        fold_baseline = (baseline_gram[0] - baseline_design[out].T @ baseline_design[out],
-                         baseline_gram[1] - baseline_design[out].T @ target[out])
-        mean_log = float(np.log(ratio_values[keep].mean()))
-        fitted = {
-            "predictor": _fit_arrays(v, a, y, matrix, config, design[keep], fold_gram),
-            "mean": _Fitted(partial(_constant_log, mean_log), MAX_RATIO,
-                            float(np.delete(deltas, held).mean())),
-            "solo-utilization": _fit_arrays(v, a, y, baseline_matrix, SOLO_BASELINE, baseline_design[keep], fold_baseline),
-        }
-        i, j = victims[held], aggressors[held]
-        for method, model in fitted.items():
-            log_ratio = model.predict_log(np.array([i, j]), np.array([j, i]))
-            ratio_a, ratio_b = np.clip(np.exp(log_ratio), MIN_RATIO, model.max_ratio)
-            if model.mean_delta is not None:
-                delta = model.mean_delta
-            else:
-                delta = (solo_times[i] + solo_times[j]) / max(solo_times[i] / ratio_a, solo_times[j] / ratio_b)
-            rows.append({"method": method, "type_a": types_a[held], "type_b": types_b[held],
-                         "ratio_a": ratio_values[held], "ratio_b": ratio_values[held + n_pairs],
-                         "delta": deltas[held], "pred_ratio_a": float(ratio_a), "pred_ratio_b": float(ratio_b),
-                         "pred_delta": float(delta)})
-        if progress is not None:
-            progress(held + 1, n_pairs)
-    predictions = pd.DataFrame(rows)
-    summary_rows = []
-    for method in METHODS:
-        part = predictions[predictions["method"] == method]
-        summary_rows.append({
-            "method": method,
-            "mae_delta": float((part["pred_delta"] - part["delta"]).abs().mean()),
-            "mae_ratio_a": float((part["pred_ratio_a"] - part["ratio_a"]).abs().mean()),
-            "mae_ratio_b": float((part["pred_ratio_b"] - part["ratio_b"]).abs().mean()),
-            "mae_ratio": float(pd.concat([(part["pred_ratio_a"] - part["ratio_a"]).abs(),
-                                          (part["pred_ratio_b"] - part["ratio_b"]).abs()]).mean()),
-            "accuracy_delta_gt_1": float(((part["pred_delta"] > 1.0) == (part["delta"] > 1.0)).mean()),
-        })
-    return EvaluationResult(
-        dataset=dataset.name, gpu_type=dataset.gpu_type, sharing=dataset.sharing, pairs=len(pairs),
-        job_types=len(index), features=tuple(used), baseline_features=tuple(baseline_columns),
-        summary=pd.DataFrame(summary_rows), predictions=predictions, seconds=time.perf_counter() - started,
-        config=asdict(config),
-    )
-
-
-def evaluation_report(results: Sequence[EvaluationResult], *, title: str = "δ predictor: leave-one-pair-out evaluation",
-                      provenance: Sequence[str] = ()) -> str:
-    """A Markdown report: one table per dataset plus a verdict line (predictor vs both baselines)."""
-    lines = [f"# {title}", ""]
-    lines += list(provenance)
-    if provenance:
-        lines.append("")
-    lines += [
-        "Each measured (feasible) pair is held out in turn; every method is fitted on the remaining pairs and",
-        "predicts the held-out pair's two ratios t/t′ and δ (from the ratios and the measured solo times).",
-        "Methods: **predictor** = ridge on solo features + per-job sensitivity/pressure + soft-impute matrix",
-        "completion of the residuals; **mean** = training mean ratio and mean δ; **solo-utilization** = linear",
-        "regression of log ratio on the two jobs' solo utilization features (all solo features when the data has",
-        "no utilization, e.g. Gavel's file: solo throughput and batch size only).",
-        "Ratio a/b follow the canonical job-type order of the pair. Infeasible (OOM) pairs are not regression",
-        "targets and are excluded. δ > 1 accuracy: share of held-out pairs whose predicted δ is on the same side",
-        "of 1 as the measured δ.",
-        "",
-    ]
-    if results:
-        config = ", ".join(f"{k}={v}" for k, v in results[0].config.items())
-        lines += [f"Predictor settings: {config} (defaults; chosen once on Gavel's V100 data and used unchanged for",
-                  "every other dataset).", ""]
-    verdicts = []
-    for result in results:
-        lines.append(f"## {result.dataset}")
-        lines.append("")
-        lines.append(f"{result.pairs} measured pairs over {result.job_types} job types; predictor features: "
-                     f"{', '.join(result.features) or 'none'}; baseline features: "
-                     f"{', '.join(result.baseline_features) or 'none'}; {result.seconds:.1f} s.")
-        lines.append("")
-        lines.append("| method | MAE δ | MAE ratio a | MAE ratio b | MAE ratio (both) | accuracy δ>1 |")
-        lines.append("|---|---|---|---|---|---|")
-        for row in result.summary.itertuples(index=False):
-            lines.append(f"| {row.method} | {row.mae_delta:.4f} | {row.mae_ratio_a:.4f} | {row.mae_ratio_b:.4f} | "
-                         f"{row.mae_ratio:.4f} | {row.accuracy_delta_gt_1:.3f} |")
-        lines.append("")
-        verdict = "beats both baselines on every metric" if result.beats_baselines() else \
-            "does NOT beat both baselines on every metric"
-        verdicts.append(f"- {result.dataset}: predictor {verdict}")
-    lines += ["## Verdict", "", *verdicts, ""]
-    return "\n".join(lines)
+__all__ = ["PairDataset", "PredictorConfig", "feature_matrix", "fit_ratio_model", "make_datasets",
+           "predict_dataset", "soft_impute"]

@@ -101,10 +101,11 @@ def split_job_type(job_type: str) -> tuple[str, int | None]:
     return parse_job_type(job_type, strict=False)
 
 
-def job_type_sort_key(job_type: str) -> tuple[str, int]:
-    """Order job types by model name, then numerically by batch size (so @64 sorts before @128)."""
+def job_type_sort_key(job_type: str) -> tuple[str, int, str]:
+    """Order job types by model name, then numerically by batch size (so @64 sorts before @128), then by the
+    whole name (``resnet50@64`` before ``resnet50@64:bf16``, its precision variant)."""
     model, batch = split_job_type(job_type)
-    return (model.lower(), -1 if batch is None else batch)
+    return (model.lower(), -1 if batch is None else batch, job_type)
 
 
 def sort_job_types(job_types: Iterable[str]) -> list[str]:

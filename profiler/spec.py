@@ -137,15 +137,18 @@ def _type_ok(kind: str, value: Any) -> bool:
     raise AssertionError(kind)
 
 
-_JOB_TYPE_RE = re.compile(r"^(?P<model>.+?)@(?P<batch>\d+)$")
+# ``model@batch`` with an optional numeric-precision suffix (``resnet50@64:bf16``): the suffix stays in the
+# job type (a distinct type) and is not part of the model name or the batch size.
+_JOB_TYPE_RE = re.compile(r"^(?P<model>.+?)@(?P<batch>\d+)(?::(?P<precision>[A-Za-z0-9_]+))?$")
 
 
 def parse_job_type(text: str, *, strict: bool = True) -> tuple[str, int | None]:
     """Split a job type ``model@batch``: 'resnet18@64' → ('resnet18', 64); a bare model name → (name, None).
 
     The one parser of job types. ``strict`` (specs a user wrote): text after '@' must be a positive batch
-    size, else ValueError. Lenient (stored rows, Gavel's and others' names such as A3C): anything that is not
-    ``name@digits`` is a name without a batch size, kept as it is.
+    size, else ValueError. Lenient (stored rows, Gavel's and others' names such as A3C): ``name@digits`` and
+    ``name@digits:precision`` (``resnet50@64:bf16`` → ('resnet50', 64)) split; anything else is a name without a
+    batch size, kept as it is.
     """
     if not strict:
         match = _JOB_TYPE_RE.match(text)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 COLUMNS: tuple[str, ...] = ("gpu_type", "type_a", "type_b", "ratio_a", "ratio_b")
 MAX_RATIO = 1.5
+PRECISION_BATCH = r"[1-9][0-9]{0,7}(?::[A-Za-z0-9_]{1,16})?"  # after '@': 64 or 64:bf16
 
 
 def validate_colocation_table(frame: "pd.DataFrame", *, source: str = "<colocation table>") -> "pd.DataFrame":
@@ -51,14 +52,15 @@ def validate_colocation_table(frame: "pd.DataFrame", *, source: str = "<colocati
             raise InputError(f"row {row}: empty {col}", source=source, field=col,
                              valid="a GPU type name" if col == "gpu_type" else "model@batch or an application name")
         out[col] = values.astype(str).str.strip()
-        if col != "gpu_type":  # model@batch needs a whole positive batch after '@'
+        if col != "gpu_type":  # model@batch needs a whole positive batch after '@' (and may name a precision)
             model, at, batch = out[col].str.partition("@").T.to_numpy()
-            bad = (at == "@") & ~pd.Series(batch).str.fullmatch(r"[1-9][0-9]{0,7}").to_numpy(dtype=bool)
+            bad = (at == "@") & ~pd.Series(batch).str.fullmatch(PRECISION_BATCH).to_numpy(dtype=bool)
             bad |= (model == "")
             if bad.any():
                 i = int(bad.nonzero()[0][0])
                 raise InputError(f"row {i + 2}: {out[col].iloc[i][:60]!r} is not a job type", source=source,
-                                 field=col, valid="model@batch (batch a positive integer) or an application name")
+                                 field=col, valid="model@batch[:precision] (batch a positive integer) or an "
+                                                  "application name")
     for col in ("ratio_a", "ratio_b"):
         numeric = pd.to_numeric(out[col], errors="coerce")
         bad = numeric.isna() | (numeric < 0) | (numeric > MAX_RATIO)
@@ -86,7 +88,8 @@ def read_colocation_table(path: str | Path) -> "pd.DataFrame":
     if not p.is_file():
         raise InputError("colocation table not found", source=p, field="--colocation", valid="a CSV file path")
     try:
-        frame = pd.read_csv(p, dtype={"gpu_type": str, "type_a": str, "type_b": str}, encoding="utf-8-sig")
+        frame = pd.read_csv(p, dtype={"gpu_type": str, "type_a": str, "type_b": str}, comment="#",
+                            encoding="utf-8-sig")
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         raise InputError(f"not a readable CSV ({type(err).__name__})", source=p, field="gpu_type",
                          valid="header " + ",".join(COLUMNS)) from None

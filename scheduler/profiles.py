@@ -13,7 +13,9 @@ Everything is normalised to one long table (a :class:`pandas.DataFrame`) with th
 * **GNS curves** (Sia/Pollux ``validation-<global_bsz>.csv``: ``progress,iteration,metric,grad_sqr,
   grad_var``): per application, the curve measured at the smallest batch size is the reference ``M0``.
 
-These files are read at run time from wherever the user keeps them; nothing is copied into the project.
+Sia's files are read at run time from wherever the user keeps them; nothing of them is copied into the
+project. Lines starting with ``#`` are comments (the bundled Pollux-derived set in ``scheduler/data`` carries
+its attribution that way; see :mod:`scheduler.bundled`).
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ def _read_csv(path: Path, required: Iterable[str]) -> "pd.DataFrame":
     import pandas as pd
 
     try:
-        frame = pd.read_csv(path, encoding="utf-8-sig")
+        # bundled files carry attribution lines starting with #; a BOM from spreadsheet exports is allowed
+        frame = pd.read_csv(path, comment="#", encoding="utf-8-sig")
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         raise InputError(f"not a readable CSV ({type(err).__name__})", source=path, field=next(iter(required)),
                          valid="header " + ",".join(required)) from None

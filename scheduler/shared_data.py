@@ -7,7 +7,10 @@ directory or inside it. The data is read where it lies and never copied into the
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
+
+from scheduler.bundled_files import GPU_MAP, PROFILES_DIR
 
 ENV_VAR = "COLOCATE_SHARED_DATA"
 
@@ -24,9 +27,15 @@ def shared_data_dir() -> Path:
     return repo.parent / "shared" / "data"
 
 
-def default_profiles_dir() -> Path:
-    """Sia's per-GPU-type profiles (``<shared>/sia/traces``), read at run time and never copied."""
-    return shared_data_dir() / "sia" / "traces"
+def default_profiles_dir(gpu_types: Iterable[str] | None = None) -> Path:
+    """Sia's per-GPU-type profiles (``<shared>/sia/traces``, read at run time, never copied) when present,
+    else the bundled Pollux-derived set (:mod:`scheduler.bundled`); the bundled set also when every one of
+    ``gpu_types`` is a bundled type (``t4``, ``v100``), which Sia's traces do not name."""
+    types = set(gpu_types or ())
+    sia = shared_data_dir() / "sia" / "traces"
+    if sia.is_dir() and not (types and types <= set(GPU_MAP)):
+        return sia
+    return PROFILES_DIR
 
 
 def gavel_throughputs_path() -> Path:

@@ -342,7 +342,8 @@ EFFICIENCY_MODES = ("sia", "gns")
 def load_goodput_model(profiles: str | Path | None = None, applications: Sequence[str] | None = None,
                        gpu_types: Sequence[str] | None = None, efficiency: str = "sia") -> GoodputModel:
     """A :class:`scheduler.goodput.ProfileGoodputModel` from a profile CSV or Sia traces directory (default:
-    Sia's traces in the shared data folder), restricted to the given applications and GPU types, cached.
+    Sia's traces in the shared data folder, else the bundled set), restricted to the given applications and GPU
+    types, cached.
 
     ``efficiency``: ``"sia"`` reads every validation curve (efficiency at the job's own batch, as Sia's
     simulator); ``"gns"``: the initial batch's gradient-noise curve only (Pollux's form).
@@ -350,7 +351,7 @@ def load_goodput_model(profiles: str | Path | None = None, applications: Sequenc
     if efficiency not in EFFICIENCY_MODES:
         raise InputError(f"efficiency model {efficiency!r}", source="simulate", field="efficiency",
                          valid=", ".join(EFFICIENCY_MODES))
-    path = Path(profiles) if profiles is not None else default_profiles_dir()
+    path = Path(profiles) if profiles is not None else default_profiles_dir(gpu_types)
     if not path.exists():
         raise InputError("throughput profiles not found", source=path, field="--profiles",
                          valid="Sia's traces directory (<shared>/sia/traces) or a profile CSV")

@@ -205,10 +205,13 @@ def transferred_table(gavel_json: str | Path, **options: object) -> "ColocationT
 
 
 def default_table() -> "ColocationTable":
-    """The bundled transferred table (``scheduler/examples/colocation-sia-transferred.csv``)."""
+    """The bundled transferred tables: Sia's GPU types (``scheduler/examples/colocation-sia-transferred.csv``)
+    and the bundled default types ``t4``/``v100`` (``scheduler/data/colocation-default.csv``)."""
+    from scheduler.bundled_files import COLOCATION_FILE
     from scheduler.colocation import ColocationTable
 
-    return ColocationTable.load(DEFAULT_TABLE)
+    sia, ours = ColocationTable.load(DEFAULT_TABLE), ColocationTable.load(COLOCATION_FILE)
+    return ColocationTable({**sia.ratios, **ours.ratios})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

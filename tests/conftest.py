@@ -1,4 +1,6 @@
-"""Shared pytest set-up: GPU tests are skipped without CUDA, Ray tests without the ray extra."""
+"""Shared pytest set-up: GPU tests are skipped without CUDA, Ray tests without the ray extra, and tests marked
+``sia_data`` (reproducing Sia's paper on its own artifact files, which the project may not ship) without
+``../shared/data``. Everything else runs on the data bundled in the package (:mod:`scheduler.bundled`)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip_ray = pytest.mark.skip(reason="needs the optional 'ray' extra: pip install -e '.[ray]'")
     has_cuda = _cuda_available()
     has_ray = importlib.util.find_spec("ray") is not None
+    skip_shared = pytest.mark.skip(reason=f"reproduces Sia's paper on its artifact data, not found at {SHARED_DATA} "
+                                          "(set COLOCATE_SHARED_DATA)")
     for item in items:
+        uses_shared = "shared_data" in getattr(item, "fixturenames", ())
+        if uses_shared and "sia_data" not in item.keywords:
+            raise pytest.UsageError(f"{item.nodeid} uses the shared_data fixture without @pytest.mark.sia_data: "
+                                    "use the bundled data (scheduler.bundled) or mark it")
+        if "sia_data" in item.keywords and not SHARED_DATA.is_dir():
+            item.add_marker(skip_shared)
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(skip_gpu)
         if "ray" in item.keywords and not has_ray:
@@ -33,7 +43,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """Public evaluation data beside the repository (../shared/data); tests needing it skip without it."""
+    """Public evaluation data beside the repository (../shared/data); only for tests marked ``sia_data``."""
     if not SHARED_DATA.is_dir():
         pytest.skip(f"public data folder not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def gavel_throughputs() -> Path:
+    """Gavel's measured solo and pair throughputs (scale factor 1, K80/P100/V100), bundled in the package."""
+    from scheduler.bundled import gavel_throughputs
+
+    return gavel_throughputs()

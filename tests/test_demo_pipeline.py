@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,14 +23,15 @@ def test_embedded_demo_spec_is_a_cpu_campaign_of_three_models_solo_and_pairs() -
 
 
 @pytest.mark.slow
-def test_demo_runs_campaign_matrix_and_simulation(tmp_path: Path, shared_data: Path) -> None:
+def test_demo_runs_campaign_matrix_and_simulation_without_external_data(tmp_path: Path) -> None:
+    """A clean clone: no ../shared/data, so step 3 runs on the bundled default cluster and profiles."""
     spec = tmp_path / "tiny.yaml"
     spec.write_text(yaml.safe_dump({"name": "tiny-demo", "models": ["tiny_cnn"], "batch_sizes": [2],
                                     "repetition": True, "warmup_iters": 2, "min_window_iters": 4, "repeats": 1}))
     out = tmp_path / "demo"
     result = subprocess.run([sys.executable, "-m", "colocate.cli", "demo", "--spec", str(spec), "--out", str(out)],
                             capture_output=True, text=True, timeout=600,
-                            env={**__import__("os").environ, "COLOCATE_SHARED_DATA": str(shared_data)})
+                            env={**os.environ, "COLOCATE_SHARED_DATA": str(tmp_path / "no-shared-data")})
     assert result.returncode == 0, result.stderr[-2000:]
     runs = pd.read_parquet(out / "runs.parquet")
     assert set(runs["status"]) == {"ok"} and (runs["kind"] == "pair").sum() == 1
@@ -36,4 +39,9 @@ def test_demo_runs_campaign_matrix_and_simulation(tmp_path: Path, shared_data: P
     for policy in ("colocate", "sia"):
         summary = out / "sim" / policy / "summary.json"
         assert summary.is_file(), result.stdout[-2000:]
-    assert "3/3 simulation" in result.stdout and "avg JCT" in result.stdout
+        assert json.loads(summary.read_text())["completed"] == 24  # the bundled 24-job workload, all done
+    assert "3/3 simulation" in result.stdout and "avg JCT" in result.stdout and "default cluster (32 GPUs" in result.stdout
+    # the closing note says where each output is and what it shows
+    outputs = result.stdout[result.stdout.index("outputs"):]
+    for where in ("runs.parquet", "matrices/matrix_*_delta.csv", "pairs.csv", "sim/<policy>/summary.json"):
+        assert where in outputs, where

@@ -22,8 +22,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def gavel_v100(shared_data: Path):
-    return gavel_results(shared_data / "gavel" / "simulation_throughputs.json", gpu_types=("v100",))
+def gavel_v100(gavel_throughputs: Path):
+    return gavel_results(gavel_throughputs, gpu_types=("v100",))
 
 
 @pytest.mark.slow
@@ -94,8 +94,8 @@ def test_gavel_matrix_marks_infeasible_cells(gavel_v100) -> None:
     assert slow.values.loc[row["type_a"], row["type_b"]] == pytest.approx(max(row["slowdown_a"], row["slowdown_b"]))
 
 
-def test_several_gpu_types_stay_apart(cpu_campaign: Path, shared_data: Path) -> None:  # noqa: F811
-    results = load_inputs([cpu_campaign], [shared_data / "gavel" / "simulation_throughputs.json"],
+def test_several_gpu_types_stay_apart(cpu_campaign: Path, gavel_throughputs: Path) -> None:  # noqa: F811
+    results = load_inputs([cpu_campaign], [gavel_throughputs],
                           gpu_types=["cpu", "p100"])
     matrices = build_matrices(group_table(results, 2), by_batch=False)
     by_gpu = {m.gpu_type: set(m.job_types) for m in matrices}

@@ -7,27 +7,35 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from analysis_fixtures import cpu_campaign  # noqa: F401  (session fixture)
 
-from colocate.colocation_table import read_colocation_table, validate_colocation_table
+from colocate.colocation_table import MAX_RATIO, read_colocation_table, validate_colocation_table
 from colocate.errors import InputError
 from colocate.gavel import gavel_results
 from colocate.predict import (
     PredictorConfig,
     feature_matrix,
     fit_ratio_model,
-    leave_one_pair_out,
     make_datasets,
     predict_dataset,
     soft_impute,
+)
+from colocate.predict_eval import (
+    METHODS,
+    EvaluationResult,
+    _summary,
+    decision_metrics,
+    evaluation_report,
+    leave_one_pair_out,
 )
 from colocate.results import load_results
 
 
 @pytest.fixture(scope="module")
-def gavel_path(shared_data: Path) -> Path:
-    return shared_data / "gavel" / "simulation_throughputs.json"
+def gavel_path(gavel_throughputs: Path) -> Path:
+    return gavel_throughputs
 
 
 def test_soft_impute_recovers_a_low_rank_matrix() -> None:
@@ -73,13 +81,14 @@ def test_gavel_held_out_pairs_are_predicted_from_the_others(gavel_path: Path) ->
 
 @pytest.mark.slow
 @pytest.mark.parametrize("gpu", ["v100", "p100"])
-def test_leave_one_pair_out_beats_both_baselines_on_gavel(gavel_path: Path, gpu: str) -> None:
+def test_leave_one_pair_out_beats_every_baseline_on_gavel(gavel_path: Path, gpu: str) -> None:
     dataset = make_datasets(gavel_results(gavel_path, gpu_types=(gpu,)))[0]
     result = leave_one_pair_out(dataset)
     assert result.pairs == len(dataset.pairs) > 300
     summary = result.summary.set_index("method")
-    assert set(summary.index) == {"predictor", "mean", "solo-utilization"}
+    assert set(summary.index) == set(METHODS)
     assert result.beats_baselines(), summary.to_string()
+    assert summary.loc["predictor", "balanced_accuracy"] > summary.loc["same-models-mean", "balanced_accuracy"]
 
 
 def test_table_fills_every_pair_and_keeps_measurements(cpu_campaign: Path) -> None:  # noqa: F811
@@ -91,14 +100,15 @@ def test_table_fills_every_pair_and_keeps_measurements(cpu_campaign: Path) -> No
     assert len(table) == len(types) * (len(types) + 1) // 2
     measured = table[table["source"] == "measured"].set_index(["type_a", "type_b"])
     for row in dataset.pairs.itertuples():
-        assert measured.loc[(row.type_a, row.type_b), "ratio_a"] == pytest.approx(row.ratio_a)
+        # measured values are kept, capped at the table's bound (a loaded CPU can time a pair above it)
+        assert measured.loc[(row.type_a, row.type_b), "ratio_a"] == pytest.approx(min(row.ratio_a, MAX_RATIO))
     validate_colocation_table(table)  # the scheduler accepts it
 
 
 def test_cpu_leave_one_pair_out_runs_and_reports(cpu_campaign: Path) -> None:  # noqa: F811
     dataset = make_datasets(load_results(cpu_campaign))[0]
     result = leave_one_pair_out(dataset)
-    assert len(result.predictions) == 3 * len(dataset.pairs)
+    assert len(result.predictions) == len(METHODS) * len(dataset.pairs)
     assert result.summary["mae_ratio"].notna().all()
     assert ((result.predictions["pred_ratio_a"] > 0) & (result.predictions["pred_ratio_a"] <= 1.5)).all()
 
@@ -140,4 +150,90 @@ def test_cli_predict_and_evaluate(cpu_campaign: Path, tmp_path: Path) -> None:  
     assert done.returncode == 0, done.stderr
     text = (report / "report.md").read_text()
     assert "cpu/timeslice" in text and "| predictor |" in text and "| mean |" in text
+    assert "| job-type-mean |" in text and "| same-models-mean |" in text and "## Verdict" in text
     assert (report / "loo_predictions.csv").is_file() and (report / "evaluation.json").is_file()
+    # rounded values in the filled table
+    assert all(len(str(v).split(".")[-1]) <= 4 for v in frame["ratio_a"])
+    # an unknown sharing mode names the modes present
+    bad = subprocess.run([sys.executable, "-m", "colocate.cli", "predict", "--evaluate", str(cpu_campaign),
+                          "--sharing", "mps", "--report-dir", str(tmp_path / "r2")], capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 2 and "valid: timeslice" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.slow
+def test_mean_baselines_predict_ratios_and_delta_follows_the_formula(gavel_path: Path) -> None:
+    dataset = make_datasets(gavel_results(gavel_path, gpu_types=("p100",)))[0]
+    result = leave_one_pair_out(dataset)
+    preds = result.predictions
+    solo = dataset.solo["solo_iter_time_s"]
+    for method in ("mean", "job-type-mean", "same-models-mean"):
+        part = preds[preds["method"] == method]
+        t_a, t_b = solo.loc[part["type_a"]].to_numpy(), solo.loc[part["type_b"]].to_numpy()
+        expected = (t_a + t_b) / np.maximum(t_a / part["pred_ratio_a"], t_b / part["pred_ratio_b"])
+        np.testing.assert_allclose(part["pred_delta"], expected)
+        assert part["pred_delta"].nunique() > 10  # not a constant δ
+    # job-type mean by hand for the first held-out pair: a's ratios over its other pairs
+    first = preds[preds["method"] == "job-type-mean"].iloc[0]
+    a = first["type_a"]
+    pairs = dataset.pairs.drop(index=0)
+    own = pd.concat([pairs.loc[pairs["type_a"] == a, "ratio_a"], pairs.loc[pairs["type_b"] == a, "ratio_b"]])
+    assert first["pred_ratio_a"] == pytest.approx(own.mean())
+    # same-models mean: only pairs of the same two models (other batch sizes); the job-type mean without any
+    model = lambda frame, col: frame[col].str.split("@").str[0]  # noqa: E731
+    same_models = preds[preds["method"] == "same-models-mean"].reset_index(drop=True)
+    type_means = preds[preds["method"] == "job-type-mean"].reset_index(drop=True)
+    checked = {"same": 0, "fallback": 0}
+    for held in (0, 40, 80, 120, 160, 200):
+        row = same_models.iloc[held]
+        training = dataset.pairs.drop(index=held)
+        ma, mb = row["type_a"].split("@")[0], row["type_b"].split("@")[0]
+        same = pd.concat([training.loc[(model(training, "type_a") == ma) & (model(training, "type_b") == mb), "ratio_a"],
+                          training.loc[(model(training, "type_b") == ma) & (model(training, "type_a") == mb), "ratio_b"]])
+        expected = same.mean() if len(same) else type_means.iloc[held]["pred_ratio_a"]
+        checked["same" if len(same) else "fallback"] += 1
+        assert row["pred_ratio_a"] == pytest.approx(expected), held
+    assert checked["same"] >= 3
+
+
+def test_decision_metrics_and_shortfalls() -> None:
+    metrics = decision_metrics(np.array([1.2, 1.1, 0.9, 0.8, 1.3]), np.array([1.5, 0.9, 0.7, 1.2, 1.1]))
+    # truth positives: 1.5, 1.2, 1.1 (3); predicted positives: 1.2, 1.1, 1.3 -> tp 2, fp 1, fn 1, tn 1
+    assert metrics["precision"] == pytest.approx(2 / 3) and metrics["recall"] == pytest.approx(2 / 3)
+    assert metrics["balanced_accuracy"] == pytest.approx((2 / 3 + 1 / 2) / 2)
+    assert metrics["accuracy_delta_gt_1"] == pytest.approx(3 / 5)
+    # a predictor worse than a baseline is reported, with the paired standard error
+    rows = []
+    for k in range(6):
+        truth = 1.0 + 0.1 * k
+        for method in METHODS:
+            guess = truth + (0.3 if method == "predictor" else 0.01)
+            rows.append({"method": method, "type_a": f"a{k}", "type_b": "b", "ratio_a": 0.5, "ratio_b": 0.5,
+                         "delta": truth, "pred_ratio_a": 0.5, "pred_ratio_b": 0.5, "pred_delta": guess})
+    predictions = pd.DataFrame(rows)
+    result = EvaluationResult("toy", "g", "timeslice", 6, 2, (), (), _summary(predictions), predictions, 0.0)
+    falls = result.shortfalls()
+    assert not result.beats_baselines()
+    assert {(f["baseline"], f["metric"]) for f in falls} >= {("mean", "mae_delta"), ("job-type-mean", "mae_delta")}
+    assert all(not f["within_noise"] for f in falls if f["metric"] == "mae_delta")
+    assert "does **not** beat every baseline" in evaluation_report([result])
+
+
+@pytest.mark.slow
+def test_report_dir_defaults_under_the_output_and_a_committed_report_needs_force(cpu_campaign: Path,  # noqa: F811
+                                                                                 tmp_path: Path) -> None:
+    import shutil
+
+    work = tmp_path / "repo"
+    shutil.copytree(cpu_campaign, work / "run")
+    run = [sys.executable, "-m", "colocate.cli", "predict", "--evaluate", str(work / "run")]
+    first = subprocess.run(run, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    report = work / "run" / "predictor-evaluation" / "report.md"
+    assert report.is_file()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    subprocess.run(["git", "-C", str(work), "add", str(report)], check=True)
+    refused = subprocess.run(run, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "committed report" in refused.stderr and "--force" in refused.stderr
+    forced = subprocess.run([*run, "--force"], capture_output=True, text=True, timeout=300)
+    assert forced.returncode == 0, forced.stderr

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -66,10 +64,17 @@ def test_rigid_jobs_keep_their_batch_and_local_batch_must_fit() -> None:
     assert ests[1].goodput > ests[0].goodput
 
 
-def test_sia_profiles_and_gns_curves(shared_data: Path) -> None:
-    traces = shared_data / "sia" / "traces"
-    frame = read_sia_profiles(traces, applications=["cifar10"], gpu_types=["aws", "dgx-ext"])
-    assert set(frame.gpu_type) == {"aws", "dgx-ext"}
+@pytest.mark.parametrize("source", ["bundled", pytest.param("sia", marks=pytest.mark.sia_data)])
+def test_sia_profiles_and_gns_curves(source: str, request: pytest.FixtureRequest) -> None:
+    """Sia-format profiles: the bundled Pollux T4 set (+ derived V100), and Sia's own traces when present."""
+    from scheduler.bundled import default_profiles_dir
+
+    if source == "sia":
+        traces, types = request.getfixturevalue("shared_data") / "sia" / "traces", {"aws", "dgx-ext"}
+    else:
+        traces, types = default_profiles_dir(), {"t4", "v100"}
+    frame = read_sia_profiles(traces, applications=["cifar10"], gpu_types=sorted(types))
+    assert set(frame.gpu_type) == types
     assert frame.num_gpus.max() >= 16 and (frame.num_nodes > 1).any()
     curves = read_gns_curves(traces, applications=["cifar10"])
     curve = curves["cifar10"]

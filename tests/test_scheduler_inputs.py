@@ -117,6 +117,10 @@ def test_colocation_table_round_trip_and_lookup(tmp_path: Path) -> None:
     assert table.lookup("a100", b, a) == (0.6, 0.7)        # either order
     assert table.lookup("t4", a, b) is None                # no data on that type
     assert table.lookup("a100", Job("c", "resnet18", batch_size=64), b) is None  # other batch, no app row
+    precise = write(tmp_path, "p.csv", "gpu_type,type_a,type_b,ratio_a,ratio_b\na100,resnet50@64:bf16,resnet50@64,0.7,0.6\n")
+    assert read_colocation_table(precise)["type_a"].tolist() == ["resnet50@64:bf16"]  # a precision variant
+    with pytest.raises(InputError, match="is not a job type"):
+        read_colocation_table(write(tmp_path, "q.csv", "gpu_type,type_a,type_b,ratio_a,ratio_b\na100,x@64:,y,0.5,0.5\n"))
 
 
 @pytest.mark.parametrize("rows, field", [

@@ -1,4 +1,4 @@
-"""``colocate simulate`` / ``colocate compare`` end to end on Sia's profiles (skipped without the public data)."""
+"""``colocate simulate`` / ``colocate compare`` end to end on the bundled default cluster and profiles."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from scheduler.bundled import default_cluster, default_profiles_dir
 from scheduler.simulator import SUMMARY_KEYS, simulate
 
 REPO = Path(__file__).resolve().parents[1]
-CLUSTER = REPO / "scheduler/examples/sia-64gpu.yaml"
+CLUSTER = default_cluster()
+PROFILES = default_profiles_dir()
 TINY = "name,time,application,num_replicas,batch_size,work\n" \
        "cifar10-0,0,cifar10,1,128,300000\ncifar10-1,30,cifar10,2,256,400000\n" \
        "bert-2,60,bert,1,12,6000\ndeepspeech2-3,100,deepspeech2,1,20,40000\n"
@@ -25,12 +27,12 @@ def run_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_simulate_json_schema_and_logs(shared_data, tmp_path):
+def test_simulate_json_schema_and_logs(tmp_path):
     workload = tmp_path / "tiny.csv"
     workload.write_text(TINY)
     out = tmp_path / "run"
     proc = run_cli("simulate", "--cluster", str(CLUSTER), "--workload", str(workload), "--policy", "colocate",
-                   "--out", str(out), "--json", "--profiles", str(shared_data / "sia/traces"))
+                   "--out", str(out), "--json", "--profiles", str(PROFILES))
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert list(summary) == list(SUMMARY_KEYS)
@@ -44,10 +46,10 @@ def test_simulate_json_schema_and_logs(shared_data, tmp_path):
 
 
 @pytest.mark.slow
-def test_simulate_function_on_the_bundled_demo_workload(shared_data):
+def test_simulate_function_on_the_bundled_demo_workload():
     """The function the demo calls: colocate and sia on the bundled workload, same jobs done, logs filled."""
     demo = REPO / "scheduler/examples/demo-workload.csv"
-    results = {p: simulate(CLUSTER, demo, p, profiles=shared_data / "sia/traces") for p in ("colocate", "sia")}
+    results = {p: simulate(CLUSTER, demo, p, profiles=PROFILES) for p in ("colocate", "sia")}
     for name, r in results.items():
         assert r.summary["completed"] == r.summary["jobs"] == len(r.jobs)
         assert r.summary["policy"] == name
@@ -56,14 +58,14 @@ def test_simulate_function_on_the_bundled_demo_workload(shared_data):
 
 
 @pytest.mark.slow
-def test_compare_writes_report_table_and_plots(shared_data, tmp_path):
+def test_compare_writes_report_table_and_plots(tmp_path):
     for k in (1, 2):
         (tmp_path / "set").mkdir(exist_ok=True)
         (tmp_path / "set" / f"workload-{k}.csv").write_text(TINY if k == 1 else TINY.replace("300000", "200000"))
     out = tmp_path / "report"
     proc = run_cli("compare", "--cluster", str(CLUSTER), "--workloads", str(tmp_path / "set" / "workload-*.csv"),
                    "--policies", "colocate,sia,fifo", "--out", str(out), "--workers", "2",
-                   "--profiles", str(shared_data / "sia/traces"), timeout=600)
+                   "--profiles", str(PROFILES), timeout=600)
     assert proc.returncode == 0, proc.stderr
     for name in ("report.md", "summary.csv", "jct_cdf.png", "utilization.png", "packed_fraction.png"):
         assert (out / name).is_file(), name
@@ -75,19 +77,19 @@ def test_compare_writes_report_table_and_plots(shared_data, tmp_path):
     # a second run reuses the finished simulations
     again = run_cli("compare", "--cluster", str(CLUSTER), "--workloads", str(tmp_path / "set" / "workload-*.csv"),
                     "--policies", "colocate,sia,fifo", "--out", str(out), "--workers", "1",
-                    "--profiles", str(shared_data / "sia/traces"))
+                    "--profiles", str(PROFILES))
     assert again.returncode == 0, again.stderr
     pd.testing.assert_frame_equal(pd.read_csv(out / "summary.csv"), summary)
 
 
 @pytest.mark.slow
-def test_compare_across_load_points_writes_the_load_table_and_plot(shared_data, tmp_path):
+def test_compare_across_load_points_writes_the_load_table_and_plot(tmp_path):
     (tmp_path / "set").mkdir()
     (tmp_path / "set" / "workload-1.csv").write_text(TINY)
     out = tmp_path / "report"
     proc = run_cli("compare", "--cluster", str(CLUSTER), "--workloads", str(tmp_path / "set" / "workload-*.csv"),
                    "--policies", "sia,fifo", "--loads", "1,4", "--out", str(out), "--workers", "2",
-                   "--profiles", str(shared_data / "sia/traces"), timeout=600)
+                   "--profiles", str(PROFILES), timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert (out / "jct_vs_load.png").is_file()
     summary = pd.read_csv(out / "summary.csv")

@@ -130,9 +130,10 @@ def test_bundled_demo_workload_reads():
 
 
 # --------------------------------------------------------------------------------------------------
-# Public data (skipped without ../shared/data)
+# Public data: Sia's and Gavel's workload sets (marked sia_data, skipped without ../shared/data)
 # --------------------------------------------------------------------------------------------------
 
+@pytest.mark.sia_data
 def test_sia_and_pollux_workload_sets_read(shared_data):
     for folder in ("sia/workloads/philly", "sia/workloads/saturn", "pollux/workloads"):
         files = sorted((shared_data / folder).glob("workload-*.csv"))
@@ -141,6 +142,7 @@ def test_sia_and_pollux_workload_sets_read(shared_data):
         assert len(w) == 160 and w.jobs[0].arrival <= w.jobs[-1].arrival
 
 
+@pytest.mark.sia_data
 def test_gavel_and_philly_traces_read(shared_data):
     w = read_workload(shared_data / "gavel/traces/msr/seed=0/11cb48.trace", max_jobs=30)
     assert len(w) == 30 and all(j.duration_s and j.duration_s > 0 for j in w.jobs)
@@ -149,8 +151,8 @@ def test_gavel_and_philly_traces_read(shared_data):
     assert read_philly(shared_data / "sia/traces/philly.csv", num_jobs=100, seed=0).jobs == p.jobs
 
 
-def test_transferred_table_matches_the_bundled_one(shared_data):
-    gavel = shared_data / "gavel/simulation_throughputs.json"
+def test_transferred_table_matches_the_bundled_one(gavel_throughputs):
+    gavel = gavel_throughputs  # Gavel's pairs at scale factor 1, bundled (the transfer reads nothing else)
     frame = transferred_frame(gavel)
     bundled = pd.read_csv(DEFAULT_TABLE)
     assert len(frame) == len(bundled) == 3 * 21  # three Sia GPU types × 21 unordered app pairs

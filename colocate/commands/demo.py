@@ -3,7 +3,9 @@
 1. a small campaign (three models, solo and pairs) on this machine's device;
 2. its compatibility matrices (CSV, heatmap PNG, GraphML);
 3. a simulated comparison of the `colocate` policy (heterogeneity + adaptivity + packing) against `sia`
-   (the same ILP with packing off) on a bundled 24-job workload over Sia's 64-GPU cluster.
+   (the same ILP with packing off) on a bundled 24-job workload over the bundled default 32-GPU cluster
+   (:mod:`scheduler.bundled`: Pollux's T4 profiles, a V100 type derived from them, Gavel's pair ratios),
+   so a clean clone runs all three steps without any external data.
 """
 
 from __future__ import annotations
@@ -55,8 +57,6 @@ def demo(
     skip_simulation: bool = typer.Option(False, "--skip-simulation", help="Stop after the matrices."),
 ) -> None:
     """Run the embedded default: campaign → compatibility matrix → simulated colocate vs sia comparison."""
-    from rich.table import Table
-
     from colocate.commands._output import campaign_progress, console, summary_table
     from colocate.matrix import write_matrices
     from colocate.results import load_results
@@ -82,30 +82,58 @@ def demo(
     for path in matrices.files:
         console.print(f"  {path}", highlight=False)
 
-    if skip_simulation:
-        return
-    from scheduler.workloads import default_profiles_dir
+    sim_dir = None
+    if not skip_simulation:
+        sim_dir = run_demo_simulation(out)
+    _where_outputs_are(out, sim_dir)
 
-    profiles = default_profiles_dir()
-    if not profiles.is_dir():
-        console.print(f"[yellow]3/3 simulation not run:[/] it needs Sia's per-GPU-type throughput profiles, read at "
-                      f"run time from {profiles} (set COLOCATE_SHARED_DATA to the folder holding sia/traces).")
-        return
+
+def run_demo_simulation(out: Path) -> Path:
+    """Step 3 on the bundled default (cluster, profiles, colocation table: :mod:`scheduler.bundled`)."""
+    from rich.table import Table
+
+    from colocate.commands._output import console
+    from scheduler import bundled
+    from scheduler.cluster import load_cluster
     from scheduler.simulator import simulate
 
-    cluster, workload = _example("sia-64gpu.yaml"), _example("demo-workload.csv")
-    console.print(f"[bold]3/3 simulation[/] {', '.join(DEMO_POLICIES)} on {workload.name} over {cluster.name} "
-                  f"(co-location ratios transferred from Gavel's measured pairs)")
+    cluster, workload = load_cluster(bundled.default_cluster()), _example("demo-workload.csv")
+    console.print(f"[bold]3/3 simulation[/] {', '.join(DEMO_POLICIES)} on {workload.name} over the bundled "
+                  f"default cluster ({cluster.total_gpus} GPUs: {', '.join(cluster.type_names)}; T4 profiles "
+                  "from Pollux, V100 derived with Gavel's measured speed ratios; "
+                  f"co-location ratios transferred from Gavel's measured pairs)")
     table = Table(title="simulated comparison (lower JCT and GPU-hours are better)")
     for column in ("policy", "completed", "avg JCT (h)", "p99 JCT (h)", "makespan (h)", "GPU-hours", "packed", "wall (s)"):
         table.add_column(column, justify="right" if column != "policy" else "left")
     for policy in DEMO_POLICIES:
-        result = simulate(cluster, workload, policy, seed=0)
+        result = simulate(cluster, workload, policy, colocation=bundled.default_colocation(), seed=0,
+                          profiles=bundled.default_profiles_dir())
         result.write(out / "sim" / policy)
         s = result.summary
         table.add_row(policy, f"{s['completed']}/{s['jobs']}", f"{s['avg_jct_s'] / 3600:.2f}",
                       f"{s['p99_jct_s'] / 3600:.2f}", f"{s['makespan_s'] / 3600:.2f}", f"{s['gpu_hours']:.1f}",
                       f"{s['packed_fraction']:.0%}", f"{s['wall_s']:.1f}")
     console.print(table)
-    console.print(f"simulation logs: {out}/sim/<policy>/ (jobs.parquet, rounds.parquet, allocations.parquet, "
-                  f"summary.json)")
+    return out / "sim"
+
+
+def _where_outputs_are(out: Path, sim_dir: Path | None) -> None:
+    """The closing note: each output, where it is and what it shows."""
+    from colocate.commands._output import console
+
+    console.print("[bold]outputs[/]")
+    lines = [
+        (f"{out}/runs.parquet, jobs.parquet (+ .csv), meta.json",
+         "every measured run: iteration times alone (t) and co-located (t′), δ, slowdowns, device and versions"),
+        (f"{out}/matrices/matrix_*_delta.csv / .png",
+         "the compatibility matrix: δ per pair of job types (> 1: sharing a device beats running back to back)"),
+        (f"{out}/matrices/pairs.csv, graph_*.graphml",
+         "one row per pair with its 95 % CI and both jobs' ratios t/t′; the compatibility graph"),
+    ]
+    if sim_dir is not None:
+        lines.append((f"{sim_dir}/<policy>/summary.json, jobs.parquet, rounds.parquet, allocations.parquet",
+                      "per policy: JCTs, GPU-hours, what each round allocated and which jobs were packed"))
+    else:
+        lines.append(("(simulation skipped)", "rerun without --skip-simulation for the scheduler comparison"))
+    for where, what in lines:
+        console.print(f"  {where}\n      {what}", highlight=False)

@@ -23,11 +23,12 @@ def register(app: typer.Typer) -> None:
     app.command("schedule")(schedule)
 
 
-def default_profiles_path() -> Path | None:
-    """Sia's traces (``$COLOCATE_SHARED_DATA/sia/traces`` or ``../shared/data`` beside us), if present."""
+def default_profiles_path(gpu_types: tuple[str, ...] = ()) -> Path | None:
+    """Sia's traces (``$COLOCATE_SHARED_DATA/sia/traces`` or ``../shared/data`` beside us) if present, else the
+    bundled profiles (also for a cluster of only bundled types)."""
     from scheduler.workloads import default_profiles_dir
 
-    candidate = default_profiles_dir()
+    candidate = default_profiles_dir(gpu_types)
     return candidate if candidate.is_dir() else None
 
 
@@ -89,7 +90,7 @@ def _schedule(
     the_cluster = load_cluster(cluster)
     the_jobs = load_jobs(jobs)
     if profiles is None:
-        profiles = default_profiles_path()
+        profiles = default_profiles_path(the_cluster.type_names)
         if profiles is None:
             raise InputError("no throughput profiles given and ../shared/data/sia/traces not found",
                              field="--profiles", valid="a profile CSV or Sia's traces directory")

@@ -16,14 +16,26 @@ def _hours(seconds: float) -> str:
     return "–" if not math.isfinite(seconds) else f"{seconds / 3600:.2f} h"
 
 
+def _colocation(path: Path | None):  # -> ColocationTable | Path | None
+    """A results directory's measured pairs as a colocation table; a CSV path is passed on as it is."""
+    if path is None or not path.is_dir():
+        return path
+    from colocate.matrix import measured_colocation_table
+    from colocate.results import load_results
+    from scheduler.colocation import ColocationTable
+
+    return ColocationTable.from_frame(measured_colocation_table(load_results(path)))
+
+
 def simulate_command(
     cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML (e.g. scheduler/examples/sia-64gpu.yaml)."),
     workload: Path = typer.Option(..., "--workload", help="Sia/Pollux workload CSV, Gavel .trace or Philly job CSV."),
     policy: str = typer.Option("colocate", "--policy",
                                help="colocate, sia, gavel, gavel-packed, tiresias, gandiva or fifo."),
     colocation: Path = typer.Option(None, "--colocation",
-                                    help="Colocation table CSV (default for packing policies: the bundled "
-                                         "table transferred from Gavel's measurements)."),
+                                    help="Colocation table CSV, or a results directory (e.g. from import-pairs) "
+                                         "whose measured pairs become one (default for packing policies: the "
+                                         "bundled table transferred from Gavel's measurements)."),
     round_s: float = typer.Option(60.0, "--round", help="Round length in seconds."),
     seed: int = typer.Option(0, "--seed", help="Seed (randomised policies such as gandiva)."),
     out: Path = typer.Option(None, "--out", "-o", help="Write jobs/rounds/allocations Parquet + summary.json here."),
@@ -65,6 +77,7 @@ def simulate_command(
     spec = policy_spec(policy)
     config = SimConfig(round_s=round_s, seed=seed, throughput=throughput, batch=batch, restart_on=restart_on,
                        efficiency=efficiency, memory=memory, colocation_strength=strength)
+    table = _colocation(colocation)
     cluster_obj = load_cluster(cluster)
     work = read_workload(workload)
     from scheduler.profiles import check_workload
@@ -80,7 +93,7 @@ def simulate_command(
         def on_round(sim_time: float, done: int, total: int) -> None:
             progress.update(task, completed=done, sim=f"{sim_time / 3600:.1f} h")
 
-        result = simulate(cluster_obj, work, spec.name, colocation=colocation, profiles=profiles,
+        result = simulate(cluster_obj, work, spec.name, colocation=table, profiles=profiles,
                           config=config, progress=on_round)
     if out is not None:
         result.write(out)

@@ -1,0 +1,36 @@
+"""``colocate export-pairs RESULTS_DIR... --out pairs.csv``: the tidy CSV + JSON format for sharing measurements."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export-pairs")(export_pairs)
+
+
+def export_pairs(
+    results_dirs: list[Path] = typer.Argument(None, metavar="RESULTS_DIR...", help="Results directories."),
+    gavel: list[Path] = typer.Option(None, "--gavel", help="Gavel throughput JSON (repeatable)."),
+    out: Path = typer.Option(None, "--out", "-o", help="CSV to write; the JSON goes beside it "
+                                                     "[default: RESULTS_DIR/pairs_export.csv]."),
+    gpu_type: list[str] = typer.Option(None, "--gpu-type", help="Only these GPU types (repeatable)."),
+) -> None:
+    """Write every measured pair with both jobs' solo and co-located figures, units and provenance."""
+    from colocate.commands._output import console
+    from colocate.errors import InputError
+    from colocate.gavel import load_inputs
+    from colocate.pairs_export import export_pairs as write
+
+    if out is None:
+        if not results_dirs:
+            raise InputError("--out is needed when only --gavel files are given", field="--out",
+                             valid="a CSV path, e.g. --out pairs.csv")
+        out = results_dirs[0] / "pairs_export.csv"
+    results = load_inputs(results_dirs or [], gavel or [], gpu_types=gpu_type or None)
+    csv_path, json_path = write(results, out)
+    console.print(f"wrote {csv_path} (one row per pair: solo and co-located times, speeds t/t′, δ with 95 % CI) "
+                  f"and {json_path} (the same with units and provenance); `colocate import-pairs {csv_path.name}` "
+                  f"reads it back")

@@ -1,0 +1,50 @@
+"""``colocate import-pairs FILE.csv --out DIR``: any table of measured pairs as a results directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("import-pairs")(import_pairs)
+
+
+def import_pairs(
+    file: Path = typer.Argument(..., metavar="FILE.csv", help="One row per measured pair (see the README)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Results directory to write (runs/jobs Parquet + CSV, meta.json)."),
+    column: list[str] = typer.Option(None, "--column", help="CANONICAL=THEIRS column mapping (repeatable), "
+                                                            "e.g. --column job_a=model1."),
+    columns: Path = typer.Option(None, "--columns", help="YAML: {columns: {canonical: theirs}, defaults: {...}}."),
+    gpu_type: str = typer.Option(None, "--gpu-type", help="GPU type for rows without a gpu_type column."),
+    sharing: str = typer.Option(None, "--sharing", help="Sharing mode for rows without a sharing column "
+                                                        "[default: timeslice]."),
+    matrices: bool = typer.Option(True, "--matrices/--no-matrices", help="Also write compatibility matrices to OUT/matrices."),
+) -> None:
+    """Convert a pair table (solo and co-located times, or speeds t/t′) into our results schema."""
+    from colocate.commands._output import console
+    from colocate.gavel import write_import
+    from colocate.pairs_import import PairColumns, load_column_map, parse_column_flags
+    from colocate.pairs_import import import_pairs as convert
+
+    mapping = load_column_map(columns) if columns is not None else PairColumns()
+    names = {**mapping.names, **parse_column_flags(column or [])}
+    defaults = dict(mapping.defaults)
+    if gpu_type:
+        defaults["gpu_type"] = gpu_type
+    if sharing:
+        defaults["sharing"] = sharing
+    imported = convert(file, PairColumns(names, defaults))
+    write_import(imported, out)
+    counts = imported.meta["counts"]
+    console.print(f"{file} → {out}: {counts['rows']} pair rows ({counts['infeasible']} infeasible), "
+                  f"{counts['job_types']} job types on {', '.join(imported.meta['gpu_types'])}")
+    if matrices:
+        from colocate.matrix import write_matrices
+        from colocate.results import load_results
+
+        written = write_matrices(load_results(out), out / "matrices")
+        console.print(f"{len(written.matrices)} matrices (CSV + PNG) and graphs in {out / 'matrices'}/")
+    console.print(f"wrote {out}/runs.parquet, jobs.parquet (+ CSV) and meta.json; read it with colocate matrix, "
+                  f"predict, colocation-table, export-gavel or export-pairs")

@@ -1,0 +1,318 @@
+"""Any table of measured co-located pairs → a results directory every analysis command reads.
+
+One row per measured pair (repeats = several rows of the same pair). Canonical column names
+(:data:`CANONICAL`); a user's own names are mapped onto them by ``--column canonical=theirs`` flags or a
+small YAML file (``columns: {canonical: theirs}``, ``defaults: {gpu_type: v100, sharing: mps}``):
+
+===================================  ===========================================================================
+column                               meaning
+===================================  ===========================================================================
+``job_a``, ``job_b``                 the two job types (``model@batch`` or any name), required
+``gpu_type``                         GPU type, required (or ``defaults.gpu_type`` / ``--gpu-type``)
+``sharing``                          ``timeslice``, ``mps``, ``mpsNN``…; default ``timeslice``
+``time_a``, ``time_b``               each job's iteration time **alone** (s)
+``colocated_time_a``, ``…_b``        each job's iteration time **together** (s)
+``speed_a``, ``speed_b``             each job's normalized speed t/t′ = co-located / solo throughput
+``throughput_a``, ``throughput_b``   each job's solo throughput (iterations/s), instead of ``time_*``
+``memory_a``, ``memory_b``           optional: each job's peak memory alone (MiB)
+``utilization_a``, ``…_b``           optional: each job's device utilization alone (%)
+``status``                           optional: ``ok`` or ``infeasible`` (could not be co-located, e.g. OOM)
+===================================  ===========================================================================
+
+A row needs solo times (``time_*`` or ``throughput_*``) and either co-located times or speeds. A row with
+``status = infeasible`` (or speeds both 0) is an infeasible pair and needs no co-located figures. Solo
+baselines: one solo run per GPU type and job type, t = the mean over the rows that give it. Every bad value
+is one :class:`~colocate.errors.InputError` naming the file, the row and the column as the file names it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from colocate.errors import InputError
+from colocate.gavel import GavelImport
+from colocate.results import JOB_NUMERIC, RUN_NUMERIC, sort_job_types, split_job_type, typed_frame
+from profiler.schema import JOB_COLUMNS, RUN_COLUMNS, SHARING_SOLO, STATUS_INFEASIBLE, STATUS_OK
+from profiler.sharing import sharing_mode, sharing_mode_names
+
+CANONICAL = ("job_a", "job_b", "gpu_type", "sharing", "time_a", "time_b", "colocated_time_a", "colocated_time_b",
+             "speed_a", "speed_b", "throughput_a", "throughput_b", "memory_a", "memory_b", "utilization_a",
+             "utilization_b", "status")
+
+
+@dataclass(frozen=True)
+class PairColumns:
+    """Which column of the user's file holds each canonical field, and constants for absent ones."""
+
+    names: Mapping[str, str] = field(default_factory=dict)  # canonical -> the file's column
+    defaults: Mapping[str, str] = field(default_factory=dict)  # canonical -> value for every row
+
+    def column(self, canonical: str) -> str:
+        return self.names.get(canonical, canonical)
+
+
+def parse_column_flags(flags: list[str], *, source: str = "--column") -> dict[str, str]:
+    """``["job_a=model1", ...]`` → ``{"job_a": "model1"}``; unknown canonical names are errors."""
+    out: dict[str, str] = {}
+    for flag in flags:
+        canonical, sep, theirs = flag.partition("=")
+        if not sep or not theirs.strip():
+            raise InputError(f"{flag!r} is not CANONICAL=THEIRS", source=source, field="--column",
+                             valid="e.g. --column job_a=model_1")
+        _check_canonical(canonical.strip(), source)
+        out[canonical.strip()] = theirs.strip()
+    return out
+
+
+def _check_canonical(name: str, source: str | Path) -> None:
+    if name not in CANONICAL:
+        raise InputError(f"unknown column {name!r}", source=source, field=name, valid=", ".join(CANONICAL))
+
+
+def load_column_map(path: str | Path) -> PairColumns:
+    """A YAML file ``{columns: {canonical: theirs}, defaults: {canonical: value}}``."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("column map not found", source=p, field="--columns", valid="a YAML file")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise InputError(f"not valid YAML ({type(err).__name__})", source=p, field="columns",
+                         valid="{columns: {job_a: ...}, defaults: {gpu_type: ...}}") from None
+    if not isinstance(data, dict) or set(data) - {"columns", "defaults"}:
+        raise InputError("expected the keys columns and/or defaults", source=p, field=str(next(iter(data), "")),
+                         valid="columns, defaults")
+    parts: dict[str, dict[str, str]] = {}
+    for key in ("columns", "defaults"):
+        block = data.get(key) or {}
+        if not isinstance(block, dict):
+            raise InputError("expected a mapping", source=p, field=key, valid="canonical name: value")
+        for name in block:
+            _check_canonical(str(name), p)
+        parts[key] = {str(k): str(v) for k, v in block.items()}
+    return PairColumns(parts["columns"], parts["defaults"])
+
+
+def _cell(frame: pd.DataFrame, i: int, canonical: str, cols: PairColumns) -> str | None:
+    column = cols.column(canonical)
+    if column in frame.columns:
+        value = frame.at[i, column]
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+        if value is not None and not (isinstance(value, float) and math.isnan(value)) and not isinstance(value, str):
+            return str(value)
+    return cols.defaults.get(canonical)
+
+
+def _positive(text: str | None, row: int, canonical: str, cols: PairColumns, source: Path, *,
+              allow_zero: bool = False) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise InputError(f"row {row}: {text!r} is not a number > 0", source=source, field=cols.column(canonical),
+                         valid="a positive number" + (" (0 = infeasible)" if allow_zero else ""))
+    return value
+
+
+@dataclass
+class _Row:
+    gpu: str
+    sharing: str
+    jobs: tuple[str, str]
+    solo: tuple[float, float]
+    ratio: tuple[float, float] | None  # None = infeasible
+    memory: tuple[float | None, float | None]
+    utilization: tuple[float | None, float | None]
+
+
+def _solo_time(frame: pd.DataFrame, i: int, side: str, cols: PairColumns, source: Path) -> float:
+    row = i + 2
+    t = _positive(_cell(frame, i, f"time_{side}", cols), row, f"time_{side}", cols, source)
+    if t is not None:
+        return t
+    x = _positive(_cell(frame, i, f"throughput_{side}", cols), row, f"throughput_{side}", cols, source)
+    if x is not None:
+        return 1.0 / x
+    raise InputError(f"row {row}: no solo time for job {side}", source=source, field=cols.column(f"time_{side}"),
+                     valid=f"a column {cols.column(f'time_{side}')!r} (s) or {cols.column(f'throughput_{side}')!r} "
+                           "(iterations/s)")
+
+
+def _ratios(frame: pd.DataFrame, i: int, cols: PairColumns, source: Path, solo: tuple[float, float]
+            ) -> tuple[float, float] | None:
+    row = i + 2
+    status = (_cell(frame, i, "status", cols) or STATUS_OK).lower()
+    if status not in (STATUS_OK, STATUS_INFEASIBLE):
+        raise InputError(f"row {row}: status {status!r}", source=source, field=cols.column("status"),
+                         valid=f"{STATUS_OK} or {STATUS_INFEASIBLE}")
+    if status == STATUS_INFEASIBLE:
+        return None
+    speeds = [_positive(_cell(frame, i, f"speed_{s}", cols), row, f"speed_{s}", cols, source, allow_zero=True)
+              for s in "ab"]
+    if all(v is not None for v in speeds):
+        if speeds[0] == 0 and speeds[1] == 0:
+            return None
+        for s, v in zip("ab", speeds):
+            if v == 0:
+                raise InputError(f"row {row}: speed 0 for one job only", source=source, field=cols.column(f"speed_{s}"),
+                                 valid="both speeds > 0, or both 0 (infeasible pair)")
+        return float(speeds[0]), float(speeds[1])  # type: ignore[arg-type]
+    together = [_positive(_cell(frame, i, f"colocated_time_{s}", cols), row, f"colocated_time_{s}", cols, source)
+                for s in "ab"]
+    if all(v is not None for v in together):
+        return solo[0] / together[0], solo[1] / together[1]  # type: ignore[operator]
+    missing = next(f"speed_{s}" for s, v in zip("ab", speeds) if v is None)
+    raise InputError(f"row {row}: neither co-located times nor speeds for both jobs", source=source,
+                     field=cols.column(missing), valid=f"columns {cols.column('colocated_time_a')!r}/"
+                     f"{cols.column('colocated_time_b')!r} (s) or {cols.column('speed_a')!r}/"
+                     f"{cols.column('speed_b')!r} (t/t')")
+
+
+def _parse_row(frame: pd.DataFrame, i: int, cols: PairColumns, source: Path) -> _Row:
+    row = i + 2
+    names = []
+    for canonical in ("job_a", "job_b", "gpu_type"):
+        value = _cell(frame, i, canonical, cols)
+        if not value:
+            raise InputError(f"row {row}: empty {canonical}", source=source, field=cols.column(canonical),
+                             valid="a non-empty name" + (" (or --gpu-type)" if canonical == "gpu_type" else ""))
+        names.append(value)
+    sharing = (_cell(frame, i, "sharing", cols) or "timeslice").lower()
+    if parse_sharing(sharing) is None:
+        raise InputError(f"row {row}: sharing {sharing!r}", source=source, field=cols.column("sharing"),
+                         valid=_valid_sharing())
+    solo = (_solo_time(frame, i, "a", cols, source), _solo_time(frame, i, "b", cols, source))
+    optional = {}
+    for kind in ("memory", "utilization"):
+        optional[kind] = tuple(_positive(_cell(frame, i, f"{kind}_{s}", cols), row, f"{kind}_{s}", cols, source,
+                                         allow_zero=True) for s in "ab")
+    return _Row(names[2].lower(), sharing, (names[0], names[1]), solo, _ratios(frame, i, cols, source, solo),
+                optional["memory"], optional["utilization"])  # type: ignore[arg-type]
+
+
+def read_pairs_table(path: str | Path, columns: PairColumns = PairColumns()) -> list[_Row]:
+    """Parse and validate every row of a pair CSV (``#`` lines are comments)."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("pair table not found", source=p, field="FILE.csv", valid="a CSV file path")
+    try:
+        frame = pd.read_csv(p, comment="#", dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise InputError(f"not a readable CSV ({type(err).__name__})", source=p, field="job_a",
+                         valid="a CSV with a header row") from None
+    for canonical, theirs in columns.names.items():
+        if theirs not in frame.columns:
+            raise InputError(f"column {theirs!r} (mapped to {canonical}) is not in the header", source=p,
+                             field=theirs, valid=", ".join(frame.columns))
+    for canonical in ("job_a", "job_b"):
+        if columns.column(canonical) not in frame.columns:
+            raise InputError(f"no column {columns.column(canonical)!r}", source=p, field=canonical,
+                             valid=f"header columns: {', '.join(frame.columns)} (map yours with "
+                                   f"--column {canonical}=NAME)")
+    frame = frame.replace("", None)
+    rows = [_parse_row(frame, i, columns, p) for i in range(len(frame))]
+    if not rows:
+        raise InputError("no pair rows", source=p, field="job_a", valid="at least one measured pair")
+    return rows
+
+
+def import_pairs(path: str | Path, columns: PairColumns = PairColumns()) -> GavelImport:
+    """Rows of our results schema (solo runs + one pair run per row) from a pair table."""
+    from colocate.gavel import _add_pair, _run_row
+
+    p = Path(path)
+    rows = read_pairs_table(p, columns)
+    campaign = f"pairs-{p.stem}"
+    runs: list[dict[str, Any]] = []
+    jobs: list[dict[str, Any]] = []
+    solo: dict[tuple[str, str], list[float]] = {}
+    extra: dict[tuple[str, str, str], list[float]] = {}
+    for r in rows:
+        for side, job in enumerate(r.jobs):
+            solo.setdefault((r.gpu, job), []).append(r.solo[side])
+            for kind, values in (("memory", r.memory), ("utilization", r.utilization)):
+                if values[side] is not None:
+                    extra.setdefault((r.gpu, job, kind), []).append(float(values[side]))  # type: ignore[arg-type]
+    for (gpu, job), times in sorted(solo.items()):
+        run = _run_row(campaign, gpu, "solo", SHARING_SOLO, [job], 0)
+        run["status"] = STATUS_OK
+        memory, util = extra.get((gpu, job, "memory")), extra.get((gpu, job, "utilization"))
+        run["gpu_util_mean"] = sum(util) / len(util) if util else None
+        t = sum(times) / len(times)
+        jobs.append({**_job_row(run, job), "iter_time_s": t, "solo_iter_time_s": t,
+                     "peak_memory_mib": max(memory) if memory else None})
+        runs.append(run)
+    repeats: dict[tuple[str, str, tuple[str, ...]], int] = {}
+    for r in rows:
+        order = sort_job_types(list(r.jobs)) if r.jobs[0] != r.jobs[1] else list(r.jobs)
+        flip = list(r.jobs) != order
+        solo_t = tuple(r.solo[::-1]) if flip else r.solo
+        key = (r.gpu, r.sharing, tuple(order))
+        repeat = repeats[key] = repeats.get(key, -1) + 1
+        if r.ratio is None:
+            colocated = (0.0, 0.0)
+        else:
+            ratio = r.ratio[::-1] if flip else r.ratio
+            colocated = (ratio[0] / solo_t[0], ratio[1] / solo_t[1])  # co-located throughput = ratio × solo
+        _add_pair_in(runs, jobs, campaign, r.gpu, r.sharing, (order[0], order[1]), colocated,
+                     (1.0 / solo_t[0], 1.0 / solo_t[1]), repeat, _add_pair)
+    meta = {
+        "campaign": campaign,
+        "source": {"kind": "pair-table", "file": str(p), "columns": dict(columns.names),
+                   "defaults": dict(columns.defaults)},
+        "gpu_types": sorted({r.gpu for r in rows}),
+        "counts": {"rows": len(rows), "infeasible": sum(r.ratio is None for r in rows), "job_types": len(solo)},
+        "notes": ["ratio = t/t' (co-located / solo throughput); t = solo iteration time (mean over the rows "
+                  "that give it); delta = (t_a + t_b) / max(t'_a, t'_b)."],
+    }
+    return GavelImport(typed_frame(runs, RUN_COLUMNS, RUN_NUMERIC), typed_frame(jobs, JOB_COLUMNS, JOB_NUMERIC), meta)
+
+
+def _job_row(run: dict[str, Any], job_type: str) -> dict[str, Any]:
+    model, batch = split_job_type(job_type)
+    return {"run_id": run["run_id"], "cell_id": run["cell_id"], "job_index": 0, "model": model,
+            "batch_size": batch, "job_type": job_type, "status": STATUS_OK, "error": ""}
+
+
+def parse_sharing(label: str) -> tuple[str, int | None] | None:
+    """A table's sharing label as (registered mode, thread percentage): ``mps50`` → ``("mps", 50)``; None if
+    no registered mode reads it (a percentage only for modes with thread partitions, 1-100)."""
+    for name in sharing_mode_names():
+        if label == name:
+            return name, None
+        rest = label[len(name):]
+        if sharing_mode(name).thread_partitions and label.startswith(name) and rest.isdigit() and 1 <= int(rest) <= 100:
+            return name, int(rest)
+    return None
+
+
+def _valid_sharing() -> str:
+    """What a sharing cell may hold (read from the registry each time: modes can be registered at run time)."""
+    partitioned = [n for n in sharing_mode_names() if sharing_mode(n).thread_partitions]
+    return ", ".join(sharing_mode_names()) + "".join(f" or {n}NN (thread percentage)" for n in partitioned)
+
+
+def _add_pair_in(runs: list, jobs: list, campaign: str, gpu: str, sharing: str, job_types: tuple[str, str],
+                 colocated: tuple[float, float], solo: tuple[float, float], repeat: int, add_pair: Any) -> None:
+    """Gavel's pair-row builder, then the run's sharing mode set to the table's."""
+    first_run, first_job = len(runs), len(jobs)
+    add_pair(runs, jobs, campaign, gpu, job_types, colocated, solo, repeat)
+    cell_id = f"{gpu}:pair|{sharing}|" + "+".join(job_types)
+    for record in (*runs[first_run:], *jobs[first_job:]):
+        record["cell_id"], record["run_id"] = cell_id, f"{cell_id}#r{repeat}"
+        if "sharing" in record:  # "mps50" = MPS with a 50 % thread limit per client
+            record["sharing"], record["mps_thread_percentage"] = parse_sharing(sharing) or (sharing, None)
+        if record.get("error", "").startswith("Gavel: [0, 0]"):
+            record["error"] = "measured infeasible (pair table)"
