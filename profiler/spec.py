@@ -7,6 +7,7 @@ valid values, e.g. ``spec.yaml: field 'sharing[1]': 'mpss' is not a sharing mode
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,12 +169,8 @@ def parse_job_type_full(text: str) -> tuple[str, int | None, str | None]:
     return model, batch, precision or None
 
 
-def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
-    """Validate a parsed YAML mapping; raise :class:`InputError` on the first problem found."""
-    from models import MIN_IMAGE_SIZE, is_cifar_style, registered_names  # models is below profiler
-
-    MODEL_NAMES = registered_names()
-
+def _checked_keys(data: Any, source: str | Path) -> dict[str, Any]:
+    """Check the mapping's keys and value types; drop explicit nulls of optional keys."""
     if not isinstance(data, dict):
         raise InputError("the campaign file must be a YAML mapping of keys to values", source=source,
                          valid="keys " + ", ".join(_KEYS))
@@ -188,16 +185,29 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
             raise InputError("missing required key", source=source, field=key, valid=rule.valid)
         if key in data and data[key] is not None and not _type_ok(rule.kind, data[key]):
             raise InputError(f"{shown(data[key])} has the wrong type", source=source, field=key, valid=rule.valid)
+    return data
 
+
+def _failer(source: str | Path) -> Callable[[str, str], InputError]:
+    """An InputError maker for one key (``key`` may carry an index, e.g. ``gpu_types[2]``)."""
     def fail(key: str, message: str) -> InputError:
         return InputError(message, source=source, field=key, valid=_KEYS[key.split("[")[0]].valid)
+    return fail
 
+
+def _check_model(model: str, model_names: tuple[str, ...], source: str | Path, field: str) -> None:
+    if model not in model_names:
+        raise InputError(f"unknown model '{model}'", source=source, field=field, valid=", ".join(model_names))
+
+
+def _checked_jobs(data: dict[str, Any], source: str | Path,
+                  model_names: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[int, ...], str, tuple[int, ...]]:
+    """The models, batch sizes, device and group sizes."""
+    fail = _failer(source)
     check_name(data["name"].strip(), source=source, field="name", what="campaign name")
     models = tuple(data["models"])
     for i, model in enumerate(models):
-        if model not in MODEL_NAMES:
-            raise InputError(f"unknown model '{model}'", source=source, field=f"models[{i}]",
-                             valid=", ".join(MODEL_NAMES))
+        _check_model(model, model_names, source, f"models[{i}]")
     batch_sizes = tuple(data["batch_sizes"])
     for i, batch in enumerate(batch_sizes):
         check_number(batch, source=source, field=f"batch_sizes[{i}]", low=1, high=MAX_BATCH, integer=True)
@@ -208,6 +218,12 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
     for size in group_sizes:
         if size not in GROUP_SIZES:
             raise fail("group_sizes", f"{size} is not a group size")
+    return models, batch_sizes, device, group_sizes
+
+
+def _checked_sharing(data: dict[str, Any], source: str | Path) -> tuple[tuple[str, ...], Any]:
+    """The sharing modes and the MPS thread percentages that go with them."""
+    fail = _failer(source)
     sharing = tuple(data.get("sharing", ["timeslice"]))
     for i, mode in enumerate(sharing):
         if mode not in sharing_mode_names():
@@ -222,23 +238,32 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
                 raise fail(f"mps_thread_percentages[{i}]", f"{pct} is out of range")
         if not any(sharing_mode(mode).thread_partitions for mode in sharing):
             raise fail("mps_thread_percentages", "set, but 'mps' is not in 'sharing'")
-    combinations = None
-    if data.get("combinations") is not None:
-        parsed: list[tuple[str, ...]] = []
-        for g, group in enumerate(data["combinations"]):
-            if not 1 <= len(group) <= 3:
-                raise fail(f"combinations[{g}]", f"a group of {len(group)} jobs")
-            for j, job_type in enumerate(group):
-                try:
-                    model, _ = parse_job_type(job_type)
-                except ValueError as err:
-                    raise fail(f"combinations[{g}][{j}]", str(err)) from None
-                if model not in MODEL_NAMES:
-                    raise InputError(f"unknown model '{model}'", source=source,
-                                     field=f"combinations[{g}][{j}]", valid=", ".join(MODEL_NAMES))
-            parsed.append(tuple(group))
-        combinations = tuple(parsed)
+    return sharing, percentages
 
+
+def _checked_combinations(data: dict[str, Any], source: str | Path,
+                          model_names: tuple[str, ...]) -> tuple[tuple[str, ...], ...] | None:
+    """The explicit job groups, if any."""
+    if data.get("combinations") is None:
+        return None
+    fail = _failer(source)
+    parsed: list[tuple[str, ...]] = []
+    for g, group in enumerate(data["combinations"]):
+        if not 1 <= len(group) <= 3:
+            raise fail(f"combinations[{g}]", f"a group of {len(group)} jobs")
+        for j, job_type in enumerate(group):
+            try:
+                model, _ = parse_job_type(job_type)
+            except ValueError as err:
+                raise fail(f"combinations[{g}][{j}]", str(err)) from None
+            _check_model(model, model_names, source, f"combinations[{g}][{j}]")
+        parsed.append(tuple(group))
+    return tuple(parsed)
+
+
+def _checked_variants(data: dict[str, Any], source: str | Path) -> tuple[Any, tuple[str, ...], str]:
+    """The GPU types, precisions and worker mode."""
+    fail = _failer(source)
     gpu_types = data.get("gpu_types")
     if gpu_types is not None:
         for i, name in enumerate(gpu_types):
@@ -246,7 +271,6 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
                 raise fail(f"gpu_types[{i}]", f"'{name}' is not a GPU type name")
         if len(set(gpu_types)) != len(gpu_types):
             raise fail("gpu_types", "a GPU type is listed twice")
-
     precision = tuple(data.get("precision", ["fp32"]))
     for i, name in enumerate(precision):
         if name not in PRECISIONS:
@@ -256,14 +280,32 @@ def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
     workers = data.get("workers", "warm")
     if workers not in WORKER_MODES:
         raise fail("workers", f"'{shown(workers)}' is not a worker mode")
-    is_cuda = device.startswith("cuda")
+    return gpu_types, precision, workers
 
+
+def _number_reader(data: dict[str, Any], source: str | Path) -> Callable[..., Any]:
+    """Reads one numeric key with its default and bounds."""
     def number(key: str, default: Any, minimum: float, *, strict: bool = False, maximum: float = 1e6) -> Any:
         value = data.get(key, default)
         if value is None:
             return None
         return check_number(value, source=source, field=key, low=minimum, high=maximum, low_open=strict,
                             integer=_KEYS[key].kind == "int", valid=_KEYS[key].valid)
+    return number
+
+
+def spec_from_dict(data: Any, source: str | Path = "<spec>") -> CampaignSpec:
+    """Validate a parsed YAML mapping; raise :class:`InputError` on the first problem found."""
+    from models import MIN_IMAGE_SIZE, is_cifar_style, registered_names  # models is below profiler
+
+    model_names = registered_names()
+    data = _checked_keys(data, source)
+    models, batch_sizes, device, group_sizes = _checked_jobs(data, source, model_names)
+    sharing, percentages = _checked_sharing(data, source)
+    combinations = _checked_combinations(data, source, model_names)
+    gpu_types, precision, workers = _checked_variants(data, source)
+    is_cuda = device.startswith("cuda")
+    number = _number_reader(data, source)
 
     min_iters = number("min_window_iters", None, 2)
     min_seconds = number("min_window_seconds", None, 0, strict=True, maximum=86400)
