@@ -129,6 +129,88 @@ class _Ledger:
             self.solo_left[(run.cell.gpu_type, run.cell.jobs[0])] -= 1
 
 
+@dataclass
+class _Dispatcher:
+    """Submits runs as Ray tasks, at most ``cap`` at a time, and commits each result as it arrives."""
+
+    ray: Any
+    remote: Any
+    spec: CampaignSpec
+    store: ResultsStore
+    num_cpus: float
+    task_retries: int
+    requeues: int
+    tally: SessionTally
+    ledger: _Ledger = field(default_factory=_Ledger)
+    baselines: dict[str | None, dict[JobType, SoloBaseline]] = field(default_factory=dict)
+    waiting: deque[Run] = field(default_factory=deque)
+    in_flight: dict[Any, Run] = field(default_factory=dict)
+
+    def baselines_of(self, gpu_type: str | None) -> dict[JobType, SoloBaseline]:
+        if gpu_type not in self.baselines:
+            self.baselines[gpu_type] = baselines_from(self.store, gpu_type)
+        return self.baselines[gpu_type]
+
+    def submit(self, run: Run) -> Any:
+        resources = {routing_resource(run.cell.gpu_type): ROUTING_FRACTION} if run.cell.gpu_type else {}
+        return self.remote.options(
+            num_gpus=1, num_cpus=self.num_cpus, resources=resources, max_retries=self.task_retries,
+            retry_exceptions=False, name=f"{TASK_NAME_PREFIX} {run.run_id}",
+        ).remote(run, self.spec, self.baselines_of(run.cell.gpu_type))
+
+    def drive(self, todo: list[Run], cap: int) -> None:
+        """Run every run of ``todo``; on any exception (Ctrl-C included) cancel what is in flight."""
+        self.waiting = deque(todo)  # plan order: solos first, then groups per batch size
+        try:
+            with sigterm_as_interrupt():
+                while self.waiting or self.in_flight:
+                    self._fill(cap)
+                    ready_refs, _ = self.ray.wait(list(self.in_flight), num_returns=1, timeout=1.0)
+                    for ref in ready_refs:
+                        self._collect(ref)
+        except BaseException:
+            for ref in self.in_flight:  # force: the worker dies and its job processes with it (PDEATHSIG)
+                self.ray.cancel(ref, force=True)
+            raise
+
+    def _fill(self, cap: int) -> None:
+        for run in list(self.waiting):
+            if len(self.in_flight) >= cap:
+                break
+            if self.ledger.ready(run):
+                self.waiting.remove(run)
+                self.in_flight[self.submit(run)] = run
+        if not self.in_flight:  # only blocked runs left and nothing can unblock them: a bug
+            raise RuntimeError(f"{len(self.waiting)} group runs wait for solo runs that never ran")
+
+    def _collect(self, ref: Any) -> None:
+        from ray.exceptions import RayError, RayTaskError, TaskCancelledError
+
+        run = self.in_flight.pop(ref)
+        ledger = self.ledger
+        try:
+            result: TaskResult = self.ray.get(ref)
+        except (RayTaskError, TaskCancelledError) as exc:
+            raise RuntimeError(f"run {run.run_id} raised on a Ray worker: "
+                               f"{str(exc).strip().splitlines()[-1]}") from exc
+        except RayError as exc:  # the worker or its node died and Ray's retries are spent
+            if ledger.requeued[run.run_id] < self.requeues:
+                ledger.requeued[run.run_id] += 1
+                self.waiting.appendleft(run)
+            else:
+                ledger.lost[run.run_id] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                ledger.resolved(run)
+            return
+        record = result.record
+        self.store.append_run(record.run, record.jobs)
+        ledger.placements[run.run_id] = {"node_id": result.node_id, "host": result.hostname,
+                                         "gpu_ids": list(result.gpu_ids), "gpu_type": run.cell.gpu_type}
+        if run.cell.sharing == SHARING_SOLO:
+            self.baselines.pop(run.cell.gpu_type, None)  # re-read with this solo run committed
+        ledger.resolved(run)
+        self.tally.count(record)
+
+
 def _connect(address: str | None) -> bool:
     """Connect to (or start) Ray unless this process already did; True when we must shut it down."""
     import ray
@@ -202,8 +284,6 @@ def run_campaign_on_ray(
     are submitted at once (default: twice the cluster's GPUs, so Ctrl-C has little to cancel).
     """
     ray = require_ray()
-    from ray.exceptions import RayError, RayTaskError, TaskCancelledError
-
     out = Path(out)
     store = ResultsStore(out)
     check_resumable(store, spec, out)
@@ -216,72 +296,16 @@ def run_campaign_on_ray(
     try:
         cluster = _check_cluster(list(spec.gpu_types or ()))
         meta, session = open_session(store, _driver_meta(spec, cluster, address), backend="ray")
-
-        remote = ray.remote(execute_on_worker)
-        ledger = _Ledger()
+        dispatcher = _Dispatcher(ray, ray.remote(execute_on_worker), spec, store, num_cpus, task_retries,
+                                 requeues, SessionTally(len(planned), resumed, on_progress))
         for run in todo:
             if run.cell.sharing == SHARING_SOLO:
-                ledger.solo_left[(run.cell.gpu_type, run.cell.jobs[0])] += 1
-        baselines: dict[str | None, dict[JobType, SoloBaseline]] = {}
-
-        def baselines_of(gpu_type: str | None) -> dict[JobType, SoloBaseline]:
-            if gpu_type not in baselines:
-                baselines[gpu_type] = baselines_from(store, gpu_type)
-            return baselines[gpu_type]
-
-        def submit(run: Run) -> Any:
-            resources = {routing_resource(run.cell.gpu_type): ROUTING_FRACTION} if run.cell.gpu_type else {}
-            return remote.options(
-                num_gpus=1, num_cpus=num_cpus, resources=resources, max_retries=task_retries,
-                retry_exceptions=False, name=f"{TASK_NAME_PREFIX} {run.run_id}",
-            ).remote(run, spec, baselines_of(run.cell.gpu_type))
-
-        cap = max_in_flight or max(2 * int(cluster["gpus"]), 1)
-        waiting = deque(todo)  # plan order: solos first, then groups per batch size
-        in_flight: dict[Any, Run] = {}
-        tally = SessionTally(len(planned), resumed, on_progress)
+                dispatcher.ledger.solo_left[(run.cell.gpu_type, run.cell.jobs[0])] += 1
         try:
-            with sigterm_as_interrupt():
-                while waiting or in_flight:
-                    for run in list(waiting):
-                        if len(in_flight) >= cap:
-                            break
-                        if ledger.ready(run):
-                            waiting.remove(run)
-                            in_flight[submit(run)] = run
-                    if not in_flight:  # only blocked runs left and nothing can unblock them: a bug
-                        raise RuntimeError(f"{len(waiting)} group runs wait for solo runs that never ran")
-                    ready_refs, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
-                    for ref in ready_refs:
-                        run = in_flight.pop(ref)
-                        try:
-                            result: TaskResult = ray.get(ref)
-                        except (RayTaskError, TaskCancelledError) as exc:
-                            raise RuntimeError(f"run {run.run_id} raised on a Ray worker: "
-                                               f"{str(exc).strip().splitlines()[-1]}") from exc
-                        except RayError as exc:  # the worker or its node died and Ray's retries are spent
-                            if ledger.requeued[run.run_id] < requeues:
-                                ledger.requeued[run.run_id] += 1
-                                waiting.appendleft(run)
-                            else:
-                                ledger.lost[run.run_id] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-                                ledger.resolved(run)
-                            continue
-                        record = result.record
-                        store.append_run(record.run, record.jobs)
-                        ledger.placements[run.run_id] = {"node_id": result.node_id, "host": result.hostname,
-                                                         "gpu_ids": list(result.gpu_ids),
-                                                         "gpu_type": run.cell.gpu_type}
-                        if run.cell.sharing == SHARING_SOLO:
-                            baselines.pop(run.cell.gpu_type, None)  # re-read with this solo run committed
-                        ledger.resolved(run)
-                        tally.count(record)
-        except BaseException:
-            for ref in in_flight:  # force: the worker dies and its job processes with it (PDEATHSIG)
-                ray.cancel(ref, force=True)
-            raise
+            dispatcher.drive(todo, cap=max_in_flight or max(2 * int(cluster["gpus"]), 1))
         finally:
-            tally.close(session)
+            ledger = dispatcher.ledger
+            dispatcher.tally.close(session)
             session.update(requeued=dict(ledger.requeued), lost=ledger.lost, placements=ledger.placements)
             store.write_meta(meta)
     finally:
