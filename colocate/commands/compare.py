@@ -1,99 +1,42 @@
 """``colocate compare``: every policy on every workload at every load point, in parallel processes, then a
-markdown report (with JCT across load when several load points are given)."""
+markdown report (with JCT across load when several load points are given). The work is
+:func:`scheduler.compare.compare_policies`; this module parses the options, shows progress and prints."""
 
 from __future__ import annotations
 
-import glob as globlib
-import json
-import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
+
+from scheduler.compare import expand_workloads, parse_loads, run_task, workload_label
+
+__all__ = ["compare_command", "expand_workloads", "parse_loads", "register", "run_task", "workload_label"]
 
 
 def register(app: typer.Typer) -> None:
     app.command("compare")(compare_command)
 
 
-def workload_label(path: Path) -> str:
-    """``.../philly/workload-3.csv`` → ``philly-workload-3`` (unique across the Sia workload sets)."""
-    return f"{path.parent.name}-{path.stem}" if path.parent.name else path.stem
+@contextmanager
+def _progress_bar(description: str, total: int, completed: int) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """A Rich progress bar on stderr; yields the function that advances it by one finished run."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from colocate.commands._output import error_console
 
-def expand_workloads(pattern: str) -> list[Path]:
-    """Comma-separated globs → sorted, de-duplicated files."""
-    from colocate.errors import InputError
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=error_console)
+    with progress:
+        bar = progress.add_task(description, total=total, completed=completed, last="")
 
-    files: list[Path] = []
-    for part in (p.strip() for p in pattern.split(",")):
-        if not part:
-            continue
-        hits = sorted(globlib.glob(os.path.expanduser(part)))
-        if not hits and Path(part).is_file():
-            hits = [part]
-        files.extend(Path(h) for h in hits if Path(h).is_file())
-    unique = sorted(dict.fromkeys(files), key=lambda p: (p.parent.name, _natural(p.stem)))
-    if not unique:
-        raise InputError(f"no file matches {pattern!r}", source="--workloads", field="workloads",
-                         valid="a glob such as ../shared/data/sia/workloads/philly/workload-*.csv (comma-separate several)")
-    return unique
+        def done(row: dict[str, Any]) -> None:
+            progress.update(bar, advance=1, last=f"{row['workload']}/{row['policy']}: avg JCT "
+                                                  f"{row['avg_jct_s'] / 3600:.2f} h")
 
-
-def _natural(text: str) -> tuple:
-    import re
-
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text))
-
-
-def _code_version() -> str:
-    """``git`` commit of the tree and whether scheduler/ had uncommitted changes (results depend on both)."""
-    import subprocess
-
-    try:
-        repo = Path(__file__).resolve().parents[2]
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "scheduler"], cwd=repo, capture_output=True,
-                               text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    if not head:
-        return "unknown"
-    return f"commit {head}" + (" with uncommitted changes under scheduler/" if dirty else "")
-
-
-def parse_loads(text: str) -> list[float]:
-    """``"0.5,1,2"`` → ``[0.5, 1.0, 2.0]``; anything else is an InputError naming ``--loads``."""
-    from colocate.errors import InputError
-
-    loads = []
-    for part in (p.strip() for p in text.split(",")):
-        try:
-            value = float(part.rstrip("x×"))
-        except ValueError:
-            value = float("nan")
-        if not value > 0 or value == float("inf"):
-            raise InputError(f"load {part!r}", source="--loads", field="loads",
-                             valid="comma-separated multiples of the arrival rate > 0, e.g. 0.5,1,1.5,2,3")
-        loads.append(value)
-    return sorted(set(loads))
-
-
-def run_task(task: dict[str, Any]) -> dict[str, Any]:
-    """Run one (workload, load, policy) simulation and write its logs; module-level for worker processes."""
-    from scheduler.simulator import SimConfig, simulate
-    from scheduler.workloads import read_workload
-
-    out = Path(task["out"])
-    work = read_workload(task["workload"]).at_load(task["load"])
-    config = SimConfig(round_s=task["round_s"], seed=task["seed"], colocation_strength=task["strength"])
-    result = simulate(task["cluster"], work, task["policy"], colocation=task["colocation"],
-                      profiles=task["profiles"], config=config)
-    result.meta["load"] = task["load"]
-    result.meta["code"] = _code_version()
-    result.write(out)
-    return {"workload": task["label"], "load": task["load"], "policy": task["policy"], **result.to_json()}
+        yield done
 
 
 def compare_command(
@@ -117,113 +60,13 @@ def compare_command(
     force: bool = typer.Option(False, "--force", help="Rerun simulations whose results already exist in --out."),
 ) -> None:
     """Run the policies on every workload (in parallel processes) and write report.md, summary.csv and plots."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from colocate.commands._output import console
+    from scheduler.compare import CompareRequest, compare_policies
 
-    import pandas as pd
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from colocate.commands._output import console, error_console
-    from colocate.errors import InputError
-    from profiler.bounds import check_number
-    from profiler.outdir import prepare_out_dir
-    from profiler.safe_load import read_text
-    from scheduler.cluster import load_cluster
-    from scheduler.policies import policy_spec
-    from scheduler.report import RunRecord, colocation_provenance, migrations_of, write_report
-    from scheduler.report_load import machine_description
-    from scheduler.transfer import DEFAULT_TABLE
-    from scheduler.workloads import read_workload
-
-    check_number(round_s, field="--round", low=1, high=86400, valid="seconds in [1, 86400]")
-    check_number(seed, field="--seed", low=0, high=2**32 - 1, integer=True)
-    if workers is not None:
-        check_number(workers, field="--workers", low=1, high=256, integer=True)
-    if notes is not None and not notes.is_file():
-        raise InputError("notes file not found", source=notes, field="--notes", valid="a Markdown file")
-    cluster_obj = load_cluster(cluster)
-    try:
-        names = [policy_spec(p).name for p in policies.split(",") if p.strip()]
-    except InputError as err:
-        raise InputError(err.detail, field="--policies", valid=err.valid) from None
-    if not names:
-        raise InputError("no policy given", source="--policies", field="policies", valid="e.g. colocate,sia,gavel")
-    prepare_out_dir(out)
-    files = expand_workloads(workloads)
-    from scheduler.profiles import check_workload
-    from scheduler.workloads import default_profiles_dir
-
-    for f in files:  # fail fast on a malformed file, before any process starts
-        check_workload(read_workload(f).jobs, cluster_obj, profiles or default_profiles_dir(), f)
-    if colocation is not None:
-        from scheduler.colocation import ColocationTable
-
-        ColocationTable.load(colocation)
-    load_points = parse_loads(loads)
-    tasks: list[dict[str, Any]] = []
-    for f in files:
-        for load in load_points:
-            label = workload_label(f) + ("" if load_points == [1.0] else f"@{load:g}x")
-            for p in names:
-                run_dir = out / "runs" / label / p
-                tasks.append({"cluster": str(cluster), "workload": str(f), "policy": p, "label": label, "load": load,
-                              "colocation": str(colocation) if colocation else None, "round_s": round_s,
-                              "seed": seed, "strength": strength, "profiles": str(profiles) if profiles else None,
-                              "out": str(run_dir)})
-    logs = ("summary.json", "jobs.parquet", "rounds.parquet", "allocations.parquet")
-    todo = [t for t in tasks if force or not all((Path(t["out"]) / f).is_file() for f in logs)]
-    n_workers = workers if workers is not None else min(os.cpu_count() or 1, max(len(todo), 1))
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=error_console)
-    with progress:
-        bar = progress.add_task(f"{len(names)} policies × {len(files)} workloads × {len(load_points)} loads "
-                                f"({n_workers} workers)",
-                                total=len(tasks), completed=len(tasks) - len(todo), last="")
-
-        def done(row: dict[str, Any]) -> None:
-            progress.update(bar, advance=1, last=f"{row['workload']}/{row['policy']}: avg JCT "
-                                                  f"{row['avg_jct_s'] / 3600:.2f} h")
-
-        if n_workers <= 1:
-            for t in todo:
-                done(run_task(t))
-        elif todo:
-            with ProcessPoolExecutor(max_workers=n_workers) as pool:
-                futures = [pool.submit(run_task, t) for t in todo]
-                for fut in as_completed(futures):
-                    done(fut.result())
-    records = []
-    for t in tasks:
-        run_dir = Path(t["out"])
-        summary = json.loads((run_dir / "summary.json").read_text())
-        allocations = pd.read_parquet(run_dir / "allocations.parquet")
-        moves, pair_moves = migrations_of(allocations)
-        records.append(RunRecord(t["label"], t["policy"], {k: v for k, v in summary.items() if k != "meta"},
-                                 pd.read_parquet(run_dir / "jobs.parquet"), pd.read_parquet(run_dir / "rounds.parquet"),
-                                 moves, pair_moves, t["load"]))
-    packing = any(policy_spec(p).packing for p in names)
-    table_used = colocation if colocation is not None else (DEFAULT_TABLE if packing else None)
-    types = ", ".join(f"{t.name} {t.nodes}×{t.gpus_per_node}" for t in cluster_obj)
-    setup = {
-        "cluster": f"`{cluster}` ({cluster_obj.total_gpus} GPUs: {types})",
-        "workloads": f"{len(files)} files from `{workloads}`",
-        "policies": ", ".join(f"`{p}`" for p in names),
-        "loads": ", ".join(f"{x:g}×" for x in load_points) + " the workloads' arrival rate (same jobs, arrival "
-                 "times divided by the load)",
-        "round": f"{round_s:g} s; seed {seed}" + (f"; co-location benefit scaled by {strength:g}"
-                                                   if strength != 1 else ""),
-        "command": f"`colocate compare --cluster {cluster} --workloads '{workloads}' --policies {','.join(names)} "
-                   f"--loads {','.join(f'{x:g}' for x in load_points)} --out {out}"
-                   + (f" --colocation-strength {strength:g}" if strength != 1 else "")
-                   + (f" --colocation {colocation}" if colocation else "") + "`",
-        "machine": f"{machine_description()}; {n_workers} worker processes",
-        "code": f"report written at {_code_version()}; each run records the code it ran in "
-                f"`runs/<workload>/<policy>/summary.json` (meta.code)",
-    }
-    report = write_report(records, out, title=title or f"Policy comparison: {out.name}", setup=setup,
-                          colocation_note=colocation_provenance(table_used) if packing else "",
-                          notes=read_text(notes, field="--notes", what="notes file") if notes is not None else "")
-    frame = pd.read_csv(out / "summary.csv")
-    means = frame.groupby(["load", "policy"])[["avg_jct_s", "p99_jct_s", "gpu_hours", "packed_fraction"]].mean()
+    request = CompareRequest(cluster=cluster, workloads=workloads, policies=policies, out=out, loads=loads,
+                             strength=strength, colocation=colocation, round_s=round_s, seed=seed, workers=workers,
+                             profiles=profiles, title=title, notes=notes, force=force)
+    report, means = compare_policies(request, progress=_progress_bar)
     for (load, policy), row in means.iterrows():
         console.print(f"{load:>4g}× {policy:>13}: avg JCT {row.avg_jct_s / 3600:.3f} h · p99 {row.p99_jct_s / 3600:.2f} h"
                       f" · {row.gpu_hours:.0f} GPU-h · packed {row.packed_fraction:.1%}", highlight=False)
