@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -25,6 +28,52 @@ def _colocation(path: Path | None):  # -> ColocationTable | Path | None
     from scheduler.colocation import ColocationTable
 
     return ColocationTable.from_frame(measured_colocation_table(load_results(path)))
+
+
+@contextmanager
+def _progress_bar(description: str, total: int, *, hidden: bool) -> Iterator[Callable[[float, int, int], None]]:
+    """A Rich progress bar on stderr (off for ``--json``); yields the simulator's per-round callback."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from colocate.commands._output import error_console
+
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("jobs done · simulated {task.fields[sim]}"), TimeElapsedColumn(),
+                        console=error_console, disable=hidden, transient=False)
+    with progress:
+        task = progress.add_task(description, total=total, sim="0.0 h")
+
+        def on_round(sim_time: float, done: int, total: int) -> None:
+            progress.update(task, completed=done, sim=f"{sim_time / 3600:.1f} h")
+
+        yield on_round
+
+
+def _print_summary(result: Any, title: str, out: Path | None) -> None:
+    """The run's metrics as a table, then solver fallbacks and where the logs went."""
+    from rich.table import Table
+
+    from colocate.commands._output import console
+
+    s = result.summary
+    table = Table(title=title, show_header=False)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("jobs completed", f"{s['completed']}/{s['jobs']}"), ("average JCT", _hours(s["avg_jct_s"])),
+        ("median JCT", _hours(s["p50_jct_s"])), ("p99 JCT", _hours(s["p99_jct_s"])),
+        ("makespan", _hours(s["makespan_s"])), ("GPU-hours", f"{s['gpu_hours']:.1f}"),
+        ("utilization", f"{s['utilization']:.1%}"), ("restarts", str(s["restarts"])),
+        ("packed fraction", f"{s['packed_fraction']:.1%}"), ("wall time", f"{s['wall_s']:.1f} s"),
+    ]
+    for k, v in rows:
+        table.add_row(k, v)
+    console.print(table)
+    if result.meta.get("solver_fallback_rounds"):
+        console.print(f"[yellow]{result.meta['solver_fallback_rounds']} rounds used the solver's incumbent or the "
+                      f"greedy fallback[/]")
+    if out is not None:
+        console.print(f"logs in {out}/ (jobs.parquet, rounds.parquet, allocations.parquet, summary.json)")
 
 
 def simulate_command(
@@ -58,10 +107,6 @@ def simulate_command(
                                    help="Scale every pair's benefit Σr−1 (<1 weaker, >1 stronger)."),
 ) -> None:
     """Simulate a workload under one policy; print JCTs, makespan, GPU-hours, utilization, packing."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
-
-    from colocate.commands._output import console, error_console
     from profiler.bounds import check_number
     from profiler.outdir import prepare_out_dir
     from profiler.safe_load import json_text
@@ -84,15 +129,7 @@ def simulate_command(
     from scheduler.workloads import default_profiles_dir
 
     check_workload(work.jobs, cluster_obj, profiles or default_profiles_dir(), work.source)
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("jobs done · simulated {task.fields[sim]}"), TimeElapsedColumn(),
-                        console=error_console, disable=as_json, transient=False)
-    with progress:
-        task = progress.add_task(f"{spec.name} on {work.name}", total=len(work), sim="0.0 h")
-
-        def on_round(sim_time: float, done: int, total: int) -> None:
-            progress.update(task, completed=done, sim=f"{sim_time / 3600:.1f} h")
-
+    with _progress_bar(f"{spec.name} on {work.name}", len(work), hidden=as_json) as on_round:
         result = simulate(cluster_obj, work, spec.name, colocation=table, profiles=profiles,
                           config=config, progress=on_round)
     if out is not None:
@@ -100,22 +137,4 @@ def simulate_command(
     if as_json:
         print(json_text(result.to_json()))
         return
-    s = result.summary
-    table = Table(title=f"{spec.name} · {work.name} · {cluster_obj.total_gpus} GPUs", show_header=False)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    rows = [
-        ("jobs completed", f"{s['completed']}/{s['jobs']}"), ("average JCT", _hours(s["avg_jct_s"])),
-        ("median JCT", _hours(s["p50_jct_s"])), ("p99 JCT", _hours(s["p99_jct_s"])),
-        ("makespan", _hours(s["makespan_s"])), ("GPU-hours", f"{s['gpu_hours']:.1f}"),
-        ("utilization", f"{s['utilization']:.1%}"), ("restarts", str(s["restarts"])),
-        ("packed fraction", f"{s['packed_fraction']:.1%}"), ("wall time", f"{s['wall_s']:.1f} s"),
-    ]
-    for k, v in rows:
-        table.add_row(k, v)
-    console.print(table)
-    if result.meta.get("solver_fallback_rounds"):
-        console.print(f"[yellow]{result.meta['solver_fallback_rounds']} rounds used the solver's incumbent or the "
-                      f"greedy fallback[/]")
-    if out is not None:
-        console.print(f"logs in {out}/ (jobs.parquet, rounds.parquet, allocations.parquet, summary.json)")
+    _print_summary(result, f"{spec.name} · {work.name} · {cluster_obj.total_gpus} GPUs", out)
