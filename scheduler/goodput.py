@@ -298,7 +298,7 @@ def read_validation_curves(root: "str | Path", applications: "Sequence[str] | No
         for f in app_dir.glob("validation-*.csv"):
             size = f.stem.split("-")[-1]
             if size.isdigit():
-                frames[int(size)] = pd.read_csv(f, usecols=["progress", "grad_sqr", "grad_var"])
+                frames[int(size)] = pd.read_csv(f, usecols=["progress", "grad_sqr", "grad_var"], comment="#")
         if not frames:
             continue
         sizes = sorted(frames)
