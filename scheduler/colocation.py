@@ -6,6 +6,10 @@ format and its reader live in :mod:`scheduler.colocation_table`). A ratio of 0 m
 ``model@batch`` keys first, then the application names, so a table measured per application applies to
 every batch size. A multi-GPU single-node pair (both jobs data-parallel over the same GPUs) uses the same
 ratio as on one GPU: each GPU hosts one replica of each job.
+
+Groups of three (:meth:`ColocationTable.group_ratios`): the table holds pairs only (no measured triples
+are available at scale yet), so a triple's ratios are *predicted* from its three pairs by adding slowdowns
+(:data:`TRIPLE_RATIOS`). The ILP's triple columns and the simulator's progress both read them here.
 """
 
 from __future__ import annotations
@@ -16,9 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+
     import pandas as pd
 
     from scheduler.jobs import Job
+
+TRIPLE_RATIOS = "predicted from pairs (additive slowdowns)"  # where a group of three's ratios come from
 
 
 @dataclass(frozen=True)
@@ -71,4 +79,34 @@ class ColocationTable:
                 hit = self.ratios.get((gpu_type, ka, kb))
                 if hit is not None:
                     return hit
+        return None
+
+    def triple_ratios(self, gpu_type: str, jobs: "Sequence[Job]") -> tuple[float, float, float] | None:
+        """Each member's ratio in a group of three, predicted from the pairs by adding slowdowns; None if unknown.
+
+        For member ``x`` with others ``y`` and ``z``: ``1/ρ_x = 1 + (1/ρ_x|y − 1) + (1/ρ_x|z − 1)`` — each
+        partner adds the slowdown it causes alone. Plain time-slicing (ρ = 1/2 in every pair) gives 1/3
+        each; a triple is known only when all three pairs are known with positive ratios.
+        """
+        out = []
+        for n, x in enumerate(jobs):
+            slowdown = 1.0
+            for m, other in enumerate(jobs):
+                if m == n:
+                    continue
+                r = self.lookup(gpu_type, x, other)
+                if r is None or r[0] <= 0:
+                    return None
+                slowdown += 1.0 / r[0] - 1.0
+            out.append(1.0 / slowdown)
+        return out[0], out[1], out[2]
+
+    def group_ratios(self, gpu_type: str, jobs: "Sequence[Job]") -> tuple[float, ...] | None:
+        """Each member's ratio in a group of one (1.0), two (:meth:`lookup`) or three (:meth:`triple_ratios`)."""
+        if len(jobs) == 1:
+            return (1.0,)
+        if len(jobs) == 2:
+            return self.lookup(gpu_type, jobs[0], jobs[1])
+        if len(jobs) == 3:
+            return self.triple_ratios(gpu_type, jobs)
         return None

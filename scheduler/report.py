@@ -24,7 +24,7 @@ import numpy as np
 from scheduler.figures import pyplot as _plt
 from scheduler.figures import save_figure as _save
 
-POLICY_ORDER = ("colocate", "sia", "gavel", "gavel-packed", "tiresias", "gandiva", "fifo")
+POLICY_ORDER = ("colocate", "colocate-triples", "sia", "gavel", "gavel-packed", "tiresias", "gandiva", "fifo")
 
 
 @dataclass

@@ -1,10 +1,11 @@
 """Per-round invariants of the simulator: a violation raises :class:`SimulationError` naming round and job.
 
 :func:`check_round` (the decision): every active job exactly once, no finished or unknown job, capacity per
-GPU type, partners that pair back on the same configuration, rigid jobs at least their requested size.
-:func:`check_placement` (where it runs): at most two jobs per GPU and only declared partners, on exactly the
-same GPUs. :func:`check_pair_memory` (what runs): the two members of every pair fit together in one GPU's
-memory at the local batches they run (:class:`scheduler.sim_models.MemoryModel`).
+GPU type, groups of at most :data:`MAX_GROUP` jobs whose members all name each other on the same
+configuration, rigid jobs at least their requested size. :func:`check_placement` (where it runs): at most
+three jobs per GPU and only declared group members, all on exactly the same GPUs. :func:`check_group_memory`
+(what runs): the members of every pair or group of three fit together in one GPU's memory at the local
+batches they run (:class:`scheduler.sim_models.MemoryModel`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from scheduler.policy import RoundDecision, check_decision
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.sim_models import MemoryModel
+
+
+MAX_GROUP = 3  # jobs on one GPU set: the ILP packs pairs and groups of three (IlpConfig.max_group_size)
 
 
 class SimulationError(AssertionError):
@@ -59,15 +63,19 @@ def check_round(round_index: int, time_s: float, decision: RoundDecision, jobs: 
             raise fail(a.job, f"{a.num_gpus} GPUs")
         if rigid_sizes is not None and a.num_gpus < rigid_sizes.get(a.job, 0):
             raise fail(a.job, f"rigid job of {rigid_sizes[a.job]} GPUs given {a.num_gpus}")
-        if len(a.others) > 1:  # progress, memory and restarts are integrated per pair
-            raise fail(a.job, f"shares GPUs with {len(a.others)} jobs {list(a.others)}: the simulator runs "
-                              "pairs only (use max_group_size=2)")
-        if a.partner is not None:
-            b = alloc.get(a.partner)
-            if b is None or b.partner != a.job:
-                raise fail(a.job, f"partner {a.partner} does not pair back")
+        if len(a.others) >= MAX_GROUP or len(set(a.others)) != len(a.others) or a.job in a.others:
+            raise fail(a.job, f"shares GPUs with {list(a.others)}: a group holds at most {MAX_GROUP} distinct jobs")
+        if a.partner is not None and a.partner not in a.others:
+            raise fail(a.job, f"partner {a.partner} is not one of its group {list(a.others)}")
+        group = {a.job, *a.others}
+        for other in a.others:
+            b = alloc.get(other)
+            if b is None or {b.job, *b.others} != group:
+                raise fail(a.job, f"partner {other} does not pair back" if len(group) == 2 else
+                           f"group member {other} does not name the same group {sorted(group)}")
             if (b.gpu_type, b.num_gpus, b.num_nodes) != (a.gpu_type, a.num_gpus, a.num_nodes):
-                raise fail(a.job, f"pair configurations differ from partner {a.partner}")
+                raise fail(a.job, f"{'pair' if len(group) == 2 else 'group'} configurations differ from "
+                                  f"partner {other}")
     for gpu_type, used in decision.gpus_used().items():
         if used > cluster.capacity(gpu_type):
             names = sorted(a.job for a in decision.allocations if a.gpu_type == gpu_type)
@@ -90,32 +98,35 @@ def check_placement(round_index: int, time_s: float, decision: RoundDecision, pl
 
     alloc = decision.by_job()
     for slot, names in placement.occupants().items():
-        if len(names) > 2:
+        if len(names) > MAX_GROUP:
             raise fail(names[0], f"GPU {slot} shared by {len(names)} jobs {names}")
-        if len(names) == 2 and (alloc[names[0]].partner != names[1]):
-            raise fail(names[0], f"shares GPU {slot} with {names[1]}, which is not its partner")
+        for name in names:
+            strangers = [n for n in names if n != name and n not in alloc[name].others]
+            if strangers:
+                raise fail(name, f"shares GPU {slot} with {strangers[0]}, which is not its partner")
     for name, jp in placement.jobs.items():
         a = alloc.get(name)
         if a is None:
             raise fail(name, "placed without an allocation")
         if jp.gpu_type != a.gpu_type or jp.num_gpus != a.num_gpus:
             raise fail(name, f"placed on {jp.num_gpus}x{jp.gpu_type}, allocated {a.num_gpus}x{a.gpu_type}")
-        if a.partner is not None and a.partner in placement.jobs:
-            other = placement.jobs[a.partner]
-            if (other.gpu_type, other.nodes, other.gpus) != (jp.gpu_type, jp.nodes, jp.gpus):
-                raise fail(name, f"pair with {a.partner} is not on the same GPUs")
+        for partner in a.others:
+            other = placement.jobs.get(partner)
+            if other is not None and (other.gpu_type, other.nodes, other.gpus) != (jp.gpu_type, jp.nodes, jp.gpus):
+                raise fail(name, f"{'pair' if len(a.others) == 1 else 'group'} with {partner} is not on the same GPUs")
 
 
-def check_pair_memory(round_index: int, time_s: float, gpu_type: str, members: Sequence[tuple[str, str, float]],
-                      memory: MemoryModel) -> None:
-    """Raise unless the pair ``(job, application, local batch)`` × 2 fits on one GPU of ``gpu_type``."""
-    (ja, app_a, la), (jb, app_b, lb) = members
-    if not memory.pair_fits(gpu_type, (app_a, la), (app_b, lb)):
-        fa = memory.footprint_gb(app_a, gpu_type, la) or float("nan")
-        fb = memory.footprint_gb(app_b, gpu_type, lb) or float("nan")
-        raise SimulationError(
-            f"round {round_index} (t={time_s:.0f} s): job {ja}: packed with {jb} on {gpu_type} needs "
-            f"{fa:.1f} + {fb:.1f} GB + 2 x {memory.context_gb} GB context > {memory.cluster[gpu_type].memory_gb} GB")
+def check_group_memory(round_index: int, time_s: float, gpu_type: str, members: Sequence[tuple[str, str, float]],
+                       memory: MemoryModel) -> None:
+    """Raise unless the members ``(job, application, local batch)`` of a pair or group of three fit together
+    on one GPU of ``gpu_type``."""
+    if memory.group_fits(gpu_type, *((app, local) for _, app, local in members)):
+        return
+    sizes = " + ".join(f"{memory.footprint_gb(app, gpu_type, local) or float('nan'):.1f}" for _, app, local in members)
+    others = " and ".join(job for job, _, _ in members[1:])
+    raise SimulationError(
+        f"round {round_index} (t={time_s:.0f} s): job {members[0][0]}: packed with {others} on {gpu_type} needs "
+        f"{sizes} GB + {len(members)} x {memory.context_gb} GB context > {memory.cluster[gpu_type].memory_gb} GB")
 
 
-__all__ = ["SimulationError", "check_pair_memory", "check_placement", "check_round"]
+__all__ = ["MAX_GROUP", "SimulationError", "check_group_memory", "check_placement", "check_round"]

@@ -259,48 +259,52 @@ class MemoryModel:
             return float(span[0])
         return min(job.batch_size / max(job.num_gpus, 1), float(span[1]))
 
-    def pair_fits(self, gpu_type: str, a: tuple[str, float], b: tuple[str, float]) -> bool:
-        """Whether ``(application, local batch)`` a and b fit together on one GPU of the type (True when the
-        goodput model has no batch limits for one of them: a table without a batch dimension)."""
-        fa, fb = self.footprint_gb(a[0], gpu_type, a[1]), self.footprint_gb(b[0], gpu_type, b[1])
-        if fa is None or fb is None:
+    def group_fits(self, gpu_type: str, *members: tuple[str, float]) -> bool:
+        """Whether the ``(application, local batch)`` members fit together on one GPU of the type (True when
+        the goodput model has no batch limits for one of them: a table without a batch dimension)."""
+        sizes = [self.footprint_gb(app, gpu_type, local) for app, local in members]
+        if any(f is None for f in sizes):
             return True
-        return fa + fb + 2 * self.context_gb <= self.cluster[gpu_type].memory_gb + 1e-9
+        return sum(sizes) + len(members) * self.context_gb <= self.cluster[gpu_type].memory_gb + 1e-9  # type: ignore[arg-type]
 
-    def pair_locals(self, gpu_type: str, a: tuple[str, float], b: tuple[str, float]) -> tuple[float, float]:
-        """Local batches the two can run at together: as asked when they fit, else both shrunk in
+    def group_locals(self, gpu_type: str, *members: tuple[str, float]) -> tuple[float, ...]:
+        """Local batches the members can run at together: as asked when they fit, else all shrunk in
         proportion until they do (the jobs then accumulate gradients to keep their global batch)."""
-        if self.pair_fits(gpu_type, a, b) or self.per_sample_gb(a[0], gpu_type) is None \
-                or self.per_sample_gb(b[0], gpu_type) is None:
-            return a[1], b[1]
-        free = (self.cluster[gpu_type].memory_gb - 2 * self.context_gb - self.static_gb(a[0])
-                - self.static_gb(b[0]))
-        pa, pb = self.per_sample_gb(a[0], gpu_type) or 0.0, self.per_sample_gb(b[0], gpu_type) or 0.0
-        need = pa * a[1] + pb * b[1]
+        per = [self.per_sample_gb(app, gpu_type) for app, _ in members]
+        if self.group_fits(gpu_type, *members) or any(p is None for p in per):
+            return tuple(local for _, local in members)
+        free = (self.cluster[gpu_type].memory_gb - len(members) * self.context_gb
+                - sum(self.static_gb(app) for app, _ in members))
+        need = sum((p or 0.0) * local for p, (_, local) in zip(per, members))
         shrink = max(free, 0.0) / need if need > 0 else 0.0
-        return math.floor(a[1] * shrink), math.floor(b[1] * shrink)
+        return tuple(float(math.floor(local * shrink)) for _, local in members)
 
 
 @dataclass(frozen=True, eq=False)
 class MemoryCheckedTable(ColocationTable):
-    """A colocation table that answers None for a pair whose smallest local batches do not fit together
-    on the GPU type (:class:`MemoryModel`), so every packing policy leaves such pairs alone."""
+    """A colocation table that answers None for a pair or a group of three whose smallest local batches do
+    not fit together on the GPU type (:class:`MemoryModel`), so every packing policy leaves such groups alone."""
 
     memory: MemoryModel | None = None
 
     def __hash__(self) -> int:
         return id(self)
 
+    def _fit(self, gpu_type: str, jobs: Sequence[Job]) -> bool:
+        if self.memory is None:
+            return True
+        local = [self.memory.min_local(j, gpu_type) for j in jobs]
+        if any(x is None for x in local):
+            return True  # no batch limits known (see MemoryModel.group_fits)
+        return self.memory.group_fits(gpu_type, *((j.application, x) for j, x in zip(jobs, local)))  # type: ignore[misc]
+
     def lookup(self, gpu_type: str, job_a: Job, job_b: Job) -> tuple[float, float] | None:
         hit = super().lookup(gpu_type, job_a, job_b)
-        if hit is None or self.memory is None:
-            return hit
-        la, lb = self.memory.min_local(job_a, gpu_type), self.memory.min_local(job_b, gpu_type)
-        if la is None or lb is None:
-            return hit  # no batch limits known (see MemoryModel.pair_fits)
-        if not self.memory.pair_fits(gpu_type, (job_a.application, la), (job_b.application, lb)):
-            return None
-        return hit
+        return hit if hit is None or self._fit(gpu_type, (job_a, job_b)) else None
+
+    def triple_ratios(self, gpu_type: str, jobs: Sequence[Job]) -> tuple[float, float, float] | None:
+        hit = super().triple_ratios(gpu_type, jobs)
+        return hit if hit is None or self._fit(gpu_type, jobs) else None
 
 
 def scaled_table(table: ColocationTable, strength: float) -> ColocationTable:

@@ -13,12 +13,12 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 SUMMARY_KEYS = ("policy", "jobs", "completed", "avg_jct_s", "p50_jct_s", "p99_jct_s", "makespan_s", "gpu_hours",
-                "utilization", "restarts", "packed_fraction", "wall_s")
+                "utilization", "restarts", "packed_fraction", "triple_fraction", "wall_s")
 ROUND_COLUMNS = ("round", "time_s", "active", "running", "waiting", "unplaced", "gpus_busy", "gpu_s", "utilization",
-                 "packed_jobs", "packed_gpu_s", "restarts", "completed", "solver", "status", "fallback", "objective",
+                 "packed_jobs", "packed_gpu_s", "triple_jobs", "triple_gpu_s", "restarts", "completed", "solver", "status", "fallback", "objective",
                  "policy_s")
-ALLOCATION_COLUMNS = ("round", "time_s", "job", "gpu_type", "num_gpus", "num_nodes", "batch_size", "partner", "nodes",
-                      "gpus", "solo_rate", "packed_rate", "restore_s", "progress")
+ALLOCATION_COLUMNS = ("round", "time_s", "job", "gpu_type", "num_gpus", "num_nodes", "batch_size", "partner", "group_size",
+                      "nodes", "gpus", "solo_rate", "packed_rate", "restore_s", "progress")
 
 
 @dataclass
@@ -51,11 +51,15 @@ class SimulationResult:
         return paths
 
 
-def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[dict[str, Any]], busy_gpu_s: float,
-                 packed_gpu_s: float, wall: float, end_time: float, fallbacks: int) -> SimulationResult:
-    """The :class:`SimulationResult` of a finished :class:`scheduler.simulator.Simulator` run."""
+def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[dict[str, Any]],
+                 gpu_s: tuple[float, float, float], wall: float, end_time: float, fallbacks: int) -> SimulationResult:
+    """The :class:`SimulationResult` of a finished :class:`scheduler.simulator.Simulator` run; ``gpu_s`` is the
+    run's busy GPU-seconds, those with two or more jobs on the GPUs (packed) and those with three (triple)."""
     import pandas as pd
 
+    from scheduler.colocation import TRIPLE_RATIOS
+
+    busy_gpu_s, packed_gpu_s, triple_gpu_s = gpu_s
     rows = []
     for st in sorted(sim.states.values(), key=lambda s: (s.spec.arrival, s.spec.name)):
         jct = st.completion - st.spec.arrival if st.completion is not None else float("nan")
@@ -86,6 +90,7 @@ def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[di
         "utilization": busy_gpu_s / (sim.cluster.total_gpus * makespan) if makespan > 0 else 0.0,
         "restarts": int(jobs["restarts"].sum()) if len(jobs) else 0,
         "packed_fraction": packed_gpu_s / busy_gpu_s if busy_gpu_s > 0 else 0.0,
+        "triple_fraction": triple_gpu_s / busy_gpu_s if busy_gpu_s > 0 else 0.0,
         "wall_s": wall,
     }
     meta = {
@@ -94,6 +99,8 @@ def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[di
         "adaptive_jobs": sim.adaptive, "rounds": len(round_rows), "solver_fallback_rounds": fallbacks,
         "policy_s_total": float(sum(r["policy_s"] for r in round_rows)),
         "colocation_rows": len(sim.colocation) if sim.colocation is not None else 0,
+        "max_group_size": sim.max_group_size,
+        "triple_ratios": TRIPLE_RATIOS if sim.max_group_size >= 3 else "none (pairs only)",
         "model": {k: getattr(sim.config, k) for k in ("throughput", "batch", "restart_on", "efficiency", "memory",
                                                        "colocation_strength")},
     }

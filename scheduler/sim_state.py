@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,7 +39,11 @@ class JobState:
 
 @dataclass
 class Member:
-    """One job of a unit (a single job or one member of a pair) during one round."""
+    """One job of a unit (a single job, or one member of a pair or group of three) during one round.
+
+    ``ratios`` maps the set of unit members computing at once (two or three names, itself included) to this
+    job's co-location ratio among them; alone it runs at ``solo``. ``packed`` is its rate with the whole unit.
+    """
 
     state: JobState
     delay: float
@@ -49,6 +54,27 @@ class Member:
     run_s: float = 0.0
     packed_s: float = 0.0
     batch: int = 0
+    ratios: Mapping[frozenset[str], float] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.state.spec.name
+
+    def rate(self, computing: frozenset[str]) -> float:
+        """Samples/s while exactly ``computing`` (a set holding this job) run on the unit's GPUs."""
+        return self.solo if len(computing) <= 1 else self.solo * self.ratios[computing]
+
+
+@dataclass(frozen=True)
+class UnitTimes:
+    """What one unit did in a round: how long it held its GPUs (its last member's end), how long two or more
+    members were there (``shared``) and how long three (``triple``); ``gpu_share[name]``: each member's
+    share of that time, the GPUs split evenly among the members present."""
+
+    held: float
+    shared: float
+    triple: float
+    gpu_share: Mapping[str, float]
 
 
 def _probe(spec: WorkloadJob, gpus: int, batch: int | None) -> Job:
@@ -100,27 +126,24 @@ def initial_state(spec: WorkloadJob, goodput: AccumulatingGoodput, cluster: Clus
     return JobState(spec=spec, work=work, m0=m0)
 
 
-def advance(units: list[Member], R: float) -> tuple[float, float]:
-    """Integrate one single job or pair over a round; returns (GPU-holding time, time both were present).
+def advance(units: list[Member], R: float) -> UnitTimes:
+    """Integrate one unit (a single job, a pair or a group of three) over a round of ``R`` seconds.
 
-    A member earns nothing while restoring (``delay``); it runs at ``packed`` while its partner is also
-    running, else at ``solo``. Finish times are exact within the round.
+    A member earns nothing while restoring (``delay``); while others compute too it runs at its ratio among
+    exactly those (the pair's ratio once the third has finished or while it restores), alone at ``solo``.
+    The integration is piecewise between events (a restore ending, a member finishing); finish times are
+    exact within the round.
     """
     t = 0.0
-    for _ in range(16):  # at most a handful of events: two delays ends and two finishes
+    for _ in range(8 * len(units)):  # at most a handful of events: one delay end and one finish per member
         alive = [u for u in units if u.finish is None]
         if not alive or t >= R - 1e-9:
             break
-        computing = [u for u in alive if t >= u.delay - 1e-12]
-        rates = {}
-        for u in alive:
-            if u not in computing:
-                rates[id(u)] = 0.0
-            else:
-                rates[id(u)] = u.packed if len(computing) == 2 else u.solo
+        computing = frozenset(u.name for u in alive if t >= u.delay - 1e-12)
+        rates = {id(u): u.rate(computing) if u.name in computing else 0.0 for u in alive}
         nxt = R
         for u in alive:
-            if u not in computing:
+            if u.name not in computing:
                 nxt = min(nxt, u.delay)
             elif rates[id(u)] > 0:
                 nxt = min(nxt, t + u.remaining / rates[id(u)])
@@ -130,15 +153,32 @@ def advance(units: list[Member], R: float) -> tuple[float, float]:
             if rate > 0:
                 u.remaining -= rate * dt
                 u.run_s += dt
-                if len(computing) == 2:
+                if len(computing) >= 2:
                     u.packed_s += dt
             if u.remaining <= 1e-9 * max(1.0, abs(u.remaining) + rate * dt):
                 u.remaining = 0.0
                 u.finish = nxt
         t = nxt
-    ends = [u.finish if u.finish is not None else R for u in units]
-    both = min(ends) if len(units) == 2 else 0.0
-    return max(ends), both
+    return _unit_times(units, R)
 
 
-__all__ = ["JobState", "Member", "advance", "initial_state"]
+def _unit_times(units: list[Member], R: float) -> UnitTimes:
+    """Held, shared and triple time of a unit from its members' ends, and each member's GPU-time share."""
+    ends = {u.name: u.finish if u.finish is not None else R for u in units}
+    order = sorted(ends.values(), reverse=True)  # latest first
+    shared = order[1] if len(order) >= 2 else 0.0
+    triple = order[2] if len(order) >= 3 else 0.0
+    share: dict[str, float] = {}
+    for name, end in ends.items():
+        start, total = 0.0, 0.0
+        for edge in sorted(set(ends.values())):  # between edges the members still there split the GPUs
+            if start >= end:
+                break
+            present = sum(1 for e in ends.values() if e > start)
+            total += (min(edge, end) - start) / present
+            start = edge
+        share[name] = total
+    return UnitTimes(order[0], shared, triple, share)
+
+
+__all__ = ["JobState", "Member", "UnitTimes", "advance", "initial_state"]

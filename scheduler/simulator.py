@@ -8,13 +8,17 @@ Each round (60 s by default, as in Sia) runs five named steps of :meth:`Simulato
    assigns nodes/GPUs; the invariants of :mod:`scheduler.sim_checks` are checked on both.
 3. **apply** — a job whose resources changed pays its checkpoint-restore (no progress, GPUs held) and is
    *pinned* while restoring. What counts as a change is Sia's rule by default (``restart_on="shape"``): a
-   new GPU type or number of GPUs per node, or new GPUs for a job that joins or leaves a partner (Sia has no
-   pairs; a job moving onto or off shared GPUs must restart); ``"gpus"``: any change of GPU indices.
+   new GPU type or number of GPUs per node, or new GPUs for a job that joins or leaves a pair or group of
+   three (Sia has no groups; a job moving onto or off shared GPUs must restart); ``"gpus"``: any change of
+   GPU indices.
 4. **progress** — jobs progress by their goodput on the allocation (throughput × statistical efficiency,
    divided by the application's calibration slowdown), times their co-location ratio while packed; a pair
-   is integrated piecewise (solo rate while the partner restores or after it finished). Every pair's
-   memory is checked at the local batches its members run. A job finishes when its useful samples reach
-   its work; it leaves at that instant and its GPUs are free from the next round.
+   or group of three (:mod:`scheduler.sim_groups`) is integrated piecewise: the group's ratios while all
+   compute, the pair's once one has finished or while it restores, solo rate alone. A group of three's
+   ratios are predicted from its pairs (:meth:`scheduler.colocation.ColocationTable.triple_ratios`, the
+   ILP's own), as the run's ``meta.triple_ratios`` says. Every group's memory is checked at the local
+   batches its members run. A job finishes when its useful samples reach its work; it leaves at that
+   instant and its GPUs are free from the next round.
 5. **log** — one row per round (and per allocation).
 
 Fidelity to Sia's simulator (siasosp23/artifacts ``sia-simulator``), each the default with the alternative
@@ -33,7 +37,7 @@ behind a :class:`SimConfig` option:
 
 Memory (``memory=True``): every job has a per-GPU-type footprint at its local batch
 (:class:`scheduler.sim_models.MemoryModel`); the colocation table the policies read answers "no ratio" for
-pairs that cannot fit, and the progress step checks every pair it runs.
+pairs and groups of three that cannot fit, and the progress step checks every group it runs.
 
 Job length (work) is Sia's: the application's full reference curve (``max_progress × M0`` useful
 samples), unless the workload gives ``work`` or ``duration``. Deterministic for a seed. Results:
@@ -45,7 +49,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,12 +59,7 @@ from scheduler.goodput import GoodputModel
 from scheduler.jobs import Job
 from scheduler.placement import Placement, place
 from scheduler.policy import Allocation, Policy, RoundContext, RoundDecision
-from scheduler.sim_checks import (
-    SimulationError,
-    check_pair_memory,
-    check_placement,
-    check_round,
-)
+from scheduler.sim_checks import SimulationError, check_placement, check_round
 from scheduler.sim_config import CHOICES, SimConfig
 from scheduler.sim_models import (
     SIA_RESTART_COST_S,
@@ -76,7 +75,8 @@ from scheduler.sim_models import (
     sia_max_gpus,
 )
 from scheduler.sim_result import SUMMARY_KEYS, SimulationResult, build_result
-from scheduler.sim_state import JobState, Member, advance, initial_state
+from scheduler.sim_groups import group_members
+from scheduler.sim_state import JobState, Member, UnitTimes, advance, initial_state
 from scheduler.workloads import Workload, load_workload
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -101,6 +101,7 @@ class _Run:
     alloc_rows: list[dict[str, Any]] = field(default_factory=list)
     busy_gpu_s: float = 0.0
     packed_gpu_s: float = 0.0
+    triple_gpu_s: float = 0.0
     fallbacks: int = 0
 
 
@@ -116,6 +117,7 @@ class Simulator:
         self.policy = policy
         self.config = config
         self.adaptive = adaptive
+        self.max_group_size = int(getattr(getattr(policy, "config", None), "max_group_size", 2))
         self.goodput = goodput if isinstance(goodput, AccumulatingGoodput) else AccumulatingGoodput(goodput)
         learns = adaptive and config.throughput == "bootstrap"
         self.belief: GoodputModel = BootstrapGoodput(self.goodput, cluster) if learns else self.goodput
@@ -187,34 +189,6 @@ class Simulator:
         used = a.num_gpus if self.adaptive else min(st.spec.num_gpus, a.num_gpus)
         return min(batch / used, float(span[1])) if span else batch / used
 
-    def _pair_members(self, run: _Run, members: list[JobState], views: Mapping[str, Job]) -> list[Member]:
-        """Rates of a pair: ratios from the table, micro-batches shrunk until both fit in memory."""
-        a = members[0].alloc
-        assert a is not None
-        ratios = self.colocation.lookup(a.gpu_type, views[members[0].spec.name], views[members[1].spec.name]) \
-            if self.colocation else None
-        if ratios is None or ratios[0] <= 0 or ratios[1] <= 0:
-            raise SimulationError(f"round {run.k} (t={run.now:.0f} s): job {members[0].spec.name}: packed with "
-                                  f"{members[1].spec.name} on {a.gpu_type} without a feasible co-location ratio"
-                                  f"{' (or the pair does not fit in memory)' if self.memory else ''}")
-        solo = [self._rate(m, m.alloc) for m in members]  # type: ignore[arg-type]
-        caps: list[float | None] = [None, None]
-        if self.memory is not None:
-            local = [self._local_batch(m, m.alloc, b) for m, (_, b) in zip(members, solo)]  # type: ignore[arg-type]
-            apps = [m.spec.application for m in members]
-            fit = self.memory.pair_locals(a.gpu_type, (apps[0], local[0]), (apps[1], local[1]))
-            if fit != (local[0], local[1]):
-                caps = [float(fit[0]), float(fit[1])]
-                solo = [self._rate(m, m.alloc, c) for m, c in zip(members, caps)]  # type: ignore[arg-type]
-            # the micro-batch each runs: capped, but never below the smallest profiled (see accumulated())
-            limits = getattr(self.goodput.inner, "local_batch_range", lambda *_: None)
-            floor = [(limits(app, a.gpu_type) or (1.0, 1.0))[0] for app in apps]
-            run_local = [min(x, max(c, f)) if c is not None else x for x, c, f in zip(local, caps, floor)]
-            check_pair_memory(run.k, run.now, a.gpu_type, [(m.spec.name, app, x) for m, app, x in
-                                                            zip(members, apps, run_local)], self.memory)
-        return [Member(m, min(m.delay, self.config.round_s), s, s * r, m.work - m.done, batch=b)
-                for m, (s, b), r in zip(members, solo, ratios)]
-
     # ------------------------------------------------------------------ the loop
     def run(self, progress: ProgressCallback | None = None) -> SimulationResult:
         started = time.perf_counter()
@@ -230,9 +204,9 @@ class Simulator:
                 break
             views, decision, placement, policy_s = self._decide(run)
             restarts = self._apply(run, decision, placement)
-            busy, packed, packed_jobs, done = self._progress(run, views, placement)
+            shares, done = self._progress(run, views, placement)
             self._retire(run, done)
-            self._log_round(run, views, decision, placement, policy_s, busy, packed, packed_jobs, restarts, len(done))
+            self._log_round(run, views, decision, placement, policy_s, shares, restarts, len(done))
             if progress is not None:
                 progress(run.now + self.config.round_s, len(run.finished), len(self.states))
             run.now += self.config.round_s
@@ -240,7 +214,7 @@ class Simulator:
         lost = [n for n, s in self.states.items() if s.status == "done" and n not in run.finished]
         if lost:
             raise SimulationError(f"end: job {lost[0]}: marked done without finishing")
-        return build_result(self, run.round_rows, run.alloc_rows, run.busy_gpu_s, run.packed_gpu_s,
+        return build_result(self, run.round_rows, run.alloc_rows, (run.busy_gpu_s, run.packed_gpu_s, run.triple_gpu_s),
                             time.perf_counter() - started, run.now, run.fallbacks)
 
     def _arrivals(self, run: _Run) -> None:
@@ -287,14 +261,18 @@ class Simulator:
         for name, st in run.active.items():
             a = by_job.get(name)
             jp = placement.of(name) if a is not None and name not in unplaced else None
-            if a is not None and a.partner is not None and (a.partner in unplaced or placement.of(a.partner) is None):
-                a = Allocation(a.job, a.gpu_type, a.num_gpus, a.batch_size, None, a.expected_goodput, a.num_nodes)
+            if a is not None and a.others:  # a member that could not be placed leaves the group
+                kept = tuple(o for o in a.others if o not in unplaced and placement.of(o) is not None)
+                if kept != a.others:
+                    a = replace(a, partner=kept[0] if kept else None, partners=kept if len(kept) > 1 else ())
             if a is None or jp is None:
                 st.alloc, st.slot_key, st.slots, st.delay = None, None, None, 0.0
                 continue
             key, slots = self._restart_key(a, jp.nodes, jp.gpus), (jp.nodes, jp.gpus)
-            paired = a.partner is not None or (st.alloc is not None and st.alloc.partner is not None)
-            moved = key != st.slot_key or (paired and slots != st.slots and a.partner != getattr(st.alloc, "partner", None))
+            # joining or leaving a pair or group onto other GPUs restarts the job (Sia has no groups)
+            before = set(st.alloc.others) if st.alloc is not None else set()
+            grouped = bool(a.others) or bool(before)
+            moved = key != st.slot_key or (grouped and slots != st.slots and set(a.others) != before)
             if moved:
                 st.delay = self.config.restart_cost(st.spec.application)
                 if st.starts > 0:
@@ -307,46 +285,48 @@ class Simulator:
         return restarts
 
     def _progress(self, run: _Run, views: Mapping[str, Job], placement: Placement
-                  ) -> tuple[float, float, int, list[JobState]]:
+                  ) -> tuple[dict[str, float], list[JobState]]:
+        """Integrate every unit (single job, pair, group of three) over the round; returns this round's GPU-time
+        totals (busy, packed, triple) and job counts (packed, triple), and the jobs that finished."""
         R = self.config.round_s
-        busy = packed = 0.0
-        packed_jobs = 0
+        shares = dict.fromkeys(("busy", "packed", "triple", "packed_jobs", "triple_jobs"), 0.0)
         done: list[JobState] = []
         seen: set[str] = set()
         for name, st in run.active.items():
             if st.alloc is None or name in seen:
                 continue
             a = st.alloc
-            members = [st] if a.partner is None else [st, run.active[a.partner]]
+            members = [st] + [run.active[o] for o in a.others]
             seen.update(m.spec.name for m in members)
-            if len(members) == 2:
-                units = self._pair_members(run, members, views)
-                packed_jobs += 2
+            if len(members) > 1:
+                units = group_members(self, run.k, run.now, members, views)
+                shares["packed_jobs"] += len(members)
+                shares["triple_jobs"] += len(members) if len(members) == 3 else 0
             else:
                 rate, batch = self._rate(st, a)
                 units = [Member(st, min(st.delay, R), rate, rate, st.work - st.done, batch=batch)]
-            held, both = advance(units, R)
-            busy += a.num_gpus * held
-            packed += a.num_gpus * both
+            times = advance(units, R)
+            shares["busy"] += a.num_gpus * times.held
+            shares["packed"] += a.num_gpus * times.shared
+            shares["triple"] += a.num_gpus * times.triple
             for u in units:
-                self._account(run, u, a, len(units), both, placement)
+                self._account(run, u, a, times, len(units), placement)
                 if u.finish is not None:
                     u.state.completion = run.now + u.finish
                     done.append(u.state)
         for st in run.active.values():
             st.delay = max(st.delay - R, 0.0) if st.alloc is not None else 0.0
-        run.busy_gpu_s += busy
-        run.packed_gpu_s += packed
-        return busy, packed, packed_jobs, done
+        run.busy_gpu_s += shares["busy"]
+        run.packed_gpu_s += shares["packed"]
+        run.triple_gpu_s += shares["triple"]
+        return shares, done
 
-    def _account(self, run: _Run, u: Member, a: Allocation, size: int, both: float, placement: Placement) -> None:
+    def _account(self, run: _Run, u: Member, a: Allocation, times: UnitTimes, size: int, placement: Placement) -> None:
         m = u.state
         m.done = m.work - u.remaining
         m.run_s += u.run_s
         m.packed_s += u.packed_s
-        alive = u.finish if u.finish is not None else self.config.round_s
-        # a pair's GPUs are split evenly while both are there; a survivor holds them alone
-        m.gpu_s += a.num_gpus * ((alive - both) + both / 2 if size == 2 else alive)
+        m.gpu_s += a.num_gpus * times.gpu_share[m.spec.name]  # the GPUs split evenly among the members there
         if u.run_s > 0 and isinstance(self.belief, BootstrapGoodput):
             self.belief.record(m.spec.name, a.gpu_type, a.num_gpus)  # Sia learns from the steps a job ran
         if self.config.log_allocations:
@@ -354,9 +334,10 @@ class Simulator:
             run.alloc_rows.append({
                 "round": run.k, "time_s": run.now, "job": m.spec.name, "gpu_type": a.gpu_type,
                 "num_gpus": a.num_gpus, "num_nodes": a.num_nodes, "batch_size": u.batch,
-                "partner": m.alloc.partner if m.alloc else None, "nodes": ",".join(map(str, jp.nodes)) if jp else "",
+                "partner": ",".join(m.alloc.others) if m.alloc and m.alloc.others else None, "group_size": size,
+                "nodes": ",".join(map(str, jp.nodes)) if jp else "",
                 "gpus": ",".join(map(str, jp.gpus)) if jp else "", "solo_rate": u.solo,
-                "packed_rate": u.packed if size == 2 else float("nan"), "restore_s": u.delay,
+                "packed_rate": u.packed if size > 1 else float("nan"), "restore_s": u.delay,
                 "progress": m.done / m.work,
             })
 
@@ -370,16 +351,17 @@ class Simulator:
             del run.active[st.spec.name]
 
     def _log_round(self, run: _Run, views: Mapping[str, Job], decision: RoundDecision, placement: Placement,
-                   policy_s: float, busy: float, packed: float, packed_jobs: int, restarts: int, completed: int) -> None:
+                   policy_s: float, shares: Mapping[str, float], restarts: int, completed: int) -> None:
         by_job, unplaced = decision.by_job(), set(placement.unplaced)
         running = sum(1 for n in views if n in by_job and n not in unplaced)
         R = self.config.round_s
         run.round_rows.append({
             "round": run.k, "time_s": run.now, "active": len(views), "running": running,
             "waiting": len(views) - running, "unplaced": len(unplaced), "gpus_busy": sum(decision.gpus_used().values()),
-            "gpu_s": busy, "utilization": busy / (self.cluster.total_gpus * R), "packed_jobs": packed_jobs,
-            "packed_gpu_s": packed, "restarts": restarts, "completed": completed,
-            "solver": decision.solver.name, "status": decision.solver.status,
+            "gpu_s": shares["busy"], "utilization": shares["busy"] / (self.cluster.total_gpus * R),
+            "packed_jobs": int(shares["packed_jobs"]), "packed_gpu_s": shares["packed"],
+            "triple_jobs": int(shares["triple_jobs"]), "triple_gpu_s": shares["triple"], "restarts": restarts,
+            "completed": completed, "solver": decision.solver.name, "status": decision.solver.status,
             "fallback": decision.solver.fallback or "", "objective": float(decision.objective), "policy_s": policy_s,
         })
         run.previous = Placement({n: jp for n, jp in placement.jobs.items() if n in run.active}, ())
@@ -407,10 +389,6 @@ def resolve_policy(policy_name: str | Policy, seed: int = 0, adaptive: bool | No
         from scheduler.ilp import PackingPolicy
 
         is_adaptive = bool(getattr(policy, "adaptive", isinstance(policy, PackingPolicy)))
-    group_size = getattr(getattr(policy, "config", None), "max_group_size", 2)
-    if isinstance(group_size, int) and group_size > 2:
-        raise InputError(f"{group_size}", field="max_group_size",
-                         valid="2: the simulator integrates progress, memory and restarts per pair")
     return policy, (is_adaptive if adaptive is None else adaptive), packs
 
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import pandas as pd
 import pytest
 
-from profiler.errors import InputError
 from scheduler.cluster import cluster_from_dict
 from scheduler.colocation import ColocationTable
 from scheduler.goodput import TableGoodputModel
@@ -138,7 +137,7 @@ def assert_logs_consistent(result, cluster) -> None:
     for (rnd, gpu_type), rows in alloc.groupby(["round", "gpu_type"]):
         units = {}
         for r in rows.itertuples():
-            key = tuple(sorted((r.job, r.partner))) if isinstance(r.partner, str) else (r.job,)
+            key = tuple(sorted((r.job, *r.partner.split(",")))) if isinstance(r.partner, str) else (r.job,)
             units[key] = r.num_gpus
         assert sum(units.values()) <= cluster.capacity(gpu_type), (rnd, gpu_type, units)
         slots: dict[tuple, list[str]] = {}
@@ -147,10 +146,11 @@ def assert_logs_consistent(result, cluster) -> None:
                 for gpu in r.gpus.split(","):
                     slots.setdefault((node, gpu), []).append(r.job)
         for slot, names in slots.items():
-            assert len(names) <= 2, (rnd, slot, names)
-            if len(names) == 2:
-                partner = rows.set_index("job").loc[names[0], "partner"]
-                assert partner == names[1], (rnd, slot, names)
+            assert len(names) <= 3, (rnd, slot, names)
+            for name in names:  # every job on a GPU names the others as its group
+                if len(names) > 1:
+                    group = rows.set_index("job").loc[name, "partner"].split(",")
+                    assert sorted(group) == sorted(n for n in names if n != name), (rnd, slot, names)
     last_round = alloc.groupby("job")["time_s"].max()
     for name, t in last_round.items():
         assert t < jobs.loc[name, "completion_s"] + 1e-6
@@ -206,42 +206,6 @@ def test_violation_names_round_and_job(mode, words):
                  config=NO_COSTS)
     message = str(info.value)
     assert all(w in message for w in words), message
-
-
-class _Triple:
-    """Packs three jobs on one GPU (what the ILP proposes with ``max_group_size=3``)."""
-
-    name = "triple"
-    adaptive = False
-
-    def allocate(self, jobs, cluster, context):
-        names = tuple(j.name for j in jobs)
-        allocs = tuple(Allocation(n, "g", 1, 32, partner=[m for m in names if m != n][0],
-                                  partners=tuple(m for m in names if m != n)) for n in names)
-        return RoundDecision(allocs, (), 0.0, SolverInfo("test", "ok", 0.0, 0.0))
-
-
-def three_jobs() -> Workload:
-    return Workload("three", tuple(WorkloadJob(n, "a", 0.0, 1, 32, work=600.0) for n in "ABC"))
-
-
-def test_a_group_of_three_is_rejected_by_name():
-    with pytest.raises(SimulationError) as info:
-        simulate(one_gpu(), three_jobs(), _Triple(), colocation=ColocationTable.from_rows([]), profiles=GOODPUT,
-                 config=NO_COSTS)
-    message = str(info.value)
-    assert all(w in message for w in ("round 0", "job A", "pairs only", "max_group_size=2")), message
-
-
-@pytest.mark.parametrize("policy, options", [
-    ("colocate", {"max_group_size": 3}),
-    (PackingPolicy(IlpConfig(max_group_size=3), name="colocate"), None),
-])
-def test_simulating_triples_is_a_one_line_input_error(policy, options):
-    with pytest.raises(InputError) as info:
-        simulate(one_gpu(), three_jobs(), policy, colocation=ColocationTable.from_rows([]), profiles=GOODPUT,
-                 config=NO_COSTS, policy_options=options)
-    assert "max_group_size" in str(info.value) and "\n" not in str(info.value)
 
 
 # --------------------------------------------------------------------------------------------------

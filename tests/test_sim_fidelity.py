@@ -19,7 +19,7 @@ from scheduler.policies.common import Shape, make_decision
 from scheduler.policies.gavel import GavelPolicy, _Option
 from scheduler.policy import Allocation, RoundContext
 from scheduler.shared_data import shared_data_dir
-from scheduler.sim_checks import SimulationError, check_pair_memory
+from scheduler.sim_checks import SimulationError, check_group_memory
 from scheduler.sim_models import (
     MemoryCheckedTable,
     MemoryModel,
@@ -182,13 +182,13 @@ def test_memory_model_lets_a_job_alone_fit_and_rejects_two_large_ones():
     memory = MemoryModel(load_goodput_model(TRACES, ["cifar10", "imagenet"], cluster.type_names), cluster)
     alone = memory.footprint_gb("cifar10", "rtx", 1024)
     assert alone + memory.context_gb == pytest.approx(11.0)
-    assert not memory.pair_fits("rtx", ("cifar10", 1024), ("cifar10", 1024))
-    assert memory.pair_fits("rtx", ("cifar10", 256), ("cifar10", 256))
-    assert memory.pair_fits("dgx-ext", ("cifar10", 1024), ("cifar10", 1024))
-    a, b = memory.pair_locals("rtx", ("cifar10", 1024), ("imagenet", 200))
-    assert memory.pair_fits("rtx", ("cifar10", a), ("imagenet", b)) and a < 1024 and b < 200
+    assert not memory.group_fits("rtx", ("cifar10", 1024), ("cifar10", 1024))
+    assert memory.group_fits("rtx", ("cifar10", 256), ("cifar10", 256))
+    assert memory.group_fits("dgx-ext", ("cifar10", 1024), ("cifar10", 1024))
+    a, b = memory.group_locals("rtx", ("cifar10", 1024), ("imagenet", 200))
+    assert memory.group_fits("rtx", ("cifar10", a), ("imagenet", b)) and a < 1024 and b < 200
     with pytest.raises(SimulationError, match="GB"):
-        check_pair_memory(3, 180.0, "rtx", [("x", "cifar10", 1024), ("y", "cifar10", 1024)], memory)
+        check_group_memory(3, 180.0, "rtx", [("x", "cifar10", 1024), ("y", "cifar10", 1024)], memory)
 
 
 @needs_traces

@@ -34,19 +34,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def predicted_triple_ratios(colocation: "ColocationTable", gpu_type: str, jobs: Sequence[Job]
                             ) -> tuple[float, float, float] | None:
-    """Each member's ratio in a group of three, predicted from the pairs by adding slowdowns; None if unknown."""
-    out = []
-    for n, x in enumerate(jobs):
-        slowdown = 1.0
-        for m, other in enumerate(jobs):
-            if m == n:
-                continue
-            r = colocation.lookup(gpu_type, x, other)
-            if r is None or r[0] <= 0:
-                return None
-            slowdown += 1.0 / r[0] - 1.0
-        out.append(1.0 / slowdown)
-    return out[0], out[1], out[2]
+    """Each member's ratio in a group of three (:meth:`scheduler.colocation.ColocationTable.triple_ratios`:
+    predicted from the pairs by adding slowdowns; a memory-checked table also answers None when the three
+    do not fit together); None if unknown."""
+    return colocation.triple_ratios(gpu_type, jobs)
 
 
 def group_move_values(members: Sequence[Job], c: Configuration, values: Sequence[float], restart_cost_s: float

@@ -1,16 +1,17 @@
 """Scheduling policies by name, all behind :class:`scheduler.policy.Policy`.
 
-=================  ========  =======  ==========================================================================
-name               jobs      packing  what it is
-=================  ========  =======  ==========================================================================
-``colocate``       adaptive  yes      ours: Sia's ILP plus pair variables (:class:`scheduler.ilp.PackingPolicy`)
-``sia``            adaptive  no       the same code with packing off = Sia's formulation (SOSP'23)
-``gavel``          rigid     no       Gavel's time-fraction LP, max total throughput as Sia runs it (OSDI'20)
-``gavel-packed``   rigid     yes      Gavel's space-sharing variant: all same-size pairs in the LP
-``tiresias``       rigid     no       discretised 2D-LAS (NSDI'19)
-``gandiva``        rigid     yes      random pairing when oversubscribed, unpack pairs with Σ ratio < 1 (OSDI'18)
-``fifo``           rigid     no       first come first served with backfilling
-=================  ========  =======  ==========================================================================
+====================  ========  =======  ==========================================================================
+name                  jobs      packing  what it is
+====================  ========  =======  ==========================================================================
+``colocate``          adaptive  yes      ours: Sia's ILP plus pair variables (:class:`scheduler.ilp.PackingPolicy`)
+``colocate-triples``  adaptive  yes      the same with groups of three as well (``max_group_size=3``)
+``sia``               adaptive  no       the same code with packing off = Sia's formulation (SOSP'23)
+``gavel``             rigid     no       Gavel's time-fraction LP, max total throughput as Sia runs it (OSDI'20)
+``gavel-packed``      rigid     yes      Gavel's space-sharing variant: all same-size pairs in the LP
+``tiresias``          rigid     no       discretised 2D-LAS (NSDI'19)
+``gandiva``           rigid     yes      random pairing when oversubscribed, unpack pairs with Σ ratio < 1 (OSDI'18)
+``fifo``              rigid     no       first come first served with backfilling
+====================  ========  =======  ==========================================================================
 
 Adaptive jobs get their GPU count and batch size chosen by goodput (the policy plans with the workload's
 batch size as their upper limit, as Sia's speedup functions do); rigid jobs run exactly as submitted.
@@ -42,6 +43,12 @@ def _colocate(seed: int = 0, **options: Any) -> Policy:
     from scheduler.ilp import IlpConfig, PackingPolicy
 
     return PackingPolicy(IlpConfig(packing=True, **options), name="colocate")
+
+
+def _colocate_triples(seed: int = 0, **options: Any) -> Policy:
+    from scheduler.ilp import IlpConfig, PackingPolicy
+
+    return PackingPolicy(IlpConfig(packing=True, **{"max_group_size": 3, **options}), name="colocate-triples")
 
 
 def _sia(seed: int = 0, **options: Any) -> Policy:
@@ -83,6 +90,7 @@ def _fifo(seed: int = 0, **options: Any) -> Policy:
 POLICIES: dict[str, PolicySpec] = {
     s.name: s for s in (
         PolicySpec("colocate", True, True, "Sia's ILP with packing (ours)", _colocate),
+        PolicySpec("colocate-triples", True, True, "colocate with groups of three as well", _colocate_triples),
         PolicySpec("sia", True, False, "Sia's ILP, packing off", _sia),
         PolicySpec("gavel", False, False, "Gavel max-min fairness, rigid", _gavel),
         PolicySpec("gavel-packed", False, True, "Gavel with space sharing (all pairs)", _gavel_packed),
