@@ -271,7 +271,10 @@ def compare_policies(req: CompareRequest, progress: ProgressHook | None = None) 
         run_simulations(plan, done)
     report = write_comparison_report(plan)
     frame = pd.read_csv(req.out / "summary.csv")
-    means = frame.groupby(["load", "policy"])[["avg_jct_s", "p99_jct_s", "gpu_hours", "packed_fraction"]].mean()
+    if "triple_fraction" not in frame:  # runs logged before groups of three were simulated
+        frame["triple_fraction"] = 0.0
+    metrics = ["avg_jct_s", "p99_jct_s", "gpu_hours", "packed_fraction", "triple_fraction", "restarts"]
+    means = frame.groupby(["load", "policy"])[metrics].mean()
     return report, means
 
 

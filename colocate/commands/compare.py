@@ -69,5 +69,6 @@ def compare_command(
     report, means = compare_policies(request, progress=_progress_bar)
     for (load, policy), row in means.iterrows():
         console.print(f"{load:>4g}× {policy:>13}: avg JCT {row.avg_jct_s / 3600:.3f} h · p99 {row.p99_jct_s / 3600:.2f} h"
-                      f" · {row.gpu_hours:.0f} GPU-h · packed {row.packed_fraction:.1%}", highlight=False)
+                      f" · {row.gpu_hours:.0f} GPU-h · packed {row.packed_fraction:.1%}"
+                      + (f" (triples {row.triple_fraction:.1%})" if row.triple_fraction > 0 else ""), highlight=False)
     console.print(f"report: {report}")

@@ -6,13 +6,25 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
     app.command("simulate")(simulate_command)
+
+
+def _group_option(policy: str, max_group_size: int | None) -> dict[str, Any]:
+    """``--max-group-size`` as the ILP option (IlpConfig checks its value); only the ILP policies pack groups."""
+    if max_group_size is None:
+        return {}
+    if policy not in ("colocate", "colocate-triples"):
+        from colocate.errors import InputError
+
+        raise InputError(f"--max-group-size with policy {policy!r}", field="--max-group-size",
+                         valid="--policy colocate or colocate-triples (the ILP policies that pack groups)")
+    return {"max_group_size": max_group_size}
 
 
 def _hours(seconds: float) -> str:
@@ -66,6 +78,8 @@ def _print_summary(result: Any, title: str, out: Path | None) -> None:
         ("utilization", f"{s['utilization']:.1%}"), ("restarts", str(s["restarts"])),
         ("packed fraction", f"{s['packed_fraction']:.1%}"), ("wall time", f"{s['wall_s']:.1f} s"),
     ]
+    if result.meta.get("max_group_size", 2) >= 3:  # GPU-time share with three jobs on the GPUs
+        rows.insert(-1, ("triple fraction", f"{s['triple_fraction']:.1%}"))
     for k, v in rows:
         table.add_row(k, v)
     console.print(table)
@@ -80,7 +94,11 @@ def simulate_command(
     cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML (e.g. scheduler/examples/sia-64gpu.yaml)."),
     workload: Path = typer.Option(..., "--workload", help="Sia/Pollux workload CSV, Gavel .trace or Philly job CSV."),
     policy: str = typer.Option("colocate", "--policy",
-                               help="colocate, sia, gavel, gavel-packed, tiresias, gandiva or fifo."),
+                               help="colocate, colocate-triples, sia, gavel, gavel-packed, tiresias, gandiva or fifo."),
+    max_group_size: Optional[int] = typer.Option(None, "--max-group-size",
+                                                 help="Jobs per GPU group for the ILP policies: 2 (pairs) or 3 "
+                                                      "(pairs and triples; triple ratios predicted from the pairs). "
+                                                      "Default: the policy's own (colocate 2, colocate-triples 3)."),
     colocation: Path = typer.Option(None, "--colocation",
                                     help="Colocation table CSV, or a results directory (e.g. from import-pairs) "
                                          "whose measured pairs become one (default for packing policies: the "
@@ -120,6 +138,7 @@ def simulate_command(
     if out is not None:
         prepare_out_dir(out)
     spec = policy_spec(policy)
+    options = _group_option(spec.name, max_group_size)
     config = SimConfig(round_s=round_s, seed=seed, throughput=throughput, batch=batch, restart_on=restart_on,
                        efficiency=efficiency, memory=memory, colocation_strength=strength)
     table = _colocation(colocation)
@@ -131,7 +150,7 @@ def simulate_command(
     check_workload(work.jobs, cluster_obj, profiles or default_profiles_dir(), work.source)
     with _progress_bar(f"{spec.name} on {work.name}", len(work), hidden=as_json) as on_round:
         result = simulate(cluster_obj, work, spec.name, colocation=table, profiles=profiles,
-                          config=config, progress=on_round)
+                          config=config, progress=on_round, policy_options=options)
     if out is not None:
         result.write(out)
     if as_json:

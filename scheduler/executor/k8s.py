@@ -10,8 +10,8 @@ share that GPU". HAMi (CNCF sandbox, https://github.com/Project-HAMi/HAMi) does,
 * ``nvidia.com/use-gputype`` names the GPU type as well, so a missing UUID still lands on the right type.
 
 Each pod asks for ``nvidia.com/gpu: N`` (one vGPU per physical GPU) and, in a pair, its share of the GPU's
-memory (``nvidia.com/gpumem-percentage``, default 50 %: without it HAMi gives a vGPU the whole memory and
-the partner could not fit). GPU UUIDs and node names come from an inventory YAML::
+memory (``nvidia.com/gpumem-percentage``, default an equal share: 50 % in a pair, 33 % in a group of three;
+without it HAMi gives a vGPU the whole memory and the partners could not fit). GPU UUIDs and node names come from an inventory YAML::
 
     h100:                       # GPU type as in the allocation
       - node: gpu-node-17       # Kubernetes node name of the allocation's node 0 of that type
@@ -49,7 +49,7 @@ _DNS_LABEL = re.compile(r"[^a-z0-9-]+")
 class K8sOptions:
     image: str = "colocate:latest"  # an image with this package, torch and CUDA
     namespace: str | None = None
-    memory_percent_per_partner: int = 50
+    memory_percent_per_partner: int | None = None  # None: an equal share, 100 // members (50 %, 33 %)
     scheduler_name: str = HAMI_SCHEDULER
     python: str = "python3"
 
@@ -116,9 +116,11 @@ def pod_manifest(job: JobLaunch, group: GpuGroup, run: RunSettings, options: K8s
     limits: dict[str, Any] = {RESOURCE_GPU: group.gpus_per_node}
     if len(group.jobs) > 1:
         annotations[ANNOTATION_MODE] = sharing_mode(group.sharing).k8s_mode
-        limits[RESOURCE_MEMORY_PERCENT] = options.memory_percent_per_partner
+        share = options.memory_percent_per_partner
+        limits[RESOURCE_MEMORY_PERCENT] = share if share is not None else 100 // len(group.jobs)
     if job.partner:
         annotations["colocate.io/partner"] = job.partner
+        annotations["colocate.io/partners"] = ",".join(j.name for j in group.jobs if j.name != job.name)
     env = {**job_environment(job, group), "COLOCATE_PROGRESS_FILE": f"/tmp/{dns_name(job.name)}.progress.json"}
     argv = job_argv(job, run, python=options.python, progress_file=env["COLOCATE_PROGRESS_FILE"])
     metadata: dict[str, Any] = {

@@ -160,6 +160,7 @@ def job_environment(job: JobLaunch, group: GpuGroup) -> dict[str, str]:
         "COLOCATE_NUM_GPUS": str(job.num_gpus),
         "COLOCATE_GPU_TYPE": job.gpu_type,
         "COLOCATE_PARTNER": job.partner or "",
+        "COLOCATE_PARTNERS": ",".join(j.name for j in group.jobs if j.name != job.name),  # a group of three: both
         "COLOCATE_GROUP": group.slug,
     }
 
