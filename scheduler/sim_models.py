@@ -293,10 +293,13 @@ class MemoryCheckedTable(ColocationTable):
     def _fit(self, gpu_type: str, jobs: Sequence[Job]) -> bool:
         if self.memory is None:
             return True
-        local = [self.memory.min_local(j, gpu_type) for j in jobs]
-        if any(x is None for x in local):
-            return True  # no batch limits known (see MemoryModel.group_fits)
-        return self.memory.group_fits(gpu_type, *((j.application, x) for j, x in zip(jobs, local)))  # type: ignore[misc]
+        members = []
+        for j in jobs:
+            local = self.memory.min_local(j, gpu_type)
+            if local is None:
+                return True  # no batch limits known (see MemoryModel.group_fits)
+            members.append((j.application, local))
+        return self.memory.group_fits(gpu_type, *members)
 
     def lookup(self, gpu_type: str, job_a: Job, job_b: Job) -> tuple[float, float] | None:
         hit = super().lookup(gpu_type, job_a, job_b)

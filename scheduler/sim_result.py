@@ -15,8 +15,8 @@ if TYPE_CHECKING:  # pragma: no cover
 SUMMARY_KEYS = ("policy", "jobs", "completed", "avg_jct_s", "p50_jct_s", "p99_jct_s", "makespan_s", "gpu_hours",
                 "utilization", "restarts", "packed_fraction", "triple_fraction", "wall_s")
 ROUND_COLUMNS = ("round", "time_s", "active", "running", "waiting", "unplaced", "gpus_busy", "gpu_s", "utilization",
-                 "packed_jobs", "packed_gpu_s", "triple_jobs", "triple_gpu_s", "restarts", "completed", "solver", "status", "fallback", "objective",
-                 "policy_s")
+                 "packed_jobs", "packed_gpu_s", "triple_jobs", "triple_gpu_s", "restarts", "completed", "solver", "status",
+                 "fallback", "objective", "policy_s")
 ALLOCATION_COLUMNS = ("round", "time_s", "job", "gpu_type", "num_gpus", "num_nodes", "batch_size", "partner", "group_size",
                       "nodes", "gpus", "solo_rate", "packed_rate", "restore_s", "progress")
 

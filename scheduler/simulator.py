@@ -61,6 +61,7 @@ from scheduler.placement import Placement, place
 from scheduler.policy import Allocation, Policy, RoundContext, RoundDecision
 from scheduler.sim_checks import SimulationError, check_placement, check_round
 from scheduler.sim_config import CHOICES, SimConfig
+from scheduler.sim_groups import group_members
 from scheduler.sim_models import (
     SIA_RESTART_COST_S,
     SIA_RESTART_PENALTY_S,
@@ -75,7 +76,6 @@ from scheduler.sim_models import (
     sia_max_gpus,
 )
 from scheduler.sim_result import SUMMARY_KEYS, SimulationResult, build_result
-from scheduler.sim_groups import group_members
 from scheduler.sim_state import JobState, Member, UnitTimes, advance, initial_state
 from scheduler.workloads import Workload, load_workload
 

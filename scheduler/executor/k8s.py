@@ -11,7 +11,8 @@ share that GPU". HAMi (CNCF sandbox, https://github.com/Project-HAMi/HAMi) does,
 
 Each pod asks for ``nvidia.com/gpu: N`` (one vGPU per physical GPU) and, in a pair, its share of the GPU's
 memory (``nvidia.com/gpumem-percentage``, default an equal share: 50 % in a pair, 33 % in a group of three;
-without it HAMi gives a vGPU the whole memory and the partners could not fit). GPU UUIDs and node names come from an inventory YAML::
+without it HAMi gives a vGPU the whole memory and the partners could not fit). GPU UUIDs and node names come
+from an inventory YAML::
 
     h100:                       # GPU type as in the allocation
       - node: gpu-node-17       # Kubernetes node name of the allocation's node 0 of that type
