@@ -54,14 +54,14 @@ def group_members(sim: Simulator, round_index: int, time_s: float, members: list
     if sim.memory is not None:
         local = [sim._local_batch(m, m.alloc, b) for m, (_, b) in zip(members, solo)]  # type: ignore[arg-type]
         apps = [m.spec.application for m in members]
-        fit = sim.memory.group_locals(a.gpu_type, *zip(apps, local))
+        # the micro-batch each runs: capped, but never below the smallest profiled (see accumulated())
+        limits = getattr(sim.goodput.inner, "local_batch_range", lambda *_: None)
+        floor = [min((limits(app, a.gpu_type) or (1.0, 1.0))[0], x) for app, x in zip(apps, local)]
+        fit = sim.memory.group_locals(a.gpu_type, *zip(apps, local), floors=floor)
         caps: list[float | None] = [None] * len(members)
         if tuple(fit) != tuple(local):
             caps = [float(x) for x in fit]
             solo = [sim._rate(m, m.alloc, c) for m, c in zip(members, caps)]  # type: ignore[arg-type]
-        # the micro-batch each runs: capped, but never below the smallest profiled (see accumulated())
-        limits = getattr(sim.goodput.inner, "local_batch_range", lambda *_: None)
-        floor = [(limits(app, a.gpu_type) or (1.0, 1.0))[0] for app in apps]
         run_local = [min(x, max(c, f)) if c is not None else x for x, c, f in zip(local, caps, floor)]
         check_group_memory(round_index, time_s, a.gpu_type, list(zip(names, apps, run_local)), sim.memory)
     whole = frozenset(names)

@@ -267,17 +267,36 @@ class MemoryModel:
             return True
         return sum(sizes) + len(members) * self.context_gb <= self.cluster[gpu_type].memory_gb + 1e-9  # type: ignore[arg-type]
 
-    def group_locals(self, gpu_type: str, *members: tuple[str, float]) -> tuple[float, ...]:
-        """Local batches the members can run at together: as asked when they fit, else all shrunk in
-        proportion until they do (the jobs then accumulate gradients to keep their global batch)."""
+    def group_locals(self, gpu_type: str, *members: tuple[str, float],
+                     floors: Sequence[float] | None = None) -> tuple[float, ...]:
+        """Local batches the members can run at together: as asked when they fit, else shrunk in proportion
+        until they do (the jobs then accumulate gradients to keep their global batch). ``floors``: the
+        smallest local batch each can run; a member that would go below it stays there and the others
+        shrink further (so a group whose floors fit always fits)."""
         per = [self.per_sample_gb(app, gpu_type) for app, _ in members]
         if self.group_fits(gpu_type, *members) or any(p is None for p in per):
             return tuple(local for _, local in members)
-        free = (self.cluster[gpu_type].memory_gb - len(members) * self.context_gb
-                - sum(self.static_gb(app) for app, _ in members))
-        need = sum((p or 0.0) * local for p, (_, local) in zip(per, members))
-        shrink = max(free, 0.0) / need if need > 0 else 0.0
-        return tuple(float(math.floor(local * shrink)) for _, local in members)
+        lowest = list(floors) if floors is not None else [0.0] * len(members)
+        out = [float(local) for _, local in members]
+        fixed: set[int] = set()
+        for _ in members:  # each pass fixes at least one more member at its floor, or ends
+            free = (self.cluster[gpu_type].memory_gb - len(members) * self.context_gb
+                    - sum(self.static_gb(app) for app, _ in members)
+                    - sum((per[i] or 0.0) * lowest[i] for i in fixed))
+            need = sum((per[i] or 0.0) * members[i][1] for i in range(len(members)) if i not in fixed)
+            shrink = max(free, 0.0) / need if need > 0 else 0.0
+            below = []
+            for i, (_, local) in enumerate(members):
+                if i not in fixed:
+                    out[i] = float(math.floor(local * shrink))
+                    if out[i] < lowest[i]:
+                        below.append(i)
+            if not below:
+                break
+            for i in below:
+                fixed.add(i)
+                out[i] = float(lowest[i])
+        return tuple(out)
 
 
 @dataclass(frozen=True, eq=False)

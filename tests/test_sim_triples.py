@@ -120,6 +120,8 @@ def test_memory_for_three_is_checked_by_the_table_and_the_model():
     assert memory.group_fits("g", ("a", 12), ("b", 12))
     shrunk = memory.group_locals("g", ("a", 12), ("b", 12), ("c", 12))
     assert memory.group_fits("g", *zip("abc", shrunk)) and all(x < 12 for x in shrunk)
+    # proportional shrinking would take the small member below the smallest batch it runs: it stays there
+    assert memory.group_locals("g", ("a", 32), ("b", 32), ("c", 4), floors=(1, 1, 4)) == (12, 12, 4)
     table = MemoryCheckedTable(TABLE.ratios, memory)
     big = [Job(n, n.lower(), num_gpus=1, batch_size=12) for n in "ABC"]
     small = [j.with_state(batch_size=8) for j in big]
