@@ -116,3 +116,33 @@ def test_at_load_divides_arrival_times():
     fast = work.at_load(2)
     assert [j.arrival for j in fast.jobs] == [0.0, 300.0] and fast.name == "w@2x"
     assert work.at_load(1) is work
+
+
+@pytest.mark.slow
+def test_simulate_and_compare_with_groups_of_three(tmp_path):
+    workload = tmp_path / "tiny.csv"
+    workload.write_text(TINY)
+    run = tmp_path / "run"
+    proc = run_cli("simulate", "--cluster", str(CLUSTER), "--workload", str(workload), "--policy", "colocate",
+                   "--max-group-size", "3", "--out", str(run), "--profiles", str(PROFILES))
+    assert proc.returncode == 0, proc.stderr
+    assert "triple fraction" in proc.stdout
+    meta = json.loads((run / "summary.json").read_text())["meta"]
+    assert meta["max_group_size"] == 3 and meta["triple_ratios"] == "predicted from pairs (additive slowdowns)"
+    out = tmp_path / "report"
+    proc = run_cli("compare", "--cluster", str(CLUSTER), "--workloads", str(workload), "--policies",
+                   "colocate,colocate-triples", "--out", str(out), "--workers", "1", "--profiles", str(PROFILES))
+    assert proc.returncode == 0, proc.stderr
+    summary = pd.read_csv(out / "summary.csv")
+    assert set(summary["policy"]) == {"colocate", "colocate-triples"} and "triple_fraction" in summary
+    report = (out / "report.md").read_text()
+    assert "triple fraction" in report and "predicted from its three pairs by adding slowdowns" in report
+
+
+def test_max_group_size_is_refused_for_policies_that_do_not_pack_groups(tmp_path):
+    workload = tmp_path / "tiny.csv"
+    workload.write_text(TINY)
+    proc = run_cli("simulate", "--cluster", str(CLUSTER), "--workload", str(workload), "--policy", "fifo",
+                   "--max-group-size", "3", "--profiles", str(PROFILES))
+    assert proc.returncode != 0 and "--max-group-size" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
