@@ -311,8 +311,9 @@ def write_report(runs: Sequence[RunRecord], out_dir: str | Path, *, title: str, 
               "`migrations`/`pair_migrations`.",
               "- `runs/<workload>/<policy>/`: `jobs.parquet` (per job: arrival, start, completion, JCT, restarts, "
               "GPU-hours, packed seconds), `rounds.parquet` (per round: active/running/waiting jobs, busy GPUs, "
-              "utilization, packed GPU-seconds, restarts, solver status and time), `allocations.parquet` (per "
-              "round and running job: GPU type, count, nodes, GPUs, batch, partner, solo and packed rates), "
+              "utilization, packed and triple GPU-seconds, restarts, solver status and time), `allocations.parquet` "
+              "(per round and running job: GPU type, count, nodes, GPUs, batch, partners, group size, solo and "
+              "packed rates), "
               "`summary.json`.", ""]
     path = out / "report.md"
     path.write_text("\n".join(lines))

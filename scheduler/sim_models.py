@@ -9,7 +9,7 @@
   per round.
 * :class:`MemoryModel` — each job's per-GPU memory footprint at its local batch on each GPU type, and
   :class:`MemoryCheckedTable`, the colocation table every packing policy reads, which answers "no ratio"
-  for a pair that cannot fit (so no policy ever proposes it).
+  for a pair or group of three that cannot fit (so no policy ever proposes it).
 
 Sia's per-application numbers (siasosp23/artifacts, ``sia-simulator``): restart (checkpoint-restore) time
 in the simulation (``applications.py``), the restart *penalty* its ILP uses (``sia.py``,
@@ -226,8 +226,9 @@ class MemoryModel:
     ``static`` = parameters × 16 bytes (:data:`MODEL_PARAMS_M`); ``per_sample`` is set so that the
     largest local batch profiled on the type (Sia's profiles stop where memory runs out: its adaptdl
     ``profiles/`` record exactly that batch per GPU type) fills the GPU less one CUDA context. So a job
-    alone always fits; two jobs on one GPU fit when ``Σ (static + per_sample·m) + 2·context ≤ memory``.
-    The linear form overstates activations at small batches, so the check errs toward rejecting a pair.
+    alone always fits; n jobs on one GPU (a pair, a group of three) fit when
+    ``Σ (static + per_sample·m) + n·context ≤ memory``. The linear form overstates activations at small
+    batches, so the check errs toward rejecting a group.
     """
 
     model: GoodputModel
