@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 import random
 import statistics
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -33,10 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.bench_rounds import steady_rounds, timed_round
 from scheduler.cluster import Cluster, load_cluster
 from scheduler.colocation import ColocationTable
 from scheduler.goodput import ProfileGoodputModel
-from scheduler.ilp import IlpConfig, RoundProblem, build_problem, class_key, highs_lp, solve_problem
+from scheduler.ilp import IlpConfig, RoundProblem, build_problem, class_key, highs_lp
+from scheduler.ilp.warm import WarmStart
 from scheduler.jobs import Job
 
 EXAMPLES = Path(__file__).resolve().parent / "examples"
@@ -226,7 +227,7 @@ def lp_bound_by_pricing(jobs: list[Job], cluster: Cluster, model: ProfileGoodput
     pair, exact at convergence: a test checks it against the all-pairs LP) run until nothing is priced in."""
     from scheduler.ilp import price_pair_columns
 
-    run_cfg = replace(cfg, top_k=max(cfg.top_k, 8), pricing_passes=100_000, max_group_size=2)
+    run_cfg = replace(cfg, top_k=max(cfg.top_k, 8), pricing_passes=1000, max_group_size=2)
     problem = build_problem(jobs, cluster, model, coloc, run_cfg)
     passes = price_pair_columns(problem, run_cfg)
     if problem.lp_weight is None:
@@ -235,32 +236,35 @@ def lp_bound_by_pricing(jobs: list[Job], cluster: Cluster, model: ProfileGoodput
 
 
 def _timed_round(jobs: list[Job], cluster: Cluster, model: ProfileGoodputModel, coloc: ColocationTable | None,
-                 cfg: IlpConfig) -> dict[str, Any]:
-    cpu_started = time.process_time()
-    started = time.perf_counter()
+                 cfg: IlpConfig, warm: WarmStart | None = None) -> dict[str, Any]:
+    return timed_round(jobs, cluster, model, coloc, cfg, warm)
+
+
+def _bound_of(jobs: list[Job], cluster: Cluster, model: ProfileGoodputModel, coloc: ColocationTable,
+              cfg: IlpConfig) -> tuple[float, str]:
+    """The all-pairs LP bound of a round (dense pricing up to DENSE_BOUND_MAX_JOBS jobs, else by rank)."""
+    if len(jobs) > DENSE_BOUND_MAX_JOBS:
+        return lp_bound_by_pricing(jobs, cluster, model, coloc, cfg)[0], "lp-bound (pricing)"
     problem = build_problem(jobs, cluster, model, coloc, cfg)
-    built = time.perf_counter()
-    solution = solve_problem(problem, cfg)
-    done = time.perf_counter()
-    return {"build_s": built - started, "solve_s": done - built, "round_s": done - started,
-            "cpu_s": time.process_time() - cpu_started,
-            "objective": solution.info.objective, "status": solution.info.status, "fallback": solution.info.fallback,
-            "columns": problem.num_columns, "pairs": problem.num_pairs, "problem": problem,
-            "pairs_used": sum(1 for j in solution.selected if len(problem.members[j]) == 2),
-            "triples_used": sum(1 for j in solution.selected if len(problem.members[j]) == 3)}
+    return lp_bound_all_pairs(problem, coloc, cfg)[0], "lp-bound"
 
 
 def run_case(num_gpus: int, num_jobs: int, model: ProfileGoodputModel, coloc: ColocationTable, *, repeats: int,
              cfg: IlpConfig, all_pairs_time_limit: float, all_pairs_max_pairs: int, exact_time_limit: float,
-             seed: int = 0, on_step: Any = None, reference: bool = True) -> list[dict[str, Any]]:
-    """All formulations on ``repeats`` random rounds of one (cluster, jobs) case; one dict per round."""
+             seed: int = 0, on_step: Any = None, reference: bool = True, rounds: int = 1,
+             turnover: float = 0.02) -> list[dict[str, Any]]:
+    """All formulations on ``repeats`` random rounds of one (cluster, jobs) case; one dict per round.
+
+    With ``rounds`` > 1 each repeat goes on with ``rounds − 1`` steady-state rounds (each job keeps its
+    allocation, a share ``turnover`` is replaced) solved with the warm start: ``warm_*`` keys."""
     cluster = sia_cluster(num_gpus)
     rows = []
     for rep in range(repeats):
         jobs = synthetic_jobs(cluster, model, num_jobs, seed=seed + 1000 * rep + num_jobs)
-        row: dict[str, Any] = {"gpus": num_gpus, "jobs": num_jobs, "repeat": rep}
+        row: dict[str, Any] = {"gpus": num_gpus, "jobs": num_jobs, "repeat": rep, "round": 1}
         sia = _timed_round(jobs, cluster, model, None, replace(cfg, packing=False))
-        topk = _timed_round(jobs, cluster, model, coloc, cfg)
+        warm = WarmStart()
+        topk = _timed_round(jobs, cluster, model, coloc, cfg, warm)
         for name, r in (("sia", sia), ("topk", topk)):
             for key in ("build_s", "solve_s", "round_s", "cpu_s", "objective", "columns", "status", "fallback"):
                 row[f"{name}_{key}"] = r[key]
@@ -284,15 +288,17 @@ def run_case(num_gpus: int, num_jobs: int, model: ProfileGoodputModel, coloc: Co
                 row["exact_objective"], row["exact_kind"] = ex["objective"], "ilp-optimum"
         if row["exact_kind"] == "lp-bound" and not reference:
             row["exact_kind"], row["exact_objective"] = "none", math.nan
-        if row["exact_kind"] == "lp-bound" and num_jobs > DENSE_BOUND_MAX_JOBS:
-            row["exact_kind"] = "lp-bound (pricing)"
-            row["exact_objective"], row["lp_iterations"] = lp_bound_by_pricing(jobs, cluster, model, coloc, cfg)
-        elif row["exact_kind"] == "lp-bound":
-            problem = build_problem(jobs, cluster, model, coloc, cfg)
-            row["exact_objective"], row["lp_iterations"] = lp_bound_all_pairs(problem, coloc, cfg)
+        if row["exact_kind"] == "lp-bound":
+            row["exact_objective"], row["exact_kind"] = _bound_of(jobs, cluster, model, coloc, cfg)
         ref = row["exact_objective"]
         row["topk_gap_vs_exact"] = (row["topk_objective"] - ref) / abs(ref) if ref and ref == ref else math.nan
         rows.append(row)
+        if rounds > 1:
+            arrivals = iter(synthetic_jobs(cluster, model, 10 * num_jobs, seed=seed + 1000 * rep + num_jobs + 7))
+            bound = (lambda js: _bound_of(js, cluster, model, coloc, cfg)) if reference else None
+            for steady in steady_rounds(jobs, topk, cluster, model, coloc, cfg, warm, rounds=rounds,
+                                        turnover=turnover, arrivals=arrivals, seed=seed + rep, reference=bound):
+                rows.append({"gpus": num_gpus, "jobs": num_jobs, "repeat": rep, **steady})
         if on_step is not None:
             on_step()
     return rows
@@ -309,18 +315,22 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             values = [r[key] for r in group if isinstance(r.get(key), (int, float)) and not math.isnan(r[key])]
             return statistics.median(values) if values else math.nan
 
-        summary = {"gpus": gpus, "jobs": jobs, "repeats": len(group)}
+        summary = {"gpus": gpus, "jobs": jobs, "repeats": sum(1 for r in group if r.get("round", 1) == 1),
+                   "warm_rounds": sum(1 for r in group if r.get("round", 1) > 1)}
         for key in ("sia_round_s", "sia_cpu_s", "sia_solve_s", "topk_build_s", "topk_solve_s", "topk_round_s",
                     "topk_cpu_s", "all_cpu_s", "all_round_s",
                     "all_solve_s", "topk_columns", "all_columns", "topk_pairs_used", "topk_triples_used", "all_pairs_candidates",
-                    "topk_gap_vs_exact"):
+                    "topk_gap_vs_exact", "warm_round_s", "warm_cpu_s", "warm_build_s", "warm_solve_s", "warm_gap",
+                    "warm_columns"):
             summary[key] = med(key)
-        summary["max_gap_vs_exact"] = max((r["topk_gap_vs_exact"] for r in group), default=math.nan)
+        summary["max_gap_vs_exact"] = max((r["topk_gap_vs_exact"] for r in group if "topk_gap_vs_exact" in r),
+                                          default=math.nan)
+        summary["max_warm_gap"] = max((r["warm_gap"] for r in group if "warm_gap" in r), default=math.nan)
         summary["speedup_vs_all_pairs"] = (summary["all_round_s"] / summary["topk_round_s"]
                                            if summary["all_round_s"] == summary["all_round_s"] else math.nan)
-        statuses = sorted({str(r.get("all_status")) for r in group})
+        statuses = sorted({str(r.get("all_status")) for r in group if r.get("round", 1) == 1})
         summary["all_status"] = "/".join(statuses)
-        summary["exact_kind"] = "/".join(sorted({r["exact_kind"] for r in group}))
+        summary["exact_kind"] = "/".join(sorted({r["exact_kind"] for r in group if "exact_kind" in r}))
         out.append(summary)
     return out
 
@@ -332,7 +342,7 @@ def print_summary(summary: list[dict[str, Any]], repeats: int, coloc_name: str) 
 
     table = Table(title=f"Scheduler round time, wall s / CPU s (median of {repeats}); colocation: {coloc_name}")
     for col in ("GPUs", "jobs", "sia (no packing)", "packing: top-k + pricing", "pairs / triples", "packing: all-pairs",
-                "speed-up", "gap vs exact (median/max)", "reference"):
+                "speed-up", "gap vs exact (median/max)", "reference", "packing, warm rounds", "warm gap (median/max)"):
         table.add_column(col, justify="right")
     for s in summary:
         all_cell = (f"{s['all_round_s']:.2f} / {s['all_cpu_s']:.2f}" if s["all_round_s"] == s["all_round_s"]
@@ -342,8 +352,15 @@ def print_summary(summary: list[dict[str, Any]], repeats: int, coloc_name: str) 
                       f"{s['topk_round_s']:.2f} / {s['topk_cpu_s']:.2f}",
                       f"{s['topk_pairs_used']:.0f} / {s['topk_triples_used']:.0f}", all_cell, speed,
                       f"{100 * s['topk_gap_vs_exact']:.3f} % / {100 * s['max_gap_vs_exact']:.3f} %",
-                      s["exact_kind"])
+                      s["exact_kind"], _warm_cell(s),
+                      f"{100 * s['warm_gap']:.3f} % / {100 * s['max_warm_gap']:.3f} %" if s["warm_rounds"] else "—")
     Console(width=200).print(table)
+
+
+def _warm_cell(s: dict[str, Any]) -> str:
+    if not s["warm_rounds"]:
+        return "— (--rounds 1)"
+    return f"{s['warm_round_s']:.2f} / {s['warm_cpu_s']:.2f} ({s['warm_rounds']} rounds)"
 
 
 def growth_plot(summary: list[dict[str, Any]], path: Path) -> None:
@@ -401,12 +418,16 @@ def register_bench(bench_app: Any) -> None:
                                                help="Limit for the gap-0 all-pairs solve (else LP bound)."),
         out: Path = typer.Option(None, "--out", help="Write per-round rows as CSV here."),
         seed: int = typer.Option(0, "--seed"),
+        rounds: int = typer.Option(3, "--rounds", help="Rounds per repeat: the first cold, the rest steady-state "
+                                                        "(jobs keep their allocation) with the warm start."),
+        turnover: float = typer.Option(0.02, "--turnover", help="Share of jobs replaced between rounds."),
     ) -> None:
         """Round solve time at 64..2,048 GPUs, with/without packing, vs all-pairs; gap vs the exact optimum."""
         import pandas as pd
         from rich.console import Console
         from rich.progress import Progress
 
+        from profiler.bounds import check_number
         from profiler.errors import InputError
 
         parsed = []
@@ -425,6 +446,8 @@ def register_bench(bench_app: Any) -> None:
             raise InputError("Sia traces not found", source=path, field="--profiles", valid="Sia's traces directory")
         model = ProfileGoodputModel.from_path(path)
         coloc, coloc_name = default_colocation(colocation, sia_cluster(64).type_names)
+        check_number(rounds, field="--rounds", low=1, high=1000, integer=True)
+        check_number(turnover, field="--turnover", low=0, high=1, valid="a share in [0, 1]")
         try:
             cfg = IlpConfig(top_k=top_k, time_limit_s=time_limit, max_group_size=max_group_size)
         except InputError as err:
@@ -436,7 +459,8 @@ def register_bench(bench_app: Any) -> None:
             for g, j in parsed:
                 rows += run_case(g, j, model, coloc, repeats=repeats, cfg=cfg, all_pairs_time_limit=all_pairs_time_limit,
                                  all_pairs_max_pairs=all_pairs_max_pairs, exact_time_limit=exact_time_limit,
-                                 seed=seed, on_step=lambda: progress.advance(task), reference=reference)
+                                 seed=seed, on_step=lambda: progress.advance(task), reference=reference,
+                                 rounds=rounds, turnover=turnover)
         summary = summarize(rows)
         print_summary(summary, repeats, coloc_name)
         if plot is not None:

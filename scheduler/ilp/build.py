@@ -20,6 +20,7 @@ from scheduler.ilp.objective import Objective
 from scheduler.ilp.pricing import PricingData
 from scheduler.ilp.problem import ReservedSingles, RoundProblem
 from scheduler.ilp.triples import add_triple_columns, all_triples, triple_candidates
+from scheduler.ilp.warm import WarmStart
 from scheduler.jobs import Job
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -89,14 +90,17 @@ def _rank_in_job(job: np.ndarray, score: np.ndarray) -> np.ndarray:
 
 
 def build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
-                  colocation: "ColocationTable | None" = None, cfg: IlpConfig = IlpConfig()) -> RoundProblem:
-    """Columns of the round ILP (see the module docstring)."""
+                  colocation: "ColocationTable | None" = None, cfg: IlpConfig = IlpConfig(),
+                  warm: WarmStart | None = None) -> RoundProblem:
+    """Columns of the round ILP (see the module docstring); with ``warm`` (the state the previous round
+    left, :mod:`scheduler.ilp.warm`) its groups are seeded and its priced-in singles kept."""
     with gc_paused():
-        return _build_problem(jobs, cluster, goodput, colocation, cfg)
+        return _build_problem(jobs, cluster, goodput, colocation, cfg,
+                              warm if warm is not None and cfg.warm_start else None)
 
 
 def _build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
-                   colocation: "ColocationTable | None", cfg: IlpConfig) -> RoundProblem:
+                   colocation: "ColocationTable | None", cfg: IlpConfig, warm: WarmStart | None) -> RoundProblem:
     started = time.perf_counter()
     jobs = tuple(jobs)
     configs = list(configurations(cluster))
@@ -131,14 +135,22 @@ def _build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
         singles = _hold_back_singles(problem, singles)
     problem.add_columns([(i,) for i, _, _, _ in singles], [ci for _, ci, _, _ in singles],
                         [(g,) for _, _, g, _ in singles], [(est,) for _, _, _, est in singles])
+    if warm is not None and problem.reserved is not None:
+        problem.release_reserved(warm.released_singles(problem))
     if cfg.packing and colocation is not None and len(colocation):
-        candidates, graph = pair_candidates(jobs, options, configs_t, colocation, cfg)
+        # warm: last round's groups stand in for the graph's seeds, except for jobs new to this round
+        only = warm.new_jobs(problem) if warm is not None and warm.rounds else None
+        candidates, graph = pair_candidates(jobs, options, configs_t, colocation, cfg, only=only)
         if not cfg.seed_partners and cfg.pair_candidates == "top-k" and cfg.pricing_passes > 0:
             candidates = set()
+        if warm is not None:
+            candidates |= warm.seed_groups(problem, 2)  # type: ignore[arg-type]
         add_pair_columns(problem, sorted(candidates), options, colocation, cfg)
         if cfg.max_group_size >= 3:
-            triples = (all_triples(jobs, options, configs_t) if cfg.pair_candidates == "all"
-                       else triple_candidates(candidates, limit_per_job=cfg.top_k))
+            triples = set(all_triples(jobs, options, configs_t) if cfg.pair_candidates == "all"
+                          else triple_candidates(candidates, limit_per_job=cfg.top_k))
+            if warm is not None:
+                triples |= warm.seed_groups(problem, 3)
             add_triple_columns(problem, sorted(triples), options, colocation, cfg)
         problem.num_group_candidates = len(candidates)
         if cfg.pair_candidates == "top-k" and cfg.top_k > 0 and cfg.pricing_passes > 0:

@@ -19,7 +19,8 @@ def class_key(job: Job) -> tuple[str, str]:
 
 
 def pair_candidates(jobs: Sequence[Job], options: Sequence["JobColumns"], configs: tuple[Configuration, ...],
-                    colocation: "ColocationTable", cfg: IlpConfig) -> tuple[set[tuple[int, int]], "Any"]:
+                    colocation: "ColocationTable", cfg: IlpConfig, only: "set[int] | None" = None
+                    ) -> tuple[set[tuple[int, int]], "Any"]:
     """Unordered job pairs worth a pair variable, and the class-level compatibility graph.
 
     Jobs are grouped into classes (application, job type): ratios depend only on the class and GPU type.
@@ -28,7 +29,8 @@ def pair_candidates(jobs: Sequence[Job], options: Sequence["JobColumns"], config
     classes' neighbours, best edge first; within a partner class, partners are spread by rank (job j of
     class A meets jobs near rank j·|B|/|A| of class B, both sorted by preferred shape) so that many
     disjoint pairs exist, instead of every job naming the same few partners.
-    With ``pair_candidates="all"`` every pair of jobs in adjacent classes is a candidate.
+    With ``pair_candidates="all"`` every pair of jobs in adjacent classes is a candidate. ``only``: seed
+    the top-k partners of these jobs only (a warm-started round seeds the jobs it has no history for).
     """
     classes: dict[tuple[str, str], list[int]] = {}
     for i, job in enumerate(jobs):
@@ -57,6 +59,8 @@ def pair_candidates(jobs: Sequence[Job], options: Sequence["JobColumns"], config
     for a, members in ordered.items():
         neighbours = sorted(graph[a].items(), key=lambda kv: (-kv[1]["weight"], kv[0]))
         for i in members:
+            if only is not None and i not in only:
+                continue
             # round-robin over the neighbouring classes, best edge first: one partner from each of the
             # top classes before a second from any, so a job's candidates are not all of one kind
             chosen: list[int] = []

@@ -37,7 +37,9 @@ class IlpConfig:
     objective; rounds of ≤ 5,000 variables use at most 0.01 %) always go to the solver. ``solver``:
     "highs" (highspy), "pulp-highs" (HiGHS through PuLP) or "cbc" (through PuLP). ``max_gpus_per_job``
     caps multi-node shapes of adaptive jobs (None: the job's own ``max_gpus`` or the cluster).
-    ``context_memory_gb``: per process CUDA context added when checking a group's memory.
+    ``context_memory_gb``: per process CUDA context added when checking a group's memory. ``warm_start``:
+    a policy that runs many rounds starts each round's LP from the last one's basis, groups and priced-in
+    singles (:mod:`scheduler.ilp.warm`; the LP optimum is unchanged, only where the solver starts).
     """
 
     p: float = _opt(-0.5, "Goodput power: -0.5 = Sia (fairness), 1 = sum of normalised goodputs.")
@@ -56,6 +58,8 @@ class IlpConfig:
     threads: int | None = _opt(1, "Solver threads.")
     max_gpus_per_job: int | None = _opt(None, "Cap on an adaptive job's GPUs (default: the job's max_gpus).")
     context_memory_gb: float = _opt(0.5, "CUDA context per process added to a group's memory, GB.")
+    warm_start: bool = _opt(True, "Start each round's LP from the previous round's basis and groups "
+                                  "(runs of many rounds: simulate, serve; a single round has none).")
 
     def __post_init__(self) -> None:
         # Finite, bounded numbers (NaN, inf and typos such as 1e12 refused); ranges are generous.

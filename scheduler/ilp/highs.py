@@ -47,6 +47,17 @@ def constraint_rows(problem: RoundProblem, all_capacity_rows: bool = False
     return job_cols, capacity
 
 
+def _capacity_types(problem: RoundProblem, conf: "np.ndarray", all_rows: bool) -> list[str]:
+    """GPU types (in order of first column) whose capacity row can bind: the columns' GPUs exceed it."""
+    types = problem.cluster.type_names
+    type_of_conf = np.array([types.index(c.gpu_type) for c in problem.configs], dtype=np.int64)
+    type_of = type_of_conf[conf]
+    demand = np.bincount(type_of, weights=np.asarray(problem.gpus, dtype=float), minlength=len(types))
+    _, first = np.unique(type_of, return_index=True)
+    present = [int(type_of[f]) for f in sorted(first.tolist())]
+    return [types[t] for t in present if all_rows or demand[t] > problem.cluster.capacity(types[t])]
+
+
 def highs_lp(problem: RoundProblem, minimise_form: bool = False, all_capacity_rows: bool = False
              ) -> tuple["Any", dict[int, int], dict[str, int]]:
     """The round ILP as a ``highspy.HighsLp`` (column-wise), with the row of each job and capacity.
@@ -58,17 +69,19 @@ def highs_lp(problem: RoundProblem, minimise_form: bool = False, all_capacity_ro
     import highspy
 
     n = problem.num_columns
-    job_cols, capacity = constraint_rows(problem, all_capacity_rows)
+    members = problem.member_array() if n else np.zeros((0, 3), dtype=np.int64)
+    conf = np.asarray(problem.conf, dtype=np.int64)
+    has_column = np.zeros(len(problem.jobs), dtype=bool)
+    has_column[members[members >= 0]] = True
     job_row: dict[int, int] = {}
     row_lower: list[float] = []
     row_upper: list[float] = []
-    for i, cols in enumerate(job_cols):
-        if cols:
-            job_row[i] = len(row_lower)
-            row_lower.append(1.0 if problem.pinned[i] else -highspy.kHighsInf)
-            row_upper.append(1.0)
+    for i in np.nonzero(has_column)[0].tolist():
+        job_row[i] = len(row_lower)
+        row_lower.append(1.0 if problem.pinned[i] else -highspy.kHighsInf)
+        row_upper.append(1.0)
     cap_row: dict[str, int] = {}
-    for t, _ in capacity:
+    for t in _capacity_types(problem, conf, all_capacity_rows):
         cap_row[t] = len(row_lower)
         row_lower.append(-highspy.kHighsInf)
         row_upper.append(float(problem.cluster.capacity(t)))
@@ -77,9 +90,8 @@ def highs_lp(problem: RoundProblem, minimise_form: bool = False, all_capacity_ro
     row_of_job = np.full(len(problem.jobs), -1, dtype=np.int64)
     for i, row in job_row.items():
         row_of_job[i] = row
-    members = problem.member_array() if n else np.zeros((0, 3), dtype=np.int64)
     cap_of_conf = np.array([cap_row.get(c.gpu_type, -1) for c in problem.configs], dtype=np.int64)
-    cap = cap_of_conf[np.asarray(problem.conf, dtype=np.int64)] if n else np.zeros(0, dtype=np.int64)
+    cap = cap_of_conf[conf] if n else np.zeros(0, dtype=np.int64)
     member_rows = np.where(members >= 0, row_of_job[np.maximum(members, 0)], -1)
     grid_index = np.concatenate([member_rows, cap[:, None]], axis=1)
     grid_value = np.concatenate([np.ones((n, 3)), np.asarray(problem.gpus, dtype=float)[:, None]], axis=1)

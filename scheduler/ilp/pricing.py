@@ -24,6 +24,7 @@ from scheduler.ilp.triples import add_triple_columns, dual_ranked_triples
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.colocation import ColocationTable
+    from scheduler.ilp.warm import WarmStart
 
 
 @dataclass
@@ -200,7 +201,8 @@ def _lp_model(problem: RoundProblem) -> tuple[Any, dict[int, int], dict[str, int
     return h, job_row, cap_row
 
 
-def price_pair_columns(problem: RoundProblem, cfg: IlpConfig, deadline: float | None = None) -> int:
+def price_pair_columns(problem: RoundProblem, cfg: IlpConfig, deadline: float | None = None,
+                       warm: "WarmStart | None" = None) -> int:
     """Column generation on the LP relaxation: add priced-in columns to ``problem``; returns the pair passes.
 
     Each pass solves the LP (warm-started: new columns are appended to the same HiGHS model), reads the
@@ -209,6 +211,8 @@ def price_pair_columns(problem: RoundProblem, cfg: IlpConfig, deadline: float | 
     when nothing is added (the LP then equals the LP over every single and the pairs so far; with no pass
     limit, the all-pairs LP relaxation) or at ``deadline`` (``time.perf_counter()`` seconds), when any
     singles still held back are all added. The last LP solved is the round's LP bound and rounding start.
+    With ``warm`` (the state the previous round left), the first LP starts from that round's basis mapped
+    onto this one, and this round's final basis and groups are recorded in ``warm`` for the next.
     """
     import highspy
 
@@ -216,10 +220,13 @@ def price_pair_columns(problem: RoundProblem, cfg: IlpConfig, deadline: float | 
     if data is None or problem.num_columns == 0:
         return 0
     h, job_row, cap_row = _lp_model(problem)
+    if warm is not None and cfg.warm_start:
+        problem.warm_started = warm.apply_basis(h, problem, job_row, cap_row)
     seen: set[tuple[int, ...]] = {m for m in problem.members if len(m) >= 2}
     pair_passes, solved = 0, False
     while not (deadline is not None and time.perf_counter() > deadline):
         h.run()
+        problem.lp_iterations += int(h.getInfo().simplex_iteration_count)
         solved = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
         if not solved:
             break
@@ -255,10 +262,13 @@ def price_pair_columns(problem: RoundProblem, cfg: IlpConfig, deadline: float | 
         _append_to_lp(h, problem, problem.release_reserved(), job_row, cap_row)
     if not solved and problem.lp_values is not None:
         h.run()  # warm start: the LP over the final columns, for rounding and as the round's bound
+        problem.lp_iterations += int(h.getInfo().simplex_iteration_count)
         if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
             problem.lp_values = np.asarray(h.getSolution().col_value)
             problem.lp_weight = float(h.getInfo().objective_function_value)
         else:
             problem.lp_weight = None
     problem.pricing_passes = pair_passes
+    if warm is not None and cfg.warm_start and problem.lp_weight is not None:
+        warm.remember(h, problem, job_row, cap_row)
     return pair_passes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -77,6 +78,8 @@ class RoundProblem:
     reserved: ReservedSingles | None = None
     build_time_s: float = 0.0
     pricing_time_s: float = 0.0
+    lp_iterations: int = 0                  # simplex iterations of pricing's LP solves
+    warm_started: bool = False              # pricing's first LP started from the previous round's basis
 
     @property
     def p(self) -> float:
@@ -130,12 +133,15 @@ class RoundProblem:
     def member_array(self, repeat_first: bool = False) -> np.ndarray:
         """Members as a (columns × 3) int array; missing members are -1 (or, with ``repeat_first``, the first)."""
         n = self.num_columns
-        out = np.empty((n, 3), dtype=np.int64)
-        out[:, 0] = np.fromiter((m[0] for m in self.members), dtype=np.int64, count=n)
-        for pos in (1, 2):
-            out[:, pos] = np.fromiter((m[pos] if len(m) > pos else -1 for m in self.members), dtype=np.int64, count=n)
-            if repeat_first:
-                out[:, pos] = np.where(out[:, pos] >= 0, out[:, pos], out[:, 0])
+        sizes = np.fromiter(map(len, self.members), dtype=np.int64, count=n)
+        flat = np.fromiter(chain.from_iterable(self.members), dtype=np.int64, count=int(sizes.sum()))
+        out = np.full((n, 3), -1, dtype=np.int64)
+        starts = np.cumsum(sizes) - sizes
+        for pos in range(3):  # the pos-th member of every column that has one
+            has = sizes > pos
+            out[has, pos] = flat[starts[has] + pos]
+            if repeat_first and pos:
+                out[~has, pos] = out[~has, 0]
         return out
 
     def job_columns(self) -> list[list[int]]:

@@ -14,6 +14,7 @@ from scheduler.ilp.pricing import price_pair_columns
 from scheduler.ilp.problem import InvalidSelection, RoundProblem
 from scheduler.ilp.pulp_backend import solve_pulp
 from scheduler.ilp.rounding import greedy_selection
+from scheduler.ilp.warm import WarmStart
 from scheduler.policy import Allocation, RoundDecision, SolverInfo
 
 
@@ -33,7 +34,7 @@ BACKENDS: dict[str, Callable[[RoundProblem, IlpConfig], RawResult]] = {
 }
 
 
-def solve_problem(problem: RoundProblem, cfg: IlpConfig = IlpConfig()) -> Solution:
+def solve_problem(problem: RoundProblem, cfg: IlpConfig = IlpConfig(), warm: WarmStart | None = None) -> Solution:
     """Price, then solve the round ILP; fall back to CBC, then to the greedy selection. Never raises for
     solver trouble.
 
@@ -42,12 +43,13 @@ def solve_problem(problem: RoundProblem, cfg: IlpConfig = IlpConfig()) -> Soluti
     ``cfg.solver``: "highs" (highspy, default), "pulp-highs" (the same solver through PuLP's interface) or
     "cbc" (PuLP's bundled CBC). If HiGHS is missing or errors, CBC is tried; if no solver returns a valid
     selection (e.g. the time limit struck before the first incumbent), :func:`greedy_selection` is used
-    and ``SolverInfo.fallback`` says so.
+    and ``SolverInfo.fallback`` says so. ``warm`` (kept by a policy across rounds) starts pricing's LP
+    from the previous round's basis and records this round's (:mod:`scheduler.ilp.warm`).
     """
     with gc_paused():
         started = time.perf_counter()
         if problem.num_columns and problem.pricing is not None and highs_available():
-            price_pair_columns(problem, cfg, deadline=started + cfg.time_limit_s / 3)
+            price_pair_columns(problem, cfg, deadline=started + cfg.time_limit_s / 3, warm=warm)
             problem.pricing_time_s = time.perf_counter() - started
             cfg = replace(cfg, time_limit_s=max(cfg.time_limit_s - problem.pricing_time_s, 0.05))
         return _solve_columns(problem, cfg, started)
