@@ -372,7 +372,10 @@ def growth_plot(summary: list[dict[str, Any]], path: Path) -> None:
 
     gpus = [s["gpus"] for s in summary]
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    ax.loglog(gpus, [s["topk_cpu_s"] for s in summary], "o-", label="packing (top-k + pricing)")
+    ax.loglog(gpus, [s["topk_cpu_s"] for s in summary], "o-", label="packing, cold round (top-k + pricing)")
+    warm = [(s["gpus"], s["warm_cpu_s"]) for s in summary if s.get("warm_rounds")]
+    if warm:
+        ax.loglog([g for g, _ in warm], [t for _, t in warm], "^-", label="packing, warm rounds (steady state)")
     ax.loglog(gpus, [s["sia_cpu_s"] for s in summary], "s--", label="Sia, no packing")
     ref = summary[0]["topk_cpu_s"]
     ax.loglog(gpus, [ref * g / gpus[0] for g in gpus], ":", color="grey", label="∝ GPUs (linear)")

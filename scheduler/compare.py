@@ -116,16 +116,30 @@ def parse_loads(text: str) -> list[float]:
     return sorted(set(loads))
 
 
+FAILED_LOG = "failed.txt"  # in a run directory: the one-line reason a simulation stopped
+
+
 def run_task(task: dict[str, Any]) -> dict[str, Any]:
-    """Run one (workload, load, policy) simulation and write its logs; module-level for worker processes."""
+    """Run one (workload, load, policy) simulation and write its logs; module-level for worker processes.
+
+    A simulation that stops on a broken invariant (:class:`SimulationError`) does not stop the others: its
+    reason goes to ``failed.txt`` in its run directory and the returned row has an ``error``."""
+    from profiler.files import atomic_write_text
+    from scheduler.sim_checks import SimulationError
     from scheduler.simulator import SimConfig, simulate
     from scheduler.workloads import read_workload
 
     out = Path(task["out"])
     work = read_workload(task["workload"]).at_load(task["load"])
     config = SimConfig(round_s=task["round_s"], seed=task["seed"], colocation_strength=task["strength"])
-    result = simulate(task["cluster"], work, task["policy"], colocation=task["colocation"],
-                      profiles=task["profiles"], config=config)
+    try:
+        result = simulate(task["cluster"], work, task["policy"], colocation=task["colocation"],
+                          profiles=task["profiles"], config=config)
+    except SimulationError as err:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / FAILED_LOG, f"{err}\n")
+        return {"workload": task["label"], "load": task["load"], "policy": task["policy"], "error": str(err)}
+    (out / FAILED_LOG).unlink(missing_ok=True)
     result.meta["load"] = task["load"]
     result.meta["code"] = code_version()
     result.write(out)
@@ -208,6 +222,8 @@ def _records(plan: ComparePlan) -> list[Any]:
     records = []
     for t in plan.tasks:
         run_dir = Path(t["out"])
+        if not (run_dir / "summary.json").is_file():
+            continue  # failed (listed in the report's notes by failed_runs)
         summary = json.loads((run_dir / "summary.json").read_text())
         allocations = pd.read_parquet(run_dir / "allocations.parquet")
         moves, pair_moves = migrations_of(allocations)
@@ -215,6 +231,16 @@ def _records(plan: ComparePlan) -> list[Any]:
                                  pd.read_parquet(run_dir / "jobs.parquet"), pd.read_parquet(run_dir / "rounds.parquet"),
                                  moves, pair_moves, t["load"]))
     return records
+
+
+def failed_runs(plan: ComparePlan) -> list[str]:
+    """``label/policy: reason`` of every run of the plan that stopped on a broken invariant."""
+    found = []
+    for t in plan.tasks:
+        log = Path(t["out"]) / FAILED_LOG
+        if log.is_file() and not (Path(t["out"]) / "summary.json").is_file():
+            found.append(f"{t['label']}/{t['policy']}: {log.read_text().strip()}")
+    return found
 
 
 def _setup(plan: ComparePlan) -> dict[str, str]:
@@ -253,14 +279,18 @@ def write_comparison_report(plan: ComparePlan) -> Path:
     packing = any(policy_spec(p).packing for p in plan.names)
     table_used = req.colocation if req.colocation is not None else (DEFAULT_TABLE if packing else None)
     notes = read_text(req.notes, field="--notes", what="notes file") if req.notes is not None else ""
+    failed = failed_runs(plan)
+    if failed:
+        notes = ("**Failed runs** (stopped on a broken invariant; left out of every table and plot):\n\n"
+                 + "\n".join(f"- {line}" for line in failed) + "\n\n" + notes)
     return write_report(_records(plan), req.out, title=req.title or f"Policy comparison: {req.out.name}",
                         setup=_setup(plan), colocation_note=colocation_provenance(table_used) if packing else "",
                         notes=notes)
 
 
-def compare_policies(req: CompareRequest, progress: ProgressHook | None = None) -> tuple[Path, Any]:
-    """Plan, run (resuming) and report a comparison; returns the report path and the mean metrics per
-    (load, policy) read back from summary.csv."""
+def compare_policies(req: CompareRequest, progress: ProgressHook | None = None) -> tuple[Path, Any, list[str]]:
+    """Plan, run (resuming) and report a comparison; returns the report path, the mean metrics per
+    (load, policy) read back from summary.csv, and the runs that failed (see :func:`failed_runs`)."""
     import pandas as pd
 
     plan = plan_comparison(req)
@@ -269,13 +299,19 @@ def compare_policies(req: CompareRequest, progress: ProgressHook | None = None) 
     tracker = progress(description, len(plan.tasks), len(plan.tasks) - len(plan.todo)) if progress else None
     with tracker if tracker is not None else nullcontext(_ignore) as done:
         run_simulations(plan, done)
+    if len(failed_runs(plan)) == len(plan.tasks):
+        raise SimulationFailed(f"every simulation failed, e.g. {failed_runs(plan)[0]}")
     report = write_comparison_report(plan)
     frame = pd.read_csv(req.out / "summary.csv")
     if "triple_fraction" not in frame:  # runs logged before groups of three were simulated
         frame["triple_fraction"] = 0.0
     metrics = ["avg_jct_s", "p99_jct_s", "gpu_hours", "packed_fraction", "triple_fraction", "restarts"]
     means = frame.groupby(["load", "policy"])[metrics].mean()
-    return report, means
+    return report, means, failed_runs(plan)
+
+
+class SimulationFailed(RuntimeError):
+    """Every run of a comparison stopped on a broken invariant: there is nothing to report."""
 
 
 def _ignore(row: dict[str, Any]) -> None:

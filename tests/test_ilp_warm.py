@@ -131,3 +131,26 @@ def test_repair_gives_exactly_one_basic_variable_per_row(cols, rows, num_rows) -
     _repair_count(c, r, num_rows)
     assert int((c == BASIC).sum() + (r == BASIC).sum()) == num_rows
     assert not ((c == UPPER) & (np.array(cols) != UPPER)).any()  # nothing else changes status
+
+
+@pytest.mark.sia_data
+def test_scheduler_benchmark_reports_cold_and_warm_rounds_with_their_gaps(shared_data, tmp_path, monkeypatch) -> None:
+    """`colocate bench scheduler --rounds 3` on a small case: one cold round, two warm ones, each with a
+    finite gap to a bound it cannot beat; the pricing bound (used above 2,000 jobs) runs within
+    IlpConfig's limits; the summary and the growth plot carry the warm rounds."""
+    import scheduler.benchmark as bench
+    from scheduler.goodput import ProfileGoodputModel
+
+    model = ProfileGoodputModel.from_path(shared_data / "sia" / "traces")
+    coloc, _ = bench.default_colocation(None, bench.sia_cluster(64).type_names)
+    monkeypatch.setattr(bench, "DENSE_BOUND_MAX_JOBS", 10)  # take the pricing bound's path
+    rows = bench.run_case(64, 40, model, coloc, repeats=1, cfg=IlpConfig(), all_pairs_time_limit=30,
+                          all_pairs_max_pairs=0, exact_time_limit=0, rounds=3, turnover=0.1)
+    assert [r["round"] for r in rows] == [1, 2, 3]
+    assert rows[0]["exact_kind"] == "lp-bound (pricing)"
+    for gap in [rows[0]["topk_gap_vs_exact"]] + [r["warm_gap"] for r in rows[1:]]:
+        assert -1e-9 <= gap < 0.02
+    summary = bench.summarize(rows)
+    assert summary[0]["repeats"] == 1 and summary[0]["warm_rounds"] == 2
+    bench.growth_plot(summary, tmp_path / "growth.png")
+    assert (tmp_path / "growth.png").stat().st_size > 0

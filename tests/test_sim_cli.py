@@ -146,3 +146,33 @@ def test_max_group_size_is_refused_for_policies_that_do_not_pack_groups(tmp_path
                    "--max-group-size", "3", "--profiles", str(PROFILES))
     assert proc.returncode != 0 and "--max-group-size" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_failed_simulation_is_reported_and_the_others_still_run(tmp_path, monkeypatch):
+    """A run that stops on a broken invariant leaves failed.txt, is listed in the report and returned;
+    the other runs finish and are reported; rerunning retries only the failed run."""
+    import scheduler.simulator as simulator
+    from scheduler.compare import CompareRequest, compare_policies
+    from scheduler.sim_checks import SimulationError
+
+    real = simulator.simulate
+
+    def fifo_breaks(cluster, work, policy, **kwargs):
+        if policy == "fifo":
+            raise SimulationError("round 3 (t=180 s): job x: a broken invariant")
+        return real(cluster, work, policy, **kwargs)
+
+    monkeypatch.setattr(simulator, "simulate", fifo_breaks)
+    (tmp_path / "w.csv").write_text(TINY)
+    request = CompareRequest(cluster=CLUSTER, workloads=str(tmp_path / "w.csv"), policies="sia,fifo",
+                             out=tmp_path / "out", workers=1, profiles=PROFILES)
+    report, means, failed = compare_policies(request)
+    assert len(failed) == 1 and failed[0].endswith("w/fifo: round 3 (t=180 s): job x: a broken invariant")
+    label = failed[0].split("/fifo:")[0]  # the workload's label (parent folder and file name)
+    assert (tmp_path / "out" / "runs" / label / "fifo" / "failed.txt").is_file()
+    assert list(means.index.get_level_values("policy")) == ["sia"]
+    assert "**Failed runs**" in report.read_text() and f"{label}/fifo" in report.read_text()
+    monkeypatch.setattr(simulator, "simulate", real)
+    _, means, failed = compare_policies(request)  # resumes: sia is reused, fifo runs again and now succeeds
+    assert failed == [] and sorted(means.index.get_level_values("policy")) == ["fifo", "sia"]
+    assert not (tmp_path / "out" / "runs" / label / "fifo" / "failed.txt").exists()

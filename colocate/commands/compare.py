@@ -33,8 +33,8 @@ def _progress_bar(description: str, total: int, completed: int) -> Iterator[Call
         bar = progress.add_task(description, total=total, completed=completed, last="")
 
         def done(row: dict[str, Any]) -> None:
-            progress.update(bar, advance=1, last=f"{row['workload']}/{row['policy']}: avg JCT "
-                                                  f"{row['avg_jct_s'] / 3600:.2f} h")
+            last = ("FAILED (see the report)" if "error" in row else f"avg JCT {row['avg_jct_s'] / 3600:.2f} h")
+            progress.update(bar, advance=1, last=f"{row['workload']}/{row['policy']}: {last}")
 
         yield done
 
@@ -66,9 +66,20 @@ def compare_command(
     request = CompareRequest(cluster=cluster, workloads=workloads, policies=policies, out=out, loads=loads,
                              strength=strength, colocation=colocation, round_s=round_s, seed=seed, workers=workers,
                              profiles=profiles, title=title, notes=notes, force=force)
-    report, means = compare_policies(request, progress=_progress_bar)
+    from colocate.commands._output import error_console
+    from scheduler.compare import SimulationFailed
+
+    try:
+        report, means, failed = compare_policies(request, progress=_progress_bar)
+    except SimulationFailed as err:
+        error_console.print(f"[red]error:[/] {err}", highlight=False)
+        raise typer.Exit(1) from None
     for (load, policy), row in means.iterrows():
         console.print(f"{load:>4g}× {policy:>13}: avg JCT {row.avg_jct_s / 3600:.3f} h · p99 {row.p99_jct_s / 3600:.2f} h"
                       f" · {row.gpu_hours:.0f} GPU-h · packed {row.packed_fraction:.1%}"
                       + (f" (triples {row.triple_fraction:.1%})" if row.triple_fraction > 0 else ""), highlight=False)
     console.print(f"report: {report}")
+    for line in failed:
+        error_console.print(f"[red]failed:[/] {line}", highlight=False)
+    if failed:
+        raise typer.Exit(1)
