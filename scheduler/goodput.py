@@ -178,7 +178,10 @@ class ValidationCurves:
 
     def efficiency(self, progress: float, batch_size: "np.ndarray | float") -> "np.ndarray":
         """``gain / scale`` with ``gain = (var + sqr) / (var / scale + sqr)``, ``scale = M / M0`` (≤ 1)."""
-        e = self.epoch(progress)
+        return self.efficiency_at_epoch(self.epoch(progress), batch_size)
+
+    def efficiency_at_epoch(self, e: int, batch_size: "np.ndarray | float") -> "np.ndarray":
+        """:meth:`efficiency` with the epoch already known (the same at every progress inside it)."""
         M = np.maximum(np.asarray(batch_size, dtype=float), self.batch_sizes[0])
         sqr = np.interp(M, self.batch_sizes, self.sqr[e])
         var = np.interp(M, self.batch_sizes, self.var[e])
@@ -257,6 +260,7 @@ class ProfileGoodputModel(GoodputModelBase):
         self._grid_cache: dict[tuple, tuple[int, ...]] = {}
         self._content_cache: dict[tuple, "np.ndarray"] = {}
         self._grid_arrays: dict[tuple[int, ...], "np.ndarray"] = {}
+        self._efficiency_cache: dict[tuple, "np.ndarray"] = {}
         self._curve_arrays = {
             app: (np.asarray(c.progress), np.asarray(c.grad_sqr), np.asarray(c.grad_var), c.init_batch_size)
             for app, c in self.curves.items()
@@ -387,6 +391,21 @@ class ProfileGoodputModel(GoodputModelBase):
         phi = m0 * v / g2 if g2 > 0 else float("inf")
         return statistical_efficiency(batch_size, m0, phi)
 
+    def _grid_efficiency(self, job: Job, grid: tuple[int, ...], grid_arr: "np.ndarray") -> "np.ndarray":
+        """:meth:`efficiency` on a batch grid; with validation curves it depends on the progress only through
+        the epoch, so it is computed once per (application, epoch, grid) and reused (read-only)."""
+        measured = self.validation.get(job.application)
+        if measured is None:
+            return self.efficiency(job, grid_arr)
+        key = (job.application, measured.epoch(job.progress), grid)
+        eff = self._efficiency_cache.get(key)
+        if eff is None:
+            if len(self._efficiency_cache) > 4096:
+                self._efficiency_cache.clear()
+            eff = self._efficiency_cache[key] = measured.efficiency_at_epoch(key[1], grid_arr)
+            eff.setflags(write=False)
+        return eff
+
     def estimate_arrays(self, job: Job, configs: "Sequence[Configuration]") -> "EstimateArrays":
         if job.application not in self._apps:
             return EstimateArrays.empty(len(configs))
@@ -396,7 +415,7 @@ class ProfileGoodputModel(GoodputModelBase):
         grid_arr = self._grid_arrays.get(grid)
         if grid_arr is None:
             grid_arr = self._grid_arrays[grid] = np.asarray(grid, dtype=float)
-        eff = self.efficiency(job, grid_arr)
+        eff = self._grid_efficiency(job, grid, grid_arr)
         good = np.where(np.isnan(table), -np.inf, table * eff[None, :])
         best = np.argmax(good, axis=1)
         rows = np.arange(len(configs))
