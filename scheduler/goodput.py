@@ -261,6 +261,8 @@ class ProfileGoodputModel(GoodputModelBase):
         self._content_cache: dict[tuple, "np.ndarray"] = {}
         self._grid_arrays: dict[tuple[int, ...], "np.ndarray"] = {}
         self._efficiency_cache: dict[tuple, "np.ndarray"] = {}
+        self._result_by_id: dict[tuple, tuple[object, EstimateArrays]] = {}
+        self._result_by_content: dict[tuple, EstimateArrays] = {}
         self._curve_arrays = {
             app: (np.asarray(c.progress), np.asarray(c.grad_sqr), np.asarray(c.grad_var), c.init_batch_size)
             for app, c in self.curves.items()
@@ -276,6 +278,12 @@ class ProfileGoodputModel(GoodputModelBase):
         for app in profiles["application"].unique():
             multi = profiles[(profiles["application"] == app) & (profiles["num_gpus"] > 1)]
             self._reference[app] = multi["gpu_type"].value_counts().index[0] if len(multi) else None
+
+    def clear_caches(self) -> None:
+        """Forget every memoised table, efficiency and estimate (they are recomputed on the next call)."""
+        for cache in (self._table_cache, self._content_cache, self._grid_cache, self._grid_arrays,
+                      self._efficiency_cache, self._result_by_id, self._result_by_content):
+            cache.clear()
 
     @classmethod
     def from_path(cls, path: "str | Path") -> "ProfileGoodputModel":
@@ -407,10 +415,36 @@ class ProfileGoodputModel(GoodputModelBase):
         return eff
 
     def estimate_arrays(self, job: Job, configs: "Sequence[Configuration]") -> "EstimateArrays":
+        """Best batch per configuration. With validation curves the answer depends on the job only through
+        (application, batch grid, epoch), so it is kept (read-only) per those and the configurations: by
+        the tuple's identity first (the ILP passes the same shapes for every job of a kind), then by content."""
         if job.application not in self._apps:
             return EstimateArrays.empty(len(configs))
         grid = self._batch_grid(job)
         configs = configs if isinstance(configs, tuple) else tuple(configs)
+        measured = self.validation.get(job.application)
+        if measured is None:
+            return self._best_on_grid(job, grid, configs)
+        key = (job.application, grid, measured.epoch(job.progress))
+        by_id = key + (id(configs),)
+        hit = self._result_by_id.get(by_id)
+        if hit is not None and hit[0] is configs:  # the entry keeps its tuple alive, so the id is not reused
+            return hit[1]
+        by_content = key + (configs,)
+        result = self._result_by_content.get(by_content)
+        if result is None:
+            result = self._best_on_grid(job, grid, configs)
+            for array in (result.goodput, result.batch_size, result.throughput, result.efficiency):
+                array.setflags(write=False)
+            if len(self._result_by_content) > 4096:
+                self._result_by_content.clear()
+            self._result_by_content[by_content] = result
+        if len(self._result_by_id) > 4096:
+            self._result_by_id.clear()
+        self._result_by_id[by_id] = (configs, result)
+        return result
+
+    def _best_on_grid(self, job: Job, grid: tuple[int, ...], configs: "tuple[Configuration, ...]") -> "EstimateArrays":
         table = self._table(job.application, grid, configs)
         grid_arr = self._grid_arrays.get(grid)
         if grid_arr is None:

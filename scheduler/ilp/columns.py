@@ -90,8 +90,31 @@ class Shapes:
     segment_start: "np.ndarray"     # bool: first shape of its GPU type
 
 
+_SHAPES: dict[tuple, Shapes] = {}
+
+
 def shapes_for(job: Job, cluster: Cluster, configs: tuple[Configuration, ...], index: dict[Configuration, int],
                 cfg: IlpConfig, sia_shapes: frozenset[Configuration]) -> Shapes:
+    """The shapes of ``job``'s kind (``index``: each configuration's position in ``configs``).
+
+    Kept across rounds (read-only) for the same cluster and configurations, so every round passes the
+    same ``used`` tuple to the goodput model, whose caches then hit by identity.
+    """
+    kind = (job.adaptive, job.max_gpus, job.memory_gb) if job.adaptive else (False, job.num_gpus, job.memory_gb)
+    key = (kind, cluster, configs, cfg.max_gpus_per_job, sia_shapes)
+    shapes = _SHAPES.get(key)
+    if shapes is None:
+        shapes = _make_shapes(job, cluster, configs, index, cfg, sia_shapes)
+        for array in (shapes.reserved, shapes.type_of, shapes.size, shapes.single_node, shapes.segment_start):
+            array.setflags(write=False)
+        if len(_SHAPES) > 256:
+            _SHAPES.clear()
+        _SHAPES[key] = shapes
+    return shapes
+
+
+def _make_shapes(job: Job, cluster: Cluster, configs: tuple[Configuration, ...], index: dict[Configuration, int],
+                 cfg: IlpConfig, sia_shapes: frozenset[Configuration]) -> Shapes:
     entries: list[tuple[int, int, int, Configuration]] = []  # (type, size, reserved index, used shape)
     types = {name: n for n, name in enumerate(cluster.type_names)}
     for t in cluster:
