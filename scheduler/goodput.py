@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -92,6 +93,11 @@ class EstimateArrays:
 
     def to_list(self) -> list[GoodputEstimate | None]:
         return [self.at(i) for i in range(len(self.goodput))]
+
+    @cached_property
+    def estimates(self) -> "tuple[GoodputEstimate | None, ...]":
+        """:meth:`to_list`, built once: models hand back the same (read-only) arrays round after round."""
+        return tuple(self.to_list())
 
 
 class GoodputModelBase:
@@ -231,6 +237,11 @@ def statistical_efficiency(batch_size: "np.ndarray | float", init_batch_size: in
     return np.minimum(eff, 1.0)
 
 
+# estimates kept per model before the caches start over (an entry is a few hundred bytes; a 1,000-job
+# simulation of six applications asks for a few thousand distinct ones)
+RESULT_CACHE_SIZE = 16384
+
+
 class ProfileGoodputModel(GoodputModelBase):
     """Goodput from measured profiles: fitted step-time model × GNS efficiency, with Sia's bootstrap.
 
@@ -263,6 +274,7 @@ class ProfileGoodputModel(GoodputModelBase):
         self._efficiency_cache: dict[tuple, "np.ndarray"] = {}
         self._result_by_id: dict[tuple, tuple[object, EstimateArrays]] = {}
         self._result_by_content: dict[tuple, EstimateArrays] = {}
+        self._singles: dict[tuple[str, int, int], tuple] = {}
         self._curve_arrays = {
             app: (np.asarray(c.progress), np.asarray(c.grad_sqr), np.asarray(c.grad_var), c.init_batch_size)
             for app, c in self.curves.items()
@@ -436,10 +448,10 @@ class ProfileGoodputModel(GoodputModelBase):
             result = self._best_on_grid(job, grid, configs)
             for array in (result.goodput, result.batch_size, result.throughput, result.efficiency):
                 array.setflags(write=False)
-            if len(self._result_by_content) > 4096:
+            if len(self._result_by_content) > RESULT_CACHE_SIZE:
                 self._result_by_content.clear()
             self._result_by_content[by_content] = result
-        if len(self._result_by_id) > 4096:
+        if len(self._result_by_id) > RESULT_CACHE_SIZE:
             self._result_by_id.clear()
         self._result_by_id[by_id] = (configs, result)
         return result
@@ -465,3 +477,13 @@ class ProfileGoodputModel(GoodputModelBase):
 
     def estimate_many(self, job: Job, configs: "Sequence[Configuration]") -> list[GoodputEstimate | None]:
         return self.estimate_arrays(job, configs).to_list()
+
+    def estimate(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1) -> GoodputEstimate | None:
+        # one tuple per configuration, so the simulator's per-job questions hit the estimate caches by identity
+        key = (gpu_type, num_nodes, num_gpus)
+        single = self._singles.get(key)
+        if single is None:
+            from scheduler.configs import Configuration
+
+            single = self._singles[key] = (Configuration(gpu_type, num_nodes, num_gpus),)
+        return self.estimate_arrays(job, single).estimates[0]

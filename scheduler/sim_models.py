@@ -130,6 +130,8 @@ class BootstrapGoodput(GoodputModelBase):
         self.observed: dict[str, dict[str, int]] = {}
         self._ratio: dict[tuple[str, str, str], float] = {}
         self._plans: dict[tuple, Any] = {}
+        self._plans_by_id: dict[tuple, tuple[object, Any]] = {}
+        self._projected: dict[tuple, tuple[EstimateArrays, tuple, EstimateArrays]] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -168,10 +170,23 @@ class BootstrapGoodput(GoodputModelBase):
         plan = self._projection(job.application, reference, configs, seen)
         if plan is None:
             return estimate_arrays(self.inner, job, configs)
-        rows, combined, ratios = plan
         # one call for the shapes and the reference type's shapes at the same GPU counts behind them
-        both = estimate_arrays(self.inner, job, combined)
-        n = len(configs)
+        both = estimate_arrays(self.inner, job, plan[1])
+        # the answer depends only on those estimates and the plan: a job whose estimates did not change
+        # since the last round (the inner model hands back the same arrays) gets the same answer back
+        key = (id(both), id(plan))
+        hit = self._projected.get(key)
+        if hit is not None and hit[0] is both and hit[1] is plan:
+            return hit[2]
+        result = self._project(both, plan, len(configs))
+        if len(self._projected) > 4096:
+            self._projected.clear()
+        self._projected[key] = (both, plan, result)
+        return result
+
+    @staticmethod
+    def _project(both: EstimateArrays, plan: tuple, n: int) -> EstimateArrays:
+        rows, _, ratios = plan
         arrays = EstimateArrays(both.goodput[:n], both.batch_size[:n], both.throughput[:n], both.efficiency[:n])
         ref = EstimateArrays(both.goodput[n:], both.batch_size[n:], both.throughput[n:], both.efficiency[n:])
         ok = arrays.goodput > 0
@@ -185,17 +200,32 @@ class BootstrapGoodput(GoodputModelBase):
         efficiency[at] = ref.efficiency[src]
         batch[at] = np.floor(ref.batch_size[src])
         goodput = throughput * efficiency  # as GoodputEstimate.goodput computes it
+        for array in (goodput, batch, throughput, efficiency):
+            array.setflags(write=False)  # shared between callers (see estimate_arrays)
         return EstimateArrays(goodput, batch, throughput, efficiency)
 
     def _projection(self, application: str, reference: str, configs: Sequence[Configuration],
                     seen: Mapping[str, int]) -> "tuple[np.ndarray, tuple[Configuration, ...], np.ndarray] | None":
         """Which shapes are projected from ``reference`` (rows), the shapes followed by the reference
         shapes behind the rows (same GPU count, nodes of the reference type) and the rows' ratios; None
-        when nothing is projected. Cached by content: the ILP asks for the same shapes every round."""
+        when nothing is projected. Cached by the tuple's identity, then by content: the ILP asks for the
+        same shapes every round."""
+        seen_types = frozenset(seen)
+        by_id = (application, reference, id(configs), seen_types)
+        hit = self._plans_by_id.get(by_id)
+        if hit is not None and hit[0] is configs:  # the entry keeps its tuple alive, so the id is not reused
+            return hit[1]
+        plan = self._plan(application, reference, tuple(configs), seen_types)
+        if len(self._plans_by_id) > 4096:
+            self._plans_by_id.clear()
+        self._plans_by_id[by_id] = (configs, plan)
+        return plan
+
+    def _plan(self, application: str, reference: str, configs: tuple[Configuration, ...],
+              seen: frozenset[str]) -> "tuple[np.ndarray, tuple[Configuration, ...], np.ndarray] | None":
         from scheduler.configs import Configuration
 
-        configs = tuple(configs)
-        key = (application, reference, configs, frozenset(seen))
+        key = (application, reference, configs, seen)
         plan = self._plans.get(key, False)
         if plan is not False:
             return plan

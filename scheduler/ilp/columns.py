@@ -184,14 +184,14 @@ def job_options(jobs: Sequence[Job], shapes: Shapes, configs: tuple[Configuratio
     # plain Python lists for the per-entry loop: indexing numpy scalars one by one costs more than the
     # estimates themselves
     g_l = G[rows, cols].tolist()
-    batch_l = np.array([a.batch_size for a in per_job], dtype=float)[rows, cols].tolist()
-    thr_l = np.array([a.throughput for a in per_job], dtype=float)[rows, cols].tolist()
-    eff_l = np.array([a.efficiency for a in per_job], dtype=float)[rows, cols].tolist()
     keep_l, single_l = keep[rows, cols].tolist(), shapes.single_node[cols].tolist()
-    ci_l, row_l = shapes.reserved[cols].tolist(), rows.tolist()
+    ci_l, row_l, col_l = shapes.reserved[cols].tolist(), rows.tolist(), cols.tolist()
+    # each job's estimates as objects, built once per estimate arrays (the goodput model hands back the
+    # same arrays while a job's estimates do not change, so most rounds build none)
+    estimates = [a.estimates for a in per_job]
     for n in range(len(row_l)):
         out = outs[row_l[n]]
-        entry = (g_l[n], GoodputEstimate(int(batch_l[n]), thr_l[n], eff_l[n]))
+        entry = (g_l[n], estimates[row_l[n]][col_l[n]])
         if keep_l[n]:
             out.alone[ci_l[n]] = entry
         if single_l[n]:
