@@ -335,7 +335,12 @@ class MemoryModel:
 
     def pair_locals(self, gpu_type: str, a: tuple[str, float], b: tuple[str, float]) -> tuple[float, float]:
         """Local batches the two can run at together: as asked when they fit, else both shrunk in
-        proportion until they do (the jobs then accumulate gradients to keep their global batch)."""
+        proportion until they do (the jobs then accumulate gradients to keep their global batch).
+
+        A micro-batch never goes below the smallest profiled local batch (see
+        :meth:`AccumulatingGoodput.accumulated`): a member whose proportional share falls below that
+        floor runs at the floor (or at its own local batch when that is smaller) and its partner shrinks
+        further to make room."""
         if self.pair_fits(gpu_type, a, b) or self.per_sample_gb(a[0], gpu_type) is None \
                 or self.per_sample_gb(b[0], gpu_type) is None:
             return a[1], b[1]
@@ -344,7 +349,22 @@ class MemoryModel:
         pa, pb = self.per_sample_gb(a[0], gpu_type) or 0.0, self.per_sample_gb(b[0], gpu_type) or 0.0
         need = pa * a[1] + pb * b[1]
         shrink = max(free, 0.0) / need if need > 0 else 0.0
-        return math.floor(a[1] * shrink), math.floor(b[1] * shrink)
+        xa, xb = math.floor(a[1] * shrink), math.floor(b[1] * shrink)
+        fa, fb = self._smallest_local(a[0], gpu_type), self._smallest_local(b[0], gpu_type)
+        if xa >= fa and xb >= fb:
+            return xa, xb
+        ra, rb = min(a[1], max(xa, fa)), min(b[1], max(xb, fb))
+        if self.pair_fits(gpu_type, (a[0], ra), (b[0], rb)):
+            return ra, rb
+        if ra > xa and pb > 0:  # a was lifted to its floor: b gives up the difference
+            rb = min(rb, max(math.floor((free - pa * ra) / pb), 0))
+        elif pa > 0:
+            ra = min(ra, max(math.floor((free - pb * rb) / pa), 0))
+        return ra, rb
+
+    def _smallest_local(self, application: str, gpu_type: str) -> float:
+        span = getattr(self.model, "local_batch_range", lambda *_: None)(application, gpu_type)
+        return float(span[0]) if span is not None else 0.0
 
 
 @dataclass(frozen=True, eq=False)

@@ -208,9 +208,14 @@ def split_beats_pair(a: JobColumns, b: JobColumns, c: Configuration, configs: tu
     Such a pair column can never improve the optimum (it uses as many GPUs of the same type for no more
     objective), so it is not generated. Only single-node shapes can fit inside a single-node pair.
     """
+    return _split_beats(a, b, c, configs, va, vb, cfg, Objective.of(cfg))
+
+
+def _split_beats(a: JobColumns, b: JobColumns, c: Configuration, configs: tuple[Configuration, ...],
+                 va: float, vb: float, cfg: IlpConfig, objective: Objective) -> bool:
     if c.num_gpus < 2:
         return False
-    pair_w = Objective.of(cfg).column_weight((va, vb))
+    pair_w = objective.column_weight((va, vb))
     best_a = a.split_cache.get(c.gpu_type)
     if best_a is None:
         best_a = best_weight_by_size(a, c.gpu_type, configs, cfg)
@@ -255,39 +260,39 @@ def add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int]
     mem_of = {t.name: t.memory_gb for t in problem.cluster}
     single_node = [c.single_node for c in configs_t]
     order_key = [(c.gpu_type, c.num_gpus) for c in configs_t]
+    objective, min_benefit, restart_cost_s = Objective.of(cfg), cfg.min_benefit, cfg.restart_cost_s
     new: list[tuple] = []
     ratio_caches: dict[tuple[str, ...], dict[str, tuple[float, float] | None]] = {}
     for i, k in candidates:
         a, b = jobs[i], jobs[k]
-        if options[i].pinned or options[k].pinned:
+        opts_i, opts_k = options[i], options[k]
+        if opts_i.pinned or opts_k.pinned:
             # a pinned job keeps its configuration; it may keep (not gain) a partner
             if not (a.current_partner == b.name and b.current_partner == a.name):
                 continue
         # ratios depend only on the two jobs' classes: one cache per class pair for the whole call
         ratio_cache = ratio_caches.setdefault((a.application, a.job_type, b.application, b.job_type), {})
         kept: dict[str, list[tuple[float, float]]] = {}
-        single_k = options[k].single
-        common = sorted(
-            (ci for ci in options[i].single if ci in single_k and single_node[ci]), key=order_key.__getitem__,
-        )
+        single_i, single_k = opts_i.single, opts_k.single
+        common = sorted((ci for ci in single_i if ci in single_k and single_node[ci]), key=order_key.__getitem__)
+        both_memory = a.memory_gb is not None and b.memory_gb is not None
         for ci in common:
             c = configs_t[ci]
-            r = beneficial_ratio(colocation, ratio_cache, c.gpu_type, a, b, cfg.min_benefit)
+            r = beneficial_ratio(colocation, ratio_cache, c.gpu_type, a, b, min_benefit)
             if r is None:
                 continue
-            if a.memory_gb is not None and b.memory_gb is not None:
-                if a.memory_gb + b.memory_gb + 2 * cfg.context_memory_gb > mem_of[c.gpu_type]:
-                    continue
-            gi, ei = options[i].single[ci]
-            gk, ek = options[k].single[ci]
-            gi, gk = pair_move_values(a, b, c, gi, gk, cfg.restart_cost_s)
+            if both_memory and a.memory_gb + b.memory_gb + 2 * cfg.context_memory_gb > mem_of[c.gpu_type]:
+                continue
+            gi, ei = single_i[ci]
+            gk, ek = single_k[ci]
+            gi, gk = pair_move_values(a, b, c, gi, gk, restart_cost_s)
             if gi <= 0 or gk <= 0:
                 continue  # the mover's restart leaves it nothing (as for G_ic = 0, the column is dropped)
             vi, vk = gi * r[0], gk * r[1]
             seen = kept.setdefault(c.gpu_type, [])
             if any(pi >= vi and pk >= vk for pi, pk in seen):
                 continue  # a smaller shape of this type is at least as good for both jobs
-            if split_beats_pair(options[i], options[k], c, configs_t, vi, vk, cfg):
+            if _split_beats(opts_i, opts_k, c, configs_t, vi, vk, cfg, objective):
                 continue  # running both alone on the same GPUs, split, is at least as good
             seen.append((vi, vk))
             new.append(((i, k), ci, (vi, vk), (ei, ek), (r[0], r[1])))
