@@ -164,3 +164,22 @@ def test_shapes_are_shared_across_rounds_and_read_only() -> None:
     assert fresh.used == first.used and np.array_equal(fresh.reserved, first.reserved)
     assert all(c.num_gpus <= 8 for c in first.used)
     assert not first.reserved.flags.writeable
+
+
+@SETTINGS
+@given(a=st.sampled_from(APPS), b=st.sampled_from(APPS), gpu_type=st.sampled_from(["t4", "v100"]),
+       extra=st.floats(min_value=0.0, max_value=1.0))
+def test_pair_memory_never_shrinks_a_micro_batch_below_the_smallest_profiled(a: str, b: str, gpu_type: str,
+                                                                           extra: float) -> None:
+    """A job already at its smallest local batch beside a big one: the big one makes room (a proportional
+    shrink would ask the small one for a micro-batch it cannot run, and the simulator would stop)."""
+    warm, _ = models()
+    memory = MemoryModel(AccumulatingGoodput(warm), CLUSTER)
+    span_a, span_b = warm.local_batch_range(a, gpu_type), warm.local_batch_range(b, gpu_type)
+    assert span_a is not None and span_b is not None
+    small, big = span_a[0], span_b[0] + extra * (span_b[1] - span_b[0])
+    if not memory.pair_fits(gpu_type, (a, small), (b, span_b[0])):
+        return  # the table never packs such a pair
+    la, lb = memory.pair_locals(gpu_type, (a, small), (b, big))
+    assert la == small and span_b[0] <= lb <= big
+    assert memory.pair_fits(gpu_type, (a, la), (b, lb))
