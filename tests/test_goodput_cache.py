@@ -183,3 +183,29 @@ def test_pair_memory_never_shrinks_a_micro_batch_below_the_smallest_profiled(a: 
     la, lb = memory.pair_locals(gpu_type, (a, small), (b, big))
     assert la == small and span_b[0] <= lb <= big
     assert memory.pair_fits(gpu_type, (a, la), (b, lb))
+
+
+@SETTINGS
+@given(sizes_a=st.dictionaries(st.sampled_from([1, 2, 4, 8]), st.floats(0.05, 3.0), min_size=1),
+       sizes_b=st.dictionaries(st.sampled_from([1, 2, 4, 8]), st.floats(0.05, 3.0), min_size=1),
+       n=st.sampled_from([2, 4, 8]), va=st.floats(0.05, 3.0), vb=st.floats(0.05, 3.0),
+       p=st.sampled_from([-1.0, -0.5, 0.5, 1.0]))
+def test_split_table_answers_as_the_per_configuration_split_test(sizes_a: dict[int, float], sizes_b: dict[int, float],
+                                                                 n: int, va: float, vb: float, p: float) -> None:
+    """The pair-column filter's table (built once per pair and GPU type) decides as split_beats_pair does."""
+    from scheduler.ilp.columns import JobColumns, _best_split, split_beats_pair
+    from scheduler.ilp.config import IlpConfig
+    from scheduler.ilp.objective import Objective
+
+    index = {c: i for i, c in enumerate(CONFIGS)}
+    cfg = IlpConfig(p=p)
+
+    def columns(sizes: dict[int, float]) -> JobColumns:
+        est = GoodputEstimate(64, 100.0)
+        return JobColumns(single={index[Configuration("v100", 1, s)]: (g, est) for s, g in sizes.items()})
+
+    a, b, c = columns(sizes_a), columns(sizes_b), Configuration("v100", 1, n)
+    expected = split_beats_pair(a, b, c, CONFIGS, va, vb, cfg)
+    fresh_a, fresh_b = columns(sizes_a), columns(sizes_b)
+    got = Objective.of(cfg).column_weight((va, vb)) >= _best_split({}, fresh_a, fresh_b, c, CONFIGS, cfg)
+    assert got == expected

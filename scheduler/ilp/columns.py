@@ -230,6 +230,37 @@ def _split_beats(a: JobColumns, b: JobColumns, c: Configuration, configs: tuple[
     return False
 
 
+def _best_split(tables: dict[str, list[tuple[int, float]]], a: JobColumns, b: JobColumns, c: Configuration,
+                configs: tuple[Configuration, ...], cfg: IlpConfig) -> float:
+    """The lowest ``w_a + w_b`` of ``a`` and ``b`` alone, split, on ``n_a + n_b ≤ n_c`` GPUs of c's type:
+    :func:`split_beats_pair`'s test as one comparison, from a table built once per pair and GPU type."""
+    table = tables.get(c.gpu_type)
+    if table is None:
+        best_a = a.split_cache.get(c.gpu_type)
+        if best_a is None:
+            best_a = best_weight_by_size(a, c.gpu_type, configs, cfg)
+        best_b = b.split_cache.get(c.gpu_type)
+        if best_b is None:
+            best_b = best_weight_by_size(b, c.gpu_type, configs, cfg)
+        by_total: dict[int, float] = {}
+        for na, wa in best_a.items():
+            for nb, wb in best_b.items():
+                w = wa + wb
+                if w < by_total.get(na + nb, math.inf):
+                    by_total[na + nb] = w
+        table, running = [], math.inf
+        for total in sorted(by_total):  # running minimum: the best split on at most ``total`` GPUs
+            running = min(running, by_total[total])
+            table.append((total, running))
+        tables[c.gpu_type] = table
+    best = math.inf
+    for total, w in table:
+        if total > c.num_gpus:
+            break
+        best = w
+    return best
+
+
 def best_weight_by_size(opts: JobColumns, gpu_type: str, configs: tuple[Configuration, ...], cfg: IlpConfig
                          ) -> dict[int, float]:
     """Single-node size -> the best (lowest) weight of running the job alone on at most that many GPUs."""
@@ -273,6 +304,7 @@ def add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int]
         # ratios depend only on the two jobs' classes: one cache per class pair for the whole call
         ratio_cache = ratio_caches.setdefault((a.application, a.job_type, b.application, b.job_type), {})
         kept: dict[str, list[tuple[float, float]]] = {}
+        split_tables: dict[str, list[tuple[int, float]]] = {}
         single_i, single_k = opts_i.single, opts_k.single
         common = sorted((ci for ci in single_i if ci in single_k and single_node[ci]), key=order_key.__getitem__)
         both_memory = a.memory_gb is not None and b.memory_gb is not None
@@ -292,7 +324,8 @@ def add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int]
             seen = kept.setdefault(c.gpu_type, [])
             if any(pi >= vi and pk >= vk for pi, pk in seen):
                 continue  # a smaller shape of this type is at least as good for both jobs
-            if _split_beats(opts_i, opts_k, c, configs_t, vi, vk, cfg, objective):
+            if c.num_gpus >= 2 and objective.column_weight((vi, vk)) >= _best_split(
+                    split_tables, opts_i, opts_k, c, configs_t, cfg):
                 continue  # running both alone on the same GPUs, split, is at least as good
             seen.append((vi, vk))
             new.append(((i, k), ci, (vi, vk), (ei, ek), (r[0], r[1])))
