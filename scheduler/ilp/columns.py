@@ -307,14 +307,14 @@ def add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int]
         split_tables: dict[str, list[tuple[int, float]]] = {}
         single_i, single_k = opts_i.single, opts_k.single
         common = sorted((ci for ci in single_i if ci in single_k and single_node[ci]), key=order_key.__getitem__)
-        both_memory = a.memory_gb is not None and b.memory_gb is not None
         for ci in common:
             c = configs_t[ci]
             r = beneficial_ratio(colocation, ratio_cache, c.gpu_type, a, b, min_benefit)
             if r is None:
                 continue
-            if both_memory and a.memory_gb + b.memory_gb + 2 * cfg.context_memory_gb > mem_of[c.gpu_type]:
-                continue
+            if a.memory_gb is not None and b.memory_gb is not None:
+                if a.memory_gb + b.memory_gb + 2 * cfg.context_memory_gb > mem_of[c.gpu_type]:
+                    continue
             gi, ei = single_i[ci]
             gk, ek = single_k[ci]
             gi, gk = pair_move_values(a, b, c, gi, gk, restart_cost_s)
