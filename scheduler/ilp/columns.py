@@ -208,14 +208,9 @@ def split_beats_pair(a: JobColumns, b: JobColumns, c: Configuration, configs: tu
     Such a pair column can never improve the optimum (it uses as many GPUs of the same type for no more
     objective), so it is not generated. Only single-node shapes can fit inside a single-node pair.
     """
-    return _split_beats(a, b, c, configs, va, vb, cfg, Objective.of(cfg))
-
-
-def _split_beats(a: JobColumns, b: JobColumns, c: Configuration, configs: tuple[Configuration, ...],
-                 va: float, vb: float, cfg: IlpConfig, objective: Objective) -> bool:
     if c.num_gpus < 2:
         return False
-    pair_w = objective.column_weight((va, vb))
+    pair_w = Objective.of(cfg).column_weight((va, vb))
     best_a = a.split_cache.get(c.gpu_type)
     if best_a is None:
         best_a = best_weight_by_size(a, c.gpu_type, configs, cfg)
