@@ -237,8 +237,8 @@ def statistical_efficiency(batch_size: "np.ndarray | float", init_batch_size: in
     return np.minimum(eff, 1.0)
 
 
-# estimates kept per model before the caches start over (an entry is a few hundred bytes; a 1,000-job
-# simulation of six applications asks for a few thousand distinct ones)
+# estimates kept per model before the caches start over (an entry is a few kB; Sia's 960-job newtrace
+# workload with colocate asks for about 6,000 distinct ones, and the whole simulation peaks at 220 MB)
 RESULT_CACHE_SIZE = 16384
 
 

@@ -2,7 +2,9 @@
 
 The plain path is one configuration at a time on a model whose caches are cleared before each call; the
 fast path is one call for many configurations on a model warmed by other jobs, other progress in the same
-epoch and other tuples of the same configurations (what the ILP does every round).
+epoch and other tuples of the same configurations (what the ILP does every round). The same holds for the
+memoised memory-checked pair lookups, the shapes kept across rounds and the pair-column split table; the pair
+memory split keeps a member at its smallest profiled local batch.
 """
 
 from __future__ import annotations
