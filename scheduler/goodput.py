@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -92,6 +93,11 @@ class EstimateArrays:
 
     def to_list(self) -> list[GoodputEstimate | None]:
         return [self.at(i) for i in range(len(self.goodput))]
+
+    @cached_property
+    def estimates(self) -> "tuple[GoodputEstimate | None, ...]":
+        """:meth:`to_list`, built once: models hand back the same (read-only) arrays round after round."""
+        return tuple(self.to_list())
 
 
 class GoodputModelBase:
@@ -178,7 +184,10 @@ class ValidationCurves:
 
     def efficiency(self, progress: float, batch_size: "np.ndarray | float") -> "np.ndarray":
         """``gain / scale`` with ``gain = (var + sqr) / (var / scale + sqr)``, ``scale = M / M0`` (≤ 1)."""
-        e = self.epoch(progress)
+        return self.efficiency_at_epoch(self.epoch(progress), batch_size)
+
+    def efficiency_at_epoch(self, e: int, batch_size: "np.ndarray | float") -> "np.ndarray":
+        """:meth:`efficiency` with the epoch already known (the same at every progress inside it)."""
         M = np.maximum(np.asarray(batch_size, dtype=float), self.batch_sizes[0])
         sqr = np.interp(M, self.batch_sizes, self.sqr[e])
         var = np.interp(M, self.batch_sizes, self.var[e])
@@ -228,6 +237,11 @@ def statistical_efficiency(batch_size: "np.ndarray | float", init_batch_size: in
     return np.minimum(eff, 1.0)
 
 
+# estimates kept per model before the caches start over (an entry is a few kB; Sia's 960-job newtrace
+# workload with colocate asks for about 6,000 distinct ones, and the whole simulation peaks at 220 MB)
+RESULT_CACHE_SIZE = 16384
+
+
 class ProfileGoodputModel(GoodputModelBase):
     """Goodput from measured profiles: fitted step-time model × GNS efficiency, with Sia's bootstrap.
 
@@ -257,6 +271,10 @@ class ProfileGoodputModel(GoodputModelBase):
         self._grid_cache: dict[tuple, tuple[int, ...]] = {}
         self._content_cache: dict[tuple, "np.ndarray"] = {}
         self._grid_arrays: dict[tuple[int, ...], "np.ndarray"] = {}
+        self._efficiency_cache: dict[tuple, "np.ndarray"] = {}
+        self._result_by_id: dict[tuple, tuple[object, EstimateArrays]] = {}
+        self._result_by_content: dict[tuple, EstimateArrays] = {}
+        self._singles: dict[tuple[str, int, int], tuple] = {}
         self._curve_arrays = {
             app: (np.asarray(c.progress), np.asarray(c.grad_sqr), np.asarray(c.grad_var), c.init_batch_size)
             for app, c in self.curves.items()
@@ -272,6 +290,12 @@ class ProfileGoodputModel(GoodputModelBase):
         for app in profiles["application"].unique():
             multi = profiles[(profiles["application"] == app) & (profiles["num_gpus"] > 1)]
             self._reference[app] = multi["gpu_type"].value_counts().index[0] if len(multi) else None
+
+    def clear_caches(self) -> None:
+        """Forget every memoised table, efficiency and estimate (they are recomputed on the next call)."""
+        for cache in (self._table_cache, self._content_cache, self._grid_cache, self._grid_arrays,
+                      self._efficiency_cache, self._result_by_id, self._result_by_content):
+            cache.clear()
 
     @classmethod
     def from_path(cls, path: "str | Path") -> "ProfileGoodputModel":
@@ -387,16 +411,57 @@ class ProfileGoodputModel(GoodputModelBase):
         phi = m0 * v / g2 if g2 > 0 else float("inf")
         return statistical_efficiency(batch_size, m0, phi)
 
+    def _grid_efficiency(self, job: Job, grid: tuple[int, ...], grid_arr: "np.ndarray") -> "np.ndarray":
+        """:meth:`efficiency` on a batch grid; with validation curves it depends on the progress only through
+        the epoch, so it is computed once per (application, epoch, grid) and reused (read-only)."""
+        measured = self.validation.get(job.application)
+        if measured is None:
+            return self.efficiency(job, grid_arr)
+        key = (job.application, measured.epoch(job.progress), grid)
+        eff = self._efficiency_cache.get(key)
+        if eff is None:
+            if len(self._efficiency_cache) > 4096:
+                self._efficiency_cache.clear()
+            eff = self._efficiency_cache[key] = measured.efficiency_at_epoch(key[1], grid_arr)
+            eff.setflags(write=False)
+        return eff
+
     def estimate_arrays(self, job: Job, configs: "Sequence[Configuration]") -> "EstimateArrays":
+        """Best batch per configuration. With validation curves the answer depends on the job only through
+        (application, batch grid, epoch), so it is kept (read-only) per those and the configurations: by
+        the tuple's identity first (the ILP passes the same shapes for every job of a kind), then by content."""
         if job.application not in self._apps:
             return EstimateArrays.empty(len(configs))
         grid = self._batch_grid(job)
         configs = configs if isinstance(configs, tuple) else tuple(configs)
+        measured = self.validation.get(job.application)
+        if measured is None:
+            return self._best_on_grid(job, grid, configs)
+        key = (job.application, grid, measured.epoch(job.progress))
+        by_id = key + (id(configs),)
+        hit = self._result_by_id.get(by_id)
+        if hit is not None and hit[0] is configs:  # the entry keeps its tuple alive, so the id is not reused
+            return hit[1]
+        by_content = key + (configs,)
+        result = self._result_by_content.get(by_content)
+        if result is None:
+            result = self._best_on_grid(job, grid, configs)
+            for array in (result.goodput, result.batch_size, result.throughput, result.efficiency):
+                array.setflags(write=False)
+            if len(self._result_by_content) > RESULT_CACHE_SIZE:
+                self._result_by_content.clear()
+            self._result_by_content[by_content] = result
+        if len(self._result_by_id) > RESULT_CACHE_SIZE:
+            self._result_by_id.clear()
+        self._result_by_id[by_id] = (configs, result)
+        return result
+
+    def _best_on_grid(self, job: Job, grid: tuple[int, ...], configs: "tuple[Configuration, ...]") -> "EstimateArrays":
         table = self._table(job.application, grid, configs)
         grid_arr = self._grid_arrays.get(grid)
         if grid_arr is None:
             grid_arr = self._grid_arrays[grid] = np.asarray(grid, dtype=float)
-        eff = self.efficiency(job, grid_arr)
+        eff = self._grid_efficiency(job, grid, grid_arr)
         good = np.where(np.isnan(table), -np.inf, table * eff[None, :])
         best = np.argmax(good, axis=1)
         rows = np.arange(len(configs))
@@ -412,3 +477,13 @@ class ProfileGoodputModel(GoodputModelBase):
 
     def estimate_many(self, job: Job, configs: "Sequence[Configuration]") -> list[GoodputEstimate | None]:
         return self.estimate_arrays(job, configs).to_list()
+
+    def estimate(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1) -> GoodputEstimate | None:
+        # one tuple per configuration, so the simulator's per-job questions hit the estimate caches by identity
+        key = (gpu_type, num_nodes, num_gpus)
+        single = self._singles.get(key)
+        if single is None:
+            from scheduler.configs import Configuration
+
+            single = self._singles[key] = (Configuration(gpu_type, num_nodes, num_gpus),)
+        return self.estimate_arrays(job, single).estimates[0]

@@ -129,6 +129,9 @@ class BootstrapGoodput(GoodputModelBase):
         self.cluster = cluster
         self.observed: dict[str, dict[str, int]] = {}
         self._ratio: dict[tuple[str, str, str], float] = {}
+        self._plans: dict[tuple, Any] = {}
+        self._plans_by_id: dict[tuple, tuple[object, Any]] = {}
+        self._projected: dict[tuple, tuple[EstimateArrays, tuple, EstimateArrays]] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -160,25 +163,88 @@ class BootstrapGoodput(GoodputModelBase):
         return None if math.isnan(value) else value
 
     def estimate_arrays(self, job: Job, configs: Sequence[Configuration]) -> EstimateArrays:
-        arrays = estimate_arrays(self.inner, job, configs)
         seen = self.observed.get(job.name)
         if not seen:
-            return arrays
+            return estimate_arrays(self.inner, job, configs)
         reference = next(t.name for t in self.cluster if t.name in seen)
-        projected = [i for i, c in enumerate(configs) if c.gpu_type not in seen]
-        if not projected:
-            return arrays
-        filled = arrays.to_list()
+        plan = self._projection(job.application, reference, configs, seen)
+        if plan is None:
+            return estimate_arrays(self.inner, job, configs)
+        # one call for the shapes and the reference type's shapes at the same GPU counts behind them
+        both = estimate_arrays(self.inner, job, plan[1])
+        # the answer depends only on those estimates and the plan: a job whose estimates did not change
+        # since the last round (the inner model hands back the same arrays) gets the same answer back
+        key = (id(both), id(plan))
+        hit = self._projected.get(key)
+        if hit is not None and hit[0] is both and hit[1] is plan:
+            return hit[2]
+        result = self._project(both, plan, len(configs))
+        if len(self._projected) > 4096:
+            self._projected.clear()
+        self._projected[key] = (both, plan, result)
+        return result
+
+    @staticmethod
+    def _project(both: EstimateArrays, plan: tuple, n: int) -> EstimateArrays:
+        rows, _, ratios = plan
+        arrays = EstimateArrays(both.goodput[:n], both.batch_size[:n], both.throughput[:n], both.efficiency[:n])
+        ref = EstimateArrays(both.goodput[n:], both.batch_size[n:], both.throughput[n:], both.efficiency[n:])
+        ok = arrays.goodput > 0
+        batch = np.where(ok, np.floor(arrays.batch_size), np.nan)
+        throughput = np.where(ok, arrays.throughput, np.nan)
+        efficiency = np.where(ok, arrays.efficiency, np.nan)
+        # a shape the job cannot run on (memory, profile) stays so: projection does not change that
+        hit = ok[rows] & (ref.goodput > 0)
+        at, src = rows[hit], np.nonzero(hit)[0]
+        throughput[at] = ref.throughput[src] * ratios[src]
+        efficiency[at] = ref.efficiency[src]
+        batch[at] = np.floor(ref.batch_size[src])
+        goodput = throughput * efficiency  # as GoodputEstimate.goodput computes it
+        for array in (goodput, batch, throughput, efficiency):
+            array.setflags(write=False)  # shared between callers (see estimate_arrays)
+        return EstimateArrays(goodput, batch, throughput, efficiency)
+
+    def _projection(self, application: str, reference: str, configs: Sequence[Configuration],
+                    seen: Mapping[str, int]) -> "tuple[np.ndarray, tuple[Configuration, ...], np.ndarray] | None":
+        """Which shapes are projected from ``reference`` (rows), the shapes followed by the reference
+        shapes behind the rows (same GPU count, nodes of the reference type) and the rows' ratios; None
+        when nothing is projected. Cached by the tuple's identity, then by content: the ILP asks for the
+        same shapes every round."""
+        seen_types = frozenset(seen)
+        by_id = (application, reference, id(configs), seen_types)
+        hit = self._plans_by_id.get(by_id)
+        if hit is not None and hit[0] is configs:  # the entry keeps its tuple alive, so the id is not reused
+            return hit[1]
+        plan = self._plan(application, reference, tuple(configs), seen_types)
+        if len(self._plans_by_id) > 4096:
+            self._plans_by_id.clear()
+        self._plans_by_id[by_id] = (configs, plan)
+        return plan
+
+    def _plan(self, application: str, reference: str, configs: tuple[Configuration, ...],
+              seen: frozenset[str]) -> "tuple[np.ndarray, tuple[Configuration, ...], np.ndarray] | None":
+        from scheduler.configs import Configuration
+
+        key = (application, reference, configs, seen)
+        plan = self._plans.get(key, False)
+        if plan is not False:
+            return plan
         ref_type = self.cluster[reference]
-        for i in projected:
-            c = configs[i]
-            ratio = self.ratio(job.application, c.gpu_type, reference)
-            nodes = math.ceil(c.num_gpus / ref_type.gpus_per_node)
-            ref = self.inner.estimate(job, reference, c.num_gpus, nodes) if ratio is not None else None
-            if ratio is None or ref is None or filled[i] is None:
-                continue  # the job cannot run there (memory, profile): projection does not change that
-            filled[i] = GoodputEstimate(ref.batch_size, ref.throughput * ratio, ref.efficiency)
-        return EstimateArrays.from_list(filled)
+        rows, refs, ratios = [], [], []
+        for i, c in enumerate(configs):
+            if c.gpu_type in seen:
+                continue
+            ratio = self.ratio(application, c.gpu_type, reference)
+            if ratio is None:
+                continue
+            rows.append(i)
+            refs.append(Configuration(reference, math.ceil(c.num_gpus / ref_type.gpus_per_node), c.num_gpus))
+            ratios.append(ratio)
+        plan = (np.array(rows, dtype=np.int64), configs + tuple(refs), np.array(ratios, dtype=float)) if rows else None
+        if len(self._plans) > 4096:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
 
     def estimate_many(self, job: Job, configs: Sequence[Configuration]) -> list[GoodputEstimate | None]:
         return self.estimate_arrays(job, configs).to_list()
@@ -306,6 +372,8 @@ class MemoryCheckedTable(ColocationTable):
     not fit together on the GPU type (:class:`MemoryModel`), so every packing policy leaves such groups alone."""
 
     memory: MemoryModel | None = None
+    # answers by everything a lookup reads of the two jobs (the ILP asks the same few questions every round)
+    _answers: dict[tuple, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __hash__(self) -> int:
         return id(self)
@@ -322,6 +390,16 @@ class MemoryCheckedTable(ColocationTable):
         return self.memory.group_fits(gpu_type, *members)
 
     def lookup(self, gpu_type: str, job_a: Job, job_b: Job) -> tuple[float, float] | None:
+        key = (gpu_type, job_a.application, job_a.batch_size, job_a.adaptive, job_a.num_gpus,
+               job_b.application, job_b.batch_size, job_b.adaptive, job_b.num_gpus)
+        answer = self._answers.get(key, False)
+        if answer is False:
+            if len(self._answers) > 65536:
+                self._answers.clear()
+            answer = self._answers[key] = self._lookup(gpu_type, job_a, job_b)
+        return answer
+
+    def _lookup(self, gpu_type: str, job_a: Job, job_b: Job) -> tuple[float, float] | None:
         hit = super().lookup(gpu_type, job_a, job_b)
         return hit if hit is None or self._fit(gpu_type, (job_a, job_b)) else None
 

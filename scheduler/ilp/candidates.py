@@ -95,7 +95,7 @@ def _class_graph(jobs: Sequence[Job], classes: dict[tuple[str, str], list[int]],
     graph = nx.Graph()
     graph.add_nodes_from(classes)
     keys = list(classes)
-    types = sorted(colocation.gpu_types)
+    types = _table_types(colocation)
     for a_pos, a in enumerate(keys):
         rep_a = jobs[classes[a][0]]
         for b in keys[a_pos:]:
@@ -111,6 +111,21 @@ def _class_graph(jobs: Sequence[Job], classes: dict[tuple[str, str], list[int]],
             if best >= 1 + cfg.min_benefit:
                 graph.add_edge(a, b, weight=best)
     return graph
+
+
+_TYPES: dict[int, tuple[Any, list[str]]] = {}
+
+
+def _table_types(colocation: "ColocationTable") -> list[str]:
+    """The table's GPU types, sorted (a table is not changed once built; the set is read every round)."""
+    hit = _TYPES.get(id(colocation))
+    if hit is not None and hit[0] is colocation:  # the entry keeps its table alive, so the id is not reused
+        return hit[1]
+    if len(_TYPES) > 64:
+        _TYPES.clear()
+    types = sorted(colocation.gpu_types)
+    _TYPES[id(colocation)] = (colocation, types)
+    return types
 
 
 def beneficial_ratio(colocation: "ColocationTable", cache: dict[str, tuple[float, float] | None], gpu_type: str,

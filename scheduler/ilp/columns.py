@@ -90,8 +90,31 @@ class Shapes:
     segment_start: "np.ndarray"     # bool: first shape of its GPU type
 
 
+_SHAPES: dict[tuple, Shapes] = {}
+
+
 def shapes_for(job: Job, cluster: Cluster, configs: tuple[Configuration, ...], index: dict[Configuration, int],
                 cfg: IlpConfig, sia_shapes: frozenset[Configuration]) -> Shapes:
+    """The shapes of ``job``'s kind (``index``: each configuration's position in ``configs``).
+
+    Kept across rounds (read-only) for the same cluster and configurations, so every round passes the
+    same ``used`` tuple to the goodput model, whose caches then hit by identity.
+    """
+    kind = (job.adaptive, job.max_gpus, job.memory_gb) if job.adaptive else (False, job.num_gpus, job.memory_gb)
+    key = (kind, cluster, configs, cfg.max_gpus_per_job, sia_shapes)
+    shapes = _SHAPES.get(key)
+    if shapes is None:
+        shapes = _make_shapes(job, cluster, configs, index, cfg, sia_shapes)
+        for array in (shapes.reserved, shapes.type_of, shapes.size, shapes.single_node, shapes.segment_start):
+            array.setflags(write=False)
+        if len(_SHAPES) > 256:
+            _SHAPES.clear()
+        _SHAPES[key] = shapes
+    return shapes
+
+
+def _make_shapes(job: Job, cluster: Cluster, configs: tuple[Configuration, ...], index: dict[Configuration, int],
+                 cfg: IlpConfig, sia_shapes: frozenset[Configuration]) -> Shapes:
     entries: list[tuple[int, int, int, Configuration]] = []  # (type, size, reserved index, used shape)
     types = {name: n for n, name in enumerate(cluster.type_names)}
     for t in cluster:
@@ -161,14 +184,14 @@ def job_options(jobs: Sequence[Job], shapes: Shapes, configs: tuple[Configuratio
     # plain Python lists for the per-entry loop: indexing numpy scalars one by one costs more than the
     # estimates themselves
     g_l = G[rows, cols].tolist()
-    batch_l = np.array([a.batch_size for a in per_job], dtype=float)[rows, cols].tolist()
-    thr_l = np.array([a.throughput for a in per_job], dtype=float)[rows, cols].tolist()
-    eff_l = np.array([a.efficiency for a in per_job], dtype=float)[rows, cols].tolist()
     keep_l, single_l = keep[rows, cols].tolist(), shapes.single_node[cols].tolist()
-    ci_l, row_l = shapes.reserved[cols].tolist(), rows.tolist()
+    ci_l, row_l, col_l = shapes.reserved[cols].tolist(), rows.tolist(), cols.tolist()
+    # each job's estimates as objects, built once per estimate arrays (the goodput model hands back the
+    # same arrays while a job's estimates do not change, so most rounds build none)
+    estimates = [a.estimates for a in per_job]
     for n in range(len(row_l)):
         out = outs[row_l[n]]
-        entry = (g_l[n], GoodputEstimate(int(batch_l[n]), thr_l[n], eff_l[n]))
+        entry = (g_l[n], estimates[row_l[n]][col_l[n]])
         if keep_l[n]:
             out.alone[ci_l[n]] = entry
         if single_l[n]:
@@ -202,6 +225,37 @@ def split_beats_pair(a: JobColumns, b: JobColumns, c: Configuration, configs: tu
     return False
 
 
+def _best_split(tables: dict[str, list[tuple[int, float]]], a: JobColumns, b: JobColumns, c: Configuration,
+                configs: tuple[Configuration, ...], cfg: IlpConfig) -> float:
+    """The lowest ``w_a + w_b`` of ``a`` and ``b`` alone, split, on ``n_a + n_b ≤ n_c`` GPUs of c's type:
+    :func:`split_beats_pair`'s test as one comparison, from a table built once per pair and GPU type."""
+    table = tables.get(c.gpu_type)
+    if table is None:
+        best_a = a.split_cache.get(c.gpu_type)
+        if best_a is None:
+            best_a = best_weight_by_size(a, c.gpu_type, configs, cfg)
+        best_b = b.split_cache.get(c.gpu_type)
+        if best_b is None:
+            best_b = best_weight_by_size(b, c.gpu_type, configs, cfg)
+        by_total: dict[int, float] = {}
+        for na, wa in best_a.items():
+            for nb, wb in best_b.items():
+                w = wa + wb
+                if w < by_total.get(na + nb, math.inf):
+                    by_total[na + nb] = w
+        table, running = [], math.inf
+        for total in sorted(by_total):  # running minimum: the best split on at most ``total`` GPUs
+            running = min(running, by_total[total])
+            table.append((total, running))
+        tables[c.gpu_type] = table
+    best = math.inf
+    for total, w in table:
+        if total > c.num_gpus:
+            break
+        best = w
+    return best
+
+
 def best_weight_by_size(opts: JobColumns, gpu_type: str, configs: tuple[Configuration, ...], cfg: IlpConfig
                          ) -> dict[int, float]:
     """Single-node size -> the best (lowest) weight of running the job alone on at most that many GPUs."""
@@ -232,39 +286,41 @@ def add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int]
     mem_of = {t.name: t.memory_gb for t in problem.cluster}
     single_node = [c.single_node for c in configs_t]
     order_key = [(c.gpu_type, c.num_gpus) for c in configs_t]
+    objective, min_benefit, restart_cost_s = Objective.of(cfg), cfg.min_benefit, cfg.restart_cost_s
     new: list[tuple] = []
     ratio_caches: dict[tuple[str, ...], dict[str, tuple[float, float] | None]] = {}
     for i, k in candidates:
         a, b = jobs[i], jobs[k]
-        if options[i].pinned or options[k].pinned:
+        opts_i, opts_k = options[i], options[k]
+        if opts_i.pinned or opts_k.pinned:
             # a pinned job keeps its configuration; it may keep (not gain) a partner
             if not (a.current_partner == b.name and b.current_partner == a.name):
                 continue
         # ratios depend only on the two jobs' classes: one cache per class pair for the whole call
         ratio_cache = ratio_caches.setdefault((a.application, a.job_type, b.application, b.job_type), {})
         kept: dict[str, list[tuple[float, float]]] = {}
-        single_k = options[k].single
-        common = sorted(
-            (ci for ci in options[i].single if ci in single_k and single_node[ci]), key=order_key.__getitem__,
-        )
+        split_tables: dict[str, list[tuple[int, float]]] = {}
+        single_i, single_k = opts_i.single, opts_k.single
+        common = sorted((ci for ci in single_i if ci in single_k and single_node[ci]), key=order_key.__getitem__)
         for ci in common:
             c = configs_t[ci]
-            r = beneficial_ratio(colocation, ratio_cache, c.gpu_type, a, b, cfg.min_benefit)
+            r = beneficial_ratio(colocation, ratio_cache, c.gpu_type, a, b, min_benefit)
             if r is None:
                 continue
             if a.memory_gb is not None and b.memory_gb is not None:
                 if a.memory_gb + b.memory_gb + 2 * cfg.context_memory_gb > mem_of[c.gpu_type]:
                     continue
-            gi, ei = options[i].single[ci]
-            gk, ek = options[k].single[ci]
-            gi, gk = pair_move_values(a, b, c, gi, gk, cfg.restart_cost_s)
+            gi, ei = single_i[ci]
+            gk, ek = single_k[ci]
+            gi, gk = pair_move_values(a, b, c, gi, gk, restart_cost_s)
             if gi <= 0 or gk <= 0:
                 continue  # the mover's restart leaves it nothing (as for G_ic = 0, the column is dropped)
             vi, vk = gi * r[0], gk * r[1]
             seen = kept.setdefault(c.gpu_type, [])
             if any(pi >= vi and pk >= vk for pi, pk in seen):
                 continue  # a smaller shape of this type is at least as good for both jobs
-            if split_beats_pair(options[i], options[k], c, configs_t, vi, vk, cfg):
+            if c.num_gpus >= 2 and objective.column_weight((vi, vk)) >= _best_split(
+                    split_tables, opts_i, opts_k, c, configs_t, cfg):
                 continue  # running both alone on the same GPUs, split, is at least as good
             seen.append((vi, vk))
             new.append(((i, k), ci, (vi, vk), (ei, ek), (r[0], r[1])))
