@@ -149,8 +149,8 @@ def _build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
         if cfg.max_group_size >= 3:
             triples = set(all_triples(jobs, options, configs_t) if cfg.pair_candidates == "all"
                           else triple_candidates(candidates, limit_per_job=cfg.top_k))
-            if warm is not None:
-                triples |= warm.seed_groups(problem, 3)
+            if warm is not None:  # seeded groups of three are sorted index triples
+                triples |= {(g[0], g[1], g[2]) for g in warm.seed_groups(problem, 3)}
             add_triple_columns(problem, sorted(triples), options, colocation, cfg)
         problem.num_group_candidates = len(candidates)
         if cfg.pair_candidates == "top-k" and cfg.top_k > 0 and cfg.pricing_passes > 0:

@@ -56,7 +56,8 @@ class WarmStart:
         return not self.columns and not self.groups
 
     def clear(self) -> None:
-        self.columns.clear(), self.job_rows.clear(), self.capacity_rows.clear()
+        for kept in (self.columns, self.job_rows, self.capacity_rows):
+            kept.clear()
         self.groups.clear()
 
     # ---- seeds for the build -------------------------------------------------------------------------
@@ -131,8 +132,8 @@ class WarmStart:
             rows[row] = BASIC if self.capacity_rows.get(t, BASIC) == BASIC else UPPER
         _repair_count(cols, rows, num_rows)
         basis = highspy.HighsBasis()
-        status = highspy.HighsBasisStatus
-        table = {LOWER: status.kLower, BASIC: status.kBasic, UPPER: status.kUpper}
+        kinds = highspy.HighsBasisStatus
+        table = {LOWER: kinds.kLower, BASIC: kinds.kBasic, UPPER: kinds.kUpper}
         basis.col_status = [table[int(s)] for s in cols]
         basis.row_status = [table[int(s)] for s in rows]
         basis.valid = True
