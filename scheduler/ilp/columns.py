@@ -211,12 +211,8 @@ def split_beats_pair(a: JobColumns, b: JobColumns, c: Configuration, configs: tu
     if c.num_gpus < 2:
         return False
     pair_w = Objective.of(cfg).column_weight((va, vb))
-    best_a = a.split_cache.get(c.gpu_type)
-    if best_a is None:
-        best_a = best_weight_by_size(a, c.gpu_type, configs, cfg)
-    best_b = b.split_cache.get(c.gpu_type)
-    if best_b is None:
-        best_b = best_weight_by_size(b, c.gpu_type, configs, cfg)
+    best_a = best_weight_by_size(a, c.gpu_type, configs, cfg)  # cached per job and type
+    best_b = best_weight_by_size(b, c.gpu_type, configs, cfg)
     n = c.num_gpus
     for na, wa in best_a.items():
         for nb, wb in best_b.items():
@@ -231,12 +227,8 @@ def _best_split(tables: dict[str, list[tuple[int, float]]], a: JobColumns, b: Jo
     :func:`split_beats_pair`'s test as one comparison, from a table built once per pair and GPU type."""
     table = tables.get(c.gpu_type)
     if table is None:
-        best_a = a.split_cache.get(c.gpu_type)
-        if best_a is None:
-            best_a = best_weight_by_size(a, c.gpu_type, configs, cfg)
-        best_b = b.split_cache.get(c.gpu_type)
-        if best_b is None:
-            best_b = best_weight_by_size(b, c.gpu_type, configs, cfg)
+        best_a = best_weight_by_size(a, c.gpu_type, configs, cfg)  # cached per job and type
+        best_b = best_weight_by_size(b, c.gpu_type, configs, cfg)
         by_total: dict[int, float] = {}
         for na, wa in best_a.items():
             for nb, wb in best_b.items():
