@@ -237,11 +237,6 @@ def lp_bound_by_pricing(jobs: list[Job], cluster: Cluster, model: ProfileGoodput
     return problem.objective_from_weights(problem.lp_weight), passes
 
 
-def _timed_round(jobs: list[Job], cluster: Cluster, model: ProfileGoodputModel, coloc: ColocationTable | None,
-                 cfg: IlpConfig, warm: WarmStart | None = None) -> dict[str, Any]:
-    return timed_round(jobs, cluster, model, coloc, cfg, warm)
-
-
 def _bound_of(jobs: list[Job], cluster: Cluster, model: ProfileGoodputModel, coloc: ColocationTable,
               cfg: IlpConfig) -> tuple[float, str]:
     """The all-pairs LP bound of a round (dense pricing up to DENSE_BOUND_MAX_JOBS jobs, else by rank)."""
@@ -266,9 +261,9 @@ def run_case(num_gpus: int, num_jobs: int, model: ProfileGoodputModel, coloc: Co
     for rep in range(repeats):
         jobs = synthetic_jobs(cluster, model, num_jobs, seed=seed + 1000 * rep + num_jobs)
         row: dict[str, Any] = {"gpus": num_gpus, "jobs": num_jobs, "repeat": rep, "round": 1}
-        sia = _timed_round(jobs, cluster, model, None, replace(cfg, packing=False))
+        sia = timed_round(jobs, cluster, model, None, replace(cfg, packing=False))
         warm = WarmStart()
-        topk = _timed_round(jobs, cluster, model, coloc, cfg, warm)
+        topk = timed_round(jobs, cluster, model, coloc, cfg, warm)
         for name, r in (("sia", sia), ("topk", topk)):
             for key in ("build_s", "solve_s", "round_s", "cpu_s", "objective", "columns", "status", "fallback"):
                 row[f"{name}_{key}"] = r[key]
@@ -278,7 +273,7 @@ def run_case(num_gpus: int, num_jobs: int, model: ProfileGoodputModel, coloc: Co
         count = all_pairs_count(topk["problem"], coloc, cfg)
         row["all_pairs_candidates"] = count
         if count <= all_pairs_max_pairs:
-            allp = _timed_round(jobs, cluster, model, coloc, all_cfg)
+            allp = timed_round(jobs, cluster, model, coloc, all_cfg)
             for key in ("build_s", "solve_s", "round_s", "cpu_s", "objective", "columns", "status", "fallback"):
                 row[f"all_{key}"] = allp[key]
         else:
@@ -287,7 +282,7 @@ def run_case(num_gpus: int, num_jobs: int, model: ProfileGoodputModel, coloc: Co
         row["exact_kind"] = "lp-bound"
         if count <= all_pairs_max_pairs and exact_time_limit > 0:
             exact_cfg = replace(all_cfg, mip_gap=0.0, time_limit_s=exact_time_limit)
-            ex = _timed_round(jobs, cluster, model, coloc, exact_cfg)
+            ex = timed_round(jobs, cluster, model, coloc, exact_cfg)
             if ex["status"] == "Optimal" and ex["fallback"] is None:
                 row["exact_objective"], row["exact_kind"] = ex["objective"], "ilp-optimum"
         if row["exact_kind"] == "lp-bound" and not reference:

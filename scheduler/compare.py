@@ -299,15 +299,16 @@ def compare_policies(req: CompareRequest, progress: ProgressHook | None = None) 
     tracker = progress(description, len(plan.tasks), len(plan.tasks) - len(plan.todo)) if progress else None
     with tracker if tracker is not None else nullcontext(_ignore) as done:
         run_simulations(plan, done)
-    if len(failed_runs(plan)) == len(plan.tasks):
-        raise SimulationFailed(f"every simulation failed, e.g. {failed_runs(plan)[0]}")
+    failed = failed_runs(plan)
+    if len(failed) == len(plan.tasks):
+        raise SimulationFailed(f"every simulation failed, e.g. {failed[0]}")
     report = write_comparison_report(plan)
     frame = pd.read_csv(req.out / "summary.csv")
     if "triple_fraction" not in frame:  # runs logged before groups of three were simulated
         frame["triple_fraction"] = 0.0
     metrics = ["avg_jct_s", "p99_jct_s", "gpu_hours", "packed_fraction", "triple_fraction", "restarts"]
     means = frame.groupby(["load", "policy"])[metrics].mean()
-    return report, means, failed_runs(plan)
+    return report, means, failed
 
 
 class SimulationFailed(RuntimeError):

@@ -42,9 +42,8 @@ def constraint_rows(problem: RoundProblem, all_capacity_rows: bool = False
     type_cols: dict[str, list[int]] = {}
     for j in range(problem.num_columns):
         type_cols.setdefault(problem.configs[problem.conf[j]].gpu_type, []).append(j)
-    capacity = [(t, cols) for t, cols in type_cols.items()
-                if all_capacity_rows or sum(problem.gpus[j] for j in cols) > problem.cluster.capacity(t)]
-    return job_cols, capacity
+    binding = _capacity_types(problem, np.asarray(problem.conf, dtype=np.int64), all_capacity_rows)
+    return job_cols, [(t, type_cols[t]) for t in binding]
 
 
 def _capacity_types(problem: RoundProblem, conf: "np.ndarray", all_rows: bool) -> list[str]:

@@ -67,7 +67,7 @@ class WarmStart:
 
     def seed_groups(self, problem: "RoundProblem", size: int) -> set[tuple[int, ...]]:
         """Last round's groups of ``size`` jobs that are all in this round (as sorted job indices)."""
-        index = {job.name: i for i, job in enumerate(problem.jobs)}
+        index = _job_index(problem)
         found: set[tuple[int, ...]] = set()
         for names in self.groups:
             if len(names) == size and all(n in index for n in names):
@@ -79,7 +79,7 @@ class WarmStart:
         res = problem.reserved
         if res is None or not self.columns:
             return np.zeros(0, dtype=np.int64)
-        index = {job.name: i for i, job in enumerate(problem.jobs)}
+        index = _job_index(problem)
         conf_index = {c: ci for ci, c in enumerate(problem.configs)}
         width = len(problem.configs)
         wanted = [index[group[0]] * width + conf_index[config] for group, config in self.columns
@@ -115,7 +115,7 @@ class WarmStart:
             return False
         num_rows, num_cols = h.getNumRow(), h.getNumCol()
         names = [job.name for job in problem.jobs]
-        index = {name: i for i, name in enumerate(names)}
+        index = _job_index(problem)
         conf_index = {c: ci for ci, c in enumerate(problem.configs)}
         column_of = {(m, ci): j for j, (m, ci) in enumerate(zip(problem.members, problem.conf))}
         cols = np.full(num_cols, LOWER, dtype=np.int64)
@@ -138,6 +138,11 @@ class WarmStart:
         basis.row_status = [table[int(s)] for s in rows]
         basis.valid = True
         return h.setBasis(basis) == highspy.HighsStatus.kOk
+
+
+def _job_index(problem: "RoundProblem") -> dict[str, int]:
+    """Job name -> its index in this round (names are what carries over between rounds)."""
+    return {job.name: i for i, job in enumerate(problem.jobs)}
 
 
 def _repair_count(cols: "np.ndarray", rows: "np.ndarray", num_rows: int) -> None:
