@@ -44,6 +44,10 @@ RUN_COLUMNS: tuple[str, ...] = (
     "window_s",  # length of the common overlap window
     "wall_s",  # wall time of the whole run incl. process start and warm-up
     "started_at",  # ISO-8601 UTC
+    "session_id",  # the campaign invocation that measured the run: a pair's δ uses solos of its own session
+    "host",  # hostname of the machine that measured it
+    "gpu_uuid",  # NVML UUID of the GPU (two machines with the same GPU model are two GPUs)
+    "driver",  # NVIDIA driver version
     "sm_clock_mean_mhz",
     "sm_clock_min_mhz",
     "clock_event_reasons",  # union of NVML clock-event (throttle) reasons seen in the window, "|"-joined

@@ -1,0 +1,134 @@
+"""What the first GPU call depends on, checked on CPU against a stand-in NVML: compute mode, provenance of
+each row (GPU UUID, host, driver, session), eviction of idle workers only when it helps."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from profiler import nvml
+from profiler.cells import Cell, JobType, Run
+from profiler.devices import DeviceTarget, resolve_device
+from profiler.errors import InputError
+from profiler.pool import WorkerPool
+from profiler.runner import SoloBaseline, _make_room, execute_run, not_run_record
+from profiler.spec import spec_from_dict
+
+UUID = "GPU-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+
+
+class FakeNvml:
+    """The pynvml calls the profiler makes, answering for one H100 with settable compute mode and memory."""
+
+    NVML_CLOCK_SM = 1
+    NVML_SUCCESS = 0
+
+    def __init__(self, compute_mode: int = 0, free_mib: float = 80_000.0) -> None:
+        self.mode, self.free_mib = compute_mode, free_mib
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlDeviceGetCount(self) -> int: return 1
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int: return index
+    def nvmlDeviceGetUUID(self, handle: int) -> str: return UUID
+    def nvmlDeviceGetName(self, handle: int) -> bytes: return b"NVIDIA H100 80GB HBM3"
+    def nvmlSystemGetDriverVersion(self) -> str: return "550.54.15"
+    def nvmlDeviceGetComputeMode(self, handle: int) -> int: return self.mode
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]: return []
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: int) -> list[Any]: return []
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
+        total = 81_559.0 * 2**20
+        return SimpleNamespace(total=total, free=self.free_mib * 2**20, used=total - self.free_mib * 2**20)
+
+    def nvmlGpmQueryDeviceSupport(self, handle: int) -> Any:
+        return SimpleNamespace(isSupportedDevice=0)
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    fake = FakeNvml()
+    monkeypatch.setattr(nvml, "_pynvml", lambda: fake)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return fake
+
+
+@pytest.mark.parametrize("mode, ok", [(0, True), (3, False), (2, False)])
+def test_an_exclusive_compute_mode_is_refused_by_preflight_and_campaign(fake_nvml: FakeNvml, tmp_path: Path,
+                                                                        mode: int, ok: bool) -> None:
+    from profiler.campaign import refuse_exclusive_mode
+    from profiler.preflight import _gpu_checks
+
+    fake_nvml.mode = mode
+    checks, target = _gpu_checks("cuda")
+    check = next(c for c in checks if c.name == "compute mode")
+    assert check.ok is ok
+    if ok:
+        refuse_exclusive_mode(target)
+        return
+    assert "campaigns need DEFAULT" in check.detail
+    assert ("idle warm workers keep theirs" in check.detail) is (mode == 3)  # says why, not only what
+    with pytest.raises(InputError, match="compute mode is (EXCLUSIVE_PROCESS|PROHIBITED).*DEFAULT compute mode"):
+        refuse_exclusive_mode(target)
+
+
+def test_every_row_says_which_gpu_host_driver_and_session_measured_it(fake_nvml: FakeNvml) -> None:
+    target = resolve_device("cuda")
+    assert target.uuid == UUID and target.driver == "550.54.15"
+    spec = spec_from_dict({"name": "p", "device": "cuda", "models": ["tiny_cnn"], "batch_sizes": [2],
+                           "group_sizes": [1]})
+    run = Run(Cell((JobType("tiny_cnn", 2),), "none"), 0)
+    row = not_run_record(run, spec, target, "skipped", "why", session_id="20261124T160000-abcd1234").run
+    assert (row["gpu_uuid"], row["driver"], row["host"], row["session_id"]) == (
+        UUID, "550.54.15", socket.gethostname(), "20261124T160000-abcd1234")
+
+
+SPEC = {"name": "evict", "device": "cpu", "models": ["tiny_cnn"], "batch_sizes": [2], "group_sizes": [1, 2],
+        "repetition": True, "warmup_iters": 1, "min_window_iters": 2, "repeats": 1}
+
+
+@pytest.mark.slow
+def test_idle_workers_are_evicted_only_when_the_group_would_then_fit(fake_nvml: FakeNvml) -> None:
+    spec = spec_from_dict(SPEC)
+    small, large = JobType("tiny_cnn", 2), JobType("tiny_cnn", 4)
+    baselines = {small: SoloBaseline(0.01, 100.0, "ok"), large: SoloBaseline(0.01, 5000.0, "ok")}
+    cpu = resolve_device("cpu")
+    target = DeviceTarget("cpu", "cpu", None, 0, cpu.name, "cpu", 81_559.0)  # CPU workers, NVML's memory
+    with WorkerPool(spec, target) as pool:
+        idle = pool.acquire(Cell((small, small), "timeslice"))
+        pool.release(idle, healthy=True)
+        assert pool.idle_memory_mib(target, baselines) == pytest.approx(2 * 612)  # solo need of each
+        fake_nvml.free_mib = 100.0
+        # small + large need 612 + 5512 MiB: more than free + what the idle workers hold — keep them
+        record = execute_run(Run(Cell((small, large), "timeslice"), 0), spec, target, baselines, pool=pool)
+        assert record.status == "infeasible" and record.run["error"].startswith("memory pre-check")
+        assert pool.idle == idle and all(w.process.is_alive() for w in idle)
+        # two small ones need 1,224 MiB: 100 free + 1,224 held by the idle pair — evict them
+        assert _make_room(Run(Cell((small, small), "timeslice"), 0), spec, target, baselines, pool)
+        assert pool.idle == [] and not any(w.process.is_alive() for w in idle)
+
+
+def test_without_a_parquet_engine_the_store_keeps_csv_and_converts_it_later(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from profiler import files
+    from profiler.store import ResultsStore
+
+    spec = spec_from_dict({**SPEC, "group_sizes": [1]})
+    run = Run(Cell((JobType("tiny_cnn", 2),), "none"), 0)
+    record = not_run_record(run, spec, resolve_device("cpu"), "ok", "", session_id="s1")
+    record.jobs[0].update(iter_time_s=0.01)
+    monkeypatch.setattr(files, "parquet_available", lambda: False)  # no pyarrow, no fastparquet: a bare image
+    monkeypatch.setattr("profiler.store.parquet_available", lambda: False)
+    store = ResultsStore(tmp_path)
+    store.append_run(record.run, record.jobs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs.csv", "runs.csv"]
+    runs = store.runs()
+    assert list(runs["run_id"]) == [run.run_id] and runs["error"].iloc[0] == ""
+    assert store.finished_run_ids() == {run.run_id}
+    monkeypatch.undo()  # pyarrow back: the first read writes Parquet again
+    assert list(ResultsStore(tmp_path).runs()["session_id"]) == ["s1"]
+    assert (tmp_path / "runs.parquet").is_file()
