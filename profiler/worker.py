@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import math
 import os
 import resource
 import signal
@@ -201,8 +202,10 @@ class _Job:
         ends: list[float] = []
         pending: deque[Any] = deque()
         anchor: Any = None
+        reserved_at_start = math.nan
         if self.on_cuda:
             torch.cuda.synchronize(self.device)
+            reserved_at_start = torch.cuda.memory_reserved(self.device) / 2**20  # vs the window's peak: no regrowth
             anchor = torch.cuda.Event(enable_timing=True)
             anchor.record()
         start = time.perf_counter()
@@ -249,4 +252,5 @@ class _Job:
             torch.cuda.synchronize(self.device)
             resolve(block=True)
         self.ranges.pop()
-        conn.send(("result", {"ends": ends, "start": start, **self.memory()}))
+        conn.send(("result", {"ends": ends, "start": start, "reserved_at_start_mib": reserved_at_start,
+                              **self.memory()}))

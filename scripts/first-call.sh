@@ -8,8 +8,8 @@
 # It installs nothing from the network. Missing optional packages are handled:
 #   * pyarrow missing: the results are written as CSV only (the store converts them to Parquet on the next
 #     read where pyarrow is installed);
-#   * pytest missing: the GPU tests are skipped (said in summary.txt), unless wheels were carried in .whl/
-#     (pip install --no-index --find-links .whl into a private folder; nothing outside it changes).
+#   * pytest missing: the GPU tests are skipped (said in summary.txt), unless its wheels were carried in
+#     .whl/ (git-ignored; pass carry: [".whl"] to the device call): they are unpacked into a private folder.
 # Everything lands in $OUT as at most 8 files:
 #   nvidia-smi.txt   nvidia-smi -q -d COMPUTE,CLOCK (compute mode, clocks, applications clocks)
 #   preflight.json   colocate env --check --json (the one MPS probe of this call)
@@ -41,12 +41,14 @@ say() { echo "$*" | tee -a "$OUT/summary.txt"; }
 : > "$OUT/summary.txt"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
-# 0. Carried wheels (optional): into a private folder on PYTHONPATH, never into the image's Python.
+# 0. Carried wheels (optional): unpacked into a private folder put on PYTHONPATH (a wheel is a zip of what
+#    pip would copy into site-packages; no pip, no network), never into the image's own Python.
 if [ -d .whl ] && ls .whl/*.whl > /dev/null 2>&1; then
   SITE="${TMPDIR:-/tmp}/first-call-site"
-  $PY -m pip install --quiet --no-index --find-links .whl --target "$SITE" .whl/*.whl > "$OUT/campaign.log" 2>&1 \
-    && export PYTHONPATH="$PYTHONPATH:$SITE" && say "wheels from .whl installed into $SITE" \
-    || say "wheels from .whl could not be installed (see campaign.log); going on without them"
+  mkdir -p "$SITE"
+  for wheel in .whl/*.whl; do $PY -m zipfile -e "$wheel" "$SITE" || say "could not unpack $wheel"; done
+  export PYTHONPATH="$PYTHONPATH:$SITE"
+  say "wheels unpacked from .whl/: $(cd .whl && ls *.whl | tr '\n' ' ')"
 fi
 HAVE=$($PY -c "
 import importlib
@@ -75,7 +77,7 @@ say "preflight ok: $READY ($(elapsed)s)"
 # 3. The MPS and isolation GPU tests (bounded: the campaign keeps the larger part of the call).
 if case " $HAVE " in *" pytest "*) true ;; *) false ;; esac; then
   timeout --signal=TERM --kill-after=15 180 $PY -m pytest -m gpu -q -rs -p no:cacheprovider \
-    tests/test_profiler_gpu.py -k "(mps or isolat or pids) and not preflight" > "$OUT/gpu-tests.txt" 2>&1
+    tests/test_profiler_gpu.py -k "(mps or daemon) and not preflight" > "$OUT/gpu-tests.txt" 2>&1
   say "gpu tests: exit $? ($(tail -n 1 "$OUT/gpu-tests.txt")) ($(elapsed)s)"
 else
   echo "pytest is not installed on this machine and no .whl/ folder carried it: GPU tests not run" \
