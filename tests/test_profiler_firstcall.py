@@ -132,3 +132,58 @@ def test_without_a_parquet_engine_the_store_keeps_csv_and_converts_it_later(tmp_
     monkeypatch.undo()  # pyarrow back: the first read writes Parquet again
     assert list(ResultsStore(tmp_path).runs()["session_id"]) == ["s1"]
     assert (tmp_path / "runs.parquet").is_file()
+
+
+ROOT = Path(__file__).parents[1]
+
+
+@pytest.mark.slow
+def test_the_first_call_script_packs_at_most_8_files_on_a_bare_machine(tmp_path: Path) -> None:
+    """The script on CPU, with no nvidia-smi and no GPU: every step says what it found, ≤ 8 files come back."""
+    import os
+    import subprocess
+    import tarfile
+
+    import yaml
+
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(yaml.safe_dump({"name": "fc", "device": "cpu", "models": ["tiny_cnn"], "batch_sizes": [2],
+                                    "group_sizes": [1, 2], "repetition": True, "sharing": ["timeslice", "mps"],
+                                    "warmup_iters": 1, "min_window_iters": 2, "repeats": 1}))
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "RESULTS_ROOT": str(tmp_path / "results"),
+           "PYTHONPATH": str(ROOT), "PYTHON": "python3"}
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "first-call.sh"), "--spec", str(spec), "--device", "cpu",
+                           "--budget", "400"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    files = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert files == ["campaign.log", "env.txt", "gpu-tests.txt", "nvidia-smi.txt", "preflight.json",
+                     "results.tar.gz", "summary.txt"]
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "preflight ok: False" in summary and "CUDA: no CUDA device" in summary
+    assert "status counts: {'ok': 2, 'skipped': 1}" in summary  # MPS skipped with its reason on a CPU
+    assert "MPS needs a CUDA device" in summary and "timeslice: 1 ok groups" in summary
+    with tarfile.open(tmp_path / "out" / "results.tar.gz") as archive:
+        assert any(name.endswith("fc/meta.json") for name in archive.getnames())
+
+
+@pytest.mark.slow
+def test_a_campaign_resumed_mid_block_measures_its_solos_again_in_the_new_session(tmp_path: Path) -> None:
+    from profiler.campaign import run_campaign
+    from profiler.cells import plan_runs
+    from profiler.files import atomic_write_table
+    from profiler.store import ResultsStore
+
+    spec = spec_from_dict({**SPEC, "name": "resume"})
+    first = run_campaign(spec, tmp_path)
+    runs = first.runs()
+    atomic_write_table(runs[runs["kind"] == "solo"], tmp_path / "runs.parquet")  # cut off before the pair
+    store = run_campaign(spec, tmp_path)
+    runs = ResultsStore(tmp_path).runs().set_index("run_id")
+    assert len(runs) == len(plan_runs(spec)) and set(runs["status"]) == {"ok"}
+    assert runs["session_id"].nunique() == 1  # the solo was measured again, in the pair's session
+    sessions = store.read_meta()["sessions"]
+    assert len(sessions) == 2 and sessions[-1]["solos_measured_again"] == ["solo|none|tiny_cnn@2#r0"]
+    jobs = store.jobs()
+    pair = jobs[jobs["cell_id"].str.startswith("pair")]
+    solo = jobs[jobs["cell_id"].str.startswith("solo")]
+    assert pair["solo_iter_time_s"].iloc[0] == pytest.approx(solo["iter_time_s"].iloc[0])
