@@ -51,7 +51,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "sm_clock_mean_mhz",
     "sm_clock_min_mhz",
     "clock_event_reasons",  # union of NVML clock-event (throttle) reasons seen in the window, "|"-joined
-    "memory_used_max_mib",  # NVML device memory used, max over the window
+    "memory_used_max_mib",  # NVML device memory used, max over the window: device-wide, idle workers included
     "gpu_util_mean",  # NVML utilization.gpu: % of time any kernel ran — NOT occupancy
     "gpm_sm_occupancy_mean",  # NVML GPM SM occupancy (Hopper+), % of max warps
     "gpm_sm_util_mean",
@@ -74,7 +74,7 @@ JOB_COLUMNS: tuple[str, ...] = (
     "iters_in_window",
     "peak_memory_mib",  # steady-state torch max_memory_reserved after warm-up (GPU) or max RSS growth (CPU)
     "peak_allocated_mib",  # steady-state torch max_memory_allocated after warm-up (GPU); RSS growth (CPU)
-    "nvml_process_memory_mib",  # NVML device memory of the process, CUDA context included (solo runs)
+    "nvml_process_memory_mib",  # NVML device memory of the job's process after the window, context included
     "precision",
     "status",
     "error",
