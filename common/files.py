@@ -50,9 +50,30 @@ def atomic_write_json(data: Any, path: str | Path, *, durable: bool = True) -> P
     return atomic_write_text(path, text, durable=durable)
 
 
+def parquet_available() -> bool:
+    """Whether pandas can read and write Parquet here (pyarrow or fastparquet installed)."""
+    import importlib
+
+    for engine in ("pyarrow", "fastparquet"):
+        try:
+            importlib.import_module(engine)
+            return True
+        except ImportError:
+            continue
+    return False
+
+
 def atomic_write_table(frame: Any, path: str | Path) -> Path:
-    """Write a pandas DataFrame as Parquet at ``path`` plus a CSV copy beside it, each atomically."""
+    """Write a pandas DataFrame as Parquet at ``path`` plus a CSV copy beside it, each atomically.
+
+    Without a Parquet engine (a bare GPU image) only the CSV is written, and a Parquet file left from
+    before is removed so that no reader takes the stale one; the results store turns the CSV back into
+    Parquet the next time it reads the directory where an engine is installed.
+    """
     path = Path(path)
-    atomic_write(path, lambda temp: frame.to_parquet(temp, index=False))
+    if parquet_available():
+        atomic_write(path, lambda temp: frame.to_parquet(temp, index=False))
+    elif path.exists():
+        path.unlink()
     atomic_write(path.with_suffix(".csv"), lambda temp: frame.to_csv(temp, index=False))
     return path

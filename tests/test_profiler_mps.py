@@ -34,7 +34,7 @@ FAKE_BIN = Path(__file__).parent / "fake_mps"
 def fake_mps(monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PATH", f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}")
     for key in ("FAKE_MPS_READY_DELAY", "FAKE_MPS_QUIT_DELAY", "FAKE_MPS_HANG", "FAKE_MPS_FAIL_START",
-                "FAKE_MPS_NEVER_READY"):
+                "FAKE_MPS_NEVER_READY", "FAKE_MPS_CALL_LOG"):
         monkeypatch.delenv(key, raising=False)
     return FAKE_BIN
 
@@ -165,10 +165,37 @@ def test_a_run_is_failed_unless_every_worker_is_a_client_of_our_daemon(fake_mps:
             assert hello["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
             assert "CUDA_VISIBLE_DEVICES" not in hello["env"]
         else:
-            assert record.status == "failed"
+            # MPS did not serve a client here: skipped with the reason (tried again on resume), not a result
+            assert record.status == "skipped"
             assert "not an MPS client of our daemon" in record.run["error"] and "ran as plain CUDA" in record.run["error"]
             assert pool.idle == [] and pool.daemon is None  # a failed MPS group ends the daemon and its clients
+            again = _measure(run, spec, target, baselines, pool, None, False)  # remembered for the session:
+            assert again.status == "skipped" and "failed earlier in this session" in again.run["error"]
+            assert pool.daemon is None and pool.started == 2  # no new daemon, no new workers
     assert daemon_root is None or not daemon_root.exists()
+
+
+def test_a_daemon_that_fails_to_start_is_tried_once_per_session(fake_mps: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = tmp_path / "calls.log"
+    monkeypatch.setenv("FAKE_MPS_CALL_LOG", str(calls))
+    monkeypatch.setenv("FAKE_MPS_FAIL_START", "1")
+    spec = spec_from_dict(MPS_SPEC)
+    target = resolve_device("cpu")
+    job = JobType("tiny_cnn", 2)
+    baselines = {job: SoloBaseline(0.01, 1.0, "ok")}
+    with WorkerPool(spec, target) as pool:
+        records = [_measure(Run(Cell((job, job), "mps", 50), repeat), spec, target, baselines, pool, None, False)
+                   for repeat in range(3)]
+    assert [r.status for r in records] == ["skipped"] * 3
+    assert all("already running" in r.run["error"] for r in records)  # the first failure's reason, each time
+    assert calls.read_text().splitlines().count("-d") == 1
+    from profiler.results.schema import STATUS_SKIPPED
+    from profiler.results.store import ResultsStore
+
+    store = ResultsStore(tmp_path / "results")
+    store.append_run(records[0].run, records[0].jobs)
+    assert store.finished_run_ids() == set() and records[0].run["status"] == STATUS_SKIPPED  # retried on resume
 
 
 @pytest.mark.slow

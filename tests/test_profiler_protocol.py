@@ -9,9 +9,9 @@ import pytest
 
 from common.errors import InputError
 from profiler.campaign.cells import Cell, JobType, Run, plan_runs
-from profiler.campaign.driver import baselines_from, check_resumable, run_campaign
+from profiler.campaign.driver import baselines_from, check_resumable, run_campaign, runs_to_measure
 from profiler.campaign.pool import WorkerPool
-from profiler.campaign.runner import _coordinate, not_run_record
+from profiler.campaign.runner import SoloBaseline, _coordinate, not_run_record
 from profiler.campaign.spec import spec_from_dict
 from profiler.gpu.devices import resolve_device
 from profiler.measure.worker import is_out_of_memory
@@ -33,6 +33,8 @@ def test_group_members_warm_up_one_at_a_time_before_the_barrier() -> None:
         finally:
             pool.release(workers, healthy=True)
     spans = sorted(result["warmup_span"] for result in results)
+    hellos = [float((worker.hello or {})["at"]) for worker in workers]
+    assert max(hellos) <= spans[0][0]  # every member built (hello) before the first one warms up
     for (_, end), (start, _) in zip(spans, spans[1:]):
         assert end <= start  # no two members warm up at the same time
     assert spans[-1][1] <= min(t.start for t in timings)  # all warm before any is timed
@@ -81,7 +83,41 @@ def test_solo_baselines_come_from_rows_of_the_same_gpu_type(tmp_path: Path) -> N
     assert baselines_from(store, "h100", typed_cells=False)[job].iter_time_s == pytest.approx(0.010)
     assert baselines_from(store, "h200", typed_cells=False)[job].iter_time_s == pytest.approx(0.008)
     base = baselines_from(store, "h100", typed_cells=False)[job]
-    assert base.process_memory_mib == 600.0 and base.memory_need_mib(512) == 600.0  # NVML figure wins
+    assert base.process_memory_mib == 600.0
+    assert base.memory_need_mib(512) == 612.0  # an NVML figure below the allocator peak + headroom never wins
+    assert base.memory_need_mib(100) == 600.0  # ... and one above it does
+
+
+def test_a_pairs_baselines_come_from_solos_of_its_own_session(tmp_path: Path) -> None:
+    spec = spec_from_dict({**TINY, "group_sizes": [1], "repeats": 1})
+    run = plan_runs(spec)[0]
+    store = ResultsStore(tmp_path)
+    for session, seconds, status in (("s-old", 0.010, "ok"), ("s-new", 0.020, "ok")):
+        record = not_run_record(run, spec, resolve_device("cpu"), status, "", session_id=session)
+        record.run.update(run_id=f"{session}-{run.run_id}")
+        for job in record.jobs:
+            job.update(run_id=f"{session}-{run.run_id}", iter_time_s=seconds)
+        store.append_run(record.run, record.jobs)
+    runs = store.runs()
+    assert set(runs["session_id"]) == {"s-old", "s-new"} and runs["host"].notna().all()
+    job = run.cell.jobs[0]
+    assert baselines_from(store, session_id="s-new")[job].iter_time_s == pytest.approx(0.020)
+    assert baselines_from(store, session_id="s-other") == {}  # another session's times are never used
+    assert baselines_from(store)[job].iter_time_s == pytest.approx(0.015)  # no session given: all rows
+
+
+def test_a_resumed_block_measures_its_solos_again_but_not_infeasible_ones() -> None:
+    spec = spec_from_dict({**TINY, "batch_sizes": [2, 4], "repetition": True, "repeats": 1})
+    planned = plan_runs(spec)
+    solos = {r.cell.jobs[0].batch_size: r for r in planned if r.cell.kind == "solo"}
+    finished = {solos[2].run_id, solos[4].run_id}  # an earlier session measured both solos, no pair
+    todo = runs_to_measure(planned, finished, {})
+    assert [r.run_id for r in todo] == [r.run_id for r in planned]  # both solos again, before their pairs
+    pair4 = next(r for r in planned if r.cell.kind == "pair" and r.cell.batch_key == 4)
+    finished |= {r.run_id for r in planned if r.cell.batch_key == 2}
+    infeasible = {solos[4].cell.jobs[0]: SoloBaseline(None, None, "infeasible", "out of memory")}
+    todo = runs_to_measure(planned, finished, infeasible)
+    assert [r.run_id for r in todo] == [pair4.run_id]  # batch 2 done; batch 4's solo did not fit: not again
 
 
 @pytest.mark.slow

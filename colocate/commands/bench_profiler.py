@@ -1,6 +1,8 @@
 """``colocate bench profiler``: NVML sampler overhead and campaign efficiency (window / wall time).
 
-``--estimate SPEC`` prints the protocol's wall-time estimate of a campaign instead (nothing is run).
+``--estimate SPEC`` prints the protocol's wall-time estimate of a campaign instead (nothing is run);
+``--results DIR`` takes measured solo times from a results directory, ``--set NAME=VALUE`` changes an
+assumption (:class:`profiler.campaign.estimate.EstimateAssumptions`).
 """
 
 from __future__ import annotations
@@ -23,12 +25,16 @@ def bench_profiler(
     estimate: Path = typer.Option(None, "--estimate", help="Only estimate this campaign's wall time on one GPU "
                                   "from its protocol (runs nothing)."),
     gpu: str = typer.Option("h100", "--gpu", help="GPU type the estimate assumes."),
+    results: Path = typer.Option(None, "--results", help="With --estimate: a results directory whose measured "
+                                 "solo times replace the FLOP-rate model."),
+    assume: list[str] = typer.Option([], "--set", help="With --estimate: NAME=VALUE for an estimate assumption "
+                                     "(e.g. process_start_s=6, achieved_tflops=tf32:30); repeatable."),
 ) -> None:
     """Print the NVML sampler's overhead and the campaign efficiency for results/BENCHMARKS.md."""
     import dataclasses
 
     if estimate is not None:
-        _print_estimate(estimate, gpu)
+        _print_estimate(estimate, gpu, results, assume)
         return
 
     from colocate.commands._output import console
@@ -56,17 +62,35 @@ def bench_profiler(
                   f"wall = {efficiency.efficiency:.1%} over {efficiency.runs} runs (target ≥ 80 %)")
 
 
-def _print_estimate(spec_path: Path, gpu: str) -> None:
+def _print_estimate(spec_path: Path, gpu: str, results: Path | None, assume: list[str]) -> None:
     from colocate.commands._output import console
     from common.errors import InputError
-    from profiler.campaign.estimate import EstimateAssumptions, estimate_campaign
+    from profiler.campaign.estimate import EstimateAssumptions, estimate_campaign, measured_solo_times
     from profiler.campaign.spec import load_spec
 
-    if gpu != "h100":
-        raise InputError(f"no estimate assumptions for GPU type '{gpu}'", field="--gpu", valid="h100")
+    if gpu != "h100" and results is None:
+        raise InputError(f"no estimate assumptions for GPU type '{gpu}'", field="--gpu",
+                         valid="h100, or --results DIR with solo times measured on that GPU")
+    values = {}
+    for item in assume:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise InputError(f"'{item}' is not NAME=VALUE", field="--set", valid="e.g. process_start_s=6")
+        values[name.strip()] = value.strip()
+    try:
+        assumptions = EstimateAssumptions(gpu=gpu).with_values(values)
+    except ValueError as exc:
+        raise InputError(str(exc), field="--set", valid="a field of EstimateAssumptions and a number >= 0") from None
+    if results is not None:
+        if not results.is_dir():
+            raise InputError("is not a directory", source=results, field="--results",
+                             valid="a results directory written by `colocate profile`")
+        assumptions = EstimateAssumptions(**{**assumptions.__dict__, "solo_times_s": measured_solo_times(results)})
     spec = load_spec(spec_path)
-    result = estimate_campaign(spec, EstimateAssumptions(gpu=gpu))
+    result = estimate_campaign(spec, assumptions)
     console.print(f"estimate for {spec.name} on one {gpu}: {result.runs} runs ({result.infeasible} refused by the "
                   f"memory pre-check), {result.total_s / 60:.1f} min wall = window {result.window_s:.0f} s + "
                   f"warm-up {result.warmup_s:.0f} s + process start {result.startup_s:.0f} s + other "
-                  f"{result.overhead_s:.0f} s; efficiency {result.efficiency:.0%} (workers: {spec.workers})")
+                  f"{result.overhead_s:.0f} s + {result.windows} device call(s) {result.per_window_s:.0f} s; "
+                  f"efficiency {result.efficiency:.0%} (workers: {spec.workers}; measured solo times for "
+                  f"{result.measured} job type(s))")

@@ -1,9 +1,16 @@
 """Run a whole campaign into a results directory, resuming where an earlier invocation stopped.
 
 A batch size's solo runs come first and provide each job type's baseline t (mean over its ok solo repeats
-on the same GPU type) and memory; every group run then computes δ against those baselines. Completed runs
-are never re-run; runs recorded as skipped (no GPU or MPS on the machine that ran them) are tried again.
-One :class:`~profiler.campaign.pool.WorkerPool` serves the session, so warm workers carry over between runs.
+of the same *session*) and memory; every group run then computes δ against those baselines. A session is
+one invocation on one machine (each row records ``session_id``, ``host``, ``gpu_uuid`` and ``driver``):
+two GPUs of one model differ in clocks and cooling, so a pair is never compared with solos measured on
+another machine. A campaign resumed in the middle of a batch-size block therefore measures that block's
+solos again before its groups. Completed runs are never re-run; runs recorded as skipped (no GPU or MPS on
+the machine that ran them, or MPS broken there) are tried again. One :class:`~profiler.campaign.pool.WorkerPool`
+serves the session, so warm workers carry over between runs.
+
+A GPU in an exclusive compute mode is refused: idle warm workers hold contexts, and a group's second process
+could never get one.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import platform
 import socket
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
@@ -31,8 +39,9 @@ from profiler.campaign.runner import RunRecord, SoloBaseline, execute_run
 from profiler.campaign.spec import CampaignSpec
 from profiler.gpu.devices import DeviceTarget, resolve_device
 from profiler.gpu.mps import foreign_mps_processes, mps_unavailable_reason, reap_stale_daemons
-from profiler.gpu.nvml import compute_mode, gpm_supported, nvml_status
-from profiler.results.schema import SHARING_SOLO, STATUS_OK
+from profiler.gpu.nvml import compute_mode, compute_mode_problem, gpm_supported, nvml_status
+from profiler.measure.training import CUDNN_BENCHMARK
+from profiler.results.schema import SHARING_SOLO, STATUS_INFEASIBLE, STATUS_OK
 from profiler.results.store import ResultsStore
 
 # Spec fields that change what a number means: a results directory holds one protocol only (and one GPU
@@ -101,12 +110,14 @@ class SessionTally:
                        complete=self.done == self.planned)
 
 
-def baselines_from(store: ResultsStore, gpu_type: str | None = None, *,
-                   typed_cells: bool = True) -> dict[JobType, SoloBaseline]:
+def baselines_from(store: ResultsStore, gpu_type: str | None = None, *, typed_cells: bool = True,
+                   session_id: str | None = None) -> dict[JobType, SoloBaseline]:
     """Solo baselines from the store's committed rows of GPU type ``gpu_type`` (all rows when None).
 
     ``typed_cells``: the spec lists gpu_types, so a type's baselines come from its own typed cells
-    ("h100:solo|…"); otherwise from the rows whose ``gpu_type`` column says that type.
+    ("h100:solo|…"); otherwise from the rows whose ``gpu_type`` column says that type. ``session_id``:
+    times and memory only from that session's solos; a job type with none there keeps an earlier session's
+    *infeasible* verdict (it did not fit this GPU model alone) and nothing else.
     """
     runs = store.runs()
     jobs = store.jobs(runs)
@@ -118,6 +129,9 @@ def baselines_from(store: ResultsStore, gpu_type: str | None = None, *,
         solo_runs = solo_runs[solo_runs["cell_id"].astype(str).str.startswith(f"{gpu_type}:")]
     elif gpu_type is not None:
         solo_runs = solo_runs[solo_runs["gpu_type"].astype(str) == gpu_type]
+    if session_id is not None:
+        same = solo_runs["session_id"].astype(str) == session_id if "session_id" in solo_runs else False
+        solo_runs = solo_runs[same | (solo_runs["status"] == STATUS_INFEASIBLE)]
     solo_jobs = jobs[jobs["run_id"].isin(solo_runs["run_id"])]
     for job_type, rows in solo_jobs.groupby("job_type"):
         ok = rows[rows["status"] == STATUS_OK]
@@ -161,7 +175,8 @@ def build_meta(spec: CampaignSpec, target: DeviceTarget) -> dict[str, Any]:
         "foreign_mps": foreign_mps_processes() if target.nvml_index is not None else [],
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-                     "colocate": _version("colocate"), "nvidia-ml-py": _version("nvidia-ml-py")},
+                     "colocate": _version("colocate"), "nvidia-ml-py": _version("nvidia-ml-py"),
+                     "driver": target.driver, "cudnn_benchmark": CUDNN_BENCHMARK},
         "nvml": {"enabled": nvml_ok, "why": nvml_why},
         "gpm": {"enabled": gpm_ok, "why": gpm_why},
         "mps": {"available": mps_reason is None, "why": mps_reason or "nvidia-cuda-mps-control found"},
@@ -190,6 +205,32 @@ def check_resumable(store: ResultsStore, spec: CampaignSpec, out: Path, gpu_name
     if gpu_name is not None and measured_on and measured_on != gpu_name and not spec.gpu_types:
         raise InputError(f"holds a campaign measured on '{measured_on}', this machine's device is '{gpu_name}'",
                          source=out, field="device", valid="the same GPU model, or a new --out directory")
+
+
+def new_session_id() -> str:
+    """A short id for one campaign invocation: UTC start time plus randomness (sortable, unique)."""
+    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+
+
+def refuse_exclusive_mode(target: DeviceTarget) -> None:
+    """Raise :class:`InputError` when the GPU's compute mode lets only one process hold a context."""
+    mode = compute_mode(target.nvml_index) if target.nvml_index is not None else None
+    problem = compute_mode_problem(mode)
+    if problem:
+        raise InputError(problem, field="device", valid="a GPU in DEFAULT compute mode (nvidia-smi -c DEFAULT, "
+                                                         "by its administrator)")
+
+
+def runs_to_measure(planned: list[Run], finished: set[str], baselines: dict[JobType, SoloBaseline]) -> list[Run]:
+    """The planned runs not yet finished, plus the solos of any job type that a remaining group needs and
+    whose baseline this session lacks (measured in an earlier session: another machine, maybe), in plan
+    order, so that a block resumed midway measures its solos again before its groups."""
+    todo_ids = {run.run_id for run in planned if run.run_id not in finished}
+    needed = {job for run in planned if run.run_id in todo_ids and len(run.cell.jobs) > 1 for job in run.cell.jobs
+              if job not in baselines or baselines[job].status != STATUS_INFEASIBLE}
+    again = {run.run_id for run in planned if run.cell.sharing == SHARING_SOLO and run.cell.jobs[0] in needed
+             and run.run_id not in todo_ids}
+    return [run for run in planned if run.run_id in todo_ids or run.run_id in again]
 
 
 def _profile_kernels_once(spec: CampaignSpec, store: ResultsStore, job: JobType, todo: list[Run]) -> str | None:
@@ -253,19 +294,22 @@ def run_campaign(
         if typed not in spec.gpu_types:
             raise InputError(f"this machine's device is of type '{typed}'", field="gpu_types",
                              valid="a list including it, or --backend ray to route runs to other types")
+    refuse_exclusive_mode(target)
     stale = reap_stale_daemons() if target.nvml_index is not None else []
-    meta, session = open_session(store, build_meta(spec, target),
+    session_id = new_session_id()
+    meta, session = open_session(store, build_meta(spec, target), session_id=session_id,
                                  stale_mps_daemons_quit=[str(root) for root in stale])
 
     planned = runs if runs is not None else plan_runs(spec)
     if typed is not None:
         planned = runs_for_gpu_type(planned, typed)
-    finished = store.finished_run_ids()
-    todo = [run for run in planned if run.run_id not in finished]
     gpu_type = typed or target.gpu_type  # baselines from rows of this GPU type only
 
     def current_baselines() -> dict[JobType, SoloBaseline]:
-        return baselines_from(store, gpu_type, typed_cells=typed is not None)
+        return baselines_from(store, gpu_type, typed_cells=typed is not None, session_id=session_id)
+
+    todo = runs_to_measure(planned, store.finished_run_ids(), current_baselines())
+    session["solos_measured_again"] = [r.run_id for r in todo if r.run_id in store.finished_run_ids()]
 
     baselines = current_baselines()
     tally = SessionTally(len(planned), len(planned) - len(todo), on_progress)
@@ -273,7 +317,8 @@ def run_campaign(
         with sigterm_as_interrupt(), WorkerPool(spec, target) as pool:
             for position, run in enumerate(todo):
                 pids_hook = (lambda pids, run=run: on_run_start(run, pids)) if on_run_start else None
-                record = execute_run(run, spec, target, baselines, pool=pool, on_pids=pids_hook)
+                record = execute_run(run, spec, target, baselines, pool=pool, on_pids=pids_hook,
+                                     session_id=session_id)
                 pool.retain(upcoming_block(todo, position))
                 store.append_run(record.run, record.jobs)
                 if run.cell.sharing == SHARING_SOLO:

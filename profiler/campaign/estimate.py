@@ -9,21 +9,30 @@ block; one MPS daemon per run of MPS runs) and charges each run:
 * the window: ``max(min_window_seconds, (min_window_iters + 1) · t'_max)`` plus the iteration the partners
   finish after the stop (at most 2 are in flight, so no longer queue drains);
 * fixed costs: barrier and stop, the MPS membership check, the results-store write; an MPS daemon cycle
-  (start, readiness, quit polling) whenever the mode switches to MPS.
+  (start, readiness, quit polling) whenever the mode switches to MPS, and the stop of the idle MPS clients
+  when a plain run follows;
+* evictions: a group that does not fit beside the idle workers stops them (they start cold again later);
+* windows: the campaign runs in device calls of ``window_budget_s``; each costs ``window_startup_s`` (machine,
+  imports, packing) and one preflight with its MPS probe (``probe_s``); the first also runs the GPU tests
+  (``first_window_tests_s``).
 
 Iteration times: ``t = batch · FLOPs per sample / achieved rate + launch overhead`` solo, and co-located
 ``t'_j = Σ t`` (δ = 1: no gain from sharing — the conservative end). Groups whose memory does not fit are
 refused by the pre-check and cost nothing; solos that do not fit cost a start and an OOM. All figures are
-:class:`EstimateAssumptions` fields, stated in results/BENCHMARKS.md; the first GPU window replaces them with
-measured solo times.
+:class:`EstimateAssumptions` fields (``colocate bench profiler --estimate SPEC --set NAME=VALUE`` changes
+any of them), stated in results/BENCHMARKS.md; measured solo times replace the FLOP-rate model where a
+results directory has them (``--results DIR``: :func:`measured_solo_times`).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 
-from profiler.campaign.cells import Run, plan_runs
+from profiler.campaign.cells import JobType, Run, plan_runs
 from profiler.campaign.pool import PLAIN, REWARM_ITERS, WorkerKey, mode_key, upcoming_block
 from profiler.campaign.spec import CampaignSpec
 
@@ -50,11 +59,53 @@ class EstimateAssumptions:
     context_mib: float = 500.0
     launch_overhead_s: float = 0.004  # per iteration (kernel launches of a small batch)
     process_start_s: float = 4.0  # fork from the torch-preloaded fork server, CUDA context, model build
-    autotune_s: float = 1.5  # cuDNN benchmark mode on the first warm-up iterations
+    autotune_s: float = 0.5  # first-iteration cuBLAS/cuDNN set-up (heuristic algorithms: no timed autotuning)
     run_overhead_s: float = 0.5  # barrier, progress lag, stop and result collection
     store_write_s: float = 0.2
     mps_check_s: float = 0.2
     mps_cycle_s: float = 3.0  # daemon start + answer + quit polling
+    mps_client_stop_s: float = 0.5  # per idle MPS client stopped before a plain run
+    eviction_s: float = 1.0  # stopping the idle workers so that a group fits
+    window_budget_s: float = 600.0  # one device call
+    window_startup_s: float = 60.0  # machine start, imports, packing the results, per call
+    probe_s: float = 15.0  # the preflight and its MPS probe, per call
+    first_window_tests_s: float = 150.0  # the GPU tests, first call only
+    solo_times_s: Mapping[str, float] = field(default_factory=dict)  # measured t by job type label ("resnet18@64")
+
+    def with_values(self, values: Mapping[str, str]) -> EstimateAssumptions:
+        """A copy with the named number fields set from text (``achieved_tflops`` sets the precision of the
+        spec as ``tf32:27``); raises ValueError naming the field and what is valid."""
+        numbers = {f.name for f in fields(self) if f.type in ("float", float)}
+        changes: dict[str, object] = {}
+        for name, text in values.items():
+            if name == "achieved_tflops":
+                precision, _, rate = text.partition(":")
+                changes[name] = {**self.achieved_tflops, precision: _positive(name, rate)}
+            elif name in numbers:
+                changes[name] = _positive(name, text)
+            else:
+                raise ValueError(f"unknown assumption '{name}' (valid: {', '.join(sorted(numbers))}, "
+                                 "achieved_tflops=PRECISION:RATE)")
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _positive(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name}={text!r} is not a number >= 0")
+    return value
+
+
+def measured_solo_times(results_dir: str | Path) -> dict[str, float]:
+    """Mean solo t by job type label from a results directory (every session's ok solos; empty when none)."""
+    from profiler.campaign.driver import baselines_from
+    from profiler.results.store import ResultsStore
+
+    baselines = baselines_from(ResultsStore(results_dir))
+    return {job.label: base.iter_time_s for job, base in baselines.items() if base.iter_time_s is not None}
 
 
 @dataclass(frozen=True)
@@ -65,17 +116,24 @@ class CampaignEstimate:
     warmup_s: float
     startup_s: float
     overhead_s: float
+    windows: int = 1  # device calls needed
+    per_window_s: float = 0.0  # their start-up, probes and the first call's tests
+    measured: int = 0  # job types whose t came from measured solos
 
     @property
     def total_s(self) -> float:
-        return self.window_s + self.warmup_s + self.startup_s + self.overhead_s
+        return self.window_s + self.warmup_s + self.startup_s + self.overhead_s + self.per_window_s
 
     @property
     def efficiency(self) -> float:
         return self.window_s / self.total_s if self.total_s else 0.0
 
 
-def solo_iteration_s(model: str, batch: int, image_size: int, precision: str, a: EstimateAssumptions) -> float:
+def solo_iteration_s(model: str, batch: int, image_size: int, precision: str, a: EstimateAssumptions,
+                     label: str | None = None) -> float:
+    """Measured t of job type ``label`` when the assumptions hold one, else the FLOP-rate model."""
+    if label is not None and label in a.solo_times_s:
+        return float(a.solo_times_s[label])
     flops = TRAIN_GFLOPS_224.get(model, 20.0) * 1e9 * (image_size / 224) ** 2 * batch
     return flops / (a.achieved_tflops[precision] * 1e12) + a.launch_overhead_s
 
@@ -98,6 +156,13 @@ def estimate_campaign(spec: CampaignSpec, a: EstimateAssumptions | None = None) 
     infeasible = 0
     daemon_up = False
     for position, run in enumerate(runs):
+        if warm and _needs_eviction(run, spec, a, idle):
+            overhead += a.eviction_s
+            idle = Counter()
+        if mode_key(run.cell) == PLAIN:  # a plain run stops the idle MPS clients (and their daemon) first
+            clients = sum(count for key, count in idle.items() if key.mode != PLAIN)
+            overhead += clients * a.mps_client_stop_s
+            idle = Counter({key: count for key, count in idle.items() if key.mode == PLAIN})
         cost = _run_cost(run, spec, a, idle if warm else Counter())
         if cost is None:
             infeasible += 1
@@ -120,7 +185,35 @@ def estimate_campaign(spec: CampaignSpec, a: EstimateAssumptions | None = None) 
             idle = idle & keep
         if not any(key.mode != PLAIN for key in idle):
             daemon_up = False  # no idle client needs it: the pool quits the daemon
-    return CampaignEstimate(len(runs), infeasible, window, warmup, startup, overhead)
+    measured = len({j.label for r in runs for j in r.cell.jobs if j.label in a.solo_times_s})
+    work = window + warmup + startup + overhead
+    usable = max(a.window_budget_s - a.window_startup_s - a.probe_s, 1.0)
+    windows = max(1, math.ceil((work + a.first_window_tests_s) / usable))
+    per_window = windows * (a.window_startup_s + a.probe_s) + a.first_window_tests_s
+    return CampaignEstimate(len(runs), infeasible, window, warmup, startup, overhead, windows, per_window, measured)
+
+
+def _memory(job: JobType, spec: CampaignSpec, a: EstimateAssumptions) -> float:
+    return memory_mib(job.model, job.batch_size, spec.image_size, job.precision, a)
+
+
+def _needs_eviction(run: Run, spec: CampaignSpec, a: EstimateAssumptions, idle: Counter[WorkerKey]) -> bool:
+    """Whether ``run`` fits an empty GPU but not beside the idle workers it does not use (the pool evicts)."""
+    need = sum(_memory(j, spec, a) for j in run.cell.jobs)
+    if need > a.memory_mib:
+        return False
+    spare = Counter(idle)
+    for job in run.cell.jobs:
+        spare[WorkerKey(job, mode_key(run.cell))] -= 1
+    # an idle worker emptied its allocator cache: it holds weights, gradients, momentum and its context
+    held = sum((_memory(key.job, spec, a) - _activations(key.job, spec)) * count
+               for key, count in spare.items() if count > 0)
+    return need + held > a.memory_mib
+
+
+def _activations(job: JobType, spec: CampaignSpec) -> float:
+    activations = ACTIVATION_MIB_224.get(job.model, 100.0) * (spec.image_size / 224) ** 2 * job.batch_size
+    return activations / 2 if job.precision == "bf16" else activations
 
 
 def _run_cost(run: Run, spec: CampaignSpec, a: EstimateAssumptions,
@@ -130,7 +223,7 @@ def _run_cost(run: Run, spec: CampaignSpec, a: EstimateAssumptions,
     need = sum(memory_mib(j.model, j.batch_size, spec.image_size, j.precision, a) for j in jobs)
     if len(jobs) > 1 and need > a.memory_mib:
         return None
-    solo = [solo_iteration_s(j.model, j.batch_size, spec.image_size, j.precision, a) for j in jobs]
+    solo = [solo_iteration_s(j.model, j.batch_size, spec.image_size, j.precision, a, j.label) for j in jobs]
     available = Counter(idle)
     warmup = startup = 0.0
     for job, t in zip(jobs, solo):

@@ -12,6 +12,10 @@ once and kept for the runs of that mode; it is stopped (after its clients: ``qui
 any run of a plain mode, and when no idle client needs it any more. Workers get the environment the mode's
 ``worker_environment`` hook gives: plain modes a private, empty ``CUDA_MPS_PIPE_DIRECTORY`` (and no inherited
 ``CUDA_MPS_*`` variables), so no MPS daemon on the host can capture them.
+
+A mode whose service failed here (the daemon did not start, or a client could not reach it) is remembered as
+broken for the rest of the session (:meth:`WorkerPool.mark_broken`): its later runs are skipped at once with
+the first failure's reason instead of each waiting for another daemon start.
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ import multiprocessing as mp
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from common.errors import SharingUnavailable
 from profiler.campaign.cells import Cell, JobType, Run
 from profiler.campaign.spec import CampaignSpec
 from profiler.gpu.devices import DeviceTarget
@@ -96,6 +101,7 @@ class WorkerPool:
     daemon: Any = None  # the running service's handle (MPS: our MpsDaemon), owned by ``service_mode``
     service_mode: SharingMode | None = None
     started: int = 0
+    broken: dict[str, str] = field(default_factory=dict)  # mode name -> why its service failed this session
 
     def __post_init__(self) -> None:
         if self.reuse is None:
@@ -116,10 +122,16 @@ class WorkerPool:
         Raises :class:`common.errors.SharingUnavailable` when the cell's mode cannot start its service.
         """
         mode = sharing_mode(cell.sharing)
+        if mode.name in self.broken:
+            raise SharingUnavailable(f"{mode.label} failed earlier in this session: {self.broken[mode.name]}")
         if mode.start_service is None or self.service_mode not in (None, mode):
             self._close_service()  # never measure a plain run beside our own daemon
         if mode.start_service is not None and self.daemon is None:
-            self.open_service(mode)
+            try:
+                self.open_service(mode)
+            except SharingUnavailable as exc:
+                self.broken[mode.name] = str(exc)
+                raise
         chosen: list[Worker] = []
         for job in cell.jobs:
             key = WorkerKey(job, mode_key(cell))
@@ -136,6 +148,26 @@ class WorkerPool:
         assert mode.start_service is not None and self.daemon is None
         self.daemon = mode.start_service(self.target.pin, self.target.nvml_index)
         self.service_mode = mode
+
+    def mark_broken(self, cell: Cell, reason: str) -> None:
+        """``cell``'s mode failed its clients here: skip its later runs this session (see the module doc)."""
+        self.broken.setdefault(sharing_mode(cell.sharing).name, reason)
+
+    def check_clients_needed(self, cell: Cell | None) -> bool:
+        """Whether ``cell``'s workers are clients of a running service (whose failures are the service's)."""
+        return cell is not None and sharing_mode(cell.sharing).start_service is not None and self.daemon is not None
+
+    def idle_memory_mib(self, target: DeviceTarget, baselines: Mapping[JobType, Any]) -> float:
+        """Device memory the idle workers hold: NVML's per-process figure, else their job type's solo need."""
+        from profiler.gpu.nvml import process_memory_mib
+
+        held = 0.0
+        for worker in self.idle:
+            measured = process_memory_mib(target.nvml_index, worker.pid) if target.nvml_index is not None else None
+            base = baselines.get(worker.key.job)
+            estimate = base.memory_need_mib(self.spec.memory_headroom_mib) if base is not None else 0.0
+            held += measured if measured is not None else estimate
+        return held
 
     def check_clients(self, cell: Cell, workers: Sequence[Worker]) -> str | None:
         """Why ``workers`` are not served by ``cell``'s service (they ran as plain CUDA), or None."""

@@ -57,6 +57,7 @@ class DeviceTarget:
     gpu_type: str
     memory_total_mib: float | None
     uuid: str | None = None  # NVML UUID: how the MPS daemon is pinned (indices can be renumbered)
+    driver: str | None = None  # NVIDIA driver version (NVML)
 
     @property
     def pin(self) -> str | None:
@@ -92,4 +93,4 @@ def resolve_device(spec_device: str) -> DeviceTarget:
     uuid = next((gpu["uuid"] for gpu in inventory if gpu["index"] == nvml_index), None)
     name = info.get("name", f"CUDA device {physical}")
     return DeviceTarget(spec_device, "cuda:0", physical, nvml_index, name, gpu_type_from_name(name),
-                        info.get("memory_total_mib"), uuid)
+                        info.get("memory_total_mib"), uuid, info.get("driver"))

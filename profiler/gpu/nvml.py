@@ -141,6 +141,16 @@ def compute_mode(index: int) -> str | None:
     return _with_nvml(query, None)
 
 
+def compute_mode_problem(mode: str | None) -> str | None:
+    """Why a campaign cannot run on a GPU in compute mode ``mode`` (None: it can, or NVML does not say)."""
+    if mode is None or mode == "DEFAULT":
+        return None
+    if mode == "PROHIBITED":
+        return "the GPU's compute mode is PROHIBITED: no process may create a CUDA context"
+    return (f"the GPU's compute mode is {mode}: one process at a time may hold a context, but idle warm "
+            "workers keep theirs and a time-sliced group needs two or three at once")
+
+
 def mps_client_pids(index: int) -> set[int]:
     """Pids NVML lists as MPS compute processes on GPU ``index`` (empty without NVML)."""
     def query(nvml: Any) -> set[int]:

@@ -24,7 +24,14 @@ from profiler.gpu.mps import (
     start_daemon,
     stop_daemon,
 )
-from profiler.gpu.nvml import compute_mode, device_info, gpm_supported, mps_client_pids, nvml_status
+from profiler.gpu.nvml import (
+    compute_mode,
+    compute_mode_problem,
+    device_info,
+    gpm_supported,
+    mps_client_pids,
+    nvml_status,
+)
 
 # The tiny client: initialise CUDA (this is when it connects to the daemon), run a kernel, say "ready",
 # then wait for a line on stdin so the coordinator can check membership while the context is alive.
@@ -73,9 +80,9 @@ def _gpu_checks(device: str) -> tuple[list[Check], Any]:
     free, total = info.get("memory_free_mib"), info.get("memory_total_mib")
     checks.append(Check("memory", None, f"{free:.0f} MiB free of {total:.0f} MiB"))
     mode = compute_mode(target.nvml_index)
-    usable = mode in ("DEFAULT", "EXCLUSIVE_PROCESS")
-    checks.append(Check("compute mode", usable, f"{mode}" + ("" if usable else
-                                                           " — campaigns need DEFAULT or EXCLUSIVE_PROCESS")))
+    problem = compute_mode_problem(mode) if mode is not None else "NVML did not report the compute mode"
+    checks.append(Check("compute mode", problem is None, f"{mode}" + ("" if problem is None else
+                                                                    f" — {problem}; campaigns need DEFAULT")))
     gpm_ok, gpm_why = gpm_supported(target.nvml_index)
     checks.append(Check("GPM", None, f"{'yes' if gpm_ok else 'no'} ({gpm_why})"))
     return checks, target

@@ -20,6 +20,7 @@ from typing import Any
 PRECISIONS = ("fp32", "tf32", "bf16")
 DEFAULT_PRECISION = "fp32"
 DEFAULT_SEQ_LEN = 128
+CUDNN_BENCHMARK = False  # fixed (heuristic) cuDNN algorithms in every mode; see make_training_step
 
 
 def set_math_mode(precision: str) -> None:
@@ -47,7 +48,10 @@ def make_training_step(model_name: str, batch_size: int, *, image_size: int, num
     target = torch.device(device)
     if target.type == "cuda":
         torch.cuda.set_device(target)
-        torch.backends.cudnn.benchmark = True  # autotuned during warm-up, before the jobs meet
+        # cuDNN's heuristics, not timed autotuning: the choice depends only on shapes and GPU, so an MPS client
+        # (a new process) and a time-sliced worker run the same convolution algorithms as the solo run did —
+        # autotuning would time candidates under whatever contention there is and add that noise to δ.
+        torch.backends.cudnn.benchmark = CUDNN_BENCHMARK
     model = build_model(model_name, num_classes=num_classes, image_size=image_size).to(target)
     inputs, labels = synthetic_inputs(model_name, batch_size, image_size=image_size, num_classes=num_classes,
                                       seq_len=seq_len, device=target, seed=seed)

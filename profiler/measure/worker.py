@@ -18,16 +18,18 @@ On CUDA each iteration's end is a CUDA event (no per-iteration synchronize: that
 measured), converted to host time through one anchor taken after a synchronize at the window start. At
 most :data:`MAX_IN_FLIGHT` iterations are queued ahead of the GPU, so a stop does not drain a long queue.
 
-Memory: after each warm-up the allocator cache is emptied and the peak statistics reset, so the reported
-peaks (allocated and reserved) are those of steady-state iterations, not of cuDNN's autotuning workspaces.
-Between runs an idle worker empties its cache again, so idle workers hold only weights, optimizer state and
-their context.
+Memory: after each warm-up the allocator cache is emptied (dropping one-off workspaces), then one more
+iteration re-grows it to its steady-state size *before* the peak statistics are reset and the window may
+start: no ``cudaMalloc`` happens inside the timed window, and the reported peaks (allocated and reserved)
+are those of steady-state iterations. Between runs an idle worker empties its cache again, so idle workers
+hold only weights, optimizer state and their context; the next warm-up re-grows it the same way.
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import math
 import os
 import resource
 import signal
@@ -149,7 +151,7 @@ class _Job:
                                        num_classes=config.num_classes, device=self.device, seed=config.seed,
                                        precision=config.precision, seq_len=config.seq_len)
         mps_env = {k: v for k, v in os.environ.items() if k.startswith("CUDA_MPS_") or k == "CUDA_VISIBLE_DEVICES"}
-        conn.send(("hello", {"pid": os.getpid(), "env": mps_env}))
+        conn.send(("hello", {"pid": os.getpid(), "env": mps_env, "at": time.perf_counter()}))
 
     def serve(self) -> None:
         while True:
@@ -174,6 +176,8 @@ class _Job:
         if self.on_cuda:
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
+            self.step()  # re-grow the cache to its steady-state size outside the window
+            torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         self.ranges.pop()
         device_name = torch.cuda.get_device_name(self.device) if self.on_cuda else "cpu"
@@ -198,8 +202,10 @@ class _Job:
         ends: list[float] = []
         pending: deque[Any] = deque()
         anchor: Any = None
+        reserved_at_start = math.nan
         if self.on_cuda:
             torch.cuda.synchronize(self.device)
+            reserved_at_start = torch.cuda.memory_reserved(self.device) / 2**20  # vs the window's peak: no regrowth
             anchor = torch.cuda.Event(enable_timing=True)
             anchor.record()
         start = time.perf_counter()
@@ -246,4 +252,5 @@ class _Job:
             torch.cuda.synchronize(self.device)
             resolve(block=True)
         self.ranges.pop()
-        conn.send(("result", {"ends": ends, "start": start, **self.memory()}))
+        conn.send(("result", {"ends": ends, "start": start, "reserved_at_start_mib": reserved_at_start,
+                              **self.memory()}))

@@ -44,10 +44,14 @@ RUN_COLUMNS: tuple[str, ...] = (
     "window_s",  # length of the common overlap window
     "wall_s",  # wall time of the whole run incl. process start and warm-up
     "started_at",  # ISO-8601 UTC
+    "session_id",  # the campaign invocation that measured the run: a pair's δ uses solos of its own session
+    "host",  # hostname of the machine that measured it
+    "gpu_uuid",  # NVML UUID of the GPU (two machines with the same GPU model are two GPUs)
+    "driver",  # NVIDIA driver version
     "sm_clock_mean_mhz",
     "sm_clock_min_mhz",
     "clock_event_reasons",  # union of NVML clock-event (throttle) reasons seen in the window, "|"-joined
-    "memory_used_max_mib",  # NVML device memory used, max over the window
+    "memory_used_max_mib",  # NVML device memory used, max over the window: device-wide, idle workers included
     "gpu_util_mean",  # NVML utilization.gpu: % of time any kernel ran — NOT occupancy
     "gpm_sm_occupancy_mean",  # NVML GPM SM occupancy (Hopper+), % of max warps
     "gpm_sm_util_mean",
@@ -70,7 +74,7 @@ JOB_COLUMNS: tuple[str, ...] = (
     "iters_in_window",
     "peak_memory_mib",  # steady-state torch max_memory_reserved after warm-up (GPU) or max RSS growth (CPU)
     "peak_allocated_mib",  # steady-state torch max_memory_allocated after warm-up (GPU); RSS growth (CPU)
-    "nvml_process_memory_mib",  # NVML device memory of the process, CUDA context included (solo runs)
+    "nvml_process_memory_mib",  # NVML device memory of the job's process after the window, context included
     "precision",
     "status",
     "error",

@@ -1,5 +1,8 @@
 """The results directory of a campaign: runs.parquet, jobs.parquet, kernels.parquet, meta.json (+ CSVs).
 
+Where no Parquet engine is installed (a bare GPU image) the tables are CSV only; the store reads them and,
+on a machine with pyarrow, writes the Parquet files again on the first read.
+
 Appends are atomic and keyed by ``run_id``: each write goes to a temporary file that replaces the old one
 with ``os.replace``, jobs before runs, and ``runs.parquet`` is the commit record — job rows whose run is not
 in it (a kill between the two writes) are ignored and overwritten. A killed campaign therefore loses at most
@@ -14,7 +17,12 @@ from typing import Any
 
 import pandas as pd
 
-from common.files import RESULT_FILE_MODE, atomic_write_json, atomic_write_table  # noqa: F401  (mode: re-exported)
+from common.files import (  # noqa: F401  (mode: re-exported)
+    RESULT_FILE_MODE,
+    atomic_write_json,
+    atomic_write_table,
+    parquet_available,
+)
 from profiler.results.schema import (  # noqa: F401  (file names: re-exported)
     JOB_COLUMNS,
     JOBS_FILE,
@@ -35,6 +43,15 @@ def _frame(rows: Iterable[Mapping[str, Any]], columns: tuple[str, ...]) -> pd.Da
     return frame[list(columns)]
 
 
+def _read_csv(path: Path) -> pd.DataFrame:
+    """A table's CSV copy: empty cells are missing values, except in text columns (an empty error is "")."""
+    frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    for column in ("error", "clock_event_reasons"):
+        if column in frame.columns:
+            frame[column] = frame[column].astype(object).where(frame[column].notna(), "").astype(str)
+    return frame
+
+
 class ResultsStore:
     """Read and append the tables of one results directory."""
 
@@ -43,9 +60,16 @@ class ResultsStore:
 
     # -- reading -------------------------------------------------------------------------------------
     def _read(self, name: str, columns: tuple[str, ...]) -> pd.DataFrame:
-        path = self.root / name
+        path, csv_path = self.root / name, (self.root / name).with_suffix(".csv")
+        if not path.is_file() and csv_path.is_file():  # written where no Parquet engine was installed
+            frame = _read_csv(csv_path)
+            if parquet_available():
+                self._write_table(name, frame)  # Parquet again, for the analysis
+            return frame
         if not path.is_file():
             return _frame([], columns)
+        if not parquet_available() and csv_path.is_file():
+            return _read_csv(csv_path)
         try:
             return pd.read_parquet(path)
         except Exception as exc:  # pyarrow raises several types for a truncated or foreign file
@@ -59,9 +83,9 @@ class ResultsStore:
 
         path, csv_path = self.root / name, (self.root / name).with_suffix(".csv")
         try:
-            frame = pd.read_csv(csv_path, keep_default_na=False, na_values=[""])
-            if tuple(frame.columns) != columns:
-                raise ValueError("its columns differ from the schema")
+            frame = _read_csv(csv_path)
+            if columns[0] not in frame.columns or not set(frame.columns) <= set(columns):
+                raise ValueError("its columns differ from the schema")  # (older files lack newer columns)
         except Exception as csv_exc:
             why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
             raise InputError(f"{name} is damaged ({why}) and {csv_path.name} cannot replace it "
