@@ -222,3 +222,66 @@ def test_a_held_lock_is_waited_for_a_bounded_time(tmp_path: Path, monkeypatch: p
         holder.execute("ROLLBACK")
         holder.close()
     assert run_cli("submit", str(job), "--state", str(state))[0] == 0  # free again: it goes in
+
+
+# -- import-pairs -------------------------------------------------------------------------------------------
+PAIRS = b"""job_a,job_b,gpu_type,time_a,time_b,speed_a,speed_b
+resnet18@32,vgg11@32,v100,0.05,0.08,0.7,0.6
+resnet18@32,resnet50@16,v100,0.05,0.2,0.8,0.5
+"""
+
+
+@FUZZ
+@given(ops=OPS)
+def test_pair_table(tmp_path_factory: pytest.TempPathFactory, ops: list) -> None:
+    work = tmp_path_factory.mktemp("pairs")
+    table = write(work / "pairs.csv", mutate(PAIRS, ops))
+    check(run_cli("import-pairs", str(table), "--out", str(work / "out"), "--no-matrices"), table, "--")
+
+
+@pytest.mark.parametrize("row, line", [("resnet18@32,vgg11@32,v100,0.05,0.08,0.7,0.6,extra", 2),
+                                       ("resnet18@32,vgg11@32,v100", 2)])
+def test_ragged_rows_are_named_by_line(tmp_path: Path, row: str, line: int) -> None:
+    header = PAIRS.splitlines()[0].decode()
+    table = write(tmp_path / "pairs.csv", f"{header}\n{row}\n{PAIRS.decode().splitlines()[1]}\n")
+    code, _, err = run_cli("import-pairs", str(table), "--out", str(tmp_path / "out"))
+    assert code == 2 and f"line {line}" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_existing_results_directory_needs_force_which_clears_it(tmp_path: Path) -> None:
+    table = write(tmp_path / "pairs.csv", PAIRS)
+    out = tmp_path / "out"
+    assert run_cli("import-pairs", str(table), "--out", str(out))[0] == 0
+    stale = write(out / "matrices" / "stale.csv", "old")
+    meta = (out / "meta.json").read_bytes()
+    code, _, err = run_cli("import-pairs", str(table), "--out", str(out))
+    assert code == 2 and "--force" in err and stale.exists() and (out / "meta.json").read_bytes() == meta
+    assert run_cli("import-pairs", str(table), "--out", str(out), "--force")[0] == 0
+    assert not stale.exists() and (out / "runs.parquet").exists()
+
+
+@pytest.mark.parametrize("kind", ["other-directory", "file", "under-file", "state"])
+def test_import_out_that_is_not_a_results_directory(tmp_path: Path, kind: str) -> None:
+    table = write(tmp_path / "pairs.csv", PAIRS)
+    out = {"other-directory": tmp_path / "home", "file": table, "under-file": table / "x",
+           "state": tmp_path / "state" / "results"}[kind]
+    if kind == "other-directory":
+        keep = write(out.mkdir() or out / "thesis.tex", "precious")
+    if kind == "state":
+        _damage(tmp_path / "state", "none")
+    code, _, err = run_cli("import-pairs", str(table), "--out", str(out), "--force")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and ("--out" in err or "--force" in err), err
+    if kind == "other-directory":
+        assert keep.read_text() == "precious"  # --force clears only an earlier import
+
+
+def test_matrices_for_too_many_job_types_are_refused_with_the_reason(tmp_path: Path) -> None:
+    from colocate.pairs_import import MAX_MATRIX_JOB_TYPES
+
+    header = PAIRS.splitlines()[0].decode()
+    rows = [f"m{i}@8,m{i + 1}@8,v100,0.1,0.1,0.5,0.5" for i in range(MAX_MATRIX_JOB_TYPES)]
+    table = write(tmp_path / "pairs.csv", "\n".join([header, *rows]) + "\n")
+    code, _, err = run_cli("import-pairs", str(table), "--out", str(tmp_path / "out"))
+    assert code == 2 and "--no-matrices" in err and str(MAX_MATRIX_JOB_TYPES) in err, err
+    assert run_cli("import-pairs", str(table), "--out", str(tmp_path / "out"), "--no-matrices")[0] == 0
