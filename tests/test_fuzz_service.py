@@ -285,3 +285,42 @@ def test_matrices_for_too_many_job_types_are_refused_with_the_reason(tmp_path: P
     code, _, err = run_cli("import-pairs", str(table), "--out", str(tmp_path / "out"))
     assert code == 2 and "--no-matrices" in err and str(MAX_MATRIX_JOB_TYPES) in err, err
     assert run_cli("import-pairs", str(table), "--out", str(tmp_path / "out"), "--no-matrices")[0] == 0
+
+
+# -- leftovers of the first round ---------------------------------------------------------------------------
+def test_matrix_out_under_a_file(tmp_path: Path) -> None:
+    table = write(tmp_path / "pairs.csv", PAIRS)
+    assert run_cli("import-pairs", str(table), "--out", str(tmp_path / "res"), "--no-matrices")[0] == 0
+    code, _, err = run_cli("matrix", str(tmp_path / "res"), "--out", str(table / "m"))
+    assert code == 2 and "--out" in err and "under the file" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_device_that_does_not_exist_is_refused_by_a_dry_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    spec = write(tmp_path / "spec.yaml", "name: d\nmodels: [tiny_cnn]\nbatch_sizes: [4]\ndevice: cuda:99\n")
+    code, _, err = run_cli("profile", str(spec), "--dry-run", "--out", str(tmp_path / "out"))
+    assert code == 2 and "cuda:99" in err and "cpu, cuda:0" in err, err
+
+
+def test_a_header_only_jobs_csv_is_refused(tmp_path: Path) -> None:
+    from tests.test_fuzz_inputs import EXAMPLES
+
+    jobs = write(tmp_path / "jobs.csv", (EXAMPLES / "jobs-small.csv").read_text().splitlines()[0] + "\n")
+    code, _, err = run_cli("schedule", "--cluster", str(EXAMPLES / "cluster-small.yaml"), "--jobs", str(jobs))
+    assert code == 2 and "header only" in err and str(jobs) in err, err
+
+
+R18, R50 = "('ResNet-18 (batch size 64)', 1)", "('ResNet-50 (batch size 32)', 1)"
+
+
+@pytest.mark.parametrize("data", [
+    {"v100": {R18: {"null": 10.0, "('Unknown (batch size 1)', 1)": [5.0, 3.0]}, R50: {"null": 6.0}}},
+    {"v100": {R18: {"null": 10.0, "(garbage": [5.0, 3.0]}, R50: {"null": 6.0}}},
+    {"v100": {R18: {"null": 10.0}, "ResNet-18 (batch size 64)": {"null": 9.0}, R50: {"null": 6.0}}},
+], ids=["unknown-partner", "broken-partner-key", "one-job-twice"])
+def test_malformed_gavel_files_are_one_line_errors(tmp_path: Path, data: dict) -> None:
+    import json
+
+    source = write(tmp_path / "gavel.json", json.dumps(data))
+    code, _, err = run_cli("import-gavel", str(source), "--out", str(tmp_path / "out"))
+    assert code == 2 and str(source) in err and len(err.strip().splitlines()) == 1, err

@@ -27,11 +27,13 @@ def profile(
     from colocate.errors import InputError
     from colocate.summary import cell_summary
     from profiler.cells import plan_runs
+    from profiler.devices import check_device_exists
     from profiler.outdir import directory_lock
     from profiler.spec import load_spec
     from profiler.store import ResultsStore
 
     spec = load_spec(spec_path)
+    check_device_exists(spec.device, source=spec_path)
     out = out or Path("results") / spec.name
     runs = plan_runs(spec)
     if dry_run:

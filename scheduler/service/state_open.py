@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from profiler.errors import InputError
+from profiler.outdir import refuse_state_target  # noqa: F401  (re-exported: --out checks)
 
 DEFAULT_LOCK_WAIT_S = 5.0
 LOCK_WAIT_ENV = "COLOCATE_STATE_LOCK_WAIT_S"
@@ -156,13 +157,3 @@ def _create(conn: sqlite3.Connection, schema: str, version: str) -> None:
             conn.execute(statement)
     conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (version,))
     conn.execute("COMMIT")
-
-
-def refuse_state_target(path: str | Path, *, field: str = "--out") -> None:
-    """Refuse an output path that is a state database or lies in a state directory (``learned --out
-    S/state.db`` would overwrite the scheduler's state)."""
-    out = Path(path).absolute()
-    for parent in [out, *out.parents]:
-        if parent.name == "state.db" or (parent.is_dir() and (parent / "state.db").is_file()):
-            raise InputError("is inside a scheduler state directory", source=path, field=field,
-                             valid="a path outside the --state directory")
