@@ -41,9 +41,10 @@ from profiler.schema import JOB_COLUMNS, RUN_COLUMNS, SHARING_SOLO, STATUS_INFEA
 from profiler.sharing import sharing_mode, sharing_mode_names
 
 # Compatibility matrices are square in the job types of one GPU type and sharing mode, and each comes with
-# a heatmap, a graph and ranked triples: beyond this many types they take minutes and gigabytes (300 types:
+# an annotated heatmap, a graph and ranked triples: beyond this many types they take minutes (64 types: 40 s
+# of CPU, most of it drawing 4,096 annotated cells; 300 types:
 # over 10 minutes, 19 GB), and no heatmap of them is readable. Above it, --matrices is refused with the reason.
-MAX_MATRIX_JOB_TYPES = 64
+MAX_MATRIX_JOB_TYPES = 32
 RESULT_FILES = ("meta.json", "runs.parquet", "jobs.parquet", "runs.csv", "jobs.csv")
 
 CANONICAL = ("job_a", "job_b", "gpu_type", "sharing", "time_a", "time_b", "colocated_time_a", "colocated_time_b",

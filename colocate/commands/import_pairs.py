@@ -21,7 +21,7 @@ def import_pairs(
     sharing: str = typer.Option(None, "--sharing", help="Sharing mode for rows without a sharing column "
                                                         "[default: timeslice]."),
     matrices: bool = typer.Option(True, "--matrices/--no-matrices", help="Also write compatibility matrices to "
-                                                                        "OUT/matrices (at most 64 job types)."),
+                                                                        "OUT/matrices (at most 32 job types per GPU type)."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier import in OUT (its files are removed first)."),
 ) -> None:
     """Convert a pair table (solo and co-located times, or speeds t/t′) into our results schema."""

@@ -166,7 +166,8 @@ class StateStore:
         lock (default :func:`lock_wait`)."""
         from scheduler.service.state_open import check_state_dir, open_database
 
-        self.dir = check_state_dir(state_dir, create=create and not readonly)
+        # absolute: group documents store paths under it, and a server restarted elsewhere must find them
+        self.dir = check_state_dir(state_dir, create=create and not readonly).absolute()
         self.path = self.dir / DB_NAME
         self.readonly = readonly
         self.lock_wait_s = lock_wait() if lock_wait_s is None else lock_wait_s
