@@ -22,7 +22,7 @@ column                               meaning
 A row needs solo times (``time_*`` or ``throughput_*``) and either co-located times or speeds. A row with
 ``status = infeasible`` (or speeds both 0) is an infeasible pair and needs no co-located figures. Solo
 baselines: one solo run per GPU type and job type, t = the mean over the rows that give it. Every bad value
-is one :class:`~colocate.errors.InputError` naming the file, the row and the column as the file names it.
+is one :class:`~common.errors.InputError` naming the file, the row and the column as the file names it.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from colocate.errors import InputError
 from colocate.gavel import GavelImport
 from colocate.results import JOB_NUMERIC, RUN_NUMERIC, sort_job_types, split_job_type, typed_frame
-from profiler.names import shown
-from profiler.schema import JOB_COLUMNS, RUN_COLUMNS, SHARING_SOLO, STATUS_INFEASIBLE, STATUS_OK
-from profiler.sharing import sharing_mode, sharing_mode_names
+from common.errors import InputError
+from common.names import shown
+from profiler.gpu.sharing import sharing_mode, sharing_mode_names
+from profiler.results.schema import JOB_COLUMNS, RUN_COLUMNS, SHARING_SOLO, STATUS_INFEASIBLE, STATUS_OK
 
 # Compatibility matrices are square in the job types of one GPU type and sharing mode, and each comes with
 # an annotated heatmap, a graph and ranked triples: beyond this many types they take minutes (64 types: 40 s
@@ -83,7 +83,7 @@ def _check_canonical(name: str, source: str | Path) -> None:
 
 def load_column_map(path: str | Path) -> PairColumns:
     """A YAML file ``{columns: {canonical: theirs}, defaults: {canonical: value}}``."""
-    from profiler.safe_load import load_yaml
+    from common.safe_load import load_yaml
 
     p = Path(path)
     if not p.is_file():
@@ -236,7 +236,7 @@ def _read_csv(path: Path) -> _Table:
     header is an error naming its line — pandas would silently shift it into an index column."""
     import csv
 
-    from profiler.safe_load import read_text
+    from common.safe_load import read_text
 
     text = read_text(path, field="FILE.csv", what="pair table")
     numbered = [(n, line.split("#", 1)[0]) for n, line in enumerate(text.splitlines(), start=1)]
@@ -376,7 +376,7 @@ def prepare_results_dir(out: str | Path, *, force: bool, clear: bool = True) -> 
     scheduler state directory. ``clear=False`` only checks (before the conversion: fail fast)."""
     import shutil
 
-    from profiler.outdir import prepare_out_dir
+    from profiler.campaign.outdir import prepare_out_dir
     from scheduler.service.state_open import refuse_state_target
 
     path = Path(out)

@@ -114,7 +114,7 @@ def test_infeasible_jobs_are_refused_with_the_reason(tmp_path: Path, change: dic
     job = write(tmp_path / "job.yaml", yaml.safe_dump(data))
     for extra in (["--cluster", str(cluster)], []):  # given, or the one a server recorded
         if not extra:
-            from scheduler.cluster import load_cluster
+            from scheduler.model.cluster import load_cluster
             from scheduler.service.admission import record_cluster
             from scheduler.service.state import StateStore
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.cluster import cluster_from_dict
 from scheduler.executor.registry import make_executor
 from scheduler.executor.supervise import EXIT_FILE, process_alive, read_json, spawn_supervisor
+from scheduler.model.cluster import cluster_from_dict
 from scheduler.service.jobspec import job_from_dict
 from scheduler.service.server import ServeConfig, Server
 from scheduler.service.state import StateStore

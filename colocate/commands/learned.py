@@ -33,7 +33,7 @@ def learned(
         refuse_state_target(out)
     view = learned_view(StateStore(state, create=False, readonly=True))
     if out is not None:
-        from colocate.colocation_table import write_colocation_table
+        from scheduler.formats.colocation_table import write_colocation_table
 
         if not view["colocation"]:
             console.print("no packed pair has been measured yet; nothing written")

@@ -25,16 +25,16 @@ def matrix(
     from rich.table import Table
 
     from colocate.commands._output import console
-    from colocate.errors import InputError
     from colocate.gavel import load_inputs
     from colocate.matrix import METRICS, write_matrices
+    from common.errors import InputError
 
     if metric not in METRICS:
         raise InputError(f"unknown metric '{metric}'", field="--metric", valid=", ".join(METRICS))
     results = load_inputs(results_dirs or [], gavel or [], gpu_types=gpu_type or None)
     if out is None:
         out = (results_dirs[0] if results_dirs else Path("results") / "gavel") / "matrices"
-    from profiler.outdir import prepare_out_dir
+    from profiler.campaign.outdir import prepare_out_dir
 
     prepare_out_dir(out)  # a file, under a file, not writable: one line, before any work
     outputs = write_matrices(results, out, metric=metric, by_batch=by_batch, plots=plots)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from profiler.errors import InputError
+from common.errors import InputError
 from scheduler.service.jobspec import JobSpec
 from scheduler.service.state import FAILED, QUEUED, JobRow, StateStore
 
@@ -28,7 +28,7 @@ WAITING = "waiting: "  # prefix of the error column of a job that cannot run on 
 
 
 def cluster_gpus(cluster: Any) -> dict[str, int]:
-    """GPUs per type of a :class:`~scheduler.cluster.Cluster` (what feasibility needs)."""
+    """GPUs per type of a :class:`~scheduler.model.cluster.Cluster` (what feasibility needs)."""
     return {t.name: t.total_gpus for t in cluster}
 
 

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from profiler.errors import InputError
+from common.errors import InputError
 from scheduler.service.admission import check_feasible, cluster_gpus, known_cluster
 from scheduler.service.jobspec import load_job
 from scheduler.service.state import FINAL_STATES, StateStore
@@ -20,7 +20,7 @@ def submit_job(job_file: str | Path, state_dir: str | Path, cluster_path: str | 
     """Validate ``job_file`` (against ``cluster_path``, else the cluster the last server recorded) and queue it."""
     gpus = None
     if cluster_path is not None:
-        from scheduler.cluster import load_cluster
+        from scheduler.model.cluster import load_cluster
 
         gpus = cluster_gpus(load_cluster(cluster_path))
     spec = load_job(job_file, gpu_types=tuple(gpus) if gpus is not None else None)

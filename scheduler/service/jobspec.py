@@ -22,10 +22,10 @@ A job file is YAML::
 runs it again on every row it reads from the state database (a row written behind ``submit``'s back, or by
 an older version, fails *that job* with the reason instead of stopping the server). Whatever it accepts
 the server can schedule, name, fill in and store: every number has a finite range (:data:`BOUNDS`), names
-follow the one safe-name pattern (:mod:`profiler.names`), and a command template is filled in with
+follow the one safe-name pattern (:mod:`common.names`), and a command template is filled in with
 representative values of every placeholder — the way the server fills it — and must stay under
 :data:`MAX_COMMAND_CHARS`. The file itself is read by the same limited YAML loader as campaign specs
-(:mod:`profiler.safe_load`: size, nesting, aliases, encoding, duplicate keys). Nothing here imports torch:
+(:mod:`common.safe_load`: size, nesting, aliases, encoding, duplicate keys). Nothing here imports torch:
 model names are read from the model package's source when torch is not loaded yet.
 """
 
@@ -41,9 +41,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from profiler.bounds import MAX_BATCH, MAX_GPUS, check_number
-from profiler.errors import InputError
-from profiler.names import NAME_RULE, check_name, shown
+from common.bounds import MAX_BATCH, MAX_GPUS, check_number
+from common.errors import InputError
+from common.names import NAME_RULE, check_name, shown
 
 MAX_JOB_FILE_BYTES = 64 * 1024  # a job file is a dozen lines
 MAX_COMMAND_CHARS = 4096  # a command template, and the command once filled in
@@ -253,7 +253,7 @@ def _gpu_types(value: Any, source: str, known: tuple[str, ...] | None) -> tuple[
 
 def load_job(path: str | Path, gpu_types: tuple[str, ...] | None = None) -> JobSpec:
     """Read and validate a job YAML file (see the module docstring)."""
-    from profiler.safe_load import load_yaml
+    from common.safe_load import load_yaml
 
     p = Path(path)
     if not p.is_file():
@@ -269,7 +269,7 @@ def load_job(path: str | Path, gpu_types: tuple[str, ...] | None = None) -> JobS
 def spec_from_row(name: str, text: str, *, source: str) -> JobSpec:
     """The spec of a ``jobs`` row, validated again (the row may have been written behind ``submit``'s back):
     an :class:`InputError` naming the job when it is not one ``submit`` would have accepted."""
-    from profiler.safe_load import parse_json
+    from common.safe_load import parse_json
 
     where = f"{source}: job {shown(name)}"
     if not isinstance(text, str) or len(text) > MAX_JOB_FILE_BYTES:

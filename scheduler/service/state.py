@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profiler.errors import InputError
+from common.errors import InputError
 from scheduler.service.jobspec import JobSpec
 from scheduler.service.state_open import lock_wait
 

@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
-from profiler.errors import InputError
-from profiler.outdir import refuse_state_target  # noqa: F401  (re-exported: --out checks)
+from common.errors import InputError
+from profiler.campaign.outdir import refuse_state_target  # noqa: F401  (re-exported: --out checks)
 
 DEFAULT_LOCK_WAIT_S = 5.0
 LOCK_WAIT_ENV = "COLOCATE_STATE_LOCK_WAIT_S"
@@ -37,7 +37,7 @@ def lock_wait() -> float:
     text = os.environ.get(LOCK_WAIT_ENV, "")
     if not text:
         return DEFAULT_LOCK_WAIT_S
-    from profiler.bounds import check_number
+    from common.bounds import check_number
 
     try:
         value = float(text)
