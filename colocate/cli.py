@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "jobs",
     "cancel",
     "learned",
+    "state",
     "bench",
     "simulate",
     "compare",

@@ -134,6 +134,9 @@ def _scale_factor_entries(
         if factor != scale_factor:
             continue
         _, _, job_type = gavel_job_type(name)
+        if job_type in entries:
+            raise InputError(f"job keys {entries[job_type][0]!r} and {key!r} are the same job type {job_type!r}",
+                             source=path, field=f"{gpu}.{key}", valid="one key per job and scale factor")
         entries[job_type] = (key, entry)
         names[key] = job_type
     if not entries:
@@ -149,8 +152,14 @@ def _import_pairs(runs: list[dict[str, Any]], jobs: list[dict[str, Any]], campai
     for job_a in sort_job_types(entries):
         key_a, entry_a = entries[job_a]
         for key_b, value in entry_a.items():
-            if key_b == "null" or key_b not in names:
-                continue  # other scale factors
+            if key_b == "null":
+                continue
+            if key_b not in names:  # another scale factor's job; anything else is a broken key
+                if parse_gavel_key(key_b, path, gpu)[1] == parse_gavel_key(key_a, path, gpu)[1]:
+                    raise InputError(f"partner {key_b!r} is not a job of worker type {gpu!r}", source=path,
+                                     field=f"{gpu}.{key_a}.{key_b}", valid="partner keys that are job keys of the "
+                                                                         "same worker type")
+                continue
             job_b = names[key_b]
             if sort_job_types([job_a, job_b])[0] != job_a:
                 continue  # each unordered pair once, from its first job's entry

@@ -33,13 +33,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from colocate.gavel import GavelImport
 from colocate.results import JOB_NUMERIC, RUN_NUMERIC, sort_job_types, split_job_type, typed_frame
 from common.errors import InputError
+from common.names import shown
 from profiler.gpu.sharing import sharing_mode, sharing_mode_names
 from profiler.results.schema import JOB_COLUMNS, RUN_COLUMNS, SHARING_SOLO, STATUS_INFEASIBLE, STATUS_OK
+
+# Compatibility matrices are square in the job types of one GPU type and sharing mode, and each comes with
+# an annotated heatmap, a graph and ranked triples: beyond this many types they take minutes (64 types: 40 s
+# of CPU, most of it drawing 4,096 annotated cells; 300 types:
+# over 10 minutes, 19 GB), and no heatmap of them is readable. Above it, --matrices is refused with the reason.
+MAX_MATRIX_JOB_TYPES = 32
+RESULT_FILES = ("meta.json", "runs.parquet", "jobs.parquet", "runs.csv", "jobs.csv")
 
 CANONICAL = ("job_a", "job_b", "gpu_type", "sharing", "time_a", "time_b", "colocated_time_a", "colocated_time_b",
              "speed_a", "speed_b", "throughput_a", "throughput_b", "memory_a", "memory_b", "utilization_a",
@@ -77,16 +83,12 @@ def _check_canonical(name: str, source: str | Path) -> None:
 
 def load_column_map(path: str | Path) -> PairColumns:
     """A YAML file ``{columns: {canonical: theirs}, defaults: {canonical: value}}``."""
-    import yaml
+    from common.safe_load import load_yaml
 
     p = Path(path)
     if not p.is_file():
         raise InputError("column map not found", source=p, field="--columns", valid="a YAML file")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise InputError(f"not valid YAML ({type(err).__name__})", source=p, field="columns",
-                         valid="{columns: {job_a: ...}, defaults: {gpu_type: ...}}") from None
+    data = load_yaml(p, field="columns", what="column map") or {}
     if not isinstance(data, dict) or set(data) - {"columns", "defaults"}:
         raise InputError("expected the keys columns and/or defaults", source=p, field=str(next(iter(data), "")),
                          valid="columns, defaults")
@@ -101,15 +103,21 @@ def load_column_map(path: str | Path) -> PairColumns:
     return PairColumns(parts["columns"], parts["defaults"])
 
 
-def _cell(frame: pd.DataFrame, i: int, canonical: str, cols: PairColumns) -> str | None:
-    column = cols.column(canonical)
-    if column in frame.columns:
-        value = frame.at[i, column]
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-        if value is not None and not (isinstance(value, float) and math.isnan(value)) and not isinstance(value, str):
-            return str(value)
-    return cols.defaults.get(canonical)
+@dataclass(frozen=True)
+class _Table:
+    """The file's cells by column name (stripped strings, None for empty), and each row's line number."""
+
+    columns: dict[str, list[str | None]]
+    lines: list[int]
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+
+def _cell(frame: _Table, i: int, canonical: str, cols: PairColumns) -> str | None:
+    values = frame.columns.get(cols.column(canonical))
+    value = values[i] if values is not None else None
+    return value if value is not None else cols.defaults.get(canonical)
 
 
 def _positive(text: str | None, row: int, canonical: str, cols: PairColumns, source: Path, *,
@@ -137,8 +145,8 @@ class _Row:
     utilization: tuple[float | None, float | None]
 
 
-def _solo_time(frame: pd.DataFrame, i: int, side: str, cols: PairColumns, source: Path) -> float:
-    row = i + 2
+def _solo_time(frame: _Table, i: int, side: str, cols: PairColumns, source: Path) -> float:
+    row = frame.lines[i]
     t = _positive(_cell(frame, i, f"time_{side}", cols), row, f"time_{side}", cols, source)
     if t is not None:
         return t
@@ -150,9 +158,9 @@ def _solo_time(frame: pd.DataFrame, i: int, side: str, cols: PairColumns, source
                            "(iterations/s)")
 
 
-def _ratios(frame: pd.DataFrame, i: int, cols: PairColumns, source: Path, solo: tuple[float, float]
+def _ratios(frame: _Table, i: int, cols: PairColumns, source: Path, solo: tuple[float, float]
             ) -> tuple[float, float] | None:
-    row = i + 2
+    row = frame.lines[i]
     status = (_cell(frame, i, "status", cols) or STATUS_OK).lower()
     if status not in (STATUS_OK, STATUS_INFEASIBLE):
         raise InputError(f"row {row}: status {status!r}", source=source, field=cols.column("status"),
@@ -180,8 +188,8 @@ def _ratios(frame: pd.DataFrame, i: int, cols: PairColumns, source: Path, solo: 
                      f"{cols.column('speed_b')!r} (t/t')")
 
 
-def _parse_row(frame: pd.DataFrame, i: int, cols: PairColumns, source: Path) -> _Row:
-    row = i + 2
+def _parse_row(frame: _Table, i: int, cols: PairColumns, source: Path) -> _Row:
+    row = frame.lines[i]
     names = []
     for canonical in ("job_a", "job_b", "gpu_type"):
         value = _cell(frame, i, canonical, cols)
@@ -207,11 +215,7 @@ def read_pairs_table(path: str | Path, columns: PairColumns = PairColumns()) -> 
     p = Path(path)
     if not p.is_file():
         raise InputError("pair table not found", source=p, field="FILE.csv", valid="a CSV file path")
-    try:
-        frame = pd.read_csv(p, comment="#", dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise InputError(f"not a readable CSV ({type(err).__name__})", source=p, field="job_a",
-                         valid="a CSV with a header row") from None
+    frame = _read_csv(p)
     for canonical, theirs in columns.names.items():
         if theirs not in frame.columns:
             raise InputError(f"column {theirs!r} (mapped to {canonical}) is not in the header", source=p,
@@ -221,11 +225,41 @@ def read_pairs_table(path: str | Path, columns: PairColumns = PairColumns()) -> 
             raise InputError(f"no column {columns.column(canonical)!r}", source=p, field=canonical,
                              valid=f"header columns: {', '.join(frame.columns)} (map yours with "
                                    f"--column {canonical}=NAME)")
-    frame = frame.replace("", None)
     rows = [_parse_row(frame, i, columns, p) for i in range(len(frame))]
     if not rows:
         raise InputError("no pair rows", source=p, field="job_a", valid="at least one measured pair")
     return rows
+
+
+def _read_csv(path: Path) -> _Table:
+    """The CSV's cells (``#`` starts a comment, as in pandas); a row with more or fewer cells than the
+    header is an error naming its line — pandas would silently shift it into an index column."""
+    import csv
+
+    from common.safe_load import read_text
+
+    text = read_text(path, field="FILE.csv", what="pair table")
+    numbered = [(n, line.split("#", 1)[0]) for n, line in enumerate(text.splitlines(), start=1)]
+    numbered = [(n, line) for n, line in numbered if line.strip()]
+    if not numbered:
+        raise InputError("no header row", source=path, field="job_a", valid="a CSV with a header row")
+    try:
+        records = list(csv.reader([line for _, line in numbered], strict=True))
+    except csv.Error as err:
+        raise InputError(f"not a readable CSV ({err})", source=path, field="job_a",
+                         valid="a CSV with a header row") from None
+    header = [h.strip() for h in records[0]]
+    if len(set(header)) != len(header) or not all(header):
+        raise InputError(f"header {shown(','.join(header))} has empty or repeated column names", source=path,
+                         field="header", valid="distinct column names")
+    columns: dict[str, list[str | None]] = {h: [] for h in header}
+    for (line, _), record in zip(numbered[1:], records[1:]):
+        if len(record) != len(header):
+            raise InputError(f"row at line {line} has {len(record)} cells, the header {len(header)}", source=path,
+                             field=f"line {line}", valid=f"{len(header)} comma-separated cells per row")
+        for name, value in zip(header, record):
+            columns[name].append(value.strip() or None)
+    return _Table(columns, [line for line, _ in numbered[1:]])
 
 
 def import_pairs(path: str | Path, columns: PairColumns = PairColumns()) -> GavelImport:
@@ -316,3 +350,57 @@ def _add_pair_in(runs: list, jobs: list, campaign: str, gpu: str, sharing: str, 
             record["sharing"], record["mps_thread_percentage"] = parse_sharing(sharing) or (sharing, None)
         if record.get("error", "").startswith("Gavel: [0, 0]"):
             record["error"] = "measured infeasible (pair table)"
+
+
+def check_matrix_size(imported: GavelImport) -> None:
+    """Refuse matrices for more than :data:`MAX_MATRIX_JOB_TYPES` job types on one GPU type and sharing mode."""
+    jobs = imported.jobs
+    if jobs.empty:
+        return
+    runs = imported.runs.set_index("run_id")
+    keyed = jobs.assign(gpu_type=jobs["run_id"].map(runs["gpu_type"]), sharing=jobs["run_id"].map(runs["sharing"]))
+    pairs = keyed[keyed["sharing"] != SHARING_SOLO]
+    if pairs.empty:
+        return
+    counts = pairs.groupby(["gpu_type", "sharing"])["job_type"].nunique()
+    (gpu, sharing), most = counts.idxmax(), int(counts.max())
+    if most > MAX_MATRIX_JOB_TYPES:
+        raise InputError(f"{most} job types on {gpu} ({sharing}): a compatibility matrix is square in them and "
+                         f"is drawn for at most {MAX_MATRIX_JOB_TYPES}", field="--matrices",
+                         valid="--no-matrices (the results directory alone), or fewer job types per GPU type")
+
+
+def prepare_results_dir(out: str | Path, *, force: bool, clear: bool = True) -> Path:
+    """``out`` ready for an import: new or empty; an existing results directory only with ``force`` (then
+    cleared first, so no old matrices stay beside the new runs); never another kind of directory, never a
+    scheduler state directory. ``clear=False`` only checks (before the conversion: fail fast)."""
+    import shutil
+
+    from profiler.campaign.outdir import prepare_out_dir
+    from scheduler.service.state_open import refuse_state_target
+
+    path = Path(out)
+    refuse_state_target(path)
+    if path.is_dir() and any(path.iterdir()):
+        looks_like_results = any((path / name).exists() for name in RESULT_FILES)
+        if not force:
+            raise InputError("already holds files" + (" of a results directory" if looks_like_results else ""),
+                             source=path, field="--out", valid="a new or empty directory, or --force to replace "
+                                                               "an earlier import")
+        if not looks_like_results:
+            raise InputError("is not a results directory (no meta.json, runs.parquet); not cleared", source=path,
+                             field="--force", valid="a new, empty or results directory")
+        if not clear:
+            return path
+        for child in path.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    if not clear:
+        for parent in [path, *path.parents]:
+            if parent.exists() and not parent.is_dir():
+                raise InputError("is a file" if parent == path else f"lies under the file {parent}", source=path,
+                                 field="--out", valid="a directory path")
+        return path
+    return prepare_out_dir(path)

@@ -18,6 +18,7 @@ GPU types are never mixed: every table carries ``gpu_type`` and every join uses 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -93,6 +94,7 @@ class ResultsSet:
 # Job types
 
 
+@functools.lru_cache(maxsize=65536)  # pure; imports of 100,000 pair rows ask for a few hundred types
 def split_job_type(job_type: str) -> tuple[str, int | None]:
     """``"resnet18@64"`` → ``("resnet18", 64)``; a type without a batch size (Gavel's A3C) → ``(name, None)``.
 

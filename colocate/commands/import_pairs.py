@@ -20,14 +20,23 @@ def import_pairs(
     gpu_type: str = typer.Option(None, "--gpu-type", help="GPU type for rows without a gpu_type column."),
     sharing: str = typer.Option(None, "--sharing", help="Sharing mode for rows without a sharing column "
                                                         "[default: timeslice]."),
-    matrices: bool = typer.Option(True, "--matrices/--no-matrices", help="Also write compatibility matrices to OUT/matrices."),
+    matrices: bool = typer.Option(True, "--matrices/--no-matrices", help="Also write compatibility matrices to "
+                                                                        "OUT/matrices (at most 32 job types per GPU type)."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier import in OUT (its files are removed first)."),
 ) -> None:
     """Convert a pair table (solo and co-located times, or speeds t/t′) into our results schema."""
     from colocate.commands._output import console
     from colocate.gavel import write_import
-    from colocate.pairs_import import PairColumns, load_column_map, parse_column_flags
+    from colocate.pairs_import import (
+        PairColumns,
+        check_matrix_size,
+        load_column_map,
+        parse_column_flags,
+        prepare_results_dir,
+    )
     from colocate.pairs_import import import_pairs as convert
 
+    prepare_results_dir(out, force=force, clear=False)  # before the conversion: a wrong --out fails at once
     mapping = load_column_map(columns) if columns is not None else PairColumns()
     names = {**mapping.names, **parse_column_flags(column or [])}
     defaults = dict(mapping.defaults)
@@ -36,7 +45,9 @@ def import_pairs(
     if sharing:
         defaults["sharing"] = sharing
     imported = convert(file, PairColumns(names, defaults))
-    write_import(imported, out)
+    if matrices:
+        check_matrix_size(imported)
+    write_import(imported, prepare_results_dir(out, force=force))
     counts = imported.meta["counts"]
     console.print(f"{file} → {out}: {counts['rows']} pair rows ({counts['infeasible']} infeasible), "
                   f"{counts['job_types']} job types on {', '.join(imported.meta['gpu_types'])}")

@@ -39,7 +39,7 @@ def jobs(
     from scheduler.service.state import StateStore
     from scheduler.service.views import job_views, learned_view
 
-    store = StateStore(state, create=False)
+    store = StateStore(state, create=False, readonly=True)
     if as_json:
         typer.echo(json.dumps({"jobs": job_views(store), "learned": learned_view(store),
                                "rounds": int(store.meta("rounds") or 0)}, indent=2))

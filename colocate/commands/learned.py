@@ -26,9 +26,12 @@ def learned(
     from colocate.commands._output import console
     from scheduler.service.learning import learned_table_frame
     from scheduler.service.state import StateStore
+    from scheduler.service.state_open import refuse_state_target
     from scheduler.service.views import learned_view
 
-    view = learned_view(StateStore(state, create=False))
+    if out is not None:
+        refuse_state_target(out)
+    view = learned_view(StateStore(state, create=False, readonly=True))
     if out is not None:
         from scheduler.formats.colocation_table import write_colocation_table
 

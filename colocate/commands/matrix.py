@@ -34,10 +34,10 @@ def matrix(
     results = load_inputs(results_dirs or [], gavel or [], gpu_types=gpu_type or None)
     if out is None:
         out = (results_dirs[0] if results_dirs else Path("results") / "gavel") / "matrices"
-    outputs = write_matrices(results, out, metric=metric, by_batch=by_batch, plots=plots)
     from profiler.campaign.outdir import prepare_out_dir
 
-    prepare_out_dir(out)
+    prepare_out_dir(out)  # a file, under a file, not writable: one line, before any work
+    outputs = write_matrices(results, out, metric=metric, by_batch=by_batch, plots=plots)
     table = Table(title=f"{metric} matrices → {out}")
     for column in ("GPU type", "sharing", "scope", "job types", "measured", "ok", "infeasible", f"best {metric}"):
         table.add_column(column)

@@ -29,9 +29,11 @@ def profile(
     from profiler.campaign.cells import plan_runs
     from profiler.campaign.outdir import directory_lock
     from profiler.campaign.spec import load_spec
+    from profiler.gpu.devices import check_device_exists
     from profiler.results.store import ResultsStore
 
     spec = load_spec(spec_path)
+    check_device_exists(spec.device, source=spec_path)
     out = out or Path("results") / spec.name
     runs = plan_runs(spec)
     if dry_run:

@@ -15,10 +15,10 @@ def submit(
     job_file: Path = typer.Argument(..., metavar="JOB.yaml", help="Job file (see the README: model or command, steps "
                                                                   "or samples, batch size, GPUs, adaptive)."),
     state: Path = typer.Option(..., "--state", help="State directory of the scheduler."),
+    cluster: Path = typer.Option(None, "--cluster", help="Cluster YAML to check the job against [default: the "
+                                                         "cluster the last colocate serve on --state recorded]."),
 ) -> None:
-    """Queue a job; prints its name."""
-    from scheduler.service.jobspec import load_job
-    from scheduler.service.state import StateStore
+    """Queue a job; prints its name. A job the cluster can never run is refused with the reason."""
+    from scheduler.service.client import submit_job
 
-    spec = load_job(job_file)
-    typer.echo(StateStore(state).submit(spec, source=str(job_file)))
+    typer.echo(submit_job(job_file, state, cluster))

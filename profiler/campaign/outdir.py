@@ -20,11 +20,13 @@ from pathlib import Path
 from common.errors import InputError
 
 LOCK_FILE = ".lock"
+STATE_DB = "state.db"  # the scheduler's state database (scheduler.service.state): no output goes near it
 
 
 def prepare_out_dir(path: str | Path, *, field: str = "--out") -> Path:
     """Create ``path`` (and parents) as a writable directory, or raise a one-line :class:`InputError`."""
     out = Path(path)
+    refuse_state_target(out, field=field)
     for parent in [out, *out.parents]:
         if parent.exists() and not parent.is_dir():
             where = "is a file" if parent == out else f"lies under the file {parent}"
@@ -77,3 +79,13 @@ def prepare_out_file(path: str | Path, *, field: str = "--out") -> Path:
         raise InputError("is a directory", source=target, field=field, valid="a file path")
     prepare_out_dir(target.parent, field=field)
     return target
+
+
+def refuse_state_target(path: str | Path, *, field: str = "--out") -> None:
+    """Refuse an output path that is a state database or lies in a state directory (``learned --out
+    S/state.db`` would overwrite the scheduler's state)."""
+    out = Path(path).absolute()
+    for parent in [out, *out.parents]:
+        if parent.name == STATE_DB or (parent.is_dir() and (parent / STATE_DB).is_file()):
+            raise InputError("is inside a scheduler state directory", source=path, field=field,
+                             valid="a path outside the --state directory")

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.errors import InputError
 from profiler.gpu.nvml import device_info, gpu_inventory, nvml_index_for
 
 # Families we recognise in NVML/CUDA device names, most specific first.
@@ -94,3 +95,23 @@ def resolve_device(spec_device: str) -> DeviceTarget:
     name = info.get("name", f"CUDA device {physical}")
     return DeviceTarget(spec_device, "cuda:0", physical, nvml_index, name, gpu_type_from_name(name),
                         info.get("memory_total_mib"), uuid, info.get("driver"))
+
+
+def visible_cuda_count() -> int:
+    """CUDA devices this process may use: CUDA_VISIBLE_DEVICES' entries when set, else what NVML sees."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return len([v for v in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if v.strip()])
+    return len(gpu_inventory())
+
+
+def check_device_exists(spec_device: str, *, source: str | Path | None, field: str = "device") -> None:
+    """Refuse ``cuda:N`` when this machine has no such device, naming the devices it has. Plain ``cuda``
+    (``cuda:0``) on a machine without GPUs passes, so campaigns for a GPU box can be planned elsewhere."""
+    if not spec_device.startswith("cuda:"):
+        return
+    index = int(spec_device.split(":", 1)[1])
+    count = visible_cuda_count()
+    if index >= max(count, 1):
+        have = ", ".join(["cpu", *(f"cuda:{i}" for i in range(count))])
+        raise InputError(f"{spec_device!r}: no such device on this machine", source=source, field=field,
+                         valid=have)

@@ -43,7 +43,7 @@ class GroupHost:
         group_file = Path(doc["pid_file"]).with_suffix(".json")
         group_file.parent.mkdir(parents=True, exist_ok=True)
         group_file.write_text(json.dumps(self.doc))
-        self.handle = spawn_supervisor(group_file)
+        self.handle = spawn_supervisor(group_file, die_with_parent=True)  # dies with this actor
         return {**self.handle, "node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": list(map(str, gpu_ids))}
 
     def poll(self, doc: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,14 @@ their supervisor), waits for them, and writes each job's ``exit.json`` (return c
 stop, its last log line) when it ends. SIGTERM or SIGINT to the supervisor is the stop request: it is passed
 to every job's process group; after ``grace_s`` what is left is killed; the MPS daemon quits last.
 
+Exactly once, whatever dies: every start of a job is a new *generation* (the group key, unique per
+start). :func:`spawn_supervisor` writes it to the job's ``generation`` file before the new supervisor
+starts; a supervisor that finds another generation there — a stale copy whose server or actor lost track
+of it — kills its copy of the job at once and writes no ``exit.json``; and ``exit.json`` carries its
+generation, so a late one of an old copy is never read as the new copy's end (:func:`group_files`).
+Started from a Ray actor (``die_with_parent``), the supervisor also gets ``PR_SET_PDEATHSIG``: it dies with
+its actor, and its jobs with it.
+
 ``GROUP.json``: ``{"key", "sharing", "cuda_visible_devices" (null on CPU), "grace_s", "pid_file",
 "jobs": [{"name", "argv", "env", "dir"}]}``; a job's ``dir`` holds ``train.log`` (appended across
 restarts), ``progress.json``, ``checkpoint.pt`` and ``exit.json``.
@@ -32,6 +40,25 @@ EXIT_FILE = "exit.json"
 LOG_FILE = "train.log"
 PROGRESS_FILE = "progress.json"
 CHECKPOINT_FILE = "checkpoint.pt"
+GENERATION_FILE = "generation"
+
+# Every job runs under this reaper, the leader of the job's own process group: when the supervisor dies
+# (kill -9, its Ray actor gone) the kernel signals the reaper (PR_SET_PDEATHSIG), which kills the whole
+# group — the shell of a user command *and* the trainer it started, which a parent-death signal on the
+# shell alone would leave running as an orphan beside the job's next start. A job killed by a signal makes
+# the reaper end by the same signal, so the supervisor records the job's own status.
+_REAPER = (
+    "import ctypes, os, signal, subprocess, sys\n"
+    "signal.signal(signal.SIGUSR1, lambda *a: os.killpg(0, signal.SIGKILL))\n"
+    "ctypes.CDLL('libc.so.6').prctl(1, signal.SIGUSR1)\n"
+    "os.getppid() == int(sys.argv[1]) or os.killpg(0, signal.SIGKILL)\n"
+    "signal.signal(signal.SIGTERM, lambda *a: None)  # the job gets it too (same group) and decides\n"
+    "code = subprocess.Popen(sys.argv[2:]).wait()\n"
+    "if code < 0:\n"
+    "    signal.signal(-code, signal.SIG_DFL)\n"
+    "    os.kill(os.getpid(), -code)\n"
+    "sys.exit(code)\n"
+)
 
 
 def process_start_time(pid: int) -> int | None:
@@ -64,20 +91,28 @@ class _suppress_child:
         return exc[0] is not None and issubclass(exc[0], ChildProcessError)
 
 
-def spawn_supervisor(group_file: Path, *, env: dict[str, str] | None = None) -> dict[str, Any]:
+def spawn_supervisor(group_file: Path, *, env: dict[str, str] | None = None,
+                     die_with_parent: bool = False) -> dict[str, Any]:
     """Start a detached supervisor for ``group_file``; returns ``{"pid", "start_time"}``.
 
     The jobs' exit and progress records of an earlier run are removed first, synchronously: the supervisor
     takes a while to start, and a poll in between must not read the last run's end as this run's.
     """
-    for job in json.loads(group_file.read_text())["jobs"]:
+    from scheduler.executor.local import _PDEATHSIG_EXEC
+
+    doc = json.loads(group_file.read_text())
+    for job in doc["jobs"]:
+        Path(job["dir"]).mkdir(parents=True, exist_ok=True)
+        _write_atomic(Path(job["dir"]) / GENERATION_FILE, str(doc.get("key", "")))  # fences earlier copies
         for name in (EXIT_FILE, PROGRESS_FILE):
             (Path(job["dir"]) / name).unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "scheduler.executor.supervise", str(group_file)]
+    if die_with_parent:  # the same pid after exec, with a parent-death signal
+        argv = [sys.executable, "-c", _PDEATHSIG_EXEC, str(os.getpid()), *argv]
     log = open(group_file.with_suffix(".log"), "ab")
     full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
     with log:
-        popen = subprocess.Popen([sys.executable, "-m", "scheduler.executor.supervise", str(group_file)],
-                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=full_env,
+        popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=full_env,
                                  start_new_session=True)
     return {"pid": popen.pid, "start_time": process_start_time(popen.pid)}
 
@@ -100,8 +135,6 @@ def last_line(path: Path, limit: int = 300) -> str:
 
 
 def _start_job(job: dict[str, Any], base_env: dict[str, str]) -> subprocess.Popen[bytes]:
-    from scheduler.executor.local import _PDEATHSIG_EXEC
-
     job_dir = Path(job["dir"])
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / EXIT_FILE).unlink(missing_ok=True)
@@ -110,7 +143,7 @@ def _start_job(job: dict[str, Any], base_env: dict[str, str]) -> subprocess.Pope
         log.write(f"# colocate serve: {job['name']} started {time.strftime('%Y-%m-%d %H:%M:%S')}; "
                   f"argv: {job['argv']}\n".encode())
         log.flush()
-        return subprocess.Popen([sys.executable, "-c", _PDEATHSIG_EXEC, str(os.getpid()), *job["argv"]],
+        return subprocess.Popen([sys.executable, "-c", _REAPER, str(os.getpid()), *job["argv"]],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 env={**base_env, **job["env"]}, start_new_session=True)
 
@@ -122,13 +155,28 @@ def _write_pid_file(doc: dict[str, Any], jobs: dict[str, list[Any]]) -> None:
     os.replace(temp, pid_file)
 
 
-def _write_exit(job: dict[str, Any], code: int, stop_requested: bool) -> None:
+def _write_atomic(path: Path, text: str) -> None:
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temp.write_text(text)
+    os.replace(temp, path)
+
+
+def superseded(job: dict[str, Any], key: str | None) -> bool:
+    """Whether a newer start of ``job`` owns its directory (its generation file names another group)."""
+    try:
+        owner = (Path(job["dir"]) / GENERATION_FILE).read_text().strip()
+    except OSError:
+        return False
+    return key is not None and owner != key
+
+
+def _write_exit(job: dict[str, Any], code: int, stop_requested: bool, key: str | None = None) -> None:
+    if superseded(job, key):
+        return  # a stale copy: its end is not the job's end
     job_dir = Path(job["dir"])
     payload = {"returncode": code, "stop_requested": stop_requested, "ended_at": time.time(),
-               "last_line": last_line(job_dir / LOG_FILE)}
-    temp = job_dir / f".{EXIT_FILE}.tmp"
-    temp.write_text(json.dumps(payload))
-    os.replace(temp, job_dir / EXIT_FILE)
+               "last_line": last_line(job_dir / LOG_FILE), "generation": key}
+    _write_atomic(job_dir / EXIT_FILE, json.dumps(payload))
 
 
 def supervise(doc: dict[str, Any]) -> int:
@@ -136,6 +184,7 @@ def supervise(doc: dict[str, Any]) -> int:
     from profiler.gpu.sharing import sharing_mode
 
     stop: dict[str, float | None] = {"at": None}
+    key = doc.get("key")
 
     def request_stop(signum: int, frame: Any) -> None:
         if stop["at"] is None:
@@ -153,7 +202,7 @@ def supervise(doc: dict[str, Any]) -> int:
         running = {}
         for job in doc["jobs"]:
             if stop["at"] is not None:  # stopped before it started: nothing ran, nothing to lose
-                _write_exit(job, -signal.SIGTERM, True)
+                _write_exit(job, -signal.SIGTERM, True, key)
             else:
                 running[job["name"]] = (job, _start_job(job, env))
         # the jobs' process groups too: a user command's children may not die with the supervisor
@@ -162,8 +211,12 @@ def supervise(doc: dict[str, Any]) -> int:
         while running:
             for name, (job, popen) in list(running.items()):
                 code = popen.poll()
-                if code is not None:
-                    _write_exit(job, code, stop["at"] is not None)
+                if code is None and superseded(job, key):  # fenced: a newer copy runs this job
+                    _signal(popen.pid, signal.SIGKILL)
+                    popen.wait()
+                    del running[name]
+                elif code is not None:
+                    _write_exit(job, code, stop["at"] is not None, key)
                     del running[name]
                 elif stop["at"] is not None:
                     late = time.monotonic() - stop["at"] > float(doc.get("grace_s", 30.0))
@@ -195,8 +248,13 @@ if __name__ == "__main__":
 
 def group_files(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """What each job of a group has written: ``{name: {"progress": ..., "exit": ...}}`` (None when absent)."""
-    return {job["name"]: {"progress": read_json(Path(job["dir"]) / PROGRESS_FILE),
-                          "exit": read_json(Path(job["dir"]) / EXIT_FILE)} for job in doc["jobs"]}
+    out = {}
+    for job in doc["jobs"]:
+        ended = read_json(Path(job["dir"]) / EXIT_FILE)
+        if ended is not None and ended.get("generation", doc.get("key")) != doc.get("key"):
+            ended = None  # an older copy's end (fenced): not this group's
+        out[job["name"]] = {"progress": read_json(Path(job["dir"]) / PROGRESS_FILE), "exit": ended}
+    return out
 
 
 def supervisor_alive(doc: dict[str, Any], handle: dict[str, Any]) -> bool:
@@ -216,7 +274,9 @@ def signal_supervisor(doc: dict[str, Any], handle: dict[str, Any], signum: int) 
     pid, start = handle.get("pid", recorded.get("pid")), handle.get("start_time", recorded.get("start_time"))
     if signum == signal.SIGKILL:  # a kill reaches the jobs' process groups as well
         for job_pid, job_start in (recorded.get("jobs") or {}).values():
-            if process_alive(int(job_pid), job_start):
+            # the group outlives its leader while any member lives (and its id cannot be reused then); a
+            # different process under the leader's pid means the id was reused: leave that one alone
+            if process_alive(int(job_pid), job_start) or process_start_time(int(job_pid)) is None:
                 _signal(int(job_pid), signal.SIGKILL)
     if pid is None or not process_alive(int(pid), start):
         return

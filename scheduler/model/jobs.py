@@ -234,4 +234,6 @@ def load_jobs(path: str | Path) -> list[Job]:
         except csv.Error as err:
             raise InputError(f"not a readable CSV ({err})", source=p, field="name",
                              valid="one job per line") from None
+    if not rows:
+        raise InputError("no jobs (a header only)", source=p, field="name", valid="one job per line after the header")
     return jobs_from_rows(rows, source=str(p))

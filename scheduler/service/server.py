@@ -33,7 +33,7 @@ from scheduler.formats.profiles import load_goodput_model
 from scheduler.model.cluster import Cluster
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import GoodputModel
-from scheduler.service import rounds
+from scheduler.service import admission, rounds
 from scheduler.service.config import ServeConfig
 from scheduler.service.learning import LearnedGoodputModel, job_type, learned_ratios, policy_table
 from scheduler.service.state import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobRow, StateStore
@@ -97,9 +97,9 @@ class Server:
         done = 0
         while not should_stop() and (max_rounds is None or done < max_rounds):
             began = time.monotonic()
-            stats = self.round()
+            stats = admission.guarded_round(self.round, self.state)
             done += 1
-            if on_round is not None:
+            if on_round is not None and stats is not None:
                 on_round(stats)
             while not should_stop() and time.monotonic() - began < self.config.round_s:
                 time.sleep(0.1)
@@ -114,6 +114,7 @@ class Server:
         self._cancel_queued()
         everyone = self.state.jobs()
         rows = [r for r in everyone if r.state in (QUEUED, RUNNING) and not r.cancel_requested]
+        rows = admission.screen(self.state, rows, self.cluster)  # invalid jobs fail, infeasible ones wait
         model, table = self.learned(everyone)
         now = time.time()
         previous = rounds.current_placement(rows)
@@ -160,6 +161,7 @@ class Server:
         if not groups:
             return
         polls = {key: self.executor.poll(g["handle"]["handle"], g["handle"]["doc"]) for key, g in groups.items()}
+        admission.clean_polls(polls)  # progress files are written by user commands: malformed ones are ignored
         rows = {r.name: r for r in self.state.jobs()}
         finished: list[str] = []
         with self.state.transaction() as db:
@@ -290,19 +292,25 @@ class Server:
     def _start_unit(self, unit: rounds.Unit, rows: dict[str, JobRow]) -> int:
         from scheduler.service.groups import build_group, group_document
 
-        with self.state.transaction() as db:
-            number = int(self.state.meta("groups") or 0) + 1
-            db.set_meta("groups", str(number))
-            key = f"g{number:05d}"
-            group = build_group(unit, rows, self.config)
-            doc = group_document(key, group, rows, self.config, self.state.dir)
-            db.put_group(key, self.executor.name, {"doc": doc, "handle": {}}, [s.job for s in unit])
-            for slot in unit:
-                before = rows[slot.job]
-                db.update_job(slot.job, state=RUNNING, group_key=key, gpu_type=slot.gpu_type, num_gpus=slot.num_gpus,
-                              batch_size=slot.batch_size, partner=slot.partner, nodes=slot.nodes, gpus=slot.gpus,
-                              started_at=before.started_at or time.time(), sample_step=None, sample_elapsed=None)
-                db.event(slot.job, rounds.change_kind(slot, before), _describe(slot, key))
+        try:
+            with self.state.transaction() as db:
+                number = int(self.state.meta("groups") or 0) + 1
+                db.set_meta("groups", str(number))
+                key = f"g{number:05d}"
+                with admission.unit_problems():  # a job its group cannot be built for fails, not the server
+                    group = build_group(unit, rows, self.config)
+                    doc = group_document(key, group, rows, self.config, self.state.dir)
+                db.put_group(key, self.executor.name, {"doc": doc, "handle": {}}, [s.job for s in unit])
+                for slot in unit:
+                    before = rows[slot.job]
+                    db.update_job(slot.job, state=RUNNING, group_key=key, gpu_type=slot.gpu_type,
+                                  num_gpus=slot.num_gpus, batch_size=slot.batch_size, partner=slot.partner,
+                                  nodes=slot.nodes, gpus=slot.gpus, started_at=before.started_at or time.time(),
+                                  sample_step=None, sample_elapsed=None)
+                    db.event(slot.job, rounds.change_kind(slot, before), _describe(slot, key))
+        except admission.UnitProblem as problem:
+            admission.fail_unit(self.state, [s.job for s in unit], problem.error)
+            return 0
         try:
             handle = self.executor.start(group, doc)
         except Exception as err:  # the backend could not start it: back to the queue, not a crash
@@ -361,7 +369,7 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
 
         base = load_goodput_model(profiles)
     table = load_colocation_table(colocation) if colocation is not None else None
-    state = StateStore(state_dir)
+    state = StateStore(state_dir, lock_wait_s=60.0)  # the server outwaits a reader's lock
     instance = state.meta("instance")
     if instance is None:
         instance = uuid.uuid4().hex[:8]
@@ -372,6 +380,7 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
                          threads=threads, stop_grace_s=grace)
     server = Server(state, cluster, executor, config, profiles=base, colocation=table)
     server.acquire()
+    admission.record_cluster(state, cluster)  # submit refuses what this cluster can never run
     server.serve(should_stop, max_rounds=max_rounds, on_round=on_round)
 
 

@@ -19,10 +19,11 @@ that is stopped for a move goes back to ``queued`` until it restarts (its checkp
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +31,9 @@ from typing import Any
 
 from common.errors import InputError
 from scheduler.service.jobspec import JobSpec
+from scheduler.service.state_open import lock_wait
 
-DB_NAME = "state.db"
+DB_NAME = "state.db"  # state_open.refuse_state_target knows this name too
 SCHEMA_VERSION = "1"
 QUEUED, RUNNING, COMPLETED, FAILED, CANCELLED = "queued", "running", "completed", "failed", "cancelled"
 ACTIVE_STATES = (QUEUED, RUNNING)
@@ -89,21 +91,42 @@ class JobRow:
     sample_elapsed: float | None
     error: str
 
+    invalid: str = ""  # why the stored spec is not one submit would accept ("" = valid; see from_sql)
+
     @classmethod
-    def from_sql(cls, row: sqlite3.Row, specs: dict[str, JobSpec] | None = None) -> "JobRow":
-        """Build from a row; ``specs`` caches parsed specs by their JSON text (a job's spec never changes)."""
+    def from_sql(cls, row: sqlite3.Row, specs: dict[Any, JobSpec | InputError] | None = None,
+                 source: str = DB_NAME) -> "JobRow":
+        """Build from a row; ``specs`` caches validated specs by their JSON text (a job's spec never changes).
+
+        The spec is validated again (:func:`~scheduler.service.jobspec.spec_from_row`): a row that fails —
+        written behind ``submit``'s back, or damaged — comes back with a stand-in spec and the reason in
+        ``invalid``, so readers show it and the server fails that job instead of stopping.
+        """
+        from scheduler.service.jobspec import spec_from_row
+
         values = dict(row)
         values.pop("seq", None)
-        text = values["spec"]
-        spec = specs.get(text) if specs is not None else None
+        key = (values["name"], values["spec"])
+        spec = specs.get(key) if specs is not None else None
         if spec is None:
-            spec = JobSpec.from_dict(json.loads(text))
+            try:
+                spec = spec_from_row(str(values["name"]), values["spec"], source=source)
+            except InputError as err:
+                spec = err
             if specs is not None:
-                specs[text] = spec
-        values["spec"] = spec
+                specs[key] = spec
         values["cancel_requested"] = bool(values["cancel_requested"])
-        values["nodes"] = tuple(json.loads(values["nodes"])) if values["nodes"] else ()
-        values["gpus"] = tuple(json.loads(values["gpus"])) if values["gpus"] else ()
+        try:
+            values["nodes"] = tuple(int(n) for n in json.loads(values["nodes"])) if values["nodes"] else ()
+            values["gpus"] = tuple(int(g) for g in json.loads(values["gpus"])) if values["gpus"] else ()
+        except (TypeError, ValueError) as err:
+            values["nodes"], values["gpus"] = (), ()
+            spec = spec if isinstance(spec, InputError) else InputError(
+                f"nodes/gpus are not lists of integers ({err})", source=f"{source}: job {values['name']!r}")
+        if isinstance(spec, InputError):
+            values["invalid"] = str(spec)
+            spec = JobSpec(name=str(values["name"]), batch_size=1, steps=1, max_retries=0)
+        values["spec"] = spec
         return cls(**values)
 
     @property
@@ -122,27 +145,36 @@ class JobRow:
         return self.step if self.spec.steps else self.samples
 
 
+def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A read of the database whose SQLite errors become one-line :class:`InputError` s naming the file."""
+    @functools.wraps(method)
+    def wrapper(self: "StateStore", *args: Any, **kwargs: Any) -> Any:
+        from scheduler.service.state_open import database_errors
+
+        with database_errors(self.path, self.lock_wait_s):
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
 class StateStore:
     """Transactions over the state database of one state directory."""
 
-    def __init__(self, state_dir: str | Path, *, create: bool = True) -> None:
-        self.dir = Path(state_dir)
-        if not self.dir.is_dir():
-            if not create:
-                raise InputError("state directory not found", source=self.dir, field="--state",
-                                 valid="the --state DIR of a colocate serve")
-            self.dir.mkdir(parents=True)
+    def __init__(self, state_dir: str | Path, *, create: bool = True, readonly: bool = False,
+                 lock_wait_s: float | None = None) -> None:
+        """``readonly``: open for reading only and create nothing (a missing database reads as empty);
+        ``create``: make the directory when missing; ``lock_wait_s``: how long to wait for another program's
+        lock (default :func:`lock_wait`)."""
+        from scheduler.service.state_open import check_state_dir, open_database
+
+        # absolute: group documents store paths under it, and a server restarted elsewhere must find them
+        self.dir = check_state_dir(state_dir, create=create and not readonly).absolute()
         self.path = self.dir / DB_NAME
-        self._specs: dict[str, JobSpec] = {}
+        self.readonly = readonly
+        self.lock_wait_s = lock_wait() if lock_wait_s is None else lock_wait_s
+        self._specs: dict[Any, JobSpec | InputError] = {}
         self._rows: dict[tuple[Any, ...], JobRow] = {}
-        self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
-        self._conn.row_factory = sqlite3.Row
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")  # with WAL: durable across process crashes
-        self._conn.execute("PRAGMA busy_timeout=60000")
-        with self.transaction() as db:
-            db.executescript_safe(_SCHEMA)
-            db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+        self._conn = open_database(self.path, readonly=readonly, lock_wait_s=self.lock_wait_s, schema=_SCHEMA,
+                                   version=SCHEMA_VERSION)
 
     def close(self) -> None:
         self._conn.close()
@@ -150,15 +182,22 @@ class StateStore:
     @contextmanager
     def transaction(self) -> Iterator["_Tx"]:
         """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on any exception)."""
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield _Tx(self._conn)
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+        from scheduler.service.state_open import database_errors
+
+        with database_errors(self.path, self.lock_wait_s):
+            if self.readonly:
+                raise InputError("opened read-only", source=self.path, field="--state",
+                                 valid="a command that writes (submit, cancel, serve)")
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield _Tx(self._conn)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
 
     # -- reads -------------------------------------------------------------------------------------------
+    @_guarded
     def jobs(self, states: tuple[str, ...] | None = None) -> list[JobRow]:
         query = "SELECT * FROM jobs"
         args: tuple[Any, ...] = ()
@@ -168,7 +207,7 @@ class StateStore:
         rows, seen = [], {}
         for raw in self._conn.execute(query + " ORDER BY seq", args):
             key = tuple(raw)  # an unchanged row (most queued jobs, most rounds) is not rebuilt
-            row = self._rows.get(key) or JobRow.from_sql(raw, self._specs)
+            row = self._rows.get(key) or JobRow.from_sql(raw, self._specs, str(self.path))
             seen[key] = row
             rows.append(row)
         if states:
@@ -177,23 +216,28 @@ class StateStore:
             self._rows = seen  # a full read bounds the cache to the jobs' current versions
         return rows
 
+    @_guarded
     def cancel_requested(self, state: str) -> list[str]:
         """Names of jobs in ``state`` whose cancellation was requested."""
         return [r[0] for r in self._conn.execute(
             "SELECT name FROM jobs WHERE state = ? AND cancel_requested = 1 ORDER BY seq", (state,))]
 
+    @_guarded
     def job(self, name: str) -> JobRow | None:
         row = self._conn.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
-        return JobRow.from_sql(row, self._specs) if row else None
+        return JobRow.from_sql(row, self._specs, str(self.path)) if row else None
 
+    @_guarded
     def groups(self) -> dict[str, dict[str, Any]]:
         return {r["key"]: {"executor": r["executor"], "handle": json.loads(r["handle"]), "jobs": json.loads(r["jobs"]),
                            "created_at": r["created_at"]}
                 for r in self._conn.execute("SELECT * FROM groups")}
 
+    @_guarded
     def measurements(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self._conn.execute("SELECT * FROM measurements")]
 
+    @_guarded
     def events(self, job: str | None = None) -> list[dict[str, Any]]:
         if job is None:
             rows = self._conn.execute("SELECT * FROM events ORDER BY id")
@@ -201,6 +245,7 @@ class StateStore:
             rows = self._conn.execute("SELECT * FROM events WHERE job = ? ORDER BY id", (job,))
         return [dict(r) for r in rows]
 
+    @_guarded
     def meta(self, key: str) -> str | None:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
@@ -218,16 +263,18 @@ class StateStore:
             db.event(spec.name, "submitted", "")
         return spec.name
 
+    @_guarded
     def request_cancel(self, name: str) -> str:
         """Mark a job for cancellation (the server stops it next round); returns its state."""
+        row = self._conn.execute("SELECT state FROM jobs WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            known = [r[0] for r in self._conn.execute("SELECT name FROM jobs ORDER BY seq DESC LIMIT 10")]
+            raise InputError(f"no job named {name!r}", source=self.dir, field="NAME",
+                             valid=", ".join(known) or "no jobs submitted yet")
+        if row[0] in FINAL_STATES:
+            return str(row[0])
         with self.transaction() as db:
             row = db.execute("SELECT state FROM jobs WHERE name = ?", (name,)).fetchone()
-            if row is None:
-                known = [r[0] for r in db.execute("SELECT name FROM jobs ORDER BY seq DESC LIMIT 10")]
-                raise InputError(f"no job named {name!r}", source=self.dir, field="NAME",
-                                 valid=", ".join(known) or "no jobs submitted yet")
-            if row[0] in FINAL_STATES:
-                return str(row[0])
             db.execute("UPDATE jobs SET cancel_requested = 1 WHERE name = ?", (name,))
             db.event(name, "cancel-requested", "")
             return str(row[0])

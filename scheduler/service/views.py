@@ -20,7 +20,7 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
             "progress": round(row.done / row.target, 4) if row.target else None,
             "samples_per_s": round(row.samples_per_s, 2) if row.samples_per_s else None,
             "restarts": row.restarts, "crashes": row.crashes, "adaptive": row.spec.adaptive,
-            "application": row.spec.app, "error": row.error, "submitted_at": row.submitted_at,
+            "application": row.spec.app, "error": row.error or row.invalid, "submitted_at": row.submitted_at,
             "finished_at": row.finished_at})
     return out
 

@@ -1,0 +1,27 @@
+"""``colocate state check --state DIR``: is a state database sound? (read-only; creates nothing)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+state_app = typer.Typer(help="Inspect a scheduler state directory (see docs/hardening.md for recovery).",
+                        no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(state_app, name="state")
+
+
+@state_app.command("check")
+def check(state: Path = typer.Option(..., "--state", help="State directory (or a copy of one).")) -> None:
+    """Check the database read-only: SQLite integrity, schema version, every job's spec. Exit 2 if damaged,
+    1 if some jobs' specs are invalid (the server fails those jobs), 0 if sound."""
+    from scheduler.service.client import check_state
+
+    summary = check_state(state)
+    typer.echo(json.dumps(summary, indent=2))
+    if summary["invalid"]:
+        raise typer.Exit(1)

@@ -1,0 +1,71 @@
+"""The user-side operations on a state directory: ``submit``, ``cancel`` and ``state check``.
+
+Each validates everything before it writes anything, and only ``submit`` (and ``cancel`` of a job that
+exists) opens the database for writing: a failing ``cancel`` and ``state check`` create nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from common.errors import InputError
+from scheduler.service.admission import check_feasible, cluster_gpus, known_cluster
+from scheduler.service.jobspec import load_job
+from scheduler.service.state import FINAL_STATES, StateStore
+
+
+def submit_job(job_file: str | Path, state_dir: str | Path, cluster_path: str | Path | None = None) -> str:
+    """Validate ``job_file`` (against ``cluster_path``, else the cluster the last server recorded) and queue it."""
+    gpus = None
+    if cluster_path is not None:
+        from scheduler.model.cluster import load_cluster
+
+        gpus = cluster_gpus(load_cluster(cluster_path))
+    spec = load_job(job_file, gpu_types=tuple(gpus) if gpus is not None else None)
+    store = StateStore(state_dir)
+    try:
+        check_feasible(spec, gpus if gpus is not None else known_cluster(store), source=str(job_file))
+        return store.submit(spec, source=str(job_file))
+    finally:
+        store.close()
+
+
+def cancel_job(state_dir: str | Path, name: str) -> str:
+    """Request the cancellation of job ``name``; returns its state before (final states are left alone)."""
+    reader = StateStore(state_dir, create=False, readonly=True)
+    try:
+        row = reader.job(name)
+        if row is None or row.state in FINAL_STATES:
+            return reader.request_cancel(name)  # the error naming the known jobs, or the final state
+    finally:
+        reader.close()
+    writer = StateStore(state_dir, create=False)
+    try:
+        return writer.request_cancel(name)
+    finally:
+        writer.close()
+
+
+def check_state(state_dir: str | Path) -> dict[str, Any]:
+    """Open the state read-only and check it: SQLite's integrity check, the schema version, every job's
+    spec against the validator. Returns a summary; a damaged database is an :class:`InputError`."""
+    from scheduler.service.state_open import database_errors
+
+    store = StateStore(state_dir, create=False, readonly=True)
+    try:
+        if not store.path.exists():
+            raise InputError("no state database here", source=store.path, field="--state",
+                             valid="the --state DIR of a colocate serve or submit")
+        with database_errors(store.path, store.lock_wait_s):
+            integrity = [r[0] for r in store._conn.execute("PRAGMA integrity_check")]
+        if integrity != ["ok"]:
+            raise InputError(f"fails SQLite's integrity check ({integrity[0][:120]})", source=store.path,
+                             field="--state", valid="a copy that passes; see docs/hardening.md")
+        rows = store.jobs()
+        return {"path": str(store.path), "schema_version": store.meta("schema_version"),
+                "jobs": dict(Counter(r.state for r in rows)), "groups": len(store.groups()),
+                "invalid": {r.name: r.invalid for r in rows if r.invalid}}
+    finally:
+        store.close()

@@ -1,0 +1,115 @@
+"""The server never dies for one job: each hostile job of the hardening issue is written straight into the
+database (behind ``submit``'s validator) next to a good job; the server (local backend, real processes,
+real SQLite) must fail the hostile job with the reason — or, for a job the cluster cannot run, keep it
+waiting with the reason — and still complete the good one."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from scheduler.executor.registry import make_executor
+from scheduler.model.cluster import cluster_from_dict
+from scheduler.service.jobspec import job_from_dict
+from scheduler.service.server import ServeConfig, Server
+from scheduler.service.state import StateStore
+from tests.serve_helpers import kill_groups, wait_until
+
+GOOD = {"name": "good", "command": "echo done", "application": "mine", "steps": 1, "batch_size": 4}
+BAD = {"name": "bad", "command": "echo hi", "application": "mine", "steps": 1, "batch_size": 4}
+HOSTILE = {  # what each case changes in BAD, as stored JSON
+    "name-dotdot": {"name": ".."}, "name-dash": {"name": "-rf"}, "batch-huge": {"batch_size": 1_000_000_000_000},
+    "format-type": {"command": "run {job:d}"}, "format-width": {"command": "run {batch_size:>2000000000}"},
+    "steps-huge": {"steps": 1e30}, "image-huge": {"image_size": 1e9}, "retries-huge": {"max_retries": 1e18},
+    "gpus-million": {"min_gpus": 1_000_000}, "unknown-key": {"colour": "red"}, "not-json": "{not json",
+    "name-mismatch": {"name": "other"},
+}
+
+
+def _server(tmp_path: Path) -> tuple[StateStore, Server]:
+    state = StateStore(tmp_path / "state")
+    cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 2, "memory_gb": 16}}})
+    server = Server(state, cluster, make_executor("local"), ServeConfig(round_s=0.5, device="cpu", stop_grace_s=5))
+    server.acquire()
+    return state, server
+
+
+def _insert(state: StateStore, name: str, spec: object) -> None:
+    """A row as submit would write it, but with any spec text (the validator never sees it)."""
+    text = spec if isinstance(spec, str) else json.dumps(spec)
+    with sqlite3.connect(state.path) as conn:
+        seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
+        conn.execute("INSERT INTO jobs (name, spec, state, submitted_at, seq) VALUES (?, ?, 'queued', ?, ?)",
+                     (name, text, time.time(), seq))
+
+
+def _rounds_until(server: Server, state: StateStore, predicate, what: str) -> None:
+    def step() -> bool:
+        server.round()
+        return predicate()
+
+    wait_until(step, 120, what, interval_s=0.2)
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_stored_job_fails_alone_and_the_others_complete(tmp_path: Path, case: str) -> None:
+    state, server = _server(tmp_path)
+    try:
+        change = HOSTILE[case]
+        spec = change if isinstance(change, str) else {**BAD, **change}
+        name = spec["name"] if isinstance(spec, dict) and case != "name-mismatch" else "bad"
+        _insert(state, name, spec)
+        state.submit(job_from_dict(GOOD))
+        _rounds_until(server, state, lambda: state.job("good").state == "completed", "the good job to complete")
+        row = state.job(name)
+        assert row.state == "failed" and row.error, row
+        assert any(e["kind"] == "failed" for e in state.events(name))
+    finally:
+        kill_groups(state.dir)
+
+
+@pytest.mark.parametrize("change, reason", [({"gpu_types": ["v100"]}, "no GPU of type v100"),
+                                            ({"min_gpus": 64}, "needs 64 GPUs")])
+def test_a_job_the_cluster_cannot_run_waits_with_the_reason(tmp_path: Path, change: dict, reason: str) -> None:
+    state, server = _server(tmp_path)
+    try:
+        _insert(state, "bad", {**BAD, **change})
+        state.submit(job_from_dict(GOOD))
+        _rounds_until(server, state, lambda: state.job("good").state == "completed", "the good job to complete")
+        row = state.job("bad")
+        assert row.state == "queued" and reason in row.error and row.error.startswith("waiting: ")
+    finally:
+        kill_groups(state.dir)
+
+
+def test_a_group_that_cannot_be_built_fails_its_job_and_the_server_goes_on(tmp_path: Path) -> None:
+    state, server = _server(tmp_path)
+    try:
+        state.submit(job_from_dict(BAD))
+        (state.dir / "jobs").mkdir()
+        (state.dir / "jobs" / "bad").write_text("a file where the job's directory goes")
+        state.submit(job_from_dict(GOOD))
+        _rounds_until(server, state, lambda: state.job("good").state == "completed", "the good job to complete")
+        row = state.job("bad")
+        assert row.state == "failed" and "cannot start" in row.error, row
+    finally:
+        kill_groups(state.dir)
+
+
+@pytest.mark.slow
+def test_a_malformed_progress_file_is_ignored(tmp_path: Path) -> None:
+    state, server = _server(tmp_path)
+    try:
+        writes = ('printf \'{{"step": "many", "samples": [1], "state": "running", "elapsed_s": "x"}}\' '
+                  '> "$COLOCATE_PROGRESS_FILE"; sleep 1')
+        state.submit(job_from_dict({**BAD, "command": writes}))
+        state.submit(job_from_dict(GOOD))
+        _rounds_until(server, state, lambda: state.job("bad").state in ("completed", "failed")
+                      and state.job("good").state == "completed", "both jobs to end")
+        assert state.job("bad").state == "completed"
+    finally:
+        kill_groups(state.dir)
