@@ -37,6 +37,7 @@ from scheduler.cluster import Cluster, load_cluster
 from scheduler.colocation import ColocationTable
 from scheduler.goodput import ProfileGoodputModel
 from scheduler.ilp import IlpConfig, RoundProblem, build_problem, class_key, highs_lp
+from scheduler.ilp.quiet import new_highs
 from scheduler.ilp.warm import WarmStart
 from scheduler.jobs import Job
 
@@ -123,7 +124,6 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
     ``w_ikc − y_i − y_k − n_c·μ_t`` from the LP's row duals; columns with negative reduced cost are added
     (most negative first) until none is left, at which point the LP value is the all-pairs LP optimum.
     """
-    import highspy
 
     if cfg.p >= 0:
         raise ValueError("the bound is implemented for p < 0 (minimisation)")
@@ -164,8 +164,7 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
     value = math.nan
     for iteration in range(1, max_iterations + 1):
         lp, job_row, cap_row = highs_lp(problem)
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
+        h = new_highs()
         h.passModel(lp)
         h.run()
         value = h.getInfo().objective_function_value

@@ -7,6 +7,7 @@ import math
 from scheduler.ilp.config import IlpConfig
 from scheduler.ilp.highs import RawResult, constraint_rows
 from scheduler.ilp.problem import RoundProblem
+from scheduler.ilp.quiet import silence_highs_banner
 
 
 def solve_pulp(problem: RoundProblem, cfg: IlpConfig, backend: str) -> RawResult:
@@ -33,6 +34,7 @@ def solve_pulp(problem: RoundProblem, cfg: IlpConfig, backend: str) -> RawResult
                             presolve="off")
     else:
         solver = _cbc(cfg)
+    silence_highs_banner()  # pulp.HiGHS constructs its own Highs
     prob.solve(solver)
     status = pulp.LpStatus.get(prob.status, str(prob.status))
     bound = None
