@@ -1,0 +1,53 @@
+"""What a new user sees first: ``--version``, ``--help`` that shows flags as flags, and an error that names
+the GPU types without profiles — through the real console script."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from test_cli_stdout import REPO, colocate
+
+from scheduler.profiles import read_sia_profiles
+
+
+def test_version_prints_the_package_version() -> None:
+    from importlib.metadata import version
+
+    done = colocate("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"colocate {version('colocate')}"
+
+
+def test_help_shows_flags_without_a_value_type(monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "160")
+    for args in (["--help"], ["simulate", "--help"]):
+        done = colocate(*args)
+        assert done.returncode == 0, done.stderr
+        assert "<bool>" not in done.stdout, args
+        assert re.search(r"--help\s+Show this message", done.stdout), done.stdout
+    simulate_help = done.stdout
+    assert re.search(r"--json\s+Print the summary", simulate_help)
+    assert "<path>" in simulate_help  # options that take a value keep their type
+
+
+def test_simulate_names_the_cluster_types_without_bundled_profiles(tmp_path: Path, monkeypatch) -> None:
+    """Sia's 64-GPU cluster on a clean clone (no shared data): the error names aws, dgx-ext, rtx as unprofiled
+    and the bundled types t4, v100 — not 'no placements-<gpu>.csv files found'."""
+    monkeypatch.setenv("COLOCATE_SHARED_DATA", str(tmp_path / "absent"))
+    done = colocate("simulate", "--cluster", "scheduler/examples/sia-64gpu.yaml", "--workload",
+                    "scheduler/examples/demo-workload.csv", "--policy", "sia")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    error = done.stderr.replace("\n", " ")
+    assert "GPU type(s) aws, dgx-ext, rtx" in error and "profiles t4, v100" in error, error
+    assert "no placements-<gpu>.csv files found" not in error
+
+
+def test_reading_profiles_for_absent_applications_names_the_ones_there() -> None:
+    import pytest
+
+    from profiler.errors import InputError
+
+    with pytest.raises(InputError, match="application") as err:
+        read_sia_profiles(REPO / "scheduler/data/profiles", applications=["nope"])
+    assert "cifar10" in str(err.value)
