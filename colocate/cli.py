@@ -82,9 +82,9 @@ def _flags_show_no_type() -> None:
     took a value. A flag takes none: show no type for it. Other options keep Typer's label."""
     from typer.core import TyperOption
 
-    original = TyperOption.display_type_rich
-    if getattr(original, "flags_show_no_type", False):
-        return
+    original = getattr(TyperOption, "display_type_rich", None)
+    if original is None or getattr(original, "flags_show_no_type", False):
+        return  # older Typer versions render flags through Click, without a type
 
     def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
         if self.is_flag and self.metavar is None:
