@@ -50,7 +50,7 @@ from profiler.devices import DeviceTarget, resolve_device
 from profiler.errors import InputError
 from profiler.runner import RunRecord, SoloBaseline, execute_run, not_run_record
 from profiler.schema import SHARING_SOLO, STATUS_SKIPPED
-from profiler.signals import sigterm_as_interrupt
+from profiler.signals import python_signal_handlers_kept, sigterm_as_interrupt
 from profiler.spec import CampaignSpec
 from profiler.store import ResultsStore
 
@@ -217,8 +217,8 @@ def _connect(address: str | None) -> bool:
 
     if ray.is_initialized():
         return False
-    ray.init(address=address, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+    with python_signal_handlers_kept():  # Ray's native handler would turn SIGTERM into a crash dump
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     return True
 
 

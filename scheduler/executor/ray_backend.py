@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.ray_backend import ROUTING_FRACTION, require_ray, routing_resource
+from profiler.signals import python_signal_handlers_kept
 from scheduler.executor.base import GroupPoll
 from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings
 from scheduler.executor.plan import GpuGroup, LaunchPlan
@@ -73,8 +74,9 @@ class RayExecutor:
     def _connect(self) -> Any:
         ray = require_ray()
         if not ray.is_initialized():
-            ray.init(address=self.address, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
+            with python_signal_handlers_kept():  # the server's SIGTERM/SIGINT handlers, not Ray's crash dump
+                ray.init(address=self.address, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False)
         return ray
 
     def check(self, plan: LaunchPlan, settings: LaunchSettings) -> None:

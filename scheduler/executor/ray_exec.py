@@ -27,7 +27,7 @@ from typing import Any
 
 from profiler.errors import InputError
 from profiler.ray_backend import ROUTING_FRACTION, require_ray, routing_resource
-from profiler.signals import sigterm_as_interrupt
+from profiler.signals import python_signal_handlers_kept, sigterm_as_interrupt
 from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings, run_groups
 from scheduler.executor.plan import GpuGroup, LaunchPlan
 from scheduler.executor.progress_board import ProgressBoard
@@ -89,7 +89,8 @@ def run_plan_on_ray(
 
     started = False
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        with python_signal_handlers_kept():  # Ray's native handler would turn SIGTERM into a crash dump
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
         started = True
     try:
         check_ray(plan)
