@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -86,7 +87,7 @@ def _flags_show_no_type() -> None:
     if original is None or getattr(original, "flags_show_no_type", False):
         return  # older Typer versions render flags through Click, without a type
 
-    def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
         if self.is_flag and self.metavar is None:
             return None
         return original(self, ctx)
