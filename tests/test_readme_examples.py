@@ -136,7 +136,7 @@ def run_block(example: Example, root: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(root), "PATH": scripts + os.pathsep + os.environ.get("PATH", ""),
            "COLUMNS": "120", "COLOCATE_SHARED_DATA": os.environ.get("COLOCATE_SHARED_DATA", str(shared_data_dir()))}
     return subprocess.run(["bash", "-e", "-o", "pipefail", "-c", example.code], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=1700)
 
 
 def _runnable(kind: str) -> list[Example]:
@@ -152,6 +152,7 @@ def test_fast_example_runs(example: Example, checkouts: dict[Path, Path],
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a CPU campaign: about a minute on a quiet 2-core machine, much more on a busy one
 @pytest.mark.parametrize("example", _runnable("slow"), ids=lambda e: e.name)
 def test_slow_example_runs(example: Example, checkouts: dict[Path, Path],
                            tmp_path_factory: pytest.TempPathFactory) -> None:
