@@ -3,6 +3,7 @@ the GPU types without profiles — through the real console script."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -51,3 +52,28 @@ def test_reading_profiles_for_absent_applications_names_the_ones_there() -> None
     with pytest.raises(InputError, match="application") as err:
         read_sia_profiles(REPO / "scheduler/data/profiles", applications=["nope"])
     assert "cifar10" in str(err.value)
+
+
+def test_the_serve_lock_file_names_the_server_pid_and_a_second_server_keeps_it(tmp_path: Path) -> None:
+    """The shell's `$!` is the server itself; the lock file says which pid holds the state directory too,
+    and a refused second server does not erase it."""
+    import pytest
+
+    from profiler.errors import InputError
+    from scheduler.cluster import cluster_from_dict
+    from scheduler.executor.registry import make_executor
+    from scheduler.service.server import ServeConfig, Server
+    from scheduler.service.state import StateStore
+
+    cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})
+
+    def server() -> Server:
+        return Server(StateStore(tmp_path / "state"), cluster, make_executor("local"), ServeConfig(device="cpu"))
+
+    first = server()
+    first.acquire()
+    lock = tmp_path / "state" / "server.lock"
+    assert lock.read_text() == f"{os.getpid()}\n"
+    with pytest.raises(InputError, match="another colocate serve"):
+        server().acquire()
+    assert lock.read_text() == f"{os.getpid()}\n"
