@@ -29,7 +29,7 @@ def test_help_shows_flags_without_a_value_type(monkeypatch) -> None:
         assert re.search(r"--help\s+Show this message", done.stdout), done.stdout
     simulate_help = done.stdout
     assert re.search(r"--json\s+Print the summary", simulate_help)
-    assert "<path>" in simulate_help  # options that take a value keep their type
+    assert re.search(r"--out\s+-o\s+(<path>|PATH)", simulate_help)  # options that take a value keep their type
 
 
 def test_simulate_names_the_cluster_types_without_bundled_profiles(tmp_path: Path, monkeypatch) -> None:

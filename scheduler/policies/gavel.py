@@ -44,7 +44,7 @@ from typing import Any
 from profiler.errors import InputError
 from scheduler.cluster import Cluster
 from scheduler.goodput import GoodputEstimate
-from scheduler.ilp.quiet import silence_highs_banner
+from scheduler.ilp.quiet import native_stdout_to_devnull
 from scheduler.jobs import Job
 from scheduler.policies.common import FreeGpus, Shape, current_shape, job_shapes, make_decision, pair, single
 from scheduler.policy import Allocation, RoundContext, RoundDecision
@@ -158,9 +158,9 @@ class GavelPolicy:
             if gpus[t.name]:
                 prob.addConstraint(pulp.LpAffineExpression(gpus[t.name]) <= t.total_gpus, name=f"cap_{t.name}")
         fractions: dict[tuple[Combo, str], float] = {}
-        silence_highs_banner()  # pulp.HiGHS constructs its own Highs
         try:
-            prob.solve(pulp.HiGHS(msg=False, timeLimit=self.time_limit_s, threads=1))
+            with native_stdout_to_devnull():  # pulp.HiGHS builds its own Highs; some versions log to stdout
+                prob.solve(pulp.HiGHS(msg=False, timeLimit=self.time_limit_s, threads=1))
             ok = pulp.LpStatus.get(prob.status) == "Optimal"
         except pulp.PulpSolverError:
             ok = False
