@@ -9,7 +9,7 @@ from pathlib import Path
 
 from test_cli_stdout import REPO, colocate
 
-from scheduler.profiles import read_sia_profiles
+from scheduler.formats.profiles import read_sia_profiles
 
 
 def test_version_prints_the_package_version() -> None:
@@ -47,7 +47,7 @@ def test_simulate_names_the_cluster_types_without_bundled_profiles(tmp_path: Pat
 def test_reading_profiles_for_absent_applications_names_the_ones_there() -> None:
     import pytest
 
-    from profiler.errors import InputError
+    from common.errors import InputError
 
     with pytest.raises(InputError, match="application") as err:
         read_sia_profiles(REPO / "scheduler/data/profiles", applications=["nope"])
@@ -59,9 +59,9 @@ def test_the_serve_lock_file_names_the_server_pid_and_a_second_server_keeps_it(t
     and a refused second server does not erase it."""
     import pytest
 
-    from profiler.errors import InputError
-    from scheduler.cluster import cluster_from_dict
+    from common.errors import InputError
     from scheduler.executor.registry import make_executor
+    from scheduler.model.cluster import cluster_from_dict
     from scheduler.service.server import ServeConfig, Server
     from scheduler.service.state import StateStore
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.shared_data import shared_data_dir
+from scheduler.formats.shared_data import shared_data_dir
 
 REPO = Path(__file__).resolve().parents[1]
 DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
