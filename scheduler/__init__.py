@@ -9,5 +9,5 @@
 * :mod:`scheduler.executor` — launching a decision (local, Ray, Slurm, Kubernetes);
   :mod:`scheduler.service` — the live scheduler behind ``colocate serve``;
 * :mod:`scheduler.bench` — ``colocate bench`` for the scheduler, simulator and service;
-  :mod:`scheduler.report.comparison` — comparison reports and figures.
+  :mod:`scheduler.report` — comparison reports and figures.
 """
