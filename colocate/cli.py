@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -52,6 +53,51 @@ app = typer.Typer(
 
 for _module_name in COMMAND_MODULES:
     importlib.import_module(f"colocate.commands.{_module_name}").register(app)
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml's), or a note when running from a bare checkout."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("colocate")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"colocate {package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """GPU co-location profiler and packing-aware cluster scheduler."""
+
+
+def _flags_show_no_type() -> None:
+    """Typer 0.29 labels every flag ``<bool>`` in ``--help`` (``--json <bool>``, ``--help <bool>``), as if it
+    took a value. A flag takes none: show no type for it. Other options keep Typer's label."""
+    from typer.core import TyperOption
+
+    original = getattr(TyperOption, "display_type_rich", None)
+    if original is None or getattr(original, "flags_show_no_type", False):
+        return  # older Typer versions render flags through Click, without a type
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        if self.is_flag and self.metavar is None:
+            return None
+        return original(self, ctx)
+
+    display_type_rich.flags_show_no_type = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_show_no_type()
 
 
 def main() -> None:

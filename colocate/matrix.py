@@ -53,7 +53,8 @@ class CompatibilityMatrix:
 
     ``values`` holds the metric (NaN where not measured ok), ``status`` the cell status ("" = not measured),
     ``slowdown`` the slowdown of the *row* job when sharing with the *column* job, ``occupancy`` / ``dram``
-    the GPM SM-occupancy / DRAM-bandwidth means while co-located (NaN without GPM).
+    the GPM SM-occupancy / DRAM-bandwidth means while co-located (NaN without GPM), ``ci95`` the half-width of
+    the metric's 95 % confidence interval where the results give one (δ; NaN otherwise).
     """
 
     gpu_type: str
@@ -66,6 +67,7 @@ class CompatibilityMatrix:
     slowdown: pd.DataFrame
     occupancy: pd.DataFrame
     dram: pd.DataFrame
+    ci95: pd.DataFrame | None = None
 
     @property
     def metric_label(self) -> str:
@@ -128,6 +130,8 @@ def build_matrix(
     slowdown = [[math.nan] * n for _ in range(n)]
     occupancy = [[math.nan] * n for _ in range(n)]
     dram = [[math.nan] * n for _ in range(n)]
+    ci95 = [[math.nan] * n for _ in range(n)]
+    ci_column = f"{_METRIC_COLUMN[metric]}_ci95"  # only δ has one in the results
     column = _METRIC_COLUMN[metric]
     for row in subset.itertuples(index=False):
         if row.type_a not in position or row.type_b not in position:
@@ -139,6 +143,7 @@ def build_matrix(
             slowdown[x][y] = mine if row.status == STATUS_OK else math.nan
             occupancy[x][y] = row.gpm_sm_occupancy_mean
             dram[x][y] = row.gpm_dram_bw_util_mean
+            ci95[x][y] = float(getattr(row, ci_column, math.nan)) if row.status == STATUS_OK else math.nan
         if i == j:  # a self-pair: both jobs are the same type; show the worse slowdown
             slowdown[i][i] = max(row.slowdown_a, row.slowdown_b) if row.status == STATUS_OK else math.nan
 
@@ -147,7 +152,7 @@ def build_matrix(
 
     return CompatibilityMatrix(gpu_type, sharing, batch_size, metric, tuple(types), frame(values).astype(float),
                                frame(status), frame(slowdown).astype(float), frame(occupancy).astype(float),
-                               frame(dram).astype(float))
+                               frame(dram).astype(float), frame(ci95).astype(float))
 
 
 def build_matrices(pairs: pd.DataFrame, metric: str = "delta", *, by_batch: bool = True) -> list[CompatibilityMatrix]:

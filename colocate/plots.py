@@ -60,6 +60,9 @@ class MatrixView(Protocol):
     def dram(self) -> pd.DataFrame: ...
 
     @property
+    def ci95(self) -> pd.DataFrame | None: ...
+
+    @property
     def metric_label(self) -> str: ...
 
 
@@ -73,13 +76,19 @@ def save_figure(fig: "plt.Figure", path: str | Path, dpi: int = 130) -> Path:
 
 
 def plot_matrix(matrix: MatrixView, path: str | Path) -> Path:
+    """:func:`draw_matrix` written to ``path`` (PNG)."""
+    return save_figure(draw_matrix(matrix), path)
+
+
+def draw_matrix(matrix: MatrixView) -> "plt.Figure":
     """Heatmap of the upper triangle, diverging colormap centred on 1.0, every measured cell annotated.
 
-    Annotation: the metric on the first line, then the slowdowns t′/t of the row job and the column job;
-    with GPM data a third line gives SM occupancy / DRAM bandwidth (%) while co-located. Infeasible cells
-    are hatched grey with "OOM", failed ones "failed"; unmeasured cells stay blank.
+    Annotation: the metric ± the half-width of its 95 % CI (δ), then the slowdowns t′/t of the row job and
+    the column job; with GPM data a third line gives SM occupancy / DRAM bandwidth (%) while co-located.
+    Unmeasured cells are dotted grey with "not measured" — never white, which is the colour of δ ≈ 1 —
+    infeasible cells hatched grey with "OOM", failed ones "failed". The lower triangle mirrors the upper
+    and is left empty.
     """
-    path = Path(path)
     n = len(matrix.job_types)
     values = matrix.values.to_numpy(dtype=float)
     upper = np.triu(np.ones((n, n), dtype=bool))
@@ -88,7 +97,7 @@ def plot_matrix(matrix: MatrixView, path: str | Path) -> Path:
     span = max(float(np.max(np.abs(finite - 1.0))) if finite.size else 0.5, 0.05)
     norm = TwoSlopeNorm(vcenter=1.0, vmin=1.0 - span, vmax=1.0 + span)
     # Blue = good: δ and Σ t/t′ above 1 are good, slowdowns above 1 are bad.
-    cmap = plt.get_cmap("RdBu_r" if matrix.metric == "slowdown" else "RdBu").with_extremes(bad="white")
+    cmap = plt.get_cmap("RdBu_r" if matrix.metric == "slowdown" else "RdBu").with_extremes(bad="none")
     cell = 1.15 if n <= 8 else 0.75 if n <= 16 else 0.55
     size = max(4.5, cell * n + 2.5)
     font = 8 if n <= 8 else 6 if n <= 16 else 4
@@ -98,36 +107,50 @@ def plot_matrix(matrix: MatrixView, path: str | Path) -> Path:
     for i in range(n):
         for j in range(i, n):
             status = matrix.status.iat[i, j]
-            if not status:
-                continue
             if status != STATUS_OK:
-                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.85", hatch="///", edgecolor="0.6", lw=0))
-                ax.text(j, i, "OOM" if status == STATUS_INFEASIBLE else status, ha="center", va="center",
-                        fontsize=font, color="0.25")
+                _blank_cell(ax, i, j, status, font)
                 continue
             value = values[i, j]
-            lines = [f"{value:.2f}"]
-            slow_row, slow_col = matrix.slowdown.iat[i, j], matrix.slowdown.iat[j, i]
-            if i == j:
-                lines.append(f"{slow_row:.2f}×")
-            else:
-                lines.append(f"{slow_row:.2f}×/{slow_col:.2f}×")
-            if has_gpm:
-                occupancy, dram = matrix.occupancy.iat[i, j], matrix.dram.iat[i, j]
-                if not (math.isnan(occupancy) and math.isnan(dram)):
-                    lines.append(f"occ {occupancy:.0f}% dram {dram:.0f}%")
-            color = "white" if abs(value - 1.0) > 0.6 * span else "black"
-            ax.text(j, i, "\n".join(lines), ha="center", va="center", fontsize=font, color=color)
+            ax.text(j, i, "\n".join(_cell_lines(matrix, i, j, has_gpm)), ha="center", va="center", fontsize=font,
+                    color="white" if abs(value - 1.0) > 0.6 * span else "black")
     labels = list(matrix.job_types)
     ax.set_xticks(range(n), labels, rotation=60, ha="right", fontsize=font + 1)
     ax.set_yticks(range(n), labels, fontsize=font + 1)
     ax.set_xlim(-0.5, n - 0.5)
     ax.set_ylim(n - 0.5, -0.5)
     scope = "all job types" if matrix.batch_size is None else f"batch size {matrix.batch_size}"
+    ci = " ± 95 % CI" if _has_ci(matrix) else ""
     ax.set_title(f"{matrix.metric_label} — {matrix.gpu_type}, {matrix.sharing}, {scope}\n"
-                 "cells: value; slowdown t′/t of row job / column job", fontsize=9)
+                 f"cells: value{ci}; slowdown t′/t of row job / column job; dotted grey: not measured", fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=matrix.metric)
-    return save_figure(fig, path)
+    return fig
+
+
+def _has_ci(matrix: MatrixView) -> bool:
+    return matrix.ci95 is not None and bool(np.isfinite(matrix.ci95.to_numpy(dtype=float)).any())
+
+
+def _cell_lines(matrix: MatrixView, i: int, j: int, has_gpm: bool) -> list[str]:
+    """A measured cell's text: value (± CI half-width), slowdowns, and GPM means when measured."""
+    value = matrix.values.iat[i, j]
+    ci = matrix.ci95.iat[i, j] if matrix.ci95 is not None else math.nan
+    lines = [f"{value:.2f} ±{ci:.2f}" if math.isfinite(ci) else f"{value:.2f}"]
+    slow_row, slow_col = matrix.slowdown.iat[i, j], matrix.slowdown.iat[j, i]
+    lines.append(f"{slow_row:.2f}×" if i == j else f"{slow_row:.2f}×/{slow_col:.2f}×")
+    if has_gpm:
+        occupancy, dram = matrix.occupancy.iat[i, j], matrix.dram.iat[i, j]
+        if not (math.isnan(occupancy) and math.isnan(dram)):
+            lines.append(f"occ {occupancy:.0f}% dram {dram:.0f}%")
+    return lines
+
+
+def _blank_cell(ax: "plt.Axes", i: int, j: int, status: str, font: int) -> None:
+    """A cell without a value: unmeasured (dotted), infeasible or failed (hatched), grey either way."""
+    measured = bool(status)
+    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.85" if measured else "0.92",
+                           hatch="///" if measured else "..", edgecolor="0.6", lw=0))
+    label = "OOM" if status == STATUS_INFEASIBLE else status if measured else "not\nmeasured"
+    ax.text(j, i, label, ha="center", va="center", fontsize=font, color="0.25")
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -38,3 +38,20 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def python_signal_handlers_kept(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> Iterator[None]:
+    """Reinstall this process's Python handlers for ``signums`` after the block. ``ray.init`` installs a native
+    failure-signal handler that turns SIGTERM into a crash dump ("*** SIGTERM received ... PC: @") and kills
+    the process before a server can stop cleanly; Python's own handlers must win again."""
+    import threading
+
+    saved = {s: signal.getsignal(s) for s in signums}
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in saved.items():
+                if handler is not None:
+                    signal.signal(signum, handler)

@@ -23,7 +23,7 @@ ROOMS = ("common", "models", "profiler", "scheduler", "colocate")
 def _lint(cwd: Path) -> subprocess.CompletedProcess[str]:
     """Run import-linter on the ``pyproject.toml`` in ``cwd`` with ``cwd`` first on the path."""
     env = {**os.environ, "PYTHONPATH": str(cwd)}
-    code = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True, no_logo=True))"
+    code = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True))"
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 

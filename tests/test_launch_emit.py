@@ -61,7 +61,7 @@ def test_one_sbatch_script_per_gpu_group_that_bash_accepts(tmp_path: Path) -> No
     (line,) = [line for line in mps_pair.splitlines() if "/bin/sh -c" in line]
     words = shlex.split(line)  # the user command survives shell quoting intact
     assert words[words.index("-c") + 1] == "python my_train.py --batch-size 8 --tag 'd & c'"
-    assert "#SBATCH --gres=gpu:2" in solo and "torch.distributed.run" in solo and "--nproc-per-node=2" in solo
+    assert "#SBATCH --gres=gpu:2" in solo and "quiet_torchrun" in solo and "--nproc-per-node=2" in solo
     typed = emit_slurm(_plan(), tmp_path / "typed", RunSettings(), SlurmOptions(typed_gres=True))
     assert "#SBATCH --gres=gpu:h100:1" in typed[0].read_text() and "--constraint" not in typed[0].read_text()
     submit = (tmp_path / "submit_all.sh").read_text()

@@ -116,7 +116,7 @@ def test_jobs_submitted_at_different_times_all_complete_on_their_gpu_type(served
         assert doc["cuda_visible_devices"] is None  # --device cpu: logical GPUs only
         assert TYPES[gpu_type] in node_types.values()
     log = (state / "jobs" / "c" / "train.log").read_text()
-    assert "torch.distributed.run" in log and "--nproc-per-node=2" in log  # data-parallel over its 2 GPUs
+    assert "quiet_torchrun" in log and "--nproc-per-node=2" in log  # torchrun: data-parallel over its 2 GPUs
 
 
 def test_a_pair_is_formed_and_its_measured_ratios_are_learned(served, tmp_path: Path) -> None:

@@ -72,14 +72,20 @@ def test_compare_writes_report_table_and_plots(tmp_path):
     summary = pd.read_csv(out / "summary.csv")
     assert len(summary) == 6 and set(summary["policy"]) == {"colocate", "sia", "fifo"}
     report = (out / "report.md").read_text()
-    assert "## Targets" in report and "avg JCT colocate / sia" in report and "transferred" in report
+    # a user's report: no targets to miss; the co-location data is the table the runs used (t4/v100)
+    assert "Targets" not in report and "missed by" not in report
+    provenance = report.split("## Co-location data")[1].split("##")[0]
+    assert "colocation-default.csv" in provenance and "GPU types t4, v100" in provenance
+    assert "aws" not in provenance and "Not used" in provenance
     assert "| `colocate` | 2 | 8/8 |" in report
-    # a second run reuses the finished simulations
+    # a second run reuses the finished simulations; --targets adds the project's target checks
     again = run_cli("compare", "--cluster", str(CLUSTER), "--workloads", str(tmp_path / "set" / "workload-*.csv"),
                     "--policies", "colocate,sia,fifo", "--out", str(out), "--workers", "1",
-                    "--profiles", str(PROFILES))
+                    "--profiles", str(PROFILES), "--targets")
     assert again.returncode == 0, again.stderr
     pd.testing.assert_frame_equal(pd.read_csv(out / "summary.csv"), summary)
+    report = (out / "report.md").read_text()
+    assert "## Targets" in report and "avg JCT colocate / sia" in report and "--targets" in report
 
 
 @pytest.mark.slow
@@ -97,7 +103,7 @@ def test_compare_across_load_points_writes_the_load_table_and_plot(tmp_path):
     fifo = summary[summary["policy"] == "fifo"].set_index("load")
     assert fifo.loc[4.0, "avg_jct_s"] >= fifo.loc[1.0, "avg_jct_s"]  # the same jobs arriving 4x as fast wait more
     report = (out / "report.md").read_text()
-    assert "## JCT across load" in report and "Targets across load" in report
+    assert "## JCT across load" in report and "Targets across load" not in report
     assert "logical CPUs" in report and "UTC" in report  # machine and date read from the machine
 
 
@@ -176,3 +182,19 @@ def test_a_failed_simulation_is_reported_and_the_others_still_run(tmp_path, monk
     _, means, failed = compare_policies(request)  # resumes: sia is reused, fifo runs again and now succeeds
     assert failed == [] and sorted(means.index.get_level_values("policy")) == ["fifo", "sia"]
     assert not (tmp_path / "out" / "runs" / label / "fifo" / "failed.txt").exists()
+
+
+def test_colocation_provenance_describes_the_rows_of_the_cluster_types():
+    """The default table is the union of both bundled tables: on the bundled t4/v100 cluster only
+    colocation-default.csv has rows, and the note says so (Sia's aws/dgx-ext/rtx table is named as unused)."""
+    from scheduler.formats.bundled_files import COLOCATION_FILE
+    from scheduler.formats.transfer import DEFAULT_TABLE
+    from scheduler.report.comparison import colocation_provenance
+
+    note = colocation_provenance([DEFAULT_TABLE, COLOCATION_FILE], ("t4", "v100"))
+    used, unused = note.split("Not used")
+    assert "colocation-default.csv" in used and "GPU types t4, v100" in used and "transferred" in used
+    assert "colocation-sia-transferred.csv" in unused and "aws" not in note
+    sia = colocation_provenance([DEFAULT_TABLE, COLOCATION_FILE], ("aws", "rtx"))
+    assert "colocation-sia-transferred.csv" in sia.split("Not used")[0] and "GPU types aws, rtx" in sia
+    assert "could not pair" in colocation_provenance([COLOCATION_FILE], ("a100",))

@@ -58,6 +58,8 @@ def compare_command(
     title: str = typer.Option(None, "--title", help="Report title."),
     notes: Path = typer.Option(None, "--notes", help="Markdown file appended to the report as its Analysis section."),
     force: bool = typer.Option(False, "--force", help="Rerun simulations whose results already exist in --out."),
+    targets: bool = typer.Option(False, "--targets", help="Check the project's JCT targets (colocate vs sia and "
+                                 "gavel) in the report."),
 ) -> None:
     """Run the policies on every workload (in parallel processes) and write report.md, summary.csv and plots."""
     from colocate.commands._output import console
@@ -65,7 +67,8 @@ def compare_command(
 
     request = CompareRequest(cluster=cluster, workloads=workloads, policies=policies, out=out, loads=loads,
                              strength=strength, colocation=colocation, round_s=round_s, seed=seed, workers=workers,
-                             profiles=profiles, title=title, notes=notes, force=force)
+                             profiles=profiles, title=title, notes=notes, force=force,
+                             targets=targets)
     from colocate.commands._output import error_console
     from scheduler.sim.compare import SimulationFailed
 

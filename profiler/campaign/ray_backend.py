@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import InputError
-from common.signals import sigterm_as_interrupt
+from common.signals import python_signal_handlers_kept, sigterm_as_interrupt
 from profiler.campaign.cells import JobType, Run, plan_runs
 from profiler.campaign.driver import (
     Progress,
@@ -217,8 +217,8 @@ def _connect(address: str | None) -> bool:
 
     if ray.is_initialized():
         return False
-    ray.init(address=address, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+    with python_signal_handlers_kept():  # Ray's native handler would turn SIGTERM into a crash dump
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     return True
 
 

@@ -36,6 +36,7 @@ from scheduler.bench.rounds import steady_rounds, timed_round
 from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.formats.profiles import load_goodput_model
 from scheduler.ilp import IlpConfig, RoundProblem, build_problem, class_key, highs_lp
+from scheduler.ilp.quiet import new_highs
 from scheduler.ilp.warm import WarmStart
 from scheduler.model.cluster import Cluster, load_cluster
 from scheduler.model.colocation import ColocationTable
@@ -125,7 +126,6 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
     ``w_ikc − y_i − y_k − n_c·μ_t`` from the LP's row duals; columns with negative reduced cost are added
     (most negative first) until none is left, at which point the LP value is the all-pairs LP optimum.
     """
-    import highspy
 
     if cfg.p >= 0:
         raise ValueError("the bound is implemented for p < 0 (minimisation)")
@@ -166,8 +166,7 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
     value = math.nan
     for iteration in range(1, max_iterations + 1):
         lp, job_row, cap_row = highs_lp(problem)
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
+        h = new_highs()
         h.passModel(lp)
         h.run()
         value = h.getInfo().objective_function_value

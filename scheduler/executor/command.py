@@ -36,5 +36,6 @@ def job_argv(job: JobLaunch, settings: RunSettings, *, python: str = sys.executa
     if progress_file is not None:
         trainer += ["--progress-file", progress_file]
     if job.num_gpus > 1:  # one process per GPU of this node, data-parallel (DDP) inside the trainer
-        return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={job.num_gpus}", *trainer]
+        return [python, "-m", "scheduler.executor.quiet_torchrun", "--standalone", f"--nproc-per-node={job.num_gpus}",
+                *trainer]
     return [python, *trainer]

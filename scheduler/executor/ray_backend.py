@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from common.signals import python_signal_handlers_kept
 from profiler.campaign.ray_backend import ROUTING_FRACTION, require_ray, routing_resource
 from scheduler.executor.base import GroupPoll
 from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings
@@ -73,8 +74,9 @@ class RayExecutor:
     def _connect(self) -> Any:
         ray = require_ray()
         if not ray.is_initialized():
-            ray.init(address=self.address, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
+            with python_signal_handlers_kept():  # the server's SIGTERM/SIGINT handlers, not Ray's crash dump
+                ray.init(address=self.address, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False)
         return ray
 
     def check(self, plan: LaunchPlan, settings: LaunchSettings) -> None:

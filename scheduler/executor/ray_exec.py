@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from common.errors import InputError
-from common.signals import sigterm_as_interrupt
+from common.signals import python_signal_handlers_kept, sigterm_as_interrupt
 from profiler.campaign.ray_backend import ROUTING_FRACTION, require_ray, routing_resource
 from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings, run_groups
 from scheduler.executor.plan import GpuGroup, LaunchPlan
@@ -89,7 +89,8 @@ def run_plan_on_ray(
 
     started = False
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        with python_signal_handlers_kept():  # Ray's native handler would turn SIGTERM into a crash dump
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
         started = True
     try:
         check_ray(plan)

@@ -159,10 +159,27 @@ def read_sia_profiles(root: str | Path, applications: Iterable[str] | None = Non
                 "sync_time": pd.to_numeric(raw["sync_time"], errors="coerce"),
             }))
     if not frames:
-        raise InputError("no placements-<gpu>.csv files found", source=base, field="--profiles",
-                         valid="a directory holding <model>/placements-<gpu>.csv")
+        _raise_no_profiles(base, wanted_apps, wanted_types)
     out = pd.concat(frames, ignore_index=True)
     return out[out["num_gpus"] > 0].reset_index(drop=True)
+
+
+def _raise_no_profiles(base: Path, apps: set[str] | None, types: set[str] | None) -> None:
+    """Name what is missing: the asked GPU types (or applications) without profiles, and the ones there are."""
+    from scheduler.formats.shared_data import ENV_VAR
+
+    present = sorted({found.group("gpu") for d in base.iterdir() if d.is_dir() for f in d.iterdir()
+                      if (found := _PLACEMENTS.match(f.name) or _SCALABILITY.match(f.name))})
+    if not present:
+        raise InputError("no placements-<gpu>.csv files found", source=base, field="--profiles",
+                         valid="a directory holding <model>/placements-<gpu>.csv")
+    if types:
+        raise InputError(f"no throughput profiles for the cluster's GPU type(s) {', '.join(sorted(types))}; "
+                         f"this directory profiles {', '.join(present)}", source=base, field="--profiles",
+                         valid=f"a cluster of {', '.join(present)} GPUs, or Sia's traces directory (its artifact's "
+                               f"traces/, found via ${ENV_VAR}/sia/traces) for Sia's GPU types")
+    raise InputError(f"no profiles for the application(s) {', '.join(sorted(apps or ()))}", source=base,
+                     field="--profiles", valid=", ".join(sorted(d.name for d in base.iterdir() if d.is_dir())))
 
 
 def read_gns_curves(root: str | Path, applications: Iterable[str] | None = None) -> dict[str, GnsCurve]:

@@ -13,6 +13,7 @@ import numpy as np
 
 from scheduler.ilp.config import IlpConfig
 from scheduler.ilp.problem import RoundProblem
+from scheduler.ilp.quiet import new_highs
 from scheduler.ilp.rounding import greedy_selection
 
 
@@ -136,13 +137,9 @@ def _run_from(h: Any, start: Sequence[int]) -> None:
 
 def _model(problem: RoundProblem, cfg: IlpConfig) -> tuple[Any, int]:
     """A HiGHS instance holding the round ILP (natural objective), and its number of rows."""
-    import highspy
 
     lp, _, _ = highs_lp(problem)
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    if cfg.threads is not None:
-        h.setOptionValue("threads", int(cfg.threads))
+    h = new_highs(cfg.threads)
     h.passModel(lp)
     return h, lp.num_row_
 

@@ -19,6 +19,7 @@ from scheduler.ilp.config import IlpConfig
 from scheduler.ilp.highs import highs_lp
 from scheduler.ilp.objective import Objective, beneficial_ratio
 from scheduler.ilp.problem import RoundProblem
+from scheduler.ilp.quiet import new_highs
 from scheduler.ilp.triples import add_triple_columns, dual_ranked_triples
 from scheduler.model.configs import Configuration
 
@@ -189,9 +190,7 @@ def _lp_model(problem: RoundProblem) -> tuple[Any, dict[int, int], dict[str, int
     import highspy
 
     lp, job_row, cap_row = highs_lp(problem, minimise_form=True, all_capacity_rows=True)
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("threads", 1)
+    h = new_highs(threads=1)
     h.passModel(lp)
     for t in problem.cluster.type_names:  # types without any column get a row too, so new columns can reference it
         if t not in cap_row:

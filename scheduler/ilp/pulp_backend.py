@@ -7,6 +7,7 @@ import math
 from scheduler.ilp.config import IlpConfig
 from scheduler.ilp.highs import RawResult, constraint_rows
 from scheduler.ilp.problem import RoundProblem
+from scheduler.ilp.quiet import native_stdout_to_devnull
 
 
 def solve_pulp(problem: RoundProblem, cfg: IlpConfig, backend: str) -> RawResult:
@@ -33,7 +34,8 @@ def solve_pulp(problem: RoundProblem, cfg: IlpConfig, backend: str) -> RawResult
                             presolve="off")
     else:
         solver = _cbc(cfg)
-    prob.solve(solver)
+    with native_stdout_to_devnull():  # pulp.HiGHS builds its own Highs; some PuLP/highspy pairs log to stdout
+        prob.solve(solver)
     status = pulp.LpStatus.get(prob.status, str(prob.status))
     bound = None
     if backend == "pulp-highs" and getattr(prob, "solverModel", None) is not None:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.errors import InputError
+from scheduler.ilp.quiet import native_stdout_to_devnull
 from scheduler.model.cluster import Cluster
 from scheduler.model.goodput import GoodputEstimate
 from scheduler.model.jobs import Job
@@ -158,7 +159,8 @@ class GavelPolicy:
                 prob.addConstraint(pulp.LpAffineExpression(gpus[t.name]) <= t.total_gpus, name=f"cap_{t.name}")
         fractions: dict[tuple[Combo, str], float] = {}
         try:
-            prob.solve(pulp.HiGHS(msg=False, timeLimit=self.time_limit_s, threads=1))
+            with native_stdout_to_devnull():  # pulp.HiGHS builds its own Highs; some versions log to stdout
+                prob.solve(pulp.HiGHS(msg=False, timeLimit=self.time_limit_s, threads=1))
             ok = pulp.LpStatus.get(prob.status) == "Optimal"
         except pulp.PulpSolverError:
             ok = False

@@ -162,6 +162,10 @@ def target_checks(frame: Any) -> list[TargetCheck]:
     return out
 
 
+TARGETS_NOTE = ("The project's goals for the `colocate` policy (`colocate compare --targets`): average JCT at most "
+                "0.85× Sia's and 0.5× Gavel's, p99 JCT no worse than Sia's, fewer GPU-hours than Sia.")
+
+
 def target_lines(checks: Sequence[TargetCheck]) -> list[str]:
     if not checks:
         return ["(targets need the `colocate` and `sia` policies in the comparison)"]
@@ -264,10 +268,12 @@ def diagnostics_lines(runs: Sequence[RunRecord], frame: Any) -> list[str]:
 
 
 def write_report(runs: Sequence[RunRecord], out_dir: str | Path, *, title: str, setup: Mapping[str, str],
-                 colocation_note: str = "", notes: str = "") -> Path:
+                 colocation_note: str = "", notes: str = "", targets: bool = False) -> Path:
     """Write ``report.md``, ``summary.csv`` and the plots into ``out_dir``; returns the report path.
 
-    With several load points (``RunRecord.load``) the report adds JCT across load (table, plot, targets)."""
+    With several load points (``RunRecord.load``) the report adds JCT across load (table and plot). The
+    project's own targets (colocate against sia and gavel) are checked only when ``targets`` asks for them:
+    a user's comparison has no targets to miss."""
     from scheduler.report.load import load_table, load_target_lines, plot_jct_vs_load, run_date
 
     out = Path(out_dir)
@@ -287,13 +293,15 @@ def write_report(runs: Sequence[RunRecord], out_dir: str | Path, *, title: str, 
         policies = _order(frame["policy"])
         plot_jct_vs_load(frame, policies, out / "jct_vs_load.png")
         lines += ["", "## JCT across load (hours, mean over workloads)", ""] + load_table(frame, policies)
-        lines += ["", "![JCT vs load](jct_vs_load.png)", "", "### Targets across load", ""]
-        lines += load_target_lines(frame)
+        lines += ["", "![JCT vs load](jct_vs_load.png)"]
+        if targets:
+            lines += ["", "### Targets across load", ""] + load_target_lines(frame)
         lines += ["", f"The sections below are for load {nominal['load'].iloc[0]:g}×."]
         frame = nominal
     lines += ["", "## Results (mean ± std over workloads)", ""] + aggregate_table(frame)
     lines += ["", "Average JCT per workload (hours):", ""] + per_workload_table(frame)
-    lines += ["", "## Targets", ""] + target_lines(checks)
+    if targets:
+        lines += ["", "## Targets", "", TARGETS_NOTE, ""] + target_lines(checks)
     lines += ["", "## Diagnostics", "",
               "Load and churn, mean per workload. A *move at the same config* is a checkpoint-restore that kept "
               "the GPU type and count but changed GPUs (for packing policies mostly a job moving onto its new "
@@ -320,26 +328,39 @@ def write_report(runs: Sequence[RunRecord], out_dir: str | Path, *, title: str, 
     return path
 
 
-def colocation_provenance(table_path: str | Path | None) -> str:
-    """A paragraph on where the co-location ratios came from (transferred vs measured rows)."""
+def colocation_provenance(tables: Sequence[str | Path], gpu_types: Sequence[str]) -> str:
+    """A paragraph on where the co-location ratios the runs used came from: of each table, the rows of the
+    cluster's GPU types only (transferred from Gavel's pairs vs measured), naming the tables that had none."""
     import pandas as pd
 
-    if table_path is None:
-        return "No co-location table: packing policies could not pair jobs."
-    frame = pd.read_csv(table_path)
-    n = len(frame)
-    try:  # show the table as the user would type it
-        table_path = Path(table_path).resolve().relative_to(Path.cwd().resolve())
+    wanted = set(gpu_types)
+    parts, unused = [], []
+    for path in tables:
+        frame = pd.read_csv(path, comment="#")
+        frame = frame[frame["gpu_type"].astype(str).isin(wanted)]
+        shown = _as_typed(path)
+        if frame.empty:
+            unused.append(f"`{shown}`")
+            continue
+        n = len(frame)
+        flags = frame["transferred"].astype(str).str.lower() if "transferred" in frame.columns else None
+        transferred = int(flags.isin(["true", "1"]).sum()) if flags is not None else 0
+        types = ", ".join(sorted(frame["gpu_type"].astype(str).unique()))
+        parts.append(f"Table `{shown}`: {n} rows for the cluster's GPU types {types}; **{transferred} of {n} values "
+                     f"are transferred** from Gavel's measured pairs (K80/P100/V100) by the mapping of "
+                     f"`scheduler/formats/transfer.py`, {n - transferred} are measurements."
+                     + (" Each row's `source` column names the Gavel pair used." if "source" in frame.columns else ""))
+    if not parts:
+        return (f"No co-location table covers the cluster's GPU types ({', '.join(sorted(wanted))}): packing "
+                f"policies could not pair jobs.")
+    if unused:
+        parts.append(f"Not used (no rows for these GPU types): {', '.join(unused)}.")
+    return " ".join(parts)
+
+
+def _as_typed(path: str | Path) -> Path:
+    """The path relative to the working directory when it is under it, as the user would type it."""
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve())
     except ValueError:
-        pass
-    if "transferred" in frame.columns:
-        transferred = int(frame["transferred"].astype(str).str.lower().isin(["true", "1"]).sum())
-    else:
-        transferred = 0
-    types = ", ".join(sorted(frame["gpu_type"].astype(str).unique()))
-    text = (f"Table `{table_path}`: {n} rows over GPU types {types}; **{transferred} of {n} values are transferred** "
-            f"from Gavel's measured pairs (K80/P100/V100) by the mapping of `scheduler/formats/transfer.py` "
-            f"(cifar10↔ResNet-18, imagenet↔ResNet-50, bert↔Transformer, ncf↔Recommendation, deepspeech2↔LM, "
-            f"yolov3↔ResNet-50 at small batch; T4←P100, RTX 2080Ti←V100, A100←V100); "
-            f"{n - transferred} are our own measurements. Each row's `source` column names the Gavel pair used.")
-    return text
+        return Path(path)

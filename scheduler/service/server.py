@@ -78,13 +78,18 @@ class Server:
 
     # -- lifetime ----------------------------------------------------------------------------------------
     def acquire(self) -> None:
-        """One server per state directory (the lock dies with the process, ``kill -9`` included)."""
-        handle = open(self.state.dir / "server.lock", "w")
+        """One server per state directory (the lock dies with the process, ``kill -9`` included). The lock
+        file holds the server's pid (opened without truncating, so a refused second server cannot erase it)."""
+        handle = open(self.state.dir / "server.lock", "a+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            handle.close()
             raise InputError("another colocate serve runs on this state directory", source=self.state.dir,
                              field="--state", valid="one server per state directory") from None
+        handle.truncate(0)
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
         self._lock = handle
         adopted = self.state.groups()
         with self.state.transaction() as db:

@@ -45,6 +45,7 @@ class CompareRequest:
     title: str | None = None
     notes: Path | None = None
     force: bool = False
+    targets: bool = False  # add the project's JCT targets (colocate vs sia/gavel) to the report
 
 
 @dataclass(frozen=True)
@@ -271,21 +272,23 @@ def _setup(plan: ComparePlan) -> dict[str, str]:
 def write_comparison_report(plan: ComparePlan) -> Path:
     """report.md, summary.csv and plots from every run's logs; returns the report's path."""
     from common.safe_load import read_text
+    from scheduler.formats.bundled_files import COLOCATION_FILE
     from scheduler.formats.transfer import DEFAULT_TABLE
     from scheduler.policies import policy_spec
     from scheduler.report.comparison import colocation_provenance, write_report
 
     req = plan.request
     packing = any(policy_spec(p).packing for p in plan.names)
-    table_used = req.colocation if req.colocation is not None else (DEFAULT_TABLE if packing else None)
+    # the simulator's default table is the union of both bundled tables (scheduler.formats.transfer.default_table)
+    tables = [req.colocation] if req.colocation is not None else [DEFAULT_TABLE, COLOCATION_FILE]
     notes = read_text(req.notes, field="--notes", what="notes file") if req.notes is not None else ""
     failed = failed_runs(plan)
     if failed:
         notes = ("**Failed runs** (stopped on a broken invariant; left out of every table and plot):\n\n"
                  + "\n".join(f"- {line}" for line in failed) + "\n\n" + notes)
     return write_report(_records(plan), req.out, title=req.title or f"Policy comparison: {req.out.name}",
-                        setup=_setup(plan), colocation_note=colocation_provenance(table_used) if packing else "",
-                        notes=notes)
+                        setup=_setup(plan), notes=notes, targets=req.targets,
+                        colocation_note=colocation_provenance(tables, plan.cluster.type_names) if packing else "")
 
 
 def compare_policies(req: CompareRequest, progress: ProgressHook | None = None) -> tuple[Path, Any, list[str]]:

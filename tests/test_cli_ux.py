@@ -1,0 +1,79 @@
+"""What a new user sees first: ``--version``, ``--help`` that shows flags as flags, and an error that names
+the GPU types without profiles — through the real console script."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from test_cli_stdout import REPO, colocate
+
+from scheduler.formats.profiles import read_sia_profiles
+
+
+def test_version_prints_the_package_version() -> None:
+    from importlib.metadata import version
+
+    done = colocate("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"colocate {version('colocate')}"
+
+
+def test_help_shows_flags_without_a_value_type(monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "160")
+    for args in (["--help"], ["simulate", "--help"]):
+        done = colocate(*args)
+        assert done.returncode == 0, done.stderr
+        assert "<bool>" not in done.stdout, args
+        assert re.search(r"--help\s+Show this message", done.stdout), done.stdout
+    simulate_help = done.stdout
+    assert re.search(r"--json\s+Print the summary", simulate_help)
+    assert re.search(r"--out\s+-o\s+(<path>|PATH)", simulate_help)  # options that take a value keep their type
+
+
+def test_simulate_names_the_cluster_types_without_bundled_profiles(tmp_path: Path, monkeypatch) -> None:
+    """Sia's 64-GPU cluster on a clean clone (no shared data): the error names aws, dgx-ext, rtx as unprofiled
+    and the bundled types t4, v100 — not 'no placements-<gpu>.csv files found'."""
+    monkeypatch.setenv("COLOCATE_SHARED_DATA", str(tmp_path / "absent"))
+    done = colocate("simulate", "--cluster", "scheduler/examples/sia-64gpu.yaml", "--workload",
+                    "scheduler/examples/demo-workload.csv", "--policy", "sia")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    error = done.stderr.replace("\n", " ")
+    assert "GPU type(s) aws, dgx-ext, rtx" in error and "profiles t4, v100" in error, error
+    assert "no placements-<gpu>.csv files found" not in error
+
+
+def test_reading_profiles_for_absent_applications_names_the_ones_there() -> None:
+    import pytest
+
+    from common.errors import InputError
+
+    with pytest.raises(InputError, match="application") as err:
+        read_sia_profiles(REPO / "scheduler/data/profiles", applications=["nope"])
+    assert "cifar10" in str(err.value)
+
+
+def test_the_serve_lock_file_names_the_server_pid_and_a_second_server_keeps_it(tmp_path: Path) -> None:
+    """The shell's `$!` is the server itself; the lock file says which pid holds the state directory too,
+    and a refused second server does not erase it."""
+    import pytest
+
+    from common.errors import InputError
+    from scheduler.executor.registry import make_executor
+    from scheduler.model.cluster import cluster_from_dict
+    from scheduler.service.server import ServeConfig, Server
+    from scheduler.service.state import StateStore
+
+    cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})
+
+    def server() -> Server:
+        return Server(StateStore(tmp_path / "state"), cluster, make_executor("local"), ServeConfig(device="cpu"))
+
+    first = server()
+    first.acquire()
+    lock = tmp_path / "state" / "server.lock"
+    assert lock.read_text() == f"{os.getpid()}\n"
+    with pytest.raises(InputError, match="another colocate serve"):
+        server().acquire()
+    assert lock.read_text() == f"{os.getpid()}\n"

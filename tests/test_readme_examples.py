@@ -1,0 +1,176 @@
+"""Every shell example of README.md and docs/ runs on a clean copy of this checkout, or says why it cannot.
+
+A ```` ```bash ```` block is runnable on the bundled data unless the line before it is a marker:
+
+* ``<!-- example: slow -->`` — runnable, in the full suite only (minutes of CPU: a campaign, a simulation);
+* ``<!-- needs: shared-data sia|gavel (...) -->`` — needs public data not shipped (docs/data.md says how to get
+  it): skipped, with the reason, when that data is absent; when present, its data paths must exist;
+* ``<!-- needs: gpu|ray|your-files ... (...) -->`` or ``<!-- example: skip (reason) -->`` — not run here.
+
+Every block is checked by ``bash -n``; an unmarked block that names ``../shared/data`` fails the test.
+Runnable blocks of one file run in order in one temporary copy of the checkout (tracked and untracked,
+not ignored files), as a new user would run them from the repository root.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from scheduler.formats.shared_data import shared_data_dir
+
+REPO = Path(__file__).resolve().parents[1]
+DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
+MARKER = re.compile(r"^\s*<!--\s*(?P<kind>example|needs):\s*(?P<what>[\w-]+)(?P<rest>.*?)-->\s*$")
+SHELL = {"bash", "sh", "shell", "console"}
+NOT_RUN = {"gpu", "ray", "your-files", "skip"}
+
+
+@dataclass(frozen=True)
+class Example:
+    document: Path
+    line: int
+    code: str
+    kind: str  # run | slow | needs | skip
+    what: str  # for needs/skip: what (gpu, ray, shared-data, your-files, skip)
+    detail: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.document.relative_to(REPO)}:{self.line}"
+
+
+def examples(document: Path) -> list[Example]:
+    """The shell blocks of one Markdown file, with the marker on the line before each (if any)."""
+    lines = document.read_text().splitlines()
+    found, i = [], 0
+    while i < len(lines):
+        fence = FENCE.match(lines[i])
+        if fence is None or not fence.group("lang"):
+            i += 1
+            continue
+        indent, lang, start = fence.group("indent"), fence.group("lang"), i
+        i += 1
+        body = []
+        while i < len(lines) and lines[i].strip() != "```":
+            body.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i])
+            i += 1
+        i += 1
+        if lang not in SHELL:
+            continue
+        previous = next((lines[k] for k in range(start - 1, -1, -1) if lines[k].strip()), "")
+        marker = MARKER.match(previous)
+        if marker is None:
+            kind, what, detail = "run", "", ""
+        elif marker.group("kind") == "example":
+            what, detail = marker.group("what"), marker.group("rest").strip()
+            kind = {"slow": "slow", "skip": "skip"}.get(what, "bad-marker")
+        else:
+            kind, what, detail = "needs", marker.group("what"), marker.group("rest").strip()
+        found.append(Example(document, start + 1, "\n".join(body) + "\n", kind, what, detail))
+    return found
+
+
+ALL = [e for d in DOCUMENTS for e in examples(d)]
+
+
+def test_the_documents_have_runnable_examples() -> None:
+    """The extraction finds the README tour (so a broken parser cannot pass every test by finding nothing)."""
+    readme = [e for e in ALL if e.document.name == "README.md"]
+    assert sum(e.kind in ("run", "slow") for e in readme) >= 5
+    assert any(e.kind == "run" for e in readme), "the fast lane runs at least one README example"
+
+
+@pytest.mark.parametrize("example", ALL, ids=lambda e: e.name)
+def test_example_is_marked_and_valid_bash(example: Example) -> None:
+    assert example.kind != "bad-marker", f"{example.name}: unknown marker 'example: {example.what}'"
+    if example.kind == "needs":
+        assert example.what in {"shared-data", "gpu", "ray", "your-files"}, f"{example.name}: needs {example.what}?"
+        assert example.detail, f"{example.name}: a needs marker says what is needed and where to get it"
+    if example.kind == "skip":
+        assert example.detail.startswith("("), f"{example.name}: 'example: skip' gives its reason"
+    if example.kind in ("run", "slow"):
+        assert "../shared/data" not in example.code, (
+            f"{example.name} reads ../shared/data: mark it <!-- needs: shared-data ... -->")
+    done = subprocess.run(["bash", "-n"], input=example.code, capture_output=True, text=True)
+    assert done.returncode == 0, f"{example.name}: {done.stderr}"
+
+
+def clean_copy(destination: Path) -> Path:
+    """The checkout as a clean clone would have it: the files git tracks or would track, nothing ignored."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, listed):
+        source = REPO / name
+        if source.is_file():
+            target = destination / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    return destination
+
+
+@pytest.fixture(scope="module")
+def checkouts(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, Path]:
+    """One clean copy per document, shared by its blocks (later blocks use what earlier ones wrote)."""
+    return {}
+
+
+def _copy_for(example: Example, checkouts: dict[Path, Path], factory: pytest.TempPathFactory) -> Path:
+    if example.document not in checkouts:
+        checkouts[example.document] = clean_copy(factory.mktemp(example.document.stem))
+    return checkouts[example.document]
+
+
+def run_block(example: Example, root: Path) -> subprocess.CompletedProcess[str]:
+    """The block under ``bash -e`` from the copy's root, with its ``colocate`` importing the copy."""
+    scripts = str(Path(sys.executable).parent)
+    env = {**os.environ, "PYTHONPATH": str(root), "PATH": scripts + os.pathsep + os.environ.get("PATH", ""),
+           "COLUMNS": "120", "COLOCATE_SHARED_DATA": os.environ.get("COLOCATE_SHARED_DATA", str(shared_data_dir()))}
+    return subprocess.run(["bash", "-e", "-o", "pipefail", "-c", example.code], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=1700)
+
+
+def _runnable(kind: str) -> list[Example]:
+    return [e for e in ALL if e.kind == kind]
+
+
+@pytest.mark.parametrize("example", _runnable("run"), ids=lambda e: e.name)
+def test_fast_example_runs(example: Example, checkouts: dict[Path, Path],
+                           tmp_path_factory: pytest.TempPathFactory) -> None:
+    done = run_block(example, _copy_for(example, checkouts, tmp_path_factory))
+    assert done.returncode == 0, f"{example.name} failed:\n{example.code}\n--- stderr ---\n{done.stderr[-3000:]}"
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # a CPU campaign: about a minute on a quiet 2-core machine, much more on a busy one
+@pytest.mark.parametrize("example", _runnable("slow"), ids=lambda e: e.name)
+def test_slow_example_runs(example: Example, checkouts: dict[Path, Path],
+                           tmp_path_factory: pytest.TempPathFactory) -> None:
+    done = run_block(example, _copy_for(example, checkouts, tmp_path_factory))
+    assert done.returncode == 0, f"{example.name} failed:\n{example.code}\n--- stderr ---\n{done.stderr[-3000:]}"
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("example", [e for e in ALL if e.kind == "needs" and e.what == "shared-data"],
+                         ids=lambda e: e.name)
+def test_shared_data_example_names_data_that_exists(example: Example) -> None:
+    """Skipped (with the reason) without the public data; with it, every data path the block names exists.
+    The blocks themselves are long reproductions (minutes to hours) and are not run here."""
+    base = shared_data_dir()
+    sets = example.detail.split("(")[0].split() or ["sia"]
+    absent = [s for s in sets if not (base / s).is_dir()]
+    if absent:
+        pytest.skip(f"{example.name} needs {', '.join(absent)} under {base} (docs/data.md: how to get it)")
+    for path in re.findall(r"\.\./shared/data/[^\s'\",)]+", example.code):
+        resolved = str(base / path[len("../shared/data/"):])
+        assert glob.glob(resolved), f"{example.name}: {path} not found under {base}"
