@@ -19,14 +19,22 @@ def _table(rows: list[dict[str, Any]], meta: str) -> Any:
 
     table = Table(title=f"jobs · {meta}")
     for column in ("job", "state", "GPU type", "GPUs", "batch", "partner", "progress", "samples/s", "restarts",
-                   "crashes", "error"):
+                   "crashes", "why waiting / error"):
         table.add_column(column, overflow="fold")
     for r in rows:
         progress = f"{r['step'] if r['target_unit'] == 'steps' else r['samples']}/{r['target']} {r['target_unit']}"
         table.add_row(r["name"], r["state"], r["gpu_type"] or "", str(r["num_gpus"] or ""), str(r["batch_size"] or ""),
                       r["partner"] or "", progress, f"{r['samples_per_s']:.1f}" if r["samples_per_s"] else "",
-                      str(r["restarts"]), str(r["crashes"]), r["error"][:80])
+                      str(r["restarts"]), str(r["crashes"]), _why(r))
     return table
+
+
+def _why(row: dict[str, Any]) -> str:
+    """A queued job's reason to wait (the last round's), else its last error."""
+    waiting = row.get("waiting")
+    if waiting:
+        return f"{waiting['code']}: {waiting['text']}"
+    return str(row["error"])[:80]
 
 
 def jobs(
