@@ -9,6 +9,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
+from profiler.errors import InputError
 from scheduler.cluster import cluster_from_dict
 from scheduler.colocation import ColocationTable
 from scheduler.executor.registry import make_executor
@@ -146,3 +149,38 @@ def server_reasons(state: StateStore) -> dict[str, dict[str, str]]:
     from scheduler.service.views import job_views
 
     return {v["name"]: v["waiting"] for v in job_views(state) if v["waiting"]}
+
+
+def test_metrics_are_scraped_from_the_port(tmp_path: Path) -> None:
+    import socket
+    import urllib.request
+
+    from scheduler.service.metrics import ServeMetrics
+
+    with socket.socket() as probe:  # a free port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    state, server = _server(tmp_path, gpus=1, round_s=0.2, colocation=ColocationTable.from_rows(
+        [("t4", "mine", "mine", 0.9, 0.9)]))
+    metrics = ServeMetrics()
+    http, _ = metrics.serve(port)
+    server.on_round_end = metrics.update
+    try:
+        state.submit(_job(tmp_path, "m1", 100000))
+        state.submit(_job(tmp_path, "m2", 100000))
+        state.submit(_job(tmp_path, "big", 10, min_gpus=2, max_gpus=2))
+        _drive(server, lambda: state.job("m1").step > 5 and state.job("m2").step > 5, 60)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                  if line and not line.startswith("#")}
+        assert values['colocate_jobs{state="running"}'] == 2 and values['colocate_jobs{state="queued"}'] == 1
+        assert values['colocate_gpus{gpu_type="t4"}'] == 1 and values['colocate_gpus_used{gpu_type="t4"}'] == 1
+        assert values['colocate_gpus_packed{gpu_type="t4"}'] == 1  # m1 and m2 share the GPU
+        assert values['colocate_waiting_jobs{reason="no-gpu-type"}'] == 1
+        assert values["colocate_rounds_total"] >= 1 and values["colocate_round_seconds_count"] >= 1
+        assert "colocate_restarts_total" in values and "colocate_learned_pairs" in values
+        with pytest.raises(InputError, match="metrics-port"):
+            ServeMetrics().serve(port)  # in use
+    finally:
+        http.shutdown()
+        kill_groups(state.dir)

@@ -98,3 +98,29 @@ def test_start_ups_fold_into_a_mean_and_survive_a_round_trip() -> None:
 def test_bad_stability_knobs_are_input_errors(field: str, value: float) -> None:
     with pytest.raises(InputError):
         StabilityConfig(**{field: value})
+
+
+def test_the_torch_free_model_names_are_the_zoo() -> None:
+    import models
+    from scheduler.service.model_names import BUILTIN_MODELS, known_models
+
+    assert BUILTIN_MODELS == models.MODEL_NAMES and set(BUILTIN_MODELS) <= set(known_models())
+
+
+def test_submit_validates_without_importing_torch(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    job = tmp_path / "j.yaml"
+    job.write_text("name: j\nmodel: tiny_cnn\nsteps: 10\nbatch_size: 8\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: b\nmodel: tiny_cnnn\nsteps: 10\nbatch_size: 8\n")
+    probe = ("import sys\nfrom colocate.cli import main\nsys.argv = ['colocate', 'submit', '--state', sys.argv[1], "
+             "sys.argv[2]]\ntry:\n    main()\nexcept SystemExit as e:\n    code = e.code\nelse:\n    code = 0\n"
+             "print('torch' in sys.modules, code)")
+    out = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "state"), str(job)], capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.split()[-2:] == ["False", "0"], out.stdout + out.stderr
+    out = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "state"), str(bad)], capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.split()[-2:] == ["False", "2"] and "unknown model" in out.stdout + out.stderr

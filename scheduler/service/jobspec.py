@@ -95,14 +95,14 @@ def _int(data: dict[str, Any], key: str, source: str, low: int) -> int | None:
 
 
 def _check_kind(data: dict[str, Any], source: str) -> None:
-    from models import registered_names
+    from scheduler.service.model_names import known_models
 
     model, command = data.get("model"), data.get("command")
     if (model is None) == (command is None):
         raise InputError("needs exactly one of 'model' and 'command'", source=source, field="model",
                          valid="model: NAME (built-in trainer) or command: 'shell command'")
-    if model is not None and model not in registered_names():
-        raise InputError(f"unknown model {model!r}", source=source, field="model", valid=", ".join(registered_names()))
+    if model is not None and model not in known_models():
+        raise InputError(f"unknown model {model!r}", source=source, field="model", valid=", ".join(known_models()))
     for key in ("command", "application"):
         value = data.get(key)
         if value is not None and (not isinstance(value, str) or not value.strip()):
