@@ -43,15 +43,15 @@ def jobs(
     watch: bool = typer.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),
 ) -> None:
     """Show every job of a scheduler instance."""
-    from colocate.commands._output import console
     from scheduler.service.state import StateStore
     from scheduler.service.views import job_views, learned_view
 
     store = StateStore(state, create=False)
-    if as_json:
+    if as_json:  # scripts poll this: no Rich console (its module imports pandas)
         typer.echo(json.dumps({"jobs": job_views(store), "learned": learned_view(store),
                                "rounds": int(store.meta("rounds") or 0)}, indent=2))
         return
+    from colocate.commands._output import console
 
     def render() -> Any:
         return _table(job_views(store), f"{store.meta('rounds') or 0} rounds · last {store.meta('last_round') or '-'}")
