@@ -1,7 +1,7 @@
 """The front door of ``colocate serve`` timed as users meet it: ``colocate submit`` idle, 200 jobs from 4 parallel
 submitters while a server runs, and ``colocate jobs --json`` while they submit.
 
-    PYTHONPATH=$PWD python scripts/bench_front_door.py [--jobs 200] [--submitters 4]
+    PYTHONPATH=$PWD python scripts/bench_front_door.py [--jobs 200] [--submitters 4] [--batch 1]
 
 Each submit and each ``jobs --json`` is a fresh ``python -m colocate.cli`` process (what a shell script pays:
 interpreter, imports, SQLite). The server runs on the local backend with 4 logical GPUs and ``--round-s 1``;
@@ -52,6 +52,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--submitters", type=int, default=4)
     parser.add_argument("--idle-runs", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=1, help="job files per submit call (1: one process per job)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="colocate-front-door-") as tmp:
         root = Path(tmp)
@@ -82,8 +83,8 @@ def _run_load(root: Path, state: Path, args: argparse.Namespace) -> None:
     polls: list[float] = []
 
     def submitter(paths: list[Path]) -> None:
-        for path in paths:
-            _run(_cli("submit", "--state", str(state), str(path)))
+        for at in range(0, len(paths), args.batch):
+            _run(_cli("submit", "--state", str(state), *map(str, paths[at:at + args.batch])))
 
     def poller() -> None:
         while not done.is_set():
@@ -101,7 +102,8 @@ def _run_load(root: Path, state: Path, args: argparse.Namespace) -> None:
     total = time.perf_counter() - began
     done.set()
     watcher.join()
-    print(f"{per * args.submitters} jobs from {args.submitters} parallel submitters: {total:.1f} s")
+    print(f"{per * args.submitters} jobs from {args.submitters} parallel submitters, {args.batch} per call: "
+          f"{total:.1f} s")
     print(f"jobs --json while they submit: median {statistics.median(polls):.3f} s, max {max(polls):.3f} s "
           f"({len(polls)} calls)")
 

@@ -115,6 +115,7 @@ def test_a_slow_stop_does_not_block_the_round_and_its_gpus_stay_busy_until_free(
         kill_groups(state.dir)
 
 
+@pytest.mark.slow
 def test_cancelling_one_member_of_a_pair_keeps_its_partner_running(tmp_path: Path) -> None:
     table = ColocationTable.from_rows([("t4", "mine", "mine", 0.9, 0.9)])
     state, server = _server(tmp_path, gpus=1, round_s=0.2, colocation=table)
@@ -151,6 +152,7 @@ def server_reasons(state: StateStore) -> dict[str, dict[str, str]]:
     return {v["name"]: v["waiting"] for v in job_views(state) if v["waiting"]}
 
 
+@pytest.mark.slow
 def test_metrics_are_scraped_from_the_port(tmp_path: Path) -> None:
     import socket
     import urllib.request
