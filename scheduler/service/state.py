@@ -140,9 +140,17 @@ class StateStore:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")  # with WAL: durable across process crashes
         self._conn.execute("PRAGMA busy_timeout=60000")
-        with self.transaction() as db:
-            db.executescript_safe(_SCHEMA)
-            db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+        if self.meta_or_none("schema_version") is None:  # only a new database takes the write lock here
+            with self.transaction() as db:
+                db.executescript_safe(_SCHEMA)
+                db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+
+    def meta_or_none(self, key: str) -> str | None:
+        """:meth:`meta`, or None when the database has no tables yet."""
+        try:
+            return self.meta(key)
+        except sqlite3.OperationalError:
+            return None
 
     def close(self) -> None:
         self._conn.close()
