@@ -124,3 +124,23 @@ def test_submit_validates_without_importing_torch(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "state"), str(bad)], capture_output=True,
                          text=True, check=True)
     assert out.stdout.split()[-2:] == ["False", "2"] and "unknown model" in out.stdout + out.stderr
+
+
+def test_submit_takes_several_files_and_a_bad_one_queues_none(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from colocate.cli import app
+    from scheduler.service.state import StateStore
+
+    good = [tmp_path / f"g{i}.yaml" for i in range(3)]
+    for i, path in enumerate(good):
+        path.write_text(f"name: g{i}\nmodel: tiny_cnn\nsteps: 10\nbatch_size: 8\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: b\nmodel: tiny_cnn\nsteps: 0\nbatch_size: 8\n")
+    state = tmp_path / "state"
+    result = CliRunner().invoke(app, ["submit", "--state", str(state), *map(str, good[:2]), str(bad)])
+    assert result.exit_code != 0 and "bad.yaml" in str(result.exception) + result.output
+    assert not (state / "state.db").exists() or StateStore(state).jobs() == []
+    result = CliRunner().invoke(app, ["submit", "--state", str(state), *map(str, good)])
+    assert result.exit_code == 0 and result.output.split() == ["g0", "g1", "g2"]
+    assert [r.name for r in StateStore(state).jobs()] == ["g0", "g1", "g2"]
