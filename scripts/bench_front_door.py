@@ -4,7 +4,9 @@ submitters while a server runs, and ``colocate jobs --json`` while they submit.
     PYTHONPATH=$PWD python scripts/bench_front_door.py [--jobs 200] [--submitters 4] [--batch 1]
 
 Each submit and each ``jobs --json`` is a fresh ``python -m colocate.cli`` process (what a shell script pays:
-interpreter, imports, SQLite). The server runs on the local backend with 4 logical GPUs and ``--round-s 1``;
+interpreter, imports, SQLite). The server runs on the local backend with 4 logical GPUs and ``--round-s``
+(10 s by default; each round solves the ILP over every queued job, which on a 2-core machine competes with
+the submitters);
 the jobs are ``sleep`` commands, so what loads the machine is the front door and the rounds. Prints wall
 seconds and, for the idle submit, the process's CPU seconds (on a shared machine the wall time includes
 waiting for a core; ``python -c pass`` is timed as the floor).
@@ -52,6 +54,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--submitters", type=int, default=4)
     parser.add_argument("--idle-runs", type=int, default=5)
+    parser.add_argument("--round-s", type=float, default=10.0, help="the server's --round-s")
     parser.add_argument("--batch", type=int, default=1, help="job files per submit call (1: one process per job)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="colocate-front-door-") as tmp:
@@ -66,7 +69,7 @@ def main() -> None:
         cluster = root / "cluster.yaml"
         cluster.write_text("gpu_types:\n  t4: {nodes: 1, gpus_per_node: 4, memory_gb: 16}\n")
         server = subprocess.Popen(_cli("serve", "--cluster", str(cluster), "--state", str(state), "--backend",
-                                       "local", "--device", "cpu", "--round-s", "1", "--grace", "5"),
+                                       "local", "--device", "cpu", "--round-s", str(args.round_s), "--grace", "5"),
                                   env=ENV, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             _run_load(root, state, args)
