@@ -144,3 +144,13 @@ def test_submit_takes_several_files_and_a_bad_one_queues_none(tmp_path) -> None:
     result = CliRunner().invoke(app, ["submit", "--state", str(state), *map(str, good)])
     assert result.exit_code == 0 and result.output.split() == ["g0", "g1", "g2"]
     assert [r.name for r in StateStore(state).jobs()] == ["g0", "g1", "g2"]
+
+
+@pytest.mark.parametrize("flag,value", [("metrics_port", 0), ("min_run", -1.0)])
+def test_bad_serve_options_are_input_errors_naming_the_flag(tmp_path, flag: str, value: float) -> None:
+    from scheduler.service.serve import serve_forever
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("gpu_types:\n  t4: {nodes: 1, gpus_per_node: 1, memory_gb: 16}\n")
+    with pytest.raises(InputError, match=flag.replace("_", "-")):
+        serve_forever(cluster_path=cluster, state_dir=tmp_path / "state", backend="local", **{flag: value})

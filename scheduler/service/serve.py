@@ -37,6 +37,7 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
     for ok, name, value, valid in checks:
         if not ok:
             raise InputError(f"{value!r}", field=name, valid=valid)
+    stability = StabilityConfig(min_run_s=min_run)
     spec = policy_spec(policy)
     options: dict[str, Any] = {}
     for value, key, flag in ((restart_cost, "restart_cost_s", "--restart-cost"), (time_limit, "time_limit_s",
@@ -62,7 +63,7 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
             db.set_meta("instance", instance)
     executor = make_executor(backend, address=address, instance=instance)
     config = ServeConfig(round_s=round_s, policy=spec.name, policy_options=options, device=device, sharing=sharing,
-                         threads=threads, stop_grace_s=grace, stability=StabilityConfig(min_run_s=min_run))
+                         threads=threads, stop_grace_s=grace, stability=stability)
     server = Server(state, cluster, executor, config, profiles=base, colocation=table)
     server.acquire()
     if metrics_port is not None:
