@@ -98,8 +98,8 @@ class Server:
         self._lock: Any = None  # the open lock file, held for the server's lifetime
         self._stopping: dict[str, float] = {}  # groups this server asked to stop -> when to kill them
         self._pending: tuple[rounds.Unit, ...] = ()  # decided units waiting for GPUs still being freed
-        self._startups = load_startups(state.meta("startup_s"))
-        self._startups_changed = False  # application -> [mean start-up s, count]
+        self._startups = load_startups(state.meta("startup_s"))  # application -> [mean start-up s, count]
+        self._startups_changed = False
         self.on_round_end: Callable[[Server, RoundStats], None] | None = None  # e.g. metrics
 
     # -- lifetime ----------------------------------------------------------------------------------------
