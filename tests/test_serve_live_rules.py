@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from profiler.errors import InputError
-from scheduler.cluster import cluster_from_dict
-from scheduler.colocation import ColocationTable
+from common.errors import InputError
 from scheduler.executor.registry import make_executor
+from scheduler.model.cluster import cluster_from_dict
+from scheduler.model.colocation import ColocationTable
 from scheduler.service.jobspec import job_from_dict
 from scheduler.service.server import ServeConfig, Server
 from scheduler.service.state import StateStore

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from profiler.errors import InputError
-from scheduler.cluster import cluster_from_dict
-from scheduler.goodput import TableGoodputModel
+from common.errors import InputError
 from scheduler.ilp import IlpConfig, PackingPolicy
 from scheduler.ilp.columns import restart_factor
-from scheduler.jobs import Job
-from scheduler.policy import RoundContext
+from scheduler.model.cluster import cluster_from_dict
+from scheduler.model.goodput import TableGoodputModel
+from scheduler.model.jobs import Job
+from scheduler.model.policy import RoundContext
 from scheduler.service.stability import StabilityConfig, fold_startup, load_startups, pinned_jobs
 
 CLUSTER = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 2, "memory_gb": 16}}})

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from profiler.errors import InputError
+from common.errors import InputError
 from scheduler.service.state import ACTIVE_STATES, FINAL_STATES, RUNNING
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from profiler.errors import InputError
-from scheduler.colocation import ColocationTable
-from scheduler.service.server import RoundStats, ServeConfig, Server
+from common.errors import InputError
+from scheduler.formats.colocation_table import load_colocation_table
+from scheduler.formats.profiles import load_goodput_model
+from scheduler.service.config import ServeConfig
+from scheduler.service.server import RoundStats, Server
 from scheduler.service.stability import StabilityConfig
 from scheduler.service.state import StateStore
 
@@ -22,9 +24,9 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
     """Validate the options of ``colocate serve``, build the server and run its rounds."""
     import uuid
 
-    from profiler.sharing import sharing_mode_names
-    from scheduler.cluster import load_cluster
+    from profiler.gpu.sharing import sharing_mode_names
     from scheduler.executor.registry import make_executor
+    from scheduler.model.cluster import load_cluster
     from scheduler.policies import policy_spec
 
     checks = [(device in ("auto", "cpu", "cuda"), "--device", device, "auto, cpu, cuda"),
@@ -49,12 +51,8 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
                              valid="seconds > 0, for the colocate and sia policies")
         options[key] = value
     cluster = load_cluster(cluster_path)
-    base = None
-    if profiles is not None:
-        from scheduler.goodput import ProfileGoodputModel
-
-        base = ProfileGoodputModel.from_path(profiles)
-    table = ColocationTable.load(colocation) if colocation is not None else None
+    base = load_goodput_model(profiles) if profiles is not None else None
+    table = load_colocation_table(colocation) if colocation is not None else None
     state = StateStore(state_dir)
     instance = state.meta("instance")
     if instance is None:

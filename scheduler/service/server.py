@@ -25,40 +25,23 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from profiler.errors import InputError
-from scheduler.cluster import Cluster
-from scheduler.colocation import ColocationTable
+from common.errors import InputError
 from scheduler.executor.base import Executor
-from scheduler.goodput import GoodputModel
+from scheduler.model.cluster import Cluster
+from scheduler.model.colocation import ColocationTable
+from scheduler.model.goodput import GoodputModel
 from scheduler.service import rounds, waiting
+from scheduler.service.config import ServeConfig
 from scheduler.service.learning import LearnedGoodputModel, job_type, learned_ratios, policy_table
-from scheduler.service.stability import StabilityConfig, fold_startup, load_startups, pinned_jobs
+from scheduler.service.stability import fold_startup, load_startups, pinned_jobs
 from scheduler.service.state import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobRow, StateStore
 
 WARMUP_STEPS = 3  # steps of a fresh process not measured (the trainer's own warm-up)
-
-
-@dataclass(frozen=True)
-class ServeConfig:
-    """Knobs of the live scheduler (``colocate serve`` options)."""
-
-    round_s: float = 60.0
-    policy: str = "colocate"
-    policy_options: dict[str, Any] = field(default_factory=dict)
-    device: str = "auto"  # what built-in jobs train on: auto | cpu | cuda
-    sharing: str = "timeslice"  # how packed groups share their GPUs: a registered mode (profiler.sharing)
-    threads: int = 1
-    stop_grace_s: float = 30.0  # SIGTERM → SIGKILL for a job asked to stop
-    start_timeout_s: float = 120.0  # a group the backend cannot start in this long goes back to the queue
-    log_every: int = 50
-    python: str = sys.executable
-    stability: StabilityConfig = field(default_factory=StabilityConfig)
 
 
 @dataclass(frozen=True)
@@ -142,8 +125,8 @@ class Server:
 
     # -- one round ---------------------------------------------------------------------------------------
     def round(self) -> RoundStats:
-        from scheduler.placement import place
-        from scheduler.policy import RoundContext
+        from scheduler.model.placement import place
+        from scheduler.model.policy import RoundContext
 
         began, began_cpu = time.perf_counter(), time.process_time()
         self.collect()

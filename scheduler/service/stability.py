@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from profiler.bounds import check_number
+from common.bounds import check_number
 
 ILP_POLICIES = ("colocate", "colocate-triples", "sia")
 

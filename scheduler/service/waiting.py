@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 from scheduler.service.state import QUEUED, JobRow
 
 if TYPE_CHECKING:  # pragma: no cover  (``colocate jobs`` reads the reasons without importing the scheduler)
-    from scheduler.cluster import Cluster
-    from scheduler.jobs import Job
-    from scheduler.placement import Placement
-    from scheduler.policy import RoundDecision
+    from scheduler.model.cluster import Cluster
+    from scheduler.model.jobs import Job
+    from scheduler.model.placement import Placement
+    from scheduler.model.policy import RoundDecision
 
 META_KEY = "waiting"
 PACKING_POLICIES = ("colocate", "colocate-triples", "gandiva", "gavel-packed")
