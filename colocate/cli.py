@@ -43,16 +43,35 @@ COMMAND_MODULES: tuple[str, ...] = (
     "kernels",
 )
 
-app = typer.Typer(
-    name="colocate",
-    help="GPU co-location profiler and packing-aware cluster scheduler.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+# Commands run often from scripts (a submitter in a loop, a dashboard polling jobs): ``main`` builds an app of
+# that one command only, so the other commands' module-level imports (the ILP, the launcher) are not paid.
+LIGHT_COMMANDS: tuple[str, ...] = ("submit", "jobs", "cancel")
 
-for _module_name in COMMAND_MODULES:
-    importlib.import_module(f"colocate.commands.{_module_name}").register(app)
+
+def build_app(names: tuple[str, ...] = COMMAND_MODULES) -> typer.Typer:
+    """The command-line app with the commands of ``names`` (all by default)."""
+    built = typer.Typer(
+        name="colocate",
+        help="GPU co-location profiler and packing-aware cluster scheduler.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    if len(names) == 1:  # a callback keeps a lone command a subcommand (``colocate submit ...``)
+        built.callback()(lambda: None)
+    else:
+        built.callback()(_root)  # ``colocate --version``
+    for module_name in names:
+        importlib.import_module(f"colocate.commands.{module_name}").register(built)
+    return built
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """``colocate.cli.app``, the full app, built on first use."""
+    if name == "app":
+        globals()["app"] = built = build_app()
+        return built
+    raise AttributeError(name)
 
 
 def package_version() -> str:
@@ -71,7 +90,6 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                  help="Print the version and exit."),
@@ -102,8 +120,9 @@ _flags_show_no_type()
 
 def main() -> None:
     """Console-script entry point: click handles usage errors; input errors become one line, exit 2."""
+    light = len(sys.argv) > 1 and sys.argv[1] in LIGHT_COMMANDS and not {"--help", "-h"} & set(sys.argv[1:2])
     try:
-        app()  # standalone: usage errors print click's message and exit 2
+        (build_app((sys.argv[1],)) if light else __getattr__("app"))()  # standalone: usage errors exit 2
     except InputError as err:
         Console(stderr=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
         sys.exit(2)

@@ -19,14 +19,22 @@ def _table(rows: list[dict[str, Any]], meta: str) -> Any:
 
     table = Table(title=f"jobs · {meta}")
     for column in ("job", "state", "GPU type", "GPUs", "batch", "partner", "progress", "samples/s", "restarts",
-                   "crashes", "error"):
+                   "crashes", "why waiting / error"):
         table.add_column(column, overflow="fold")
     for r in rows:
         progress = f"{r['step'] if r['target_unit'] == 'steps' else r['samples']}/{r['target']} {r['target_unit']}"
         table.add_row(r["name"], r["state"], r["gpu_type"] or "", str(r["num_gpus"] or ""), str(r["batch_size"] or ""),
                       r["partner"] or "", progress, f"{r['samples_per_s']:.1f}" if r["samples_per_s"] else "",
-                      str(r["restarts"]), str(r["crashes"]), r["error"][:80])
+                      str(r["restarts"]), str(r["crashes"]), _why(r))
     return table
+
+
+def _why(row: dict[str, Any]) -> str:
+    """A queued job's reason to wait (the last round's), else its last error."""
+    waiting = row.get("waiting")
+    if waiting:
+        return f"{waiting['code']}: {waiting['text']}"
+    return str(row["error"])[:80]
 
 
 def jobs(
@@ -35,15 +43,15 @@ def jobs(
     watch: bool = typer.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),
 ) -> None:
     """Show every job of a scheduler instance."""
-    from colocate.commands._output import console
     from scheduler.service.state import StateStore
     from scheduler.service.views import job_views, learned_view
 
     store = StateStore(state, create=False, readonly=True)
-    if as_json:
+    if as_json:  # scripts poll this: no Rich console (its module imports pandas)
         typer.echo(json.dumps({"jobs": job_views(store), "learned": learned_view(store),
                                "rounds": int(store.meta("rounds") or 0)}, indent=2))
         return
+    from colocate.commands._output import console
 
     def render() -> Any:
         return _table(job_views(store), f"{store.meta('rounds') or 0} rounds · last {store.meta('last_round') or '-'}")

@@ -31,10 +31,13 @@ def serve(
     grace: float = typer.Option(30.0, "--grace", help="Seconds a job has to checkpoint after SIGTERM."),
     threads: int = typer.Option(1, "--threads", help="CPU threads per built-in job process."),
     max_rounds: int = typer.Option(None, "--max-rounds", help="Stop after this many rounds (default: until stopped)."),
+    min_run: float = typer.Option(None, "--min-run", help="Seconds a (re)started job keeps its allocation [max(round-s, "
+                                                          "3 x its measured start-up)]."),
+    metrics_port: int = typer.Option(None, "--metrics-port", help="Expose Prometheus metrics on 127.0.0.1:PORT."),
 ) -> None:
     """Run packed, adaptive jobs: every round the policy decides, the executor enacts only the changes."""
     from colocate.commands._output import error_console
-    from scheduler.service.server import serve_forever
+    from scheduler.service.serve import serve_forever
 
     stop = {"now": False}
 
@@ -52,4 +55,5 @@ def serve(
     serve_forever(cluster_path=cluster, state_dir=state, backend=backend, policy=policy, round_s=round_s,
                   colocation=colocation, profiles=profiles, address=address, device=device, sharing=sharing,
                   restart_cost=restart_cost, time_limit=time_limit, grace=grace, threads=threads,
-                  max_rounds=max_rounds, should_stop=lambda: stop["now"], on_round=on_round)
+                  max_rounds=max_rounds, should_stop=lambda: stop["now"], on_round=on_round, min_run=min_run,
+                  metrics_port=metrics_port)

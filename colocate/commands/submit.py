@@ -1,4 +1,4 @@
-"""``colocate submit --state DIR JOB.yaml``: queue a job with a running (or future) ``colocate serve``."""
+"""``colocate submit --state DIR JOB.yaml...``: queue jobs with a running (or future) ``colocate serve``."""
 
 from __future__ import annotations
 
@@ -12,13 +12,16 @@ def register(app: typer.Typer) -> None:
 
 
 def submit(
-    job_file: Path = typer.Argument(..., metavar="JOB.yaml", help="Job file (see the README: model or command, steps "
-                                                                  "or samples, batch size, GPUs, adaptive)."),
+    job_files: list[Path] = typer.Argument(..., metavar="JOB.yaml...", help="Job files (see the README: model or "
+                                           "command, steps or samples, batch size, GPUs, adaptive); several are "
+                                           "validated first, then queued in order."),
     state: Path = typer.Option(..., "--state", help="State directory of the scheduler."),
     cluster: Path = typer.Option(None, "--cluster", help="Cluster YAML to check the job against [default: the "
                                                          "cluster the last colocate serve on --state recorded]."),
 ) -> None:
-    """Queue a job; prints its name. A job the cluster can never run is refused with the reason."""
-    from scheduler.service.client import submit_job
+    """Queue jobs; prints each one's name. A job the cluster can never run is refused with the reason, and a bad
+    file queues none of them."""
+    from scheduler.service.client import submit_jobs
 
-    typer.echo(submit_job(job_file, state, cluster))
+    for name in submit_jobs(job_files, state, cluster):
+        typer.echo(name)

@@ -8,7 +8,9 @@ The supervisor starts a private MPS daemon when the group shares by MPS (:func:`
 starts every job of the group (each in its own session, with ``PR_SET_PDEATHSIG``, so jobs never outlive
 their supervisor), waits for them, and writes each job's ``exit.json`` (return code, whether it was asked to
 stop, its last log line) when it ends. SIGTERM or SIGINT to the supervisor is the stop request: it is passed
-to every job's process group; after ``grace_s`` what is left is killed; the MPS daemon quits last.
+to every job's process group; after ``grace_s`` what is left is killed; the MPS daemon quits last. A
+``stop`` file in one job's directory (:func:`request_job_stop`) stops that job alone the same way (a cancelled
+member of a pair): the others run on.
 
 Exactly once, whatever dies: every start of a job is a new *generation* (the group key, unique per
 start). :func:`spawn_supervisor` writes it to the job's ``generation`` file before the new supervisor
@@ -39,6 +41,7 @@ POLL_S = 0.2
 EXIT_FILE = "exit.json"
 LOG_FILE = "train.log"
 PROGRESS_FILE = "progress.json"
+STOP_FILE = "stop"
 CHECKPOINT_FILE = "checkpoint.pt"
 GENERATION_FILE = "generation"
 
@@ -138,6 +141,7 @@ def _start_job(job: dict[str, Any], base_env: dict[str, str]) -> subprocess.Pope
     job_dir = Path(job["dir"])
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / EXIT_FILE).unlink(missing_ok=True)
+    (job_dir / STOP_FILE).unlink(missing_ok=True)
     log = open(job_dir / LOG_FILE, "ab")
     with log:
         log.write(f"# colocate serve: {job['name']} started {time.strftime('%Y-%m-%d %H:%M:%S')}; "
@@ -208,23 +212,33 @@ def supervise(doc: dict[str, Any]) -> int:
         # the jobs' process groups too: a user command's children may not die with the supervisor
         _write_pid_file(doc, {name: [p.pid, process_start_time(p.pid)] for name, (_, p) in running.items()})
         signalled: set[str] = set()
+        alone: dict[str, float] = {}  # jobs asked to stop by their own stop file -> when
         while running:
             for name, (job, popen) in list(running.items()):
                 code = popen.poll()
+                if name not in alone and (Path(job["dir"]) / STOP_FILE).exists():
+                    alone[name] = time.monotonic()
+                asked = stop["at"] if stop["at"] is not None else alone.get(name)
                 if code is None and superseded(job, key):  # fenced: a newer copy runs this job
                     _signal(popen.pid, signal.SIGKILL)
                     popen.wait()
                     del running[name]
                 elif code is not None:
-                    _write_exit(job, code, stop["at"] is not None, key)
+                    _write_exit(job, code, asked is not None, key)
                     del running[name]
-                elif stop["at"] is not None:
-                    late = time.monotonic() - stop["at"] > float(doc.get("grace_s", 30.0))
+                elif asked is not None:
+                    late = time.monotonic() - asked > float(doc.get("grace_s", 30.0))
                     if name not in signalled or late:
                         _signal(popen.pid, signal.SIGKILL if late else signal.SIGTERM)
                         signalled.add(name)
             time.sleep(POLL_S)
     return 0
+
+
+def request_job_stop(job_dir: Path) -> None:
+    """Ask one job of a running group to stop (checkpoint and exit) without touching the others."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+    (job_dir / STOP_FILE).touch()
 
 
 def _signal(pid: int, signum: int) -> None:

@@ -168,6 +168,11 @@ def job_options(jobs: Sequence[Job], shapes: Shapes, configs: tuple[Configuratio
     G = np.where(valid, g / smallest[:, None], 0.0)
     factor = np.array([restart_factor(job, cfg.restart_cost_s) for job in jobs])
     G = np.where(is_current | ~running[:, None], G, G * factor[:, None])
+    if cfg.charge_resumes:  # resuming a stopped job is a restart too (Sia's factor, bounded below)
+        resumed = ~running & np.array([job.restarts > 0 for job in jobs], dtype=bool)
+        G = np.where(resumed[:, None], G * np.maximum(factor, cfg.resume_floor)[:, None], G)
+    if cfg.keep_bonus:
+        G = np.where(is_current, G * (1.0 + cfg.keep_bonus), G)
     valid &= G > 0
     G = np.where(valid, G, 0.0)
     # dominance inside each GPU type: shapes are sorted by (type, size); lifting each type's values above

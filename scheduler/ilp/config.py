@@ -40,6 +40,9 @@ class IlpConfig:
     ``context_memory_gb``: per process CUDA context added when checking a group's memory. ``warm_start``:
     a policy that runs many rounds starts each round's LP from the last one's basis, groups and priced-in
     singles (:mod:`scheduler.ilp.warm`; the LP optimum is unchanged, only where the solver starts).
+    ``charge_resumes``, ``resume_floor`` and ``keep_bonus`` make a live scheduler hold its decisions (``colocate
+    serve`` turns them on; off by default so the simulator keeps Sia's restart semantics): resuming a job that
+    was stopped costs its restart factor too, and a running job's current configuration wins ties.
     """
 
     p: float = _opt(-0.5, "Goodput power: -0.5 = Sia (fairness), 1 = sum of normalised goodputs.")
@@ -58,6 +61,12 @@ class IlpConfig:
     threads: int | None = _opt(1, "Solver threads.")
     max_gpus_per_job: int | None = _opt(None, "Cap on an adaptive job's GPUs (default: the job's max_gpus).")
     context_memory_gb: float = _opt(0.5, "CUDA context per process added to a group's memory, GB.")
+    charge_resumes: bool = _opt(False, "A queued job that ran before pays Sia's restart factor (from its first "
+                                       "start, at least resume_floor) to resume; off: only running jobs' moves pay.")
+    resume_floor: float = _opt(0.5, "Lowest restart factor a resume pays (charge_resumes): a job that waits "
+                                    "can always take idle GPUs.")
+    keep_bonus: float = _opt(0.0, "A running job's current configuration counts (1 + this) times its goodput: "
+                                  "ties keep what runs.")
     warm_start: bool = _opt(True, "Start each round's LP from the previous round's basis and groups "
                                   "(runs of many rounds: simulate, serve; a single round has none).")
 
@@ -88,4 +97,6 @@ class IlpConfig:
             check_number(self.threads, field="threads", low=1, high=1024, integer=True)
         if self.max_gpus_per_job is not None:
             check_number(self.max_gpus_per_job, field="max_gpus_per_job", low=1, high=MAX_GPUS, integer=True)
+        check_number(self.resume_floor, field="resume_floor", low=0, high=1, low_open=True, valid="a fraction in (0, 1]")
+        check_number(self.keep_bonus, field="keep_bonus", low=0, high=1, valid="a fraction in [0, 1]")
         check_number(self.context_memory_gb, field="context_memory_gb", low=0, high=1024, valid="GB in [0, 1024]")

@@ -16,20 +16,29 @@ from scheduler.service.jobspec import load_job
 from scheduler.service.state import FINAL_STATES, StateStore
 
 
-def submit_job(job_file: str | Path, state_dir: str | Path, cluster_path: str | Path | None = None) -> str:
-    """Validate ``job_file`` (against ``cluster_path``, else the cluster the last server recorded) and queue it."""
+def submit_jobs(job_files: list[Path] | list[str], state_dir: str | Path, cluster_path: str | Path | None = None
+                ) -> list[str]:
+    """Validate every job file (against ``cluster_path``, else the cluster the last server recorded), then
+    queue them in order: a bad file queues none of them. Returns the names."""
     gpus = None
     if cluster_path is not None:
         from scheduler.model.cluster import load_cluster
 
         gpus = cluster_gpus(load_cluster(cluster_path))
-    spec = load_job(job_file, gpu_types=tuple(gpus) if gpus is not None else None)
+    specs = [(load_job(f, gpu_types=tuple(gpus) if gpus is not None else None), f) for f in job_files]
     store = StateStore(state_dir)
     try:
-        check_feasible(spec, gpus if gpus is not None else known_cluster(store), source=str(job_file))
-        return store.submit(spec, source=str(job_file))
+        cluster = gpus if gpus is not None else known_cluster(store)
+        for spec, f in specs:
+            check_feasible(spec, cluster, source=str(f))
+        return [store.submit(spec, source=str(f)) for spec, f in specs]
     finally:
         store.close()
+
+
+def submit_job(job_file: str | Path, state_dir: str | Path, cluster_path: str | Path | None = None) -> str:
+    """Validate ``job_file`` and queue it (see :func:`submit_jobs`)."""
+    return submit_jobs([str(job_file)], state_dir, cluster_path)[0]
 
 
 def cancel_job(state_dir: str | Path, name: str) -> str:

@@ -6,6 +6,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.service.stability import StabilityConfig
+
 
 @dataclass(frozen=True)
 class ServeConfig:
@@ -21,3 +23,4 @@ class ServeConfig:
     start_timeout_s: float = 120.0  # a group the backend cannot start in this long goes back to the queue
     log_every: int = 50
     python: str = sys.executable
+    stability: StabilityConfig = field(default_factory=StabilityConfig)  # minimum run, restarts, fairness

@@ -7,8 +7,8 @@ these, and carries out the result. A *unit* is what runs on one set of GPUs: one
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from scheduler.model.jobs import Job
@@ -38,8 +38,12 @@ class Slot:
 Unit = tuple[Slot, ...]  # sorted by job name
 
 
-def policy_jobs(rows: Sequence[JobRow], now: float) -> list[Job]:
-    """The policy's view of the active jobs (queued and running), in submission order."""
+def policy_jobs(rows: Sequence[JobRow], now: float, held: Collection[str] = ()) -> list[Job]:
+    """The policy's view of the active jobs (queued and running), in submission order.
+
+    ``age_s`` is the time since the job's *first* start (Sia's T); ``held`` jobs are pinned to their current
+    configuration (the minimum run of :mod:`scheduler.service.stability`).
+    """
     jobs = []
     for row in rows:
         spec = row.spec
@@ -51,8 +55,35 @@ def policy_jobs(rows: Sequence[JobRow], now: float) -> list[Job]:
             max_batch_size=spec.max_batch_size if spec.adaptive else None, adaptive=spec.adaptive,
             age_s=max(now - row.started_at, 0.0) if row.started_at else 0.0, restarts=row.restarts,
             current_gpu_type=row.gpu_type if running else None, current_num_gpus=row.num_gpus if running else 0,
-            current_partner=row.others[0] if running and row.others else None))
+            current_partner=row.others[0] if running and row.others else None,
+            pinned=running and row.name in held))
     return jobs
+
+
+def without(rows: Sequence[JobRow], leaving: Collection[str]) -> list[JobRow]:
+    """``rows`` as if the ``leaving`` jobs had already left their groups (a cancelled member of a pair: its
+    partner's unit is then the partner alone on the same GPUs, which the round keeps)."""
+    if not leaving:
+        return list(rows)
+    out = []
+    for r in rows:
+        if r.name in leaving:
+            continue
+        if any(o in leaving for o in r.others):
+            r = replace(r, partner=",".join(o for o in r.others if o not in leaving) or None)
+        out.append(r)
+    return out
+
+
+def unit_gpus(unit: Unit) -> set[tuple[str, int, int]]:
+    """The (GPU type, node, GPU) a unit occupies."""
+    return {(s.gpu_type, n, g) for s in unit for n in s.nodes for g in s.gpus}
+
+
+def busy_gpus(rows: Sequence[JobRow]) -> set[tuple[str, int, int]]:
+    """GPUs held by running groups, including those asked to stop that have not ended yet."""
+    return {(r.gpu_type or "", n, g) for r in rows if r.state == RUNNING and r.group_key for n in r.nodes
+            for g in r.gpus}
 
 
 def current_placement(rows: Sequence[JobRow]) -> Placement:

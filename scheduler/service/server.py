@@ -1,6 +1,6 @@
 """``colocate serve``: the round loop around the shared policy code, enacting each decision on an executor.
 
-Every round (``round_s`` apart):
+Every round (``round_s`` after the previous one's enacting ended):
 
 1. **collect** — poll every live group (:meth:`Executor.poll`): fold progress into the jobs' rows, every
    measured iteration time into ``measurements`` (solo or next to its partner; :mod:`.learning`), and
@@ -8,10 +8,13 @@ Every round (``round_s`` apart):
    its checkpoint keeps its progress), cancelled, or crashed (retried up to the job's ``max_retries``, then
    failed with its last log line). A group whose runner is gone counts as a crash of its jobs.
 2. **decide** — the policy (by name, from :mod:`scheduler.policies`) gets the active jobs, the cluster and
-   the learned goodput model and colocation table; placement keeps running groups where they are.
+   the learned goodput model and colocation table; placement keeps running groups where they are. Jobs
+   within their minimum run are held (:mod:`.stability`).
 3. **enact the difference** — groups whose jobs keep exactly their GPUs, batch and partner go on untouched;
-   the others are stopped (SIGTERM: checkpoint, exit) and waited for; then new groups start, data-parallel
-   over their GPUs, pairs sharing them (MPS when asked).
+   the others are asked to stop (SIGTERM: checkpoint, exit) *in the background*: their GPUs count as busy
+   until they are free, and a new group waiting for them starts as soon as they are (between rounds). A
+   cancelled member of a pair is stopped alone; its partner runs on. Each waiting job's reason is stored
+   (:mod:`.waiting`).
 
 Every state change is one SQLite transaction (:mod:`.state`); groups run detached, so ``kill -9`` of the
 server loses nothing, and a restarted server polls the stored groups and carries on (re-adoption).
@@ -20,6 +23,7 @@ server loses nothing, and a restarted server polls the stored groups and carries
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import time
 from collections.abc import Callable
@@ -28,14 +32,13 @@ from typing import Any
 
 from common.errors import InputError
 from scheduler.executor.base import Executor
-from scheduler.formats.colocation_table import load_colocation_table
-from scheduler.formats.profiles import load_goodput_model
 from scheduler.model.cluster import Cluster
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import GoodputModel
-from scheduler.service import admission, rounds
+from scheduler.service import admission, rounds, waiting
 from scheduler.service.config import ServeConfig
 from scheduler.service.learning import LearnedGoodputModel, job_type, learned_ratios, policy_table
+from scheduler.service.stability import fold_startup, load_startups, pinned_jobs
 from scheduler.service.state import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobRow, StateStore
 
 WARMUP_STEPS = 3  # steps of a fresh process not measured (the trainer's own warm-up)
@@ -55,6 +58,7 @@ class RoundStats:
     started: int
     policy_cpu_s: float = 0.0  # CPU time of this process: what the figures are on a loaded machine
     bookkeeping_cpu_s: float = 0.0
+    deferred: int = 0  # units waiting for GPUs that stopping groups still hold
 
 
 class Server:
@@ -66,15 +70,20 @@ class Server:
 
         self.state, self.cluster, self.executor, self.config = state, cluster, executor, config
         self.profiles, self.colocation = profiles, colocation
+        options = {**config.stability.ilp_options(config.policy), **config.policy_options}
         try:
-            self.policy = make_policy(config.policy, **config.policy_options)
+            self.policy = make_policy(config.policy, **options)
         except TypeError as err:
             raise InputError(f"policy {config.policy!r} does not take these options ({err})", field="--policy",
                              valid="options only for the colocate and sia policies") from None
         self.runs = state.dir / "runs"
         self.runs.mkdir(exist_ok=True)
         self._lock: Any = None  # the open lock file, held for the server's lifetime
-        self._stopping: set[str] = set()  # groups this server asked to stop
+        self._stopping: dict[str, float] = {}  # groups this server asked to stop -> when to kill them
+        self._pending: tuple[rounds.Unit, ...] = ()  # decided units waiting for GPUs still being freed
+        self._startups = load_startups(state.meta("startup_s"))  # application -> [mean start-up s, count]
+        self._startups_changed = False
+        self.on_round_end: Callable[[Server, RoundStats], None] | None = None  # e.g. metrics
 
     # -- lifetime ----------------------------------------------------------------------------------------
     def acquire(self) -> None:
@@ -101,13 +110,23 @@ class Server:
         """Run rounds until ``should_stop()`` (checked often) or ``max_rounds``."""
         done = 0
         while not should_stop() and (max_rounds is None or done < max_rounds):
-            began = time.monotonic()
             stats = admission.guarded_round(self.round, self.state)
             done += 1
             if on_round is not None and stats is not None:
                 on_round(stats)
-            while not should_stop() and time.monotonic() - began < self.config.round_s:
-                time.sleep(0.1)
+            ended = time.monotonic()  # the next round comes round_s after this one's enacting ended
+            while not should_stop() and time.monotonic() - ended < self.config.round_s:
+                self.between_rounds()
+                time.sleep(0.25)
+
+    def between_rounds(self) -> None:
+        """While stopped groups free their GPUs: collect them, and start the units that waited for them."""
+        if not self._stopping and not self._pending:
+            return
+        self.collect()
+        self._reap_overdue()
+        if self._pending:
+            self._pending = self.start_units(self._pending)[1]
 
     # -- one round ---------------------------------------------------------------------------------------
     def round(self) -> RoundStats:
@@ -116,33 +135,81 @@ class Server:
 
         began, began_cpu = time.perf_counter(), time.process_time()
         self.collect()
+        self._reap_overdue()
         self._cancel_queued()
         everyone = self.state.jobs()
-        rows = [r for r in everyone if r.state in (QUEUED, RUNNING) and not r.cancel_requested]
+        leaving = self._stop_cancelled_members(everyone)
+        rows = rounds.without(
+            [r for r in everyone if r.state in (QUEUED, RUNNING) and not r.cancel_requested], leaving)
         rows = admission.screen(self.state, rows, self.cluster)  # invalid jobs fail, infeasible ones wait
         model, table = self.learned(everyone)
         now = time.time()
         previous = rounds.current_placement(rows)
         context = RoundContext(goodput=model, time_s=now, colocation=table, previous_placement=previous,
                                round_duration_s=self.config.round_s)
-        policy_jobs = rounds.policy_jobs(rows, now)
+        policy_jobs = rounds.policy_jobs(rows, now, self._held(rows, now))
         decided, decided_cpu = time.perf_counter(), time.process_time()
         decision = self.policy.allocate(policy_jobs, self.cluster, context) if rows else None
         policy_s, policy_cpu = time.perf_counter() - decided, time.process_time() - decided_cpu
-        desired = rounds.desired_units(decision, place(decision, self.cluster, previous)) if decision else []
-        plan = rounds.plan_changes(rounds.current_units(everyone), desired, set())
+        placement = place(decision, self.cluster, previous) if decision else None
+        desired = rounds.desired_units(decision, placement) if decision and placement else []
+        current = rounds.current_units(rounds.without(everyone, leaving))
+        plan = rounds.plan_changes(current, desired, set(self._stopping))
         enacting, enacting_cpu = time.perf_counter(), time.process_time()
-        self.stop_groups(plan.stop)
-        started = self.start_units(plan.start)
+        self.request_stops(tuple(k for k in plan.stop if k not in self._stopping))
+        started, self._pending = self.start_units(plan.start)
         enact_s, enact_cpu = time.perf_counter() - enacting, time.process_time() - enacting_cpu
+        reasons = waiting.reasons(rows, self.cluster, decision, placement, self._pending, table, policy_jobs,
+                                  self.policy)
         number = int(self.state.meta("rounds") or 0) + 1
         total, total_cpu = time.perf_counter() - began, time.process_time() - began_cpu
         with self.state.transaction() as db:
             db.set_meta("rounds", str(number))
             db.set_meta("heartbeat", str(time.time()))
             db.set_meta("last_round", f"{total:.4f} s total, {policy_s:.4f} s policy, {enact_s:.4f} s enacting")
-        return RoundStats(number, len(rows), total, policy_s, total - policy_s - enact_s, enact_s, len(plan.stop),
-                          started, policy_cpu, total_cpu - policy_cpu - enact_cpu)
+            db.set_meta("round_s", f"{total:.6f}")
+            db.set_meta(waiting.META_KEY, waiting.dumps(reasons))
+        stats = RoundStats(number, len(rows), total, policy_s, total - policy_s - enact_s, enact_s, len(plan.stop),
+                           started, policy_cpu, total_cpu - policy_cpu - enact_cpu, len(self._pending))
+        if self.on_round_end is not None:
+            self.on_round_end(self, stats)
+        return stats
+
+    def _held(self, rows: list[JobRow], now: float) -> set[str]:
+        """Running jobs within their minimum run (or still warming up): the policy keeps them where they are."""
+        groups = self.state.groups()
+        running = [(r.name, r.spec.app, groups[r.group_key]["created_at"], r.sample_step is not None)
+                   for r in rows if r.state == RUNNING and r.group_key in groups and r.group_key not in self._stopping]
+        startups = {app: mean for app, (mean, _) in self._startups.items()}
+        return pinned_jobs(running, now, self.config.stability, self.config.round_s, startups,
+                           self.config.start_timeout_s)
+
+    def _stop_cancelled_members(self, everyone: list[JobRow]) -> set[str]:
+        """Cancelled running jobs: a whole group is stopped; a member of a pair is stopped alone (its partner
+        runs on, untouched). Returns the members leaving their groups this way."""
+        from scheduler.executor.supervise import request_job_stop
+
+        by_group: dict[str, list[JobRow]] = {}
+        for r in everyone:
+            if r.state == RUNNING and r.group_key:
+                by_group.setdefault(r.group_key, []).append(r)
+        leaving: set[str] = set()
+        for key, members in by_group.items():
+            cancelled = [r for r in members if r.cancel_requested]
+            if not cancelled or key in self._stopping:
+                continue
+            if len(cancelled) == len(members):
+                self.request_stops((key,))
+                continue
+            for r in cancelled:
+                request_job_stop(self._job_dir(r.name))
+                leaving.add(r.name)
+        return leaving
+
+    def _job_dir(self, name: str) -> Any:
+        from scheduler.service.groups import job_dir
+
+        return job_dir(self.state.dir, name)
 
     def learned(self, rows: list[JobRow]) -> tuple[LearnedGoodputModel, ColocationTable | None]:
         """The goodput model and colocation table of this round, measurements on top of the priors."""
@@ -174,7 +241,11 @@ class Server:
                 if self._collect_group(db, key, group, polls[key], rows, key in self._stopping):
                     db.drop_group(key)
                     finished.append(key)
+            if self._startups_changed:
+                db.set_meta("startup_s", json.dumps(self._startups))
+                self._startups_changed = False
         for key in finished:
+            self._stopping.pop(key, None)
             self.executor.release(groups[key]["handle"]["handle"], groups[key]["handle"]["doc"])
 
     def _collect_group(self, db: Any, key: str, group: dict[str, Any], poll: Any, rows: dict[str, JobRow],
@@ -191,7 +262,11 @@ class Server:
             if row.state != RUNNING or row.group_key != key:
                 ended.append(name)
                 continue
-            self._progress(db, row, files.get("progress"), rows)
+            if row.sample_step is None and self._progress(db, row, files.get("progress"), rows):
+                fold_startup(self._startups, row.spec.app, time.time() - group["created_at"])  # first warm steps
+                self._startups_changed = True
+            elif row.sample_step is not None:
+                self._progress(db, row, files.get("progress"), rows)
             if files.get("exit") is None and self._finished_but_lingering(db, row, files.get("progress")):
                 self._ended(db, row, {"returncode": 0, "stop_requested": False}, files.get("progress"))
                 ended.append(name)
@@ -220,9 +295,10 @@ class Server:
             return False
         return time.time() - row.finished_at > self.config.stop_grace_s
 
-    def _progress(self, db: Any, row: JobRow, progress: dict[str, Any] | None, rows: dict[str, JobRow]) -> None:
+    def _progress(self, db: Any, row: JobRow, progress: dict[str, Any] | None, rows: dict[str, JobRow]) -> bool:
+        """Fold a job's progress into its row; True when this poll took its first sample of this run."""
         if not progress:
-            return
+            return False
         step, elapsed = int(progress.get("step", 0)), float(progress.get("elapsed_s", 0.0))
         own = step - int(progress.get("restored_step", 0) or 0)
         fields: dict[str, Any] = {"step": step, "samples": int(progress.get("samples", 0) or 0)}
@@ -237,6 +313,7 @@ class Server:
             if row.sample_step is None or step - row.sample_step >= 2:
                 fields.update(sample_step=step, sample_elapsed=elapsed)
         db.update_job(row.name, **fields)
+        return row.sample_step is None and "sample_step" in fields
 
     def _ended(self, db: Any, row: JobRow, exit: dict[str, Any], progress: dict[str, Any] | None) -> None:
         finished = (progress or {}).get("state") == "finished" or (row.target and (row.done >= row.target)) or (
@@ -265,34 +342,48 @@ class Server:
             db.event(row.name, "crashed", f"retry {crashes} of {row.spec.max_retries}: {reason}")
 
     # -- enacting ----------------------------------------------------------------------------------------
-    def stop_groups(self, keys: tuple[str, ...]) -> None:
-        """Ask the groups to stop, then wait (collecting) until each has ended or the grace is over."""
-        if not keys:
-            return
+    def request_stops(self, keys: tuple[str, ...]) -> None:
+        """Ask groups to stop (SIGTERM: checkpoint, exit) and return at once; :meth:`collect` settles them and
+        :meth:`_reap_overdue` kills those still there after the grace. Their GPUs stay busy until then."""
         groups = self.state.groups()
-        self._stopping.update(keys)
         for key in keys:
-            if key in groups:
+            if key in groups and key not in self._stopping:
+                self._stopping[key] = time.monotonic() + self.config.stop_grace_s + 15.0
                 self.executor.stop(groups[key]["handle"]["handle"], groups[key]["handle"]["doc"])
-        deadline = time.monotonic() + self.config.stop_grace_s + 15.0
-        while time.monotonic() < deadline:
-            self.collect()
-            if not set(keys) & set(self.state.groups()):
-                return
-            time.sleep(0.2)
-        for key, group in self.state.groups().items():  # past the grace: kill, count as stopped
-            if key in keys:
-                self.executor.release(group["handle"]["handle"], group["handle"]["doc"])
-        self.collect()
 
-    def start_units(self, units: tuple[rounds.Unit, ...]) -> int:
-        started = 0
-        rows = {r.name: r for r in self.state.jobs()}
+    def stop_groups(self, keys: tuple[str, ...]) -> None:
+        """Stop groups and wait until each has ended (or was killed after the grace): for shutdown and tests."""
+        self.request_stops(keys)
+        while set(keys) & set(self.state.groups()):
+            self.collect()
+            self._reap_overdue()
+            time.sleep(0.2)
+
+    def _reap_overdue(self) -> None:
+        """Groups past their stop grace are killed and count as stopped (their jobs keep their checkpoints)."""
+        now, groups = time.monotonic(), self.state.groups()
+        overdue = [k for k, deadline in self._stopping.items() if now > deadline and k in groups]
+        for key in overdue:
+            self.executor.release(groups[key]["handle"]["handle"], groups[key]["handle"]["doc"])
+            self._stopping[key] = now + 5.0  # collect sees it gone (a stopped group, not a crash)
+        self._stopping = {k: d for k, d in self._stopping.items() if k in groups}
+
+    def start_units(self, units: tuple[rounds.Unit, ...]) -> tuple[int, tuple[rounds.Unit, ...]]:
+        """Start the units whose members wait and whose GPUs are free; returns how many started, and the
+        units that wait for GPUs still held by a stopping group (or for a member still stopping)."""
+        started, deferred = 0, []
+        everyone = self.state.jobs()
+        rows = {r.name: r for r in everyone}
+        busy = rounds.busy_gpus(everyone)
         for unit in units:
-            if any(rows[s.job].state != QUEUED or rows[s.job].cancel_requested for s in unit):
-                continue  # a member did not stop in time, or was cancelled meanwhile: next round
+            if any(rows[s.job].cancel_requested or rows[s.job].state not in (QUEUED, RUNNING) for s in unit):
+                continue  # cancelled or ended meanwhile: the next round decides again
+            if any(rows[s.job].state == RUNNING for s in unit) or rounds.unit_gpus(unit) & busy:
+                deferred.append(unit)
+                continue
             started += self._start_unit(unit, rows)
-        return started
+            busy |= rounds.unit_gpus(unit)
+        return started, tuple(deferred)
 
     def _start_unit(self, unit: rounds.Unit, rows: dict[str, JobRow]) -> int:
         from scheduler.service.groups import build_group, group_document
@@ -334,59 +425,6 @@ def _describe(slot: rounds.Slot, key: str) -> str:
     partner = f" with {slot.partner}" if slot.partner else ""
     return (f"{slot.num_gpus}×{slot.gpu_type} (node {','.join(map(str, slot.nodes))}, GPU "
             f"{','.join(map(str, slot.gpus))}), batch {slot.batch_size}{partner}, group {key}")
-
-
-def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", policy: str = "colocate",
-                  round_s: float = 60.0, colocation: Any = None, profiles: Any = None, address: str | None = None,
-                  device: str = "auto", sharing: str = "timeslice", restart_cost: float | None = None,
-                  time_limit: float | None = None, grace: float = 30.0, threads: int = 1,
-                  max_rounds: int | None = None, should_stop: Callable[[], bool] = lambda: False,
-                  on_round: Callable[[RoundStats], None] | None = None) -> None:
-    """Validate the options of ``colocate serve``, build the server and run its rounds."""
-    import uuid
-
-    from profiler.gpu.sharing import sharing_mode_names
-    from scheduler.executor.registry import make_executor
-    from scheduler.model.cluster import load_cluster
-    from scheduler.policies import policy_spec
-
-    checks = [(device in ("auto", "cpu", "cuda"), "--device", device, "auto, cpu, cuda"),
-              (sharing in sharing_mode_names(), "--sharing", sharing, ", ".join(sharing_mode_names())),
-              (round_s > 0, "--round-s", round_s, "seconds > 0"), (grace > 0, "--grace", grace, "seconds > 0"),
-              (threads >= 1, "--threads", threads, "an integer >= 1"),
-              (max_rounds is None or max_rounds >= 1, "--max-rounds", max_rounds, "an integer >= 1")]
-    for ok, name, value, valid in checks:
-        if not ok:
-            raise InputError(f"{value!r}", field=name, valid=valid)
-    spec = policy_spec(policy)
-    options: dict[str, Any] = {}
-    for value, key, flag in ((restart_cost, "restart_cost_s", "--restart-cost"), (time_limit, "time_limit_s",
-                                                                                   "--time-limit")):
-        if value is None:
-            continue
-        if spec.name not in ("colocate", "sia") or value <= 0:
-            raise InputError(f"{value!r} with --policy {spec.name}", field=flag,
-                             valid="seconds > 0, for the colocate and sia policies")
-        options[key] = value
-    cluster = load_cluster(cluster_path)
-    base = None
-    if profiles is not None:
-
-        base = load_goodput_model(profiles)
-    table = load_colocation_table(colocation) if colocation is not None else None
-    state = StateStore(state_dir, lock_wait_s=60.0)  # the server outwaits a reader's lock
-    instance = state.meta("instance")
-    if instance is None:
-        instance = uuid.uuid4().hex[:8]
-        with state.transaction() as db:
-            db.set_meta("instance", instance)
-    executor = make_executor(backend, address=address, instance=instance)
-    config = ServeConfig(round_s=round_s, policy=spec.name, policy_options=options, device=device, sharing=sharing,
-                         threads=threads, stop_grace_s=grace)
-    server = Server(state, cluster, executor, config, profiles=base, colocation=table)
-    server.acquire()
-    admission.record_cluster(state, cluster)  # submit refuses what this cluster can never run
-    server.serve(should_stop, max_rounds=max_rounds, on_round=on_round)
 
 
 def group_type(others: list[JobRow]) -> str:

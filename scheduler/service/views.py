@@ -9,7 +9,11 @@ from scheduler.service.state import StateStore
 
 
 def job_views(state: StateStore) -> list[dict[str, Any]]:
-    """One dict per job: state, GPU type and count, batch, partner, progress, measured throughput, restarts."""
+    """One dict per job: state, GPU type and count, batch, partner, progress, measured throughput, restarts, and
+    for a queued job why it waits (the last round's reason, :mod:`.waiting`)."""
+    from scheduler.service.waiting import META_KEY, loads
+
+    reasons = loads(state.meta(META_KEY))
     out = []
     for row in state.jobs():
         out.append({
@@ -21,7 +25,8 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
             "samples_per_s": round(row.samples_per_s, 2) if row.samples_per_s else None,
             "restarts": row.restarts, "crashes": row.crashes, "adaptive": row.spec.adaptive,
             "application": row.spec.app, "error": row.error or row.invalid, "submitted_at": row.submitted_at,
-            "finished_at": row.finished_at})
+            "finished_at": row.finished_at,
+            "waiting": reasons.get(row.name) if row.state == "queued" else None})
     return out
 
 

@@ -1,0 +1,75 @@
+"""``colocate serve`` as a function: check its options, build the cluster, state, executor and server, run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from common.errors import InputError
+from scheduler.formats.colocation_table import load_colocation_table
+from scheduler.formats.profiles import load_goodput_model
+from scheduler.service import admission
+from scheduler.service.config import ServeConfig
+from scheduler.service.server import RoundStats, Server
+from scheduler.service.stability import StabilityConfig
+from scheduler.service.state import StateStore
+
+
+def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", policy: str = "colocate",
+                  round_s: float = 60.0, colocation: Any = None, profiles: Any = None, address: str | None = None,
+                  device: str = "auto", sharing: str = "timeslice", restart_cost: float | None = None,
+                  time_limit: float | None = None, grace: float = 30.0, threads: int = 1,
+                  max_rounds: int | None = None, should_stop: Callable[[], bool] = lambda: False,
+                  on_round: Callable[[RoundStats], None] | None = None, min_run: float | None = None,
+                  metrics_port: int | None = None) -> None:
+    """Validate the options of ``colocate serve``, build the server and run its rounds."""
+    import uuid
+
+    from profiler.gpu.sharing import sharing_mode_names
+    from scheduler.executor.registry import make_executor
+    from scheduler.model.cluster import load_cluster
+    from scheduler.policies import policy_spec
+
+    checks = [(device in ("auto", "cpu", "cuda"), "--device", device, "auto, cpu, cuda"),
+              (sharing in sharing_mode_names(), "--sharing", sharing, ", ".join(sharing_mode_names())),
+              (round_s > 0, "--round-s", round_s, "seconds > 0"), (grace > 0, "--grace", grace, "seconds > 0"),
+              (threads >= 1, "--threads", threads, "an integer >= 1"),
+              (max_rounds is None or max_rounds >= 1, "--max-rounds", max_rounds, "an integer >= 1"),
+              (metrics_port is None or 1 <= metrics_port <= 65535, "--metrics-port", metrics_port,
+               "a TCP port in 1..65535")]
+    for ok, name, value, valid in checks:
+        if not ok:
+            raise InputError(f"{value!r}", field=name, valid=valid)
+    stability = StabilityConfig(min_run_s=min_run)
+    spec = policy_spec(policy)
+    options: dict[str, Any] = {}
+    for value, key, flag in ((restart_cost, "restart_cost_s", "--restart-cost"), (time_limit, "time_limit_s",
+                                                                                   "--time-limit")):
+        if value is None:
+            continue
+        if spec.name not in ("colocate", "sia") or value <= 0:
+            raise InputError(f"{value!r} with --policy {spec.name}", field=flag,
+                             valid="seconds > 0, for the colocate and sia policies")
+        options[key] = value
+    cluster = load_cluster(cluster_path)
+    base = load_goodput_model(profiles) if profiles is not None else None
+    table = load_colocation_table(colocation) if colocation is not None else None
+    state = StateStore(state_dir, lock_wait_s=60.0)  # the server outwaits a reader's lock
+    instance = state.meta("instance")
+    if instance is None:
+        instance = uuid.uuid4().hex[:8]
+        with state.transaction() as db:
+            db.set_meta("instance", instance)
+    admission.record_cluster(state, cluster)  # submit refuses what this cluster can never run
+    executor = make_executor(backend, address=address, instance=instance)
+    config = ServeConfig(round_s=round_s, policy=spec.name, policy_options=options, device=device, sharing=sharing,
+                         threads=threads, stop_grace_s=grace, stability=stability)
+    server = Server(state, cluster, executor, config, profiles=base, colocation=table)
+    server.acquire()
+    if metrics_port is not None:
+        from scheduler.service.metrics import ServeMetrics
+
+        metrics = ServeMetrics()
+        metrics.serve(metrics_port)
+        server.on_round_end = metrics.update
+    server.serve(should_stop, max_rounds=max_rounds, on_round=on_round)

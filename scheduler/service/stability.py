@@ -1,0 +1,97 @@
+"""How ``colocate serve`` holds its decisions and shares GPUs fairly: one frozen config and the rules using it.
+
+A live round differs from a simulated one: a restart costs real seconds (process start, model build,
+checkpoint restore) that no goodput estimate shows, and a round may come before a job that just started has
+run a step. Three rules keep decisions stable (docs/serve-live.md):
+
+1. **Minimum run.** A job that (re)started keeps its allocation (the policy sees it *pinned*) until it has run
+   ``min_run_s`` and is past its warm-up; by default ``min_run_s = max(round_s, 3 × start-up)``, the start-up
+   being the measured time from a group's start to its job's first measured steps (per application).
+2. **A change must pay for its restarts.** Every job a change moves pays Sia's restart factor
+   ``max(T − N·S, 0) / (T + S)`` (T: seconds since its first start, N: its restarts, S: the restart cost);
+   a stopped job pays it again to resume (at least ``resume_floor``, so idle GPUs are still used).
+3. **Ties keep what runs.** A running job's current configuration counts ``1 + keep_bonus`` times its goodput.
+
+Fairness: the round objective is Sia's ``Σ G^p`` with ``p = −0.5`` and a penalty ``λ`` per waiting job. With
+``λ = 2`` (the serve default, Sia's simulator uses 1.1) allocating a waiting job gains ``λ − G^−0.5 ≥ 1``
+while growing an allocated job gains ``1 − G^−0.5 < 1``: no adaptive job grows beyond its minimum while a job
+that fits waits, so rigid jobs are never starved by adaptive ones (a pair counts as allocating both).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from common.bounds import check_number
+
+ILP_POLICIES = ("colocate", "colocate-triples", "sia")
+
+
+@dataclass(frozen=True)
+class StabilityConfig:
+    """Knobs of the live scheduler's stability and fairness (``colocate serve --min-run`` ...)."""
+
+    min_run_s: float | None = None  # None: max(round_s, startup_factor × measured start-up)
+    startup_factor: float = 3.0  # a job runs at least this many times its start-up before it can be moved
+    keep_bonus: float = 0.02  # IlpConfig.keep_bonus: ties keep what runs
+    charge_resumes: bool = True  # IlpConfig.charge_resumes: resuming a stopped job pays its restart factor
+    resume_floor: float = 0.5  # IlpConfig.resume_floor
+    lambda_unallocated: float = 2.0  # IlpConfig.lambda_unallocated: waiting jobs come before growing ones
+
+    def __post_init__(self) -> None:
+        if self.min_run_s is not None:
+            check_number(self.min_run_s, field="--min-run", low=0, high=86400, valid="seconds in [0, 86400]")
+        check_number(self.startup_factor, field="startup_factor", low=0, high=100)
+        check_number(self.keep_bonus, field="keep_bonus", low=0, high=1, valid="a fraction in [0, 1]")
+        check_number(self.resume_floor, field="resume_floor", low=0, high=1, low_open=True)
+        check_number(self.lambda_unallocated, field="lambda_unallocated", low=0, high=1e6)
+
+    def ilp_options(self, policy: str) -> dict[str, Any]:
+        """The IlpConfig changes serve makes for the ILP policies (none for the others)."""
+        if policy not in ILP_POLICIES:
+            return {}
+        return {"keep_bonus": self.keep_bonus, "charge_resumes": self.charge_resumes,
+                "resume_floor": self.resume_floor, "lambda_unallocated": self.lambda_unallocated}
+
+    def min_run(self, round_s: float, startup_s: float | None) -> float:
+        """Seconds a (re)started job keeps its allocation."""
+        if self.min_run_s is not None:
+            return self.min_run_s
+        return max(round_s, self.startup_factor * (startup_s or 0.0))
+
+
+def pinned_jobs(running: Sequence[tuple[str, str, float, bool]], now: float, config: StabilityConfig,
+                round_s: float, startups: Mapping[str, float], start_timeout_s: float) -> set[str]:
+    """Jobs that must keep their allocation this round.
+
+    ``running``: (job, application, when its current run started, whether it is past its warm-up). A job is
+    held while it warms up (bounded by the start timeout: a hung start is not held forever) and until it has
+    run its minimum time.
+    """
+    held = set()
+    for name, app, since, warm in running:
+        ran = now - since
+        if ran < config.min_run(round_s, startups.get(app)) or (not warm and ran < start_timeout_s):
+            held.add(name)
+    return held
+
+
+def fold_startup(startups: dict[str, list[float]], app: str, seconds: float) -> None:
+    """Fold one measured start-up into its application's running mean ``[mean, count]``."""
+    mean, count = startups.get(app, [0.0, 0])
+    startups[app] = [(mean * count + seconds) / (count + 1), count + 1]
+
+
+def load_startups(text: str | None) -> dict[str, list[float]]:
+    """The start-ups stored in the state's meta (a restarted server keeps what it measured)."""
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    return {str(k): [float(v[0]), int(v[1])] for k, v in data.items()
+            if isinstance(v, list) and len(v) == 2} if isinstance(data, dict) else {}

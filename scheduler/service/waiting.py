@@ -1,0 +1,109 @@
+"""Why each waiting job waits, decided once per round and stored in the state (``colocate jobs`` shows it).
+
+============================  =======================================================================
+code                          meaning
+============================  =======================================================================
+``no-gpu-type``               no GPU type of the cluster (of its ``gpu_types``) has ``min_gpus`` GPUs
+``gpus-freeing``              allocated; its GPUs are still held by a group that is stopping
+``unplaced``                  allocated, but no node had its GPUs free together (fragmentation)
+``resume-cost``               GPUs are free, but resuming it (it was stopped before) costs its restart
+                              factor, more than it would gain now
+``not-worth-it``              GPUs are free, but running it there is worth less than leaving it waiting
+                              (its goodput on them is below the objective's bar)
+``would-hurt-partner``        all GPUs busy; sharing with every job it could pair with is predicted to
+                              pay too little (Σ ratios < 1 + β) or is unknown
+``fair-share``                all GPUs busy with jobs at their share; it starts when one ends or when a
+                              change pays for its restarts
+============================  =======================================================================
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from scheduler.service.state import QUEUED, JobRow
+
+if TYPE_CHECKING:  # pragma: no cover  (``colocate jobs`` reads the reasons without importing the scheduler)
+    from scheduler.model.cluster import Cluster
+    from scheduler.model.jobs import Job
+    from scheduler.model.placement import Placement
+    from scheduler.model.policy import RoundDecision
+
+META_KEY = "waiting"
+PACKING_POLICIES = ("colocate", "colocate-triples", "gandiva", "gavel-packed")
+
+
+def reasons(rows: Sequence[JobRow], cluster: Cluster, decision: RoundDecision | None, placement: Placement | None,
+            pending: Sequence[Any], table: Any, jobs: Sequence[Job], policy: Any) -> dict[str, dict[str, str]]:
+    """``{job: {"code", "text"}}`` for every queued job that did not start this round."""
+    allocated = decision.by_job() if decision else {}
+    used = decision.gpus_used() if decision else {}
+    unplaced = set(placement.unplaced) if placement else set()
+    freeing = {slot.job for unit in pending for slot in unit}
+    by_name = {j.name: j for j in jobs}
+    out = {}
+    for row in rows:
+        if row.state != QUEUED:
+            continue
+        if row.name in freeing:
+            code, text = "gpus-freeing", "its GPUs are still held by a group that is stopping"
+        elif row.name in unplaced:
+            code, text = "unplaced", "allocated, but no node had its GPUs free together"
+        elif row.name in allocated:
+            continue  # started this round
+        else:
+            code, text = _unallocated(row, cluster, used, allocated, table, by_name, policy)
+        out[row.name] = {"code": code, "text": text}
+    return out
+
+
+def _types(row: JobRow, cluster: Cluster) -> list[str]:
+    return [t for t in cluster.type_names if not row.spec.gpu_types or t in row.spec.gpu_types]
+
+
+def _unallocated(row: JobRow, cluster: Cluster, used: dict[str, int], allocated: dict[str, Any], table: Any,
+                 jobs: dict[str, Job], policy: Any) -> tuple[str, str]:
+    need = row.spec.min_gpus
+    types = [t for t in _types(row, cluster) if cluster.capacity(t) >= need]
+    if not types:
+        shown = ", ".join(f"{t}×{cluster.capacity(t)}" for t in cluster.type_names)
+        return "no-gpu-type", f"needs {need} GPU(s) of one type; the cluster has {shown}"
+    free = {t: cluster.capacity(t) - used.get(t, 0) for t in types}
+    if any(n >= need for n in free.values()):
+        if row.restarts > 0:
+            return "resume-cost", (f"{max(free.values())} GPU(s) free, but resuming after {row.restarts} restart(s) "
+                                   "costs more than it would gain now")
+        return "not-worth-it", f"{max(free.values())} GPU(s) free, but its goodput there is below the objective's bar"
+    busy = sum(cluster.capacity(t) for t in types)
+    if getattr(policy, "name", "") in PACKING_POLICIES and table is not None and row.name in jobs:
+        beta = getattr(getattr(policy, "config", None), "min_benefit", 0.0)
+        me = jobs[row.name]
+        partners = [(a, jobs[a.job]) for a in allocated.values() if a.gpu_type in types and a.job in jobs
+                    and a.num_gpus == me.num_gpus and not a.others]
+        if partners and not any(_pays(table, a.gpu_type, me, other, beta) for a, other in partners):
+            return "would-hurt-partner", (f"all {busy} GPU(s) busy; sharing with any of {len(partners)} running "
+                                          f"job(s) is predicted to pay less than 1 + {beta:g} or is unknown")
+    return "fair-share", (f"all {busy} GPU(s) busy with {len(allocated)} job(s) at their share; it starts when one "
+                          "ends or a change pays for its restarts")
+
+
+def _pays(table: Any, gpu_type: str, a: Job, b: Job, beta: float) -> bool:
+    ratios = table.lookup(gpu_type, a, b)
+    return ratios is not None and sum(ratios) >= 1.0 + beta
+
+
+def dumps(reasons: dict[str, dict[str, str]]) -> str:
+    return json.dumps(reasons, sort_keys=True)
+
+
+def loads(text: str | None) -> dict[str, dict[str, str]]:
+    """The stored reasons (empty when none or unreadable: an older state directory)."""
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,188 @@
+"""The live scheduler's rules with real detached processes on the local backend (a user command that follows the
+checkpoint-restore contract, with a slow start-up and, where asked, a slow checkpoint): decisions hold, stops
+run in the background, a cancelled member's partner runs on, waiting jobs say why."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from common.errors import InputError
+from scheduler.executor.registry import make_executor
+from scheduler.model.cluster import cluster_from_dict
+from scheduler.model.colocation import ColocationTable
+from scheduler.service.jobspec import job_from_dict
+from scheduler.service.server import ServeConfig, Server
+from scheduler.service.state import StateStore
+from tests.serve_helpers import kill_groups
+
+# Resume from the checkpoint, start up for $STARTUP s (an interpreter and model build), count to the target
+# (faster on more GPUs), and on SIGTERM take $STOP_S s to checkpoint, then exit 0.
+CONTRACT = textwrap.dedent("""
+    import json, os, signal, time
+    checkpoint, progress = os.environ["COLOCATE_CHECKPOINT"], os.environ["COLOCATE_PROGRESS_FILE"]
+    target = int(os.environ["COLOCATE_TARGET_STEPS"])
+    step = int(open(checkpoint).read()) if os.path.exists(checkpoint) else 0
+    restored, stop, t0 = step, [], time.time()
+    signal.signal(signal.SIGTERM, lambda *args: stop.append(True))
+    def report(state):
+        with open(progress + ".tmp", "w") as fh:
+            json.dump({"step": step, "samples": step * 4, "state": state, "elapsed_s": time.time() - t0,
+                       "restored_step": restored}, fh)
+        os.replace(progress + ".tmp", progress)
+    time.sleep(float(os.environ.get("STARTUP", "0")))
+    while step < target and not stop:
+        step += 1
+        time.sleep(0.02 / int(os.environ["COLOCATE_NUM_GPUS"]))
+        report("running")
+    if stop:
+        time.sleep(float(os.environ.get("STOP_S", "0")))
+    open(checkpoint, "w").write(str(step))
+    report("finished" if step >= target else "stopped")
+""")
+
+
+def _server(tmp_path: Path, gpus: int, round_s: float, colocation: ColocationTable | None = None,
+            grace: float = 20.0) -> tuple[StateStore, Server]:
+    state = StateStore(tmp_path / "state")
+    cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": gpus, "memory_gb": 16}}})
+    config = ServeConfig(round_s=round_s, device="cpu", stop_grace_s=grace)
+    server = Server(state, cluster, make_executor("local"), config, colocation=colocation)
+    server.acquire()
+    return state, server
+
+
+def _job(tmp_path: Path, name: str, steps: int, startup: float = 0.0, stop_s: float = 0.0, **fields: object) -> object:
+    script = tmp_path / "train.py"
+    script.write_text(CONTRACT)
+    return job_from_dict({"name": name, "command": f"STARTUP={startup} STOP_S={stop_s} exec python {script}",
+                          "application": "mine", "steps": steps, "batch_size": 16, **fields})
+
+
+def _drive(server: Server, done, timeout_s: float = 240.0) -> int:
+    """Rounds as ``serve`` runs them (round_s after the end of enacting, background work in between)."""
+    rounds, deadline = 0, time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"not done after {rounds} rounds"
+        server.round()
+        rounds += 1
+        ended = time.monotonic()
+        while time.monotonic() - ended < server.config.round_s:
+            server.between_rounds()
+            time.sleep(0.05)
+    return rounds
+
+
+def test_equal_adaptive_jobs_with_short_rounds_and_slow_start_ups_do_not_swap(tmp_path: Path) -> None:
+    state, server = _server(tmp_path, gpus=2, round_s=0.3)
+    names = ["a", "b", "c"]  # three equal adaptive jobs competing for two GPUs
+    try:
+        for name in names:
+            state.submit(_job(tmp_path, name, 120, startup=1.5, adaptive=True, min_batch_size=8, max_batch_size=64,
+                              max_gpus=2))
+        rounds = _drive(server, lambda: all(state.job(n).state == "completed" for n in names))
+        restarts = {n: state.job(n).restarts for n in names}
+        assert rounds >= 10  # many short rounds while the jobs start up and run
+        assert all(r <= math.ceil(rounds / 10) for r in restarts.values()), (rounds, restarts)
+        assert all(state.job(n).step == 120 for n in names)
+    finally:
+        kill_groups(state.dir)
+
+
+def test_a_slow_stop_does_not_block_the_round_and_its_gpus_stay_busy_until_free(tmp_path: Path) -> None:
+    state, server = _server(tmp_path, gpus=1, round_s=0.2)
+    try:
+        state.submit(_job(tmp_path, "slow", 100000, stop_s=3.0))
+        _drive(server, lambda: state.job("slow").step > 5, 60)
+        state.request_cancel("slow")
+        state.submit(_job(tmp_path, "next", 20))
+        stats = server.round()
+        # the round asked "slow" to stop and returned: it is still checkpointing, its GPU is not yet free
+        assert state.job("slow").state == "running" and state.groups()
+        assert state.job("next").state == "queued"
+        reasons = server_reasons(state)
+        assert reasons["next"]["code"] == "gpus-freeing", reasons
+        assert stats.started == 0 and stats.deferred == 1
+        _drive(server, lambda: state.job("next").state == "completed", 60)
+        assert state.job("slow").state == "cancelled"
+        order = [(e["job"], e["kind"]) for e in state.events() if e["kind"] in ("cancelled", "started")]
+        assert order[-2:] == [("slow", "cancelled"), ("next", "started")]  # started once the GPU was free
+    finally:
+        kill_groups(state.dir)
+
+
+@pytest.mark.slow
+def test_cancelling_one_member_of_a_pair_keeps_its_partner_running(tmp_path: Path) -> None:
+    table = ColocationTable.from_rows([("t4", "mine", "mine", 0.9, 0.9)])
+    state, server = _server(tmp_path, gpus=1, round_s=0.2, colocation=table)
+    try:
+        state.submit(_job(tmp_path, "p", 100000))
+        state.submit(_job(tmp_path, "q", 400))
+        _drive(server, lambda: state.job("p").step > 5 and state.job("q").step > 5, 60)
+        assert state.job("p").partner == "q" and state.job("q").partner == "p"  # packed on the one GPU
+        group, q_started = state.job("q").group_key, [e for e in state.events("q") if e["kind"] == "started"]
+        state.request_cancel("p")
+        _drive(server, lambda: state.job("p").state == "cancelled", 60)
+        q = state.job("q")
+        assert q.state in ("running", "completed") and (q.state == "completed" or q.group_key == group)
+        assert q.partner is None
+        _drive(server, lambda: state.job("q").state == "completed", 60)
+        kinds = [e["kind"] for e in state.events("q")]
+        assert "stopped" not in kinds and q.restarts == 0 and len(q_started) == 1
+        assert kinds.count("started") + kinds.count("restarted") + kinds.count("repacked") == 1
+    finally:
+        kill_groups(state.dir)
+
+
+def test_a_job_too_big_for_every_gpu_type_says_so(tmp_path: Path) -> None:
+    state, server = _server(tmp_path, gpus=1, round_s=0.2)
+    state.submit(_job(tmp_path, "huge", 10, min_gpus=4, max_gpus=4))
+    server.round()
+    reason = server_reasons(state)["huge"]
+    assert reason["code"] == "no-gpu-type" and "4 GPU(s)" in reason["text"] and "t4×1" in reason["text"]
+
+
+def server_reasons(state: StateStore) -> dict[str, dict[str, str]]:
+    from scheduler.service.views import job_views
+
+    return {v["name"]: v["waiting"] for v in job_views(state) if v["waiting"]}
+
+
+@pytest.mark.slow
+def test_metrics_are_scraped_from_the_port(tmp_path: Path) -> None:
+    import socket
+    import urllib.request
+
+    from scheduler.service.metrics import ServeMetrics
+
+    with socket.socket() as probe:  # a free port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    state, server = _server(tmp_path, gpus=1, round_s=0.2, colocation=ColocationTable.from_rows(
+        [("t4", "mine", "mine", 0.9, 0.9)]))
+    metrics = ServeMetrics()
+    http, _ = metrics.serve(port)
+    server.on_round_end = metrics.update
+    try:
+        state.submit(_job(tmp_path, "m1", 100000))
+        state.submit(_job(tmp_path, "m2", 100000))
+        state.submit(_job(tmp_path, "big", 10, min_gpus=2, max_gpus=2))
+        _drive(server, lambda: state.job("m1").step > 5 and state.job("m2").step > 5, 60)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                  if line and not line.startswith("#")}
+        assert values['colocate_jobs{state="running"}'] == 2 and values['colocate_jobs{state="queued"}'] == 1
+        assert values['colocate_gpus{gpu_type="t4"}'] == 1 and values['colocate_gpus_used{gpu_type="t4"}'] == 1
+        assert values['colocate_gpus_packed{gpu_type="t4"}'] == 1  # m1 and m2 share the GPU
+        assert values['colocate_waiting_jobs{reason="no-gpu-type"}'] == 1
+        assert values["colocate_rounds_total"] >= 1 and values["colocate_round_seconds_count"] >= 1
+        assert "colocate_restarts_total" in values and "colocate_learned_pairs" in values
+        with pytest.raises(InputError, match="metrics-port"):
+            ServeMetrics().serve(port)  # in use
+    finally:
+        http.shutdown()
+        kill_groups(state.dir)
