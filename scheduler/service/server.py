@@ -3,7 +3,7 @@
 Every round (``round_s`` apart):
 
 1. **collect** — poll every live group (:meth:`Executor.poll`): fold progress into the jobs' rows, every
-   measured iteration time into ``measurements`` (solo or next to its partner; :mod:`.learning`), and
+   measured iteration time into ``measurements`` (solo or next to its partner; :mod:`scheduler.learning`), and
    settle jobs that ended: completed (target reached), stopped (asked to, for a change: back to the queue,
    its checkpoint keeps its progress), cancelled, or crashed (retried up to the job's ``max_retries``, then
    failed with its last log line). A group whose runner is gone counts as a crash of its jobs.
@@ -32,8 +32,8 @@ from scheduler.cluster import Cluster
 from scheduler.colocation import ColocationTable
 from scheduler.executor.base import Executor
 from scheduler.goodput import GoodputModel
+from scheduler.learning.online import LearnedGoodputModel, job_type, learned_ratios, policy_table, round_job_types
 from scheduler.service import rounds
-from scheduler.service.learning import LearnedGoodputModel, job_type, learned_ratios, policy_table
 from scheduler.service.state import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobRow, StateStore
 
 WARMUP_STEPS = 3  # steps of a fresh process not measured (the trainer's own warm-up)
@@ -156,7 +156,9 @@ class Server:
         """The goodput model and colocation table of this round, measurements on top of the priors."""
         measurements = self.state.measurements()
         model = LearnedGoodputModel(measurements, {r.name: r.spec for r in rows}, base=self.profiles)
-        return model, policy_table(self.colocation, learned_ratios(measurements, model))
+        active = [(r.spec.app, r.batch_size) for r in rows if r.state in (QUEUED, RUNNING)]
+        types = round_job_types(self.cluster.type_names, active)
+        return model, policy_table(self.colocation, learned_ratios(measurements, model), types)
 
     def _cancel_queued(self) -> None:
         names = self.state.cancel_requested(QUEUED)
