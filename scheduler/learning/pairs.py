@@ -40,8 +40,8 @@ class PairConfig:
 
     min_ratio: float = 0.01
     max_ratio: float = 1.1  # co-location never makes a job much faster than alone: more is noise
-    prior_weight: float = 2.0  # pseudo-samples of a given or predicted prior
-    unknown_weight: float = 0.5  # pseudo-samples of "nothing known" (time-slicing)
+    prior_weight: float = 1.0  # pseudo-samples of a given or predicted prior (its error ~ one sample's σ)
+    unknown_weight: float = 0.15  # "nothing known": (σ / 0.4)², true log ratios spread ~0.4 around it
     unknown_ratio: float = 0.5  # each member at half its solo speed: plain time-slicing
 
     def __post_init__(self) -> None:
