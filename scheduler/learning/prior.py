@@ -215,9 +215,11 @@ class TablePrior:
     """The model fitted per GPU type (and once over all types, for a GPU type no table has) on table rows.
 
     Called as ``prior(gpu, a, b)`` it returns the predicted ``(r_a, r_b)``; it knows every pair.
+    ``methods``: which fitter each GPU type's table chose (:func:`select_fitter`).
     """
 
     fits: dict[str | None, tuple[_Fitted, dict[str, int]]]
+    methods: dict[str | None, str]
 
     def _index(self, index: dict[str, int], job_type: str) -> int:
         hit = index.get(job_type)
@@ -242,16 +244,84 @@ def _fit_rows(rows: pd.DataFrame, config: PredictorConfig) -> tuple[_Fitted, dic
     return fit_ratio_model(rows, features, config), index
 
 
-def fit_table_prior(frame: pd.DataFrame, config: PredictorConfig | None = None) -> TablePrior:
+def _fit_job_type_mean(rows: pd.DataFrame, config: PredictorConfig) -> tuple[_Fitted, dict[str, int]]:
+    """The simple rival: r(a|b) = the mean of a's ratios over its measured pairs (the overall mean if none)."""
+    types = sorted(set(rows["type_a"]) | set(rows["type_b"]))
+    index = {t: i for i, t in enumerate([*types, UNKNOWN])}
+    victims, _, target = _observations(rows, index)
+    ratios = np.exp(target)
+    sums, counts = np.zeros(len(index)), np.zeros(len(index))
+    np.add.at(sums, victims, ratios)
+    np.add.at(counts, victims, 1.0)
+    overall = float(ratios.mean()) if len(ratios) else 0.5
+    means = np.log(np.where(counts > 0, sums / np.maximum(counts, 1.0), overall))
+
+    def predict_log(v: np.ndarray, a: np.ndarray) -> np.ndarray:
+        return means[v]
+
+    max_ratio = float(np.clip(ratios.max() if len(ratios) else 1.0, 1.0, MAX_RATIO))
+    return _Fitted(predict_log, max_ratio), index
+
+
+def _fit_blend(rows: pd.DataFrame, config: PredictorConfig) -> tuple[_Fitted, dict[str, int]]:
+    """The geometric mean of the model and the per-type mean: the mean's robustness, the model's pair terms."""
+    (model, index), (mean, _) = _fit_rows(rows, config), _fit_job_type_mean(rows, config)
+
+    def predict_log(v: np.ndarray, a: np.ndarray) -> np.ndarray:
+        return 0.5 * (model.predict_log(v, a) + mean.predict_log(v, a))
+
+    return _Fitted(predict_log, max(model.max_ratio, mean.max_ratio)), index
+
+
+FITTERS = {"model": _fit_rows, "job-type-mean": _fit_job_type_mean, "blend": _fit_blend}
+SELECTABLE = ("model", "blend")  # what select_fitter chooses from, the default first
+SELECT_MAX_PAIRS = 60  # above this many pairs the model is used as is (the inner leave-one-out grows as n²)
+
+
+def _decisions(fitted: tuple[_Fitted, dict[str, int]], rows: pd.DataFrame) -> np.ndarray:
+    model, index = fitted
+    a = np.array([index.get(t, index[UNKNOWN]) for t in rows["type_a"]], dtype=int)
+    b = np.array([index.get(t, index[UNKNOWN]) for t in rows["type_b"]], dtype=int)
+    total = np.exp(model.predict_log(a, b)) + np.exp(model.predict_log(b, a))
+    return total > 1.0
+
+
+def _balanced(guess: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
+    recalls = [float((guess[truth]).mean()) if truth.any() else None,
+               float((~guess[~truth]).mean()) if (~truth).any() else None]
+    known = [r for r in recalls if r is not None]
+    return (float(np.mean(known)) if known else 0.0), float((guess == truth).mean())
+
+
+def select_fitter(rows: pd.DataFrame, config: PredictorConfig) -> str:
+    """The method whose pack decisions (Σr > 1) on the rows' own pairs, each held out in turn, are the most
+    accurate (balanced accuracy, then accuracy; ties keep the model). A small table is where the model's
+    pair and aggressor effects can overfit what the per-type mean gets right."""
+    if not 4 <= len(rows) <= SELECT_MAX_PAIRS:
+        return "model"
+    truth = (rows["ratio_a"] + rows["ratio_b"]).to_numpy() > 1.0
+    guesses: dict[str, list[bool]] = {name: [] for name in SELECTABLE}
+    for i in range(len(rows)):
+        held, train = rows.iloc[[i]], rows.drop(index=rows.index[i])
+        for name in SELECTABLE:
+            guesses[name].append(bool(_decisions(FITTERS[name](train, config), held)[0]))
+    scores = {name: _balanced(np.array(g), truth) for name, g in guesses.items()}
+    return max(SELECTABLE, key=lambda name: scores[name])  # the first (the model) wins ties
+
+
+def fit_table_prior(frame: pd.DataFrame, config: PredictorConfig | None = None, *, select: bool = True) -> TablePrior:
     """Fit the prior on the feasible rows of a colocation-table frame (infeasible rows, ratio 0, are facts of
-    memory, not of interference, and are left out)."""
+    memory, not of interference, and are left out): per GPU type the model, or — on a small table where it
+    decides worse on held-out pairs (``select``, :func:`select_fitter`) — the per-type mean."""
     config = config or PredictorConfig()
-    ok = frame[(frame["ratio_a"] > 0) & (frame["ratio_b"] > 0)]
+    ok = frame[(frame["ratio_a"] > 0) & (frame["ratio_b"] > 0)].reset_index(drop=True)
     fits: dict[str | None, tuple[_Fitted, dict[str, int]]] = {None: _fit_rows(ok, config)}
+    methods: dict[str | None, str] = {None: "model"}
     for gpu, rows in ok.groupby("gpu_type"):
         if len(rows) >= 2:
-            fits[str(gpu)] = _fit_rows(rows, config)
-    return TablePrior(fits)
+            method = select_fitter(rows.reset_index(drop=True), config) if select else "model"
+            fits[str(gpu)], methods[str(gpu)] = FITTERS[method](rows, config), method
+    return TablePrior(fits, methods)
 
 
 def table_frame(table: ColocationTable) -> pd.DataFrame:
@@ -294,18 +364,33 @@ def build_prior(user: pd.DataFrame | None = None, config: PredictorConfig | None
 
 
 def leave_pair_out_table(table: ColocationTable, config: PredictorConfig | None = None) -> ColocationTable:
-    """Every pair of ``table`` predicted by the model fitted on the table's *other* pairs of the same GPU type.
+    """Every pair of ``table`` predicted by the prior fitted on the table's *other* pairs of the same GPU type.
 
     Infeasible pairs (a ratio of 0) stay infeasible: that is memory, which the scheduler knows without trying.
+    GPU types whose rows are identical (a table transferred to several types) are fitted once.
     """
+    config = config or PredictorConfig()
     frame = table_frame(table)
+    done: dict[tuple, list[tuple[float, float]]] = {}
     out = []
-    for row in frame.itertuples(index=False):
-        if row.ratio_a <= 0 or row.ratio_b <= 0:
-            out.append((row.gpu_type, row.type_a, row.type_b, 0.0, 0.0))
-            continue
-        others = frame[~((frame["gpu_type"] == row.gpu_type) & (frame["type_a"] == row.type_a)
-                         & (frame["type_b"] == row.type_b))]
-        prior = fit_table_prior(others, config)
-        out.append((row.gpu_type, row.type_a, row.type_b, *prior(row.gpu_type, row.type_a, row.type_b)))
+    for gpu, rows in frame.groupby("gpu_type", sort=True):
+        rows = rows.reset_index(drop=True)
+        key = tuple(rows[["type_a", "type_b", "ratio_a", "ratio_b"]].itertuples(index=False, name=None))
+        if key not in done:
+            done[key] = _held_out(rows, config)
+        out += [(str(gpu), r.type_a, r.type_b, *ratios) for r, ratios in zip(rows.itertuples(index=False), done[key])]
     return ColocationTable.from_rows(out)
+
+
+def _held_out(rows: pd.DataFrame, config: PredictorConfig) -> list[tuple[float, float]]:
+    feasible = (rows["ratio_a"] > 0) & (rows["ratio_b"] > 0)
+    out = []
+    for i, row in rows.iterrows():
+        if not feasible[i]:
+            out.append((0.0, 0.0))
+            continue
+        train = rows[feasible & (rows.index != i)].reset_index(drop=True)
+        fitted = FITTERS[select_fitter(train, config)](train, config)
+        prior = TablePrior({None: fitted}, {None: "held-out"})
+        out.append(prior("?", row["type_a"], row["type_b"]))
+    return out
