@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -23,8 +24,8 @@ CLUSTER = "scheduler/examples/sia-64gpu.yaml"
 WORKLOADS = "/work/shared/data/sia/workloads/philly/workload-1.csv,/work/shared/data/sia/workloads/saturn/workload-1.csv"
 
 
-def run_one(cluster: object, work: object, policy: str, belief: str, out: Path, profiles: object = None,
-            colocation: object = None) -> dict:
+def run_one(cluster: Any, work: Any, policy: str, belief: str, out: Path, profiles: Any = None,
+            colocation: Any = None) -> dict:
     from scheduler.compare import code_version
     from scheduler.simulator import SimConfig, simulate
 
@@ -39,14 +40,14 @@ def run_one(cluster: object, work: object, policy: str, belief: str, out: Path, 
     return {"policy": policy, "belief": belief if policy != "sia" else "-", **result.to_json()}
 
 
-def cases(args: argparse.Namespace) -> list[tuple[str, float, object, object, object, object]]:
+def cases(args: argparse.Namespace) -> list[tuple[str, float, Any, Any, Any, Any]]:
     """(label, load, cluster, workload, profiles, colocation) for every run point."""
     from scheduler import bundled
     from scheduler.cluster import load_cluster
     from scheduler.compare import expand_workloads, parse_loads, workload_label
     from scheduler.workloads import read_workload
 
-    out = []
+    out: list[tuple[str, float, Any, Any, Any, Any]] = []
     cluster = load_cluster(CLUSTER)
     for load in parse_loads(args.loads):
         for f in expand_workloads(args.workloads):
@@ -93,6 +94,32 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def plot_belief_error(root: Path, label: str, path: Path) -> None:
+    """Mean |belief Σr − true Σr| over the pairs observed so far, against time, per belief, for one run point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for run in sorted((root / "runs" / label).glob("colocate-*/belief.parquet")):
+        frame = pd.read_parquet(run)
+        if frame.empty:
+            continue
+        frame["error"] = ((frame["belief_a"] + frame["belief_b"]) - (frame["truth_a"] + frame["truth_b"])).abs()
+        errors, current = [], {}
+        for row in frame.itertuples(index=False):
+            current[(row.gpu_type, row.type_a, row.type_b)] = row.error
+            errors.append(sum(current.values()) / len(current))
+        ax.plot(frame["time_s"] / 3600, errors, label=run.parent.name.replace("colocate-", "belief "))
+    ax.set_xlabel("simulated time (h)")
+    ax.set_ylabel("mean |belief Σr − true Σr|, pairs run so far")
+    ax.set_title(f"Belief against truth, {label}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results/sim/belief"))
@@ -122,6 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     table = ratios(pd.DataFrame(rows))
     table.to_csv(args.out / "ratios.csv", index=False)
     plot(table, args.out / "jct_vs_load.png")
+    first = table["workload"].iloc[-1] if len(table) else None
+    for label in dict.fromkeys(table["workload"]):
+        if label.endswith("@2x") and label.startswith("philly"):
+            first = label
+    if first is not None:
+        plot_belief_error(args.out, first, args.out / "belief_error.png")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0
 

@@ -153,7 +153,7 @@ class SimBelief:
         key = self._truth_key(gpu, jobs[0], jobs[1])
         if key is None:
             return
-        truth = self.truth.ratios[(gpu, *key)]
+        truth = self.truth.ratios[(gpu, key[0], key[1])]
         self.belief.observe(gpu, key[0], key[1], *truth)
         est = self.belief.estimate(gpu, *key)
         planned = self.belief.planned(gpu, *key)
