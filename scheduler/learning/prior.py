@@ -369,6 +369,8 @@ def leave_pair_out_table(table: ColocationTable, config: PredictorConfig | None 
     Infeasible pairs (a ratio of 0) stay infeasible: that is memory, which the scheduler knows without trying.
     GPU types whose rows are identical (a table transferred to several types) are fitted once.
     """
+    from threadpoolctl import threadpool_limits  # small matrices: BLAS threads only contend (BENCHMARKS.md)
+
     config = config or PredictorConfig()
     frame = table_frame(table)
     done: dict[tuple, list[tuple[float, float]]] = {}
@@ -377,7 +379,8 @@ def leave_pair_out_table(table: ColocationTable, config: PredictorConfig | None 
         rows = rows.reset_index(drop=True)
         key = tuple(rows[["type_a", "type_b", "ratio_a", "ratio_b"]].itertuples(index=False, name=None))
         if key not in done:
-            done[key] = _held_out(rows, config)
+            with threadpool_limits(limits=1, user_api="blas"):
+                done[key] = _held_out(rows, config)
         out += [(str(gpu), r.type_a, r.type_b, *ratios) for r, ratios in zip(rows.itertuples(index=False), done[key])]
     return ColocationTable.from_rows(out)
 
