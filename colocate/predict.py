@@ -32,7 +32,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from colocate.errors import InputError
 from colocate.results import (
     UTILIZATION_COLUMNS,
     ResultsSet,
@@ -40,8 +39,9 @@ from colocate.results import (
     solo_table,
     sort_job_types,
 )
-from profiler.schema import STATUS_INFEASIBLE, STATUS_OK
-from scheduler.colocation_table import MAX_RATIO  # predictions stay within the table's bound
+from common.errors import InputError
+from profiler.results.schema import STATUS_INFEASIBLE, STATUS_OK
+from scheduler.formats.colocation_table import MAX_RATIO  # predictions stay within the table's bound
 from scheduler.learning.prior import (  # noqa: F401  (the model's names are part of this module's API)
     LOG_FEATURES,
     MIN_RATIO,

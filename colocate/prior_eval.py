@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scheduler.colocation_table import MAX_RATIO
+from scheduler.formats.colocation_table import MAX_RATIO
 from scheduler.learning.prior import PredictorConfig, fit_table_prior
 
 METHODS = ("prior", "job-type-mean")
@@ -77,8 +77,8 @@ def datasets(root: Path = Path(".")) -> Iterator[tuple[str, str, pd.DataFrame]]:
     """(set name, GPU type, pairs) for every evaluation set available."""
     from colocate.gavel import load_inputs
     from colocate.predict import make_datasets
-    from scheduler.bundled import default_colocation, gavel_throughputs
-    from scheduler.colocation_table import read_colocation_table
+    from scheduler.formats.bundled import default_colocation, gavel_throughputs
+    from scheduler.formats.colocation_table import read_colocation_table
 
     shipped = read_colocation_table(default_colocation())
     seen: list[pd.DataFrame] = []

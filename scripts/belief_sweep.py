@@ -26,8 +26,8 @@ WORKLOADS = "/work/shared/data/sia/workloads/philly/workload-1.csv,/work/shared/
 
 def run_one(cluster: Any, work: Any, policy: str, belief: str, out: Path, profiles: Any = None,
             colocation: Any = None) -> dict:
-    from scheduler.compare import code_version
-    from scheduler.simulator import SimConfig, simulate
+    from scheduler.sim.compare import code_version
+    from scheduler.sim.simulator import SimConfig, simulate
 
     result = simulate(cluster, work, policy, colocation=colocation, profiles=profiles,
                       config=SimConfig(belief=belief if policy != "sia" else "truth"))
@@ -42,10 +42,10 @@ def run_one(cluster: Any, work: Any, policy: str, belief: str, out: Path, profil
 
 def cases(args: argparse.Namespace) -> list[tuple[str, float, Any, Any, Any, Any]]:
     """(label, load, cluster, workload, profiles, colocation) for every run point."""
-    from scheduler import bundled
-    from scheduler.cluster import load_cluster
-    from scheduler.compare import expand_workloads, parse_loads, workload_label
-    from scheduler.workloads import read_workload
+    from scheduler.formats import bundled
+    from scheduler.formats.workloads import read_workload
+    from scheduler.model.cluster import load_cluster
+    from scheduler.sim.compare import expand_workloads, parse_loads, workload_label
 
     out: list[tuple[str, float, Any, Any, Any, Any]] = []
     cluster = load_cluster(CLUSTER)

@@ -26,8 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=900.0)
     args = parser.parse_args(argv)
 
-    from scheduler.cluster import cluster_from_dict
     from scheduler.executor.registry import make_executor
+    from scheduler.model.cluster import cluster_from_dict
     from scheduler.policies import make_policy
     from scheduler.service.jobspec import job_from_dict
     from scheduler.service.server import ServeConfig, Server
@@ -56,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop_groups(tuple(g for g in {r.group_key for r in state.jobs() if r.group_key}))
     rows = state.jobs()
-    done = [r for r in rows if r.state == "completed" and r.finished_at]
-    jct = sum(r.finished_at - r.submitted_at for r in done) / max(len(done), 1)
+    jcts = [r.finished_at - r.submitted_at for r in rows if r.state == "completed" and r.finished_at is not None]
+    done = jcts
+    jct = sum(jcts) / max(len(jcts), 1)
     pairs = sum(1 for r in rows for e in state.events(r.name) if " with " in e["detail"])
     print(f"policy {args.policy} (p={args.p}): {len(done)}/8 completed, mean JCT {jct:.1f} s, "
           f"restarts {sum(r.restarts for r in rows)}, pair starts {pairs}, wall {time.monotonic() - began:.0f} s")

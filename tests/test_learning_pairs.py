@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from profiler.errors import InputError
-from scheduler.colocation import ColocationTable
+from common.errors import InputError
 from scheduler.learning.explore import ExploreConfig, hurts, planning_ratios
 from scheduler.learning.pairs import PairBelief, PairConfig, table_prior
+from scheduler.model.colocation import ColocationTable
 
 
 def test_samples_shrink_the_prior_by_their_count_and_narrow_the_interval() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.cluster import cluster_from_dict
 from scheduler.executor.registry import make_executor
+from scheduler.model.cluster import cluster_from_dict
 from scheduler.service.jobspec import job_from_dict
 from scheduler.service.server import ServeConfig, Server
 from scheduler.service.state import StateStore
@@ -116,7 +116,7 @@ def test_with_no_table_a_pair_is_tried_from_the_prior_and_its_measured_ratios_ar
     from typer.testing import CliRunner
 
     from colocate.cli import app
-    from scheduler.colocation import ColocationTable
+    from scheduler.formats.colocation_table import load_colocation_table
     from scheduler.policies import make_policy
 
     script = tmp_path / "train.py"
@@ -138,7 +138,7 @@ def test_with_no_table_a_pair_is_tried_from_the_prior_and_its_measured_ratios_ar
         out = tmp_path / "learned.csv"
         written = CliRunner().invoke(app, ["learned", "--state", str(state.dir), "--out", str(out)])
         assert written.exit_code == 0, written.output
-        ratios = ColocationTable.load(out).ratios[("t4", "mine@4", "theirs@4")]
+        ratios = load_colocation_table(out).ratios[("t4", "mine@4", "theirs@4")]
         assert all(0 < r <= 1.1 for r in ratios)  # measured against measured solo times, bounded, readable
     finally:
         kill_groups(state.dir)

@@ -11,10 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from colocate.cli import app
-from colocate.errors import InputError
-from scheduler.colocation import ColocationTable
+from common.errors import InputError
+from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.learning.explore import ExploreConfig
 from scheduler.learning.online import LearnedGoodputModel, learned_ratios, learned_table_frame, policy_table
+from scheduler.model.colocation import ColocationTable
 from scheduler.service.jobspec import job_from_dict, load_job
 from scheduler.service.rounds import Slot, plan_changes
 from scheduler.service.state import QUEUED, StateStore
@@ -92,7 +93,7 @@ def _measurements(store: StateStore, rows: list[tuple]) -> list[dict]:
 
 
 def test_measurements_override_the_prior_and_calibrate_unmeasured_configurations(tmp_path: Path) -> None:
-    from scheduler.jobs import Job
+    from scheduler.model.jobs import Job
 
     store = StateStore(tmp_path)
     spec = job_from_dict({**JOB, "gpu_types": ["t4"]})
@@ -109,7 +110,7 @@ def test_measurements_override_the_prior_and_calibrate_unmeasured_configurations
 
 
 def test_pair_measurements_become_ratios_with_their_sample_counts_and_an_exported_table(tmp_path: Path) -> None:
-    from scheduler.jobs import Job
+    from scheduler.model.jobs import Job
 
     store = StateStore(tmp_path)
     rows = _measurements(store, [
@@ -129,14 +130,14 @@ def test_pair_measurements_become_ratios_with_their_sample_counts_and_an_exporte
     assert 0.5 < a16 < 0.99
     assert policy_table(base, []) is base
     path = tmp_path / "learned.csv"
-    from colocate.colocation_table import write_colocation_table
+    from scheduler.formats.colocation_table import write_colocation_table
 
     write_colocation_table(learned_table_frame([pair]), path)
-    assert ColocationTable.load(path).lookup("t4", resnet, tiny) == pytest.approx((0.8, 0.5))
+    assert load_colocation_table(path).lookup("t4", resnet, tiny) == pytest.approx((0.8, 0.5))
 
 
 def test_a_pair_ratio_is_learned_only_against_a_measured_solo_and_the_export_reads_back(tmp_path: Path) -> None:
-    from scheduler.jobs import Job
+    from scheduler.model.jobs import Job
 
     store = StateStore(tmp_path)
     # resnet18's solo at batch 4 was never measured; tiny_cnn's solo at 1 GPU and at 2 GPUs was
@@ -149,12 +150,12 @@ def test_a_pair_ratio_is_learned_only_against_a_measured_solo_and_the_export_rea
     assert pairs[2]["solo_source"] == "measured"
     assert pairs[2]["ratio_b"] == pytest.approx(1.1)  # 10.0 measured: bounded, never a ratio the reader refuses
     path = tmp_path / "learned.csv"
-    from colocate.colocation_table import write_colocation_table
+    from scheduler.formats.colocation_table import write_colocation_table
 
     frame = learned_table_frame(list(pairs.values()))
     assert len(frame) == 1 and int(frame["n"].iloc[0]) == 1  # one row per GPU type and pair, pending left out
     write_colocation_table(frame, path)
-    back = ColocationTable.load(path)
+    back = load_colocation_table(path)
     assert back.lookup("t4", Job("x", "tiny_cnn", batch_size=8), Job("y", "resnet18", batch_size=4)) == pytest.approx(
         (0.5, 1.1))
     table = policy_table(None, list(pairs.values()), predicted=False)
@@ -173,8 +174,8 @@ def test_unchanged_groups_are_kept_changed_ones_stopped_and_new_units_started() 
 
 
 def test_a_group_of_three_is_one_unit_kept_while_unchanged_and_measured_against_its_group(tmp_path: Path) -> None:
-    from scheduler.placement import JobPlacement, Placement
-    from scheduler.policy import Allocation, RoundDecision, SolverInfo
+    from scheduler.model.placement import JobPlacement, Placement
+    from scheduler.model.policy import Allocation, RoundDecision, SolverInfo
     from scheduler.service.rounds import current_placement, current_units, desired_units
     from scheduler.service.server import group_type
     from scheduler.service.state import RUNNING

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from profiler.errors import InputError
-from scheduler.cluster import cluster_from_dict
-from scheduler.colocation import ColocationTable
-from scheduler.goodput import TableGoodputModel
+from common.errors import InputError
+from scheduler.formats.workloads import Workload, WorkloadJob
 from scheduler.ilp import IlpConfig, PackingPolicy
 from scheduler.learning.belief import noisy_table, parse_belief
-from scheduler.simulator import SimConfig, Simulator
-from scheduler.workloads import Workload, WorkloadJob
+from scheduler.model.cluster import cluster_from_dict
+from scheduler.model.colocation import ColocationTable
+from scheduler.model.goodput import TableGoodputModel
+from scheduler.sim.simulator import SimConfig, Simulator
 
 GOODPUT = TableGoodputModel({("a", "g", 1): 10.0, ("b", "g", 1): 10.0})
 ONE_GPU = cluster_from_dict({"gpu_types": {"g": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})
@@ -43,7 +43,7 @@ def run(truth: tuple[float, float], belief: str) -> tuple[Simulator, Spy, object
 
 def test_the_policy_never_reads_the_truth_and_learns_it_from_the_pairs_it_runs() -> None:
     sim, spy, result = run((0.8, 0.6), "none")
-    from scheduler.jobs import Job
+    from scheduler.model.jobs import Job
 
     ja, jb = Job("A", "a", batch_size=32), Job("B", "b", batch_size=32)
     assert all(table is not sim.colocation for table in spy.seen)

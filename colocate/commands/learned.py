@@ -30,7 +30,7 @@ def learned(
 
     view = learned_view(StateStore(state, create=False))
     if out is not None:
-        from colocate.colocation_table import write_colocation_table
+        from scheduler.formats.colocation_table import write_colocation_table
 
         frame = learned_table_frame(view["colocation"])
         if not len(frame):

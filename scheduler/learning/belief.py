@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from profiler.errors import InputError
-from scheduler.colocation import ColocationTable
+from common.errors import InputError
 from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig
 from scheduler.learning.pairs import PairBelief, table_prior
+from scheduler.model.colocation import ColocationTable
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from scheduler.jobs import Job
+    from scheduler.model.jobs import Job
 
 BELIEFS = ("truth", "none", "predicted", "table:FILE", "noisy:SIGMA")
 BELIEF_COLUMNS = ("round", "time_s", "gpu_type", "type_a", "type_b", "truth_a", "truth_b", "belief_a", "belief_b",
@@ -76,7 +76,7 @@ def parse_belief(text: str) -> BeliefSpec:
 
 def noisy_table(truth: ColocationTable, sigma: float, seed: int) -> ColocationTable:
     """The truth with each ratio × exp(N(0, σ²)), bounded to the table's range; infeasible stays infeasible."""
-    from scheduler.colocation_table import MAX_RATIO
+    from scheduler.formats.colocation_table import MAX_RATIO
 
     rng = np.random.default_rng(seed)
     rows = []
@@ -103,7 +103,9 @@ def prior_table(spec: BeliefSpec, truth: ColocationTable, seed: int = 0) -> Colo
         if not Path(str(spec.path)).is_file():
             raise InputError("belief table not found", source=str(spec.path), field="--belief",
                              valid="table:FILE with FILE a colocation CSV")
-        return ColocationTable.load(str(spec.path))
+        from scheduler.formats.colocation_table import load_colocation_table
+
+        return load_colocation_table(str(spec.path))
     if spec.kind == "noisy":
         return noisy_table(truth, spec.sigma, seed)
     raise InputError(f"{spec.kind!r} has no prior table", source="simulate", field="--belief", valid=", ".join(BELIEFS))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from profiler.errors import InputError
+from common.errors import InputError
 
 
 @dataclass(frozen=True)

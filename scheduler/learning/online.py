@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from scheduler.colocation import ColocationTable
-from scheduler.goodput import (
+from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig
+from scheduler.learning.pairs import DEFAULT_PAIRS, PairBelief, PairConfig, chain_priors, table_prior
+from scheduler.model.colocation import ColocationTable
+from scheduler.model.goodput import (
     EstimateArrays,
     GoodputEstimate,
     GoodputModel,
@@ -35,15 +37,12 @@ from scheduler.goodput import (
     StepTimeModel,
     estimate_arrays,
 )
-from scheduler.jobs import Job
-from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig
-from scheduler.learning.pairs import DEFAULT_PAIRS, PairBelief, PairConfig, chain_priors, table_prior
+from scheduler.model.jobs import Job
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from scheduler.configs import Configuration
-    from scheduler.service.jobspec import JobSpec
+    from scheduler.model.configs import Configuration
 
 # Prior step-time model (seconds) for an application with no profile: a small CNN on one GPU. Only its shape
 # matters once the job has run once — measurements rescale it (see LearnedGoodputModel.calibration).
@@ -55,7 +54,17 @@ def job_type(application: str, batch_size: int) -> str:
     return f"{application}@{batch_size}"
 
 
-def batch_candidates(spec: JobSpec | None, job: Job) -> list[int]:
+class JobLimits(Protocol):
+    """What learning reads of a job file (:class:`scheduler.service.jobspec.JobSpec`): where the job may run."""
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]: ...
+
+    @property
+    def min_gpus(self) -> int: ...
+
+
+def batch_candidates(spec: JobLimits | None, job: Job) -> list[int]:
     """Global batch sizes the policy may give a job: its own (rigid), or powers of two within its bounds."""
     batch = job.batch_size or 32
     if not job.adaptive:
@@ -74,7 +83,7 @@ def batch_candidates(spec: JobSpec | None, job: Job) -> list[int]:
 class LearnedGoodputModel(GoodputModelBase):
     """Goodput from measurements first, then the base model or the prior, calibrated by the measurements."""
 
-    def __init__(self, measurements: Sequence[Mapping[str, Any]], specs: Mapping[str, JobSpec],
+    def __init__(self, measurements: Sequence[Mapping[str, Any]], specs: Mapping[str, JobLimits],
                  base: GoodputModel | None = None) -> None:
         self.base = base
         self.specs = dict(specs)

@@ -16,7 +16,7 @@ One belief per (GPU type, job type a, job type b), kept in log space, where rati
 A pair measured at one batch size informs the same two applications at every other batch size: its
 application-level belief is the prior of the exact one. What a policy plans with comes from
 :func:`scheduler.learning.explore.planning_ratios` (optimism bounded by the interval; harmful pairs split),
-built into a :class:`~scheduler.colocation.ColocationTable` by :meth:`PairBelief.planning_table`.
+built into a :class:`~scheduler.model.colocation.ColocationTable` by :meth:`PairBelief.planning_table`.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from profiler.errors import InputError
-from scheduler.colocation import ColocationTable
+from common.errors import InputError
 from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig, planning_ratios, standard_error
+from scheduler.model.colocation import ColocationTable
 
 Key = tuple[str, str, str]  # (GPU type, job type a, job type b), a <= b
 PriorFn = Callable[[str, str, str], "tuple[float, float] | None"]  # (gpu, a, b) -> ratios in that order

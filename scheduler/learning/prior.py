@@ -30,8 +30,8 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from scheduler.colocation import ColocationTable
-from scheduler.colocation_table import MAX_RATIO
+from scheduler.formats.colocation_table import MAX_RATIO
+from scheduler.model.colocation import ColocationTable
 
 MIN_RATIO = 0.01
 LOG_FEATURES = ("solo_iter_time_s", "batch_size", "peak_memory_mib")  # sizes and times enter as logs
@@ -336,9 +336,9 @@ def table_frame(table: ColocationTable) -> pd.DataFrame:
 @lru_cache(maxsize=1)
 def default_training_frame() -> pd.DataFrame:
     """The measured pairs the project ships: Gavel's K80/P100/V100 pairs and the bundled table derived from them."""
-    from scheduler.bundled import default_colocation, gavel_throughputs
-    from scheduler.colocation_table import read_colocation_table
-    from scheduler.transfer import read_gavel_pairs
+    from scheduler.formats.bundled import default_colocation, gavel_throughputs
+    from scheduler.formats.colocation_table import read_colocation_table
+    from scheduler.formats.transfer import read_gavel_pairs
 
     bundled = read_colocation_table(default_colocation())[TABLE_COLUMNS]
     gavel = {}
