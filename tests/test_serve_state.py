@@ -3,7 +3,6 @@ the executor registry. Fast; real SQLite, real policy (the ILP) where a decision
 
 from __future__ import annotations
 
-import math
 import sqlite3
 from pathlib import Path
 
@@ -146,7 +145,7 @@ def test_a_pair_ratio_is_learned_only_against_a_measured_solo_and_the_export_rea
         ("tiny_cnn", "t4", 1, 8, "resnet18@4", 0.020), ("resnet18", "t4", 1, 4, "tiny_cnn@8", 0.050),
         ("tiny_cnn", "t4", 2, 8, "resnet18@4", 0.012), ("resnet18", "t4", 2, 4, "tiny_cnn@8", 0.001)])
     pairs = {r["num_gpus"]: r for r in learned_ratios(rows, LearnedGoodputModel(rows, {}))}
-    assert pairs[1]["solo_source"] == "pending" and math.isnan(pairs[1]["ratio_b"])  # no solo: nothing learned
+    assert pairs[1]["solo_source"] == "pending" and pairs[1]["ratio_b"] is None  # no solo: nothing learned
     assert pairs[2]["solo_source"] == "measured"
     assert pairs[2]["ratio_b"] == pytest.approx(1.1)  # 10.0 measured: bounded, never a ratio the reader refuses
     path = tmp_path / "learned.csv"

@@ -184,8 +184,8 @@ def learned_ratios(measurements: Sequence[Mapping[str, Any]], model: LearnedGood
     """One row per measured pair: ratios ``t/t'`` of both members, their sample counts and solo sources.
 
     A ratio is learned only against a *measured* solo time of the same configuration (application, GPU
-    type, GPU count, batch): a row whose solo is not measured yet is ``pending`` (ratios NaN, never
-    learned from) — the model's guess of a solo time is no yardstick. Ratios are bounded to
+    type, GPU count, batch): a row whose solo is not measured yet is ``pending`` (ratios None, never
+    learned from; ratios None) — the model's guess of a solo time is no yardstick. Ratios are bounded to
     [``config.min_ratio``, ``config.max_ratio``].
     """
     coloc = {(m["application"], m["gpu_type"], int(m["num_gpus"]), int(m["batch_size"]), m["partner_type"]): m
@@ -202,7 +202,8 @@ def learned_ratios(measurements: Sequence[Mapping[str, Any]], model: LearnedGood
         known = not (math.isnan(ratio_a) or math.isnan(ratio_b))
         rows[(gpu, me, partner_type, n)] = {
             "gpu_type": gpu, "type_a": me, "type_b": partner_type, "num_gpus": n,
-            "ratio_a": ratio_a, "ratio_b": ratio_b, "n_a": int(m["count"]), "n_b": int(other["count"]),
+            "ratio_a": ratio_a if known else None, "ratio_b": ratio_b if known else None,  # None: strict JSON
+            "n_a": int(m["count"]), "n_b": int(other["count"]),
             "solo_source": "measured" if known else "pending"}
     return list(rows.values())
 
