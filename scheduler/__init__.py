@@ -8,6 +8,8 @@
 * :mod:`scheduler.sim` — the trace-driven simulator and policy comparisons;
 * :mod:`scheduler.executor` — launching a decision (local, Ray, Slurm, Kubernetes);
   :mod:`scheduler.service` — the live scheduler behind ``colocate serve``;
+* :mod:`scheduler.learning` — what the live scheduler and the simulator learn: pair ratios (prior, belief,
+  exploration) and measured throughputs;
 * :mod:`scheduler.bench` — ``colocate bench`` for the scheduler, simulator and service;
   :mod:`scheduler.report` — comparison reports and figures.
 """

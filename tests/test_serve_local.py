@@ -110,3 +110,35 @@ def test_a_job_that_finished_but_does_not_exit_is_completed_and_its_group_killed
                        "its job's processes killed")
     finally:
         kill_groups(state.dir)
+
+
+def test_with_no_table_a_pair_is_tried_from_the_prior_and_its_measured_ratios_are_learned(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from colocate.cli import app
+    from scheduler.formats.colocation_table import load_colocation_table
+    from scheduler.policies import make_policy
+
+    script = tmp_path / "train.py"
+    script.write_text(CONTRACT)
+    state, server = _server(tmp_path)  # one GPU, no --colocation: the prior and the exploration rule decide
+    # p = 1 (sum of goodputs): with Sia's p = -0.5 the ILP never puts two jobs on one lone GPU, whatever the ratios
+    server.policy = make_policy("colocate", p=1.0)
+    try:
+        state.submit(job_from_dict({"name": "a", "command": f"python {script}", "application": "mine",
+                                    "steps": 300, "batch_size": 4}))
+        _run_until(server, lambda: state.job("a").step >= 60, "a to run alone (its solo time)")
+        state.submit(job_from_dict({"name": "b", "command": f"python {script}", "application": "theirs",
+                                    "steps": 700, "batch_size": 4}))
+        _run_until(server, lambda: state.job("b").state == "completed", "b to complete")
+        events = [e for name in ("a", "b") for e in state.events(name)]
+        assert any(" with " in e["detail"] for e in events), events  # the pair was formed (tried)
+        shown = CliRunner().invoke(app, ["learned", "--state", str(state.dir)])
+        assert shown.exit_code == 0 and "mine@4" in shown.output and "theirs@4" in shown.output, shown.output
+        out = tmp_path / "learned.csv"
+        written = CliRunner().invoke(app, ["learned", "--state", str(state.dir), "--out", str(out)])
+        assert written.exit_code == 0, written.output
+        ratios = load_colocation_table(out).ratios[("t4", "mine@4", "theirs@4")]
+        assert all(0 < r <= 1.1 for r in ratios)  # measured against measured solo times, bounded, readable
+    finally:
+        kill_groups(state.dir)

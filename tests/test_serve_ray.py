@@ -130,8 +130,11 @@ def test_a_pair_is_formed_and_its_measured_ratios_are_learned(served, tmp_path: 
     submit(state, tmp_path, name="b", model="tiny_cnn", steps=100000, batch_size=8)
     wait_until(lambda: any(" with a, group " in e["detail"] for e in events(state, "b")),
                LONG, f"the pair a+b; server log: {server.output()}")
-    wait_until(lambda: bool(jobs_json(state)["learned"]["colocation"]), LONG, "measured ratios of the pair")
-    row = jobs_json(state)["learned"]["colocation"][0]
+    def measured() -> list:  # a pair row is pending until both solo times are measured
+        return [r for r in jobs_json(state)["learned"]["colocation"] if r["solo_source"] == "measured"]
+
+    wait_until(lambda: bool(measured()), LONG, "measured ratios of the pair")
+    row = measured()[0]
     assert (row["gpu_type"], row["type_a"], row["type_b"], row["solo_source"]) == ("t4", "tiny_cnn@8", "tiny_cnn@8",
                                                                                  "measured")
     assert 0 < row["ratio_a"] < 3 and 0 < row["ratio_b"] < 3 and (row["ratio_a"], row["ratio_b"]) != (0.95, 0.95)

@@ -12,9 +12,10 @@ from typer.testing import CliRunner
 from colocate.cli import app
 from common.errors import InputError
 from scheduler.formats.colocation_table import load_colocation_table
+from scheduler.learning.explore import ExploreConfig
+from scheduler.learning.online import LearnedGoodputModel, learned_ratios, learned_table_frame, policy_table
 from scheduler.model.colocation import ColocationTable
 from scheduler.service.jobspec import job_from_dict, load_job
-from scheduler.service.learning import LearnedGoodputModel, learned_ratios, learned_table_frame, policy_table
 from scheduler.service.rounds import Slot, plan_changes
 from scheduler.service.state import QUEUED, StateStore
 
@@ -120,17 +121,44 @@ def test_pair_measurements_become_ratios_with_their_sample_counts_and_an_exporte
     got = {pair["type_a"]: (pair["ratio_a"], pair["n_a"]), pair["type_b"]: (pair["ratio_b"], pair["n_b"])}
     assert got == {"tiny_cnn@8": (pytest.approx(0.5), 2), "resnet18@4": (pytest.approx(0.8), 1)}
     base = ColocationTable.from_rows([("t4", "tiny_cnn", "resnet18", 0.99, 0.99), ("t4", "vgg", "vgg", 0.6, 0.6)])
-    table = policy_table(base, [pair])
+    table = policy_table(base, [pair], predicted=False, explore=ExploreConfig(enabled=False))
     tiny, resnet = Job("x", "tiny_cnn", batch_size=8), Job("y", "resnet18", batch_size=4)
-    assert table.lookup("t4", tiny, resnet) == pytest.approx((0.5, 0.8))  # measured beats the prior table
-    assert table.lookup("t4", Job("x", "tiny_cnn", batch_size=16), resnet) == pytest.approx((0.5, 0.8))  # per app
-    assert table.ratios[("t4", "vgg", "vgg")] == (0.6, 0.6)  # the rest of the prior is kept
+    a, b = table.lookup("t4", tiny, resnet)
+    assert 0.5 < a < 0.99 and 0.8 < b < 0.99  # one sample pulls the prior table's 0.99 toward the measurement
+    a16, _ = table.lookup("t4", Job("x", "tiny_cnn", batch_size=16), resnet)  # the per-application belief
+    assert 0.5 < a16 < 0.99
     assert policy_table(base, []) is base
     path = tmp_path / "learned.csv"
     from scheduler.formats.colocation_table import write_colocation_table
 
     write_colocation_table(learned_table_frame([pair]), path)
     assert load_colocation_table(path).lookup("t4", resnet, tiny) == pytest.approx((0.8, 0.5))
+
+
+def test_a_pair_ratio_is_learned_only_against_a_measured_solo_and_the_export_reads_back(tmp_path: Path) -> None:
+    from scheduler.model.jobs import Job
+
+    store = StateStore(tmp_path)
+    # resnet18's solo at batch 4 was never measured; tiny_cnn's solo at 1 GPU and at 2 GPUs was
+    rows = _measurements(store, [
+        ("tiny_cnn", "t4", 1, 8, "", 0.010), ("tiny_cnn", "t4", 2, 8, "", 0.006), ("resnet18", "t4", 2, 4, "", 0.01),
+        ("tiny_cnn", "t4", 1, 8, "resnet18@4", 0.020), ("resnet18", "t4", 1, 4, "tiny_cnn@8", 0.050),
+        ("tiny_cnn", "t4", 2, 8, "resnet18@4", 0.012), ("resnet18", "t4", 2, 4, "tiny_cnn@8", 0.001)])
+    pairs = {r["num_gpus"]: r for r in learned_ratios(rows, LearnedGoodputModel(rows, {}))}
+    assert pairs[1]["solo_source"] == "pending" and pairs[1]["ratio_b"] is None  # no solo: nothing learned
+    assert pairs[2]["solo_source"] == "measured"
+    assert pairs[2]["ratio_b"] == pytest.approx(1.1)  # 10.0 measured: bounded, never a ratio the reader refuses
+    path = tmp_path / "learned.csv"
+    from scheduler.formats.colocation_table import write_colocation_table
+
+    frame = learned_table_frame(list(pairs.values()))
+    assert len(frame) == 1 and int(frame["n"].iloc[0]) == 1  # one row per GPU type and pair, pending left out
+    write_colocation_table(frame, path)
+    back = load_colocation_table(path)
+    assert back.lookup("t4", Job("x", "tiny_cnn", batch_size=8), Job("y", "resnet18", batch_size=4)) == pytest.approx(
+        (0.5, 1.1))
+    table = policy_table(None, list(pairs.values()), predicted=False)
+    assert table.ratios[("t4", "tiny_cnn@8", "resnet18@4")][0] > 0  # pending rows did not enter the belief
 
 
 def test_unchanged_groups_are_kept_changed_ones_stopped_and_new_units_started() -> None:

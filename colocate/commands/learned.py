@@ -1,7 +1,7 @@
 """``colocate learned --state DIR [--out FILE.csv]``: export the colocation table the scheduler learned online.
 
-The CSV is in the colocation-table format (``gpu_type,type_a,type_b,ratio_a,ratio_b`` plus the GPU count,
-sample counts and where the solo times came from), so ``colocate schedule``/``simulate --colocation`` and
+The CSV is in the colocation-table format (``gpu_type,type_a,type_b,ratio_a,ratio_b``, one row per GPU type
+and pair, plus the sample count ``n`` and each ratio's interval), so ``colocate schedule``/``simulate --colocation`` and
 ``colocate serve --colocation`` read it.
 """
 
@@ -24,7 +24,7 @@ def learned(
     from rich.table import Table
 
     from colocate.commands._output import console
-    from scheduler.service.learning import learned_table_frame
+    from scheduler.learning.online import learned_table_frame
     from scheduler.service.state import StateStore
     from scheduler.service.state_open import refuse_state_target
     from scheduler.service.views import learned_view
@@ -35,11 +35,12 @@ def learned(
     if out is not None:
         from scheduler.formats.colocation_table import write_colocation_table
 
-        if not view["colocation"]:
-            console.print("no packed pair has been measured yet; nothing written")
+        frame = learned_table_frame(view["colocation"])
+        if not len(frame):
+            console.print("no packed pair has been measured against a measured solo time yet; nothing written")
             raise typer.Exit(1)
-        write_colocation_table(learned_table_frame(view["colocation"]), out)
-        console.print(f"wrote {len(view['colocation'])} pair(s) to {out}", highlight=False)
+        write_colocation_table(frame, out)
+        console.print(f"wrote {len(frame)} pair(s) to {out}", highlight=False)
         return
     solo = Table(title="measured throughput (solo)")
     for column in ("application", "GPU type", "GPUs", "batch", "iteration (s)", "samples/s", "samples"):
@@ -50,8 +51,9 @@ def learned(
     pairs = Table(title="learned colocation ratios t/t'")
     for column in ("GPU type", "job a", "job b", "GPUs", "ratio a", "ratio b", "samples a", "samples b", "solo from"):
         pairs.add_column(column)
-    for r in view["colocation"]:
-        pairs.add_row(r["gpu_type"], r["type_a"], r["type_b"], str(r["num_gpus"]), f"{r['ratio_a']:.3f}",
-                      f"{r['ratio_b']:.3f}", str(r["n_a"]), str(r["n_b"]), r["solo_source"])
+    for r in view["colocation"]:  # a pending row waits for its solo time: no ratio yet
+        ratios = [f"{r[k]:.3f}" if r["solo_source"] == "measured" else "–" for k in ("ratio_a", "ratio_b")]
+        pairs.add_row(r["gpu_type"], r["type_a"], r["type_b"], str(r["num_gpus"]), *ratios, str(r["n_a"]),
+                      str(r["n_b"]), r["solo_source"])
     console.print(solo)
     console.print(pairs)

@@ -123,6 +123,9 @@ def simulate_command(
     memory: bool = typer.Option(True, "--memory/--no-memory", help="Enforce pair memory (default on)."),
     strength: float = typer.Option(1.0, "--colocation-strength",
                                    help="Scale every pair's benefit Σr−1 (<1 weaker, >1 stronger)."),
+    belief: str = typer.Option("truth", "--belief",
+                               help="What packing policies believe about pairs: truth (the table itself), none, "
+                                    "predicted, table:FILE or noisy:SIGMA; all but truth learn as pairs run."),
 ) -> None:
     """Simulate a workload under one policy; print JCTs, makespan, GPU-hours, utilization, packing."""
     from common.bounds import check_number
@@ -140,7 +143,7 @@ def simulate_command(
     spec = policy_spec(policy)
     options = _group_option(spec.name, max_group_size)
     config = SimConfig(round_s=round_s, seed=seed, throughput=throughput, batch=batch, restart_on=restart_on,
-                       efficiency=efficiency, memory=memory, colocation_strength=strength)
+                       efficiency=efficiency, memory=memory, colocation_strength=strength, belief=belief)
     table = _colocation(colocation)
     cluster_obj = load_cluster(cluster)
     work = read_workload(workload)

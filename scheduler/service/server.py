@@ -3,7 +3,7 @@
 Every round (``round_s`` after the previous one's enacting ended):
 
 1. **collect** — poll every live group (:meth:`Executor.poll`): fold progress into the jobs' rows, every
-   measured iteration time into ``measurements`` (solo or next to its partner; :mod:`.learning`), and
+   measured iteration time into ``measurements`` (solo or next to its partner; :mod:`scheduler.learning`), and
    settle jobs that ended: completed (target reached), stopped (asked to, for a change: back to the queue,
    its checkpoint keeps its progress), cancelled, or crashed (retried up to the job's ``max_retries``, then
    failed with its last log line). A group whose runner is gone counts as a crash of its jobs.
@@ -32,12 +32,12 @@ from typing import Any
 
 from common.errors import InputError
 from scheduler.executor.base import Executor
+from scheduler.learning.online import LearnedGoodputModel, job_type, learned_ratios, policy_table, round_job_types
 from scheduler.model.cluster import Cluster
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import GoodputModel
 from scheduler.service import admission, rounds, waiting
 from scheduler.service.config import ServeConfig
-from scheduler.service.learning import LearnedGoodputModel, job_type, learned_ratios, policy_table
 from scheduler.service.stability import fold_startup, load_startups, pinned_jobs
 from scheduler.service.state import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobRow, StateStore
 
@@ -215,7 +215,9 @@ class Server:
         """The goodput model and colocation table of this round, measurements on top of the priors."""
         measurements = self.state.measurements()
         model = LearnedGoodputModel(measurements, {r.name: r.spec for r in rows}, base=self.profiles)
-        return model, policy_table(self.colocation, learned_ratios(measurements, model))
+        active = [(r.spec.app, r.batch_size) for r in rows if r.state in (QUEUED, RUNNING)]
+        types = round_job_types(self.cluster.type_names, active)
+        return model, policy_table(self.colocation, learned_ratios(measurements, model), types)
 
     def _cancel_queued(self) -> None:
         names = self.state.cancel_requested(QUEUED)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.service.learning import LearnedGoodputModel, learned_ratios
+from scheduler.learning.online import LearnedGoodputModel, learned_ratios
 from scheduler.service.state import StateStore
 
 

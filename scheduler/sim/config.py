@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from common.errors import InputError
+from scheduler.learning.belief import parse_belief
 from scheduler.sim.job_model import SIA_RESTART_COST_S, SIA_RESTART_PENALTY_S, SIA_SLOWDOWN
 
 CHOICES = {"throughput": ("bootstrap", "oracle"), "batch": ("app-max", "workload"), "restart_on": ("shape", "gpus"),
@@ -31,6 +32,7 @@ class SimConfig:
     efficiency: str = "sia"
     memory: bool = True
     colocation_strength: float = 1.0
+    belief: str = "truth"  # what packing policies believe about pairs (scheduler.learning.belief)
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -41,6 +43,7 @@ class SimConfig:
             if getattr(self, name) not in valid:
                 raise InputError(f"{name} {getattr(self, name)!r}", source="simulate", field=name,
                                  valid=", ".join(valid))
+        parse_belief(self.belief)
         if not self.colocation_strength >= 0:
             raise InputError(f"colocation strength {self.colocation_strength}", source="simulate",
                              field="colocation_strength", valid="a number >= 0 (1 = the table as measured)")

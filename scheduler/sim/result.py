@@ -32,12 +32,14 @@ class SimulationResult:
     rounds: pd.DataFrame
     allocations: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
+    belief: pd.DataFrame | None = None  # belief vs truth per pair over time (a learning ``--belief`` only)
 
     def to_json(self) -> dict[str, Any]:
         return {k: self.summary[k] for k in SUMMARY_KEYS}
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
-        """Write ``jobs.parquet``, ``rounds.parquet``, ``allocations.parquet`` and ``summary.json``."""
+        """Write ``jobs.parquet``, ``rounds.parquet``, ``allocations.parquet``, ``summary.json`` (and
+        ``belief.parquet`` when the policy learned its pairs)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         paths = {
@@ -47,6 +49,9 @@ class SimulationResult:
         self.jobs.to_parquet(paths["jobs"], index=False)
         self.rounds.to_parquet(paths["rounds"], index=False)
         self.allocations.to_parquet(paths["allocations"], index=False)
+        if self.belief is not None:
+            paths["belief"] = out / "belief.parquet"
+            self.belief.to_parquet(paths["belief"], index=False)
         paths["summary"].write_text(json.dumps({**self.to_json(), "meta": self.meta}, indent=2, default=str) + "\n")
         return paths
 
@@ -102,6 +107,10 @@ def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[di
         "max_group_size": sim.max_group_size,
         "triple_ratios": TRIPLE_RATIOS if sim.max_group_size >= 3 else "none (pairs only)",
         "model": {k: getattr(sim.config, k) for k in ("throughput", "batch", "restart_on", "efficiency", "memory",
-                                                       "colocation_strength")},
+                                                       "colocation_strength", "belief")},
     }
-    return SimulationResult(str(summary["policy"]), sim.workload.name, summary, jobs, rounds, allocations, meta)
+    learner = getattr(sim, "learner", None)
+    if learner is not None:
+        meta["belief"] = {"prior_error_sum": learner.prior_error(), "observations": len(learner.rows)}
+    return SimulationResult(str(summary["policy"]), sim.workload.name, summary, jobs, rounds, allocations, meta,
+                            learner.frame() if learner is not None else None)

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 from common.errors import InputError
 from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.formats.workloads import Workload, load_workload
+from scheduler.learning.belief import SimBelief, sim_belief
 from scheduler.model.cluster import Cluster, load_cluster
 from scheduler.model.goodput import GoodputModel
 from scheduler.model.jobs import Job
@@ -123,12 +124,19 @@ class Simulator:
         learns = adaptive and config.throughput == "bootstrap"
         self.belief: GoodputModel = BootstrapGoodput(self.goodput, cluster) if learns else self.goodput
         self.memory = MemoryModel(self.goodput, cluster) if config.memory else None
-        self.colocation = self._policy_table(colocation)
+        self.colocation = self._policy_table(colocation)  # the truth: how fast pairs really run
+        self.learner = self._belief(colocation)  # what the policy believes, when not the truth
         self._caps: dict[tuple[str, int | None], int] = {}
         self.states = {j.name: initial_state(j, self.goodput, cluster, config.slowdown_of(j.application),
                                              workload.source) for j in workload.jobs}
         if len(self.states) != len(workload.jobs):
             raise InputError("duplicate job names", source=workload.source, field="name", valid="unique names")
+
+    def _belief(self, table: ColocationTable | None) -> SimBelief | None:
+        if table is not None and self.config.colocation_strength != 1.0:
+            table = scaled_table(table, self.config.colocation_strength)
+        wrap = (lambda t: MemoryCheckedTable(t.ratios, self.memory)) if self.memory is not None else (lambda t: t)
+        return sim_belief(self.config.belief, table, wrap, self.config.seed)
 
     def _policy_table(self, table: ColocationTable | None) -> ColocationTable | None:
         if table is None:
@@ -235,7 +243,8 @@ class Simulator:
     def _decide(self, run: _Run) -> tuple[dict[str, Job], RoundDecision, Placement, float]:
         self._k, self._now = run.k, run.now
         views = {st.spec.name: self._view(st, run.now) for st in run.active.values()}
-        context = RoundContext(goodput=self.belief, time_s=run.now, colocation=self.colocation,
+        table = self.learner.view() if self.learner is not None else self.colocation  # never the truth, if learning
+        context = RoundContext(goodput=self.belief, time_s=run.now, colocation=table,
                                previous_placement=run.previous, round_duration_s=self.config.round_s,
                                extras={"seed": self.config.seed, "round": run.k,
                                        "slowdown": self.config.slowdown})
@@ -307,6 +316,8 @@ class Simulator:
                 rate, batch = self._rate(st, a)
                 units = [Member(st, min(st.delay, R), rate, rate, st.work - st.done, batch=batch)]
             times = advance(units, R)
+            if self.learner is not None and len(units) > 1 and all(u.packed_s > 0 for u in units):
+                self.learner.observe(run.k, run.now, a.gpu_type, [views[u.state.spec.name] for u in units])
             shares["busy"] += a.num_gpus * times.held
             shares["packed"] += a.num_gpus * times.shared
             shares["triple"] += a.num_gpus * times.triple

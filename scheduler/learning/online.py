@@ -10,20 +10,24 @@ per application, GPU type, GPU count, batch and partner type; :mod:`scheduler.se
   calibrates every configuration of the job. It also enforces what the job file allows (GPU types, the
   minimum GPU count): an estimate of None keeps the policy off that configuration.
 * :func:`learned_ratios` turns, for every packed pair measured, each member's co-located iteration time and
-  its solo time (measured at the same configuration, else the model's) into the pair's ratios
-  ``t / t'`` with the sample counts behind them; :func:`policy_table` lays them over the ``--colocation``
-  table (measurements win) and adds per-application rows (sample-weighted means) so a pair measured at one
-  batch size informs the others. :func:`learned_table_frame` is the export, in the colocation-table format
-  ``colocate matrix``/``simulate``/``schedule --colocation`` read.
+  its solo time *measured at the same configuration* into the pair's ratios ``t / t'`` with the sample
+  counts behind them (a pair whose solo is not measured yet stays ``pending``); :func:`policy_table`
+  folds them into the pair belief (:mod:`scheduler.learning.pairs`: the ``--colocation`` table, then the
+  δ predictor, as the prior; shrinkage by sample counts) and plans every pair the round's jobs could form
+  by the exploration rule (:mod:`scheduler.learning.explore`). :func:`learned_table_frame` is the export,
+  in the colocation-table format ``colocate matrix``/``simulate``/``schedule``/``serve --colocation`` read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig
+from scheduler.learning.pairs import DEFAULT_PAIRS, PairBelief, PairConfig, chain_priors, table_prior
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import (
     EstimateArrays,
@@ -34,7 +38,6 @@ from scheduler.model.goodput import (
     estimate_arrays,
 )
 from scheduler.model.jobs import Job
-from scheduler.service.jobspec import JobSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -51,7 +54,17 @@ def job_type(application: str, batch_size: int) -> str:
     return f"{application}@{batch_size}"
 
 
-def batch_candidates(spec: JobSpec | None, job: Job) -> list[int]:
+class JobLimits(Protocol):
+    """What learning reads of a job file (:class:`scheduler.service.jobspec.JobSpec`): where the job may run."""
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]: ...
+
+    @property
+    def min_gpus(self) -> int: ...
+
+
+def batch_candidates(spec: JobLimits | None, job: Job) -> list[int]:
     """Global batch sizes the policy may give a job: its own (rigid), or powers of two within its bounds."""
     batch = job.batch_size or 32
     if not job.adaptive:
@@ -70,7 +83,7 @@ def batch_candidates(spec: JobSpec | None, job: Job) -> list[int]:
 class LearnedGoodputModel(GoodputModelBase):
     """Goodput from measurements first, then the base model or the prior, calibrated by the measurements."""
 
-    def __init__(self, measurements: Sequence[Mapping[str, Any]], specs: Mapping[str, JobSpec],
+    def __init__(self, measurements: Sequence[Mapping[str, Any]], specs: Mapping[str, JobLimits],
                  base: GoodputModel | None = None) -> None:
         self.base = base
         self.specs = dict(specs)
@@ -166,8 +179,15 @@ class LearnedGoodputModel(GoodputModelBase):
         return EstimateArrays(goodput, np.where(np.isnan(goodput), np.nan, batch), throughput, arrays.efficiency)
 
 
-def learned_ratios(measurements: Sequence[Mapping[str, Any]], model: LearnedGoodputModel) -> list[dict[str, Any]]:
-    """One row per measured pair: ratios ``t/t'`` of both members, their sample counts and solo sources."""
+def learned_ratios(measurements: Sequence[Mapping[str, Any]], model: LearnedGoodputModel,
+                   config: PairConfig = DEFAULT_PAIRS) -> list[dict[str, Any]]:
+    """One row per measured pair: ratios ``t/t'`` of both members, their sample counts and solo sources.
+
+    A ratio is learned only against a *measured* solo time of the same configuration (application, GPU
+    type, GPU count, batch): a row whose solo is not measured yet is ``pending`` (ratios None, never
+    learned from; ratios None) — the model's guess of a solo time is no yardstick. Ratios are bounded to
+    [``config.min_ratio``, ``config.max_ratio``].
+    """
     coloc = {(m["application"], m["gpu_type"], int(m["num_gpus"]), int(m["batch_size"]), m["partner_type"]): m
              for m in measurements if m["partner_type"] and "+" not in m["partner_type"]}  # pairs (the table's rows)
     rows: dict[tuple[str, str, str, int], dict[str, Any]] = {}
@@ -177,55 +197,92 @@ def learned_ratios(measurements: Sequence[Mapping[str, Any]], model: LearnedGood
         other = coloc.get((partner_app, gpu, n, int(partner_batch), me))
         if other is None or (gpu, partner_type, me, n) in rows:
             continue  # the partner's side is not measured yet, or this pair is already done
-        ratio_a, source_a = _ratio(model, app, gpu, n, batch, float(m["iter_time_s"]))
-        ratio_b, source_b = _ratio(model, partner_app, gpu, n, int(partner_batch), float(other["iter_time_s"]))
+        ratio_a = _ratio(model, app, gpu, n, batch, float(m["iter_time_s"]), config)
+        ratio_b = _ratio(model, partner_app, gpu, n, int(partner_batch), float(other["iter_time_s"]), config)
+        known = not (math.isnan(ratio_a) or math.isnan(ratio_b))
         rows[(gpu, me, partner_type, n)] = {
             "gpu_type": gpu, "type_a": me, "type_b": partner_type, "num_gpus": n,
-            "ratio_a": ratio_a, "ratio_b": ratio_b, "n_a": int(m["count"]), "n_b": int(other["count"]),
-            "solo_source": "measured" if source_a and source_b else "model"}
+            "ratio_a": ratio_a if known else None, "ratio_b": ratio_b if known else None,  # None: strict JSON
+            "n_a": int(m["count"]), "n_b": int(other["count"]),
+            "solo_source": "measured" if known else "pending"}
     return list(rows.values())
 
 
-def _ratio(model: LearnedGoodputModel, app: str, gpu: str, n: int, batch: int, coloc_time: float) -> tuple[float, bool]:
+def _ratio(model: LearnedGoodputModel, app: str, gpu: str, n: int, batch: int, coloc_time: float,
+           config: PairConfig) -> float:
     hit = model.measured(app, gpu, n, batch)
-    if hit is not None:
-        return hit[0] / coloc_time, True
-    tput = model.throughput(app, gpu, n, batch)
-    return ((batch / tput) / coloc_time if tput else 0.0), False
+    if hit is None or not hit[0] > 0 or not coloc_time > 0:
+        return math.nan
+    return config.bound(hit[0] / coloc_time)
 
 
-def _application_rows(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str, float, float]]:
-    """Sample-weighted mean ratios per (GPU type, application pair)."""
-    sums: dict[tuple[str, str, str], list[float]] = {}
+def pair_belief(base: ColocationTable | None, rows: Sequence[Mapping[str, Any]], *, predicted: bool = True,
+                config: PairConfig = DEFAULT_PAIRS, explore: ExploreConfig = DEFAULT_EXPLORE) -> PairBelief:
+    """The belief of a round: the user's table, then the δ predictor (``predicted``) as the prior; every
+    measured row (``learned_ratios``; pending rows are skipped) folded in with its sample count."""
+    prior = table_prior(base)
+    if predicted:
+        prior = chain_priors(prior, _predicted_prior(base))
+    belief = PairBelief(prior, config, explore)
     for r in rows:
-        a, b = r["type_a"].rpartition("@")[0], r["type_b"].rpartition("@")[0]
-        acc = sums.setdefault((r["gpu_type"], a, b), [0.0, 0.0, 0.0, 0.0])
-        acc[0] += r["ratio_a"] * r["n_a"]
-        acc[1] += r["n_a"]
-        acc[2] += r["ratio_b"] * r["n_b"]
-        acc[3] += r["n_b"]
-    return [(gpu, a, b, acc[0] / acc[1], acc[2] / acc[3]) for (gpu, a, b), acc in sums.items() if acc[1] and acc[3]]
+        if r["solo_source"] == "measured":
+            belief.observe(r["gpu_type"], r["type_a"], r["type_b"], r["ratio_a"], r["ratio_b"],
+                           min(int(r["n_a"]), int(r["n_b"])))
+    return belief
 
 
-def policy_table(base: ColocationTable | None, rows: Sequence[Mapping[str, Any]]) -> ColocationTable | None:
-    """The table the next round reads: the base table with learned pair rows (exact and per application) on top."""
-    if not rows:
-        return base  # the same object every round: the policy's per-table caches stay warm
-    merged: dict[tuple[str, str, str], tuple[float, float]] = dict(base.ratios) if base is not None else {}
-    learned = ColocationTable.from_rows(
-        [*_application_rows(rows), *((r["gpu_type"], r["type_a"], r["type_b"], r["ratio_a"], r["ratio_b"]) for r in rows)])
-    merged.update(learned.ratios)
-    if not merged:
+_PRIORS: dict[int, tuple[ColocationTable | None, Any]] = {}  # id(base table) -> (the table, its fitted prior)
+
+
+def _predicted_prior(base: ColocationTable | None) -> Any:
+    """The δ predictor fitted on the shipped pairs and ``base`` (fitted once per base table: ~1 s)."""
+    hit = _PRIORS.get(id(base))
+    if hit is None or hit[0] is not base:
+        from scheduler.learning.prior import build_prior, table_frame
+
+        if len(_PRIORS) > 8:
+            _PRIORS.clear()
+        hit = _PRIORS[id(base)] = (base, build_prior(table_frame(base) if base is not None else None))
+    return hit[1]
+
+
+def policy_table(base: ColocationTable | None, rows: Sequence[Mapping[str, Any]],
+                 job_types: Mapping[str, Iterable[str]] | None = None, *, predicted: bool = True,
+                 explore: ExploreConfig = DEFAULT_EXPLORE) -> ColocationTable | None:
+    """The table the next round reads: every pair of the waiting and running ``job_types`` (per GPU type) and
+    every measured pair, planned by the exploration rule over the belief (prior + measurements, shrunk).
+
+    With nothing measured and no job types asked about, the base table itself (the same object every round:
+    the policy's per-table caches stay warm).
+    """
+    measured = [r for r in rows if r["solo_source"] == "measured"]
+    if not measured and not job_types:
         return base
-    return ColocationTable(merged)
+    belief = pair_belief(base, measured, predicted=predicted, explore=explore)
+    return belief.planning_table(job_types or {})
 
 
-def learned_table_frame(rows: Sequence[Mapping[str, Any]]) -> "pd.DataFrame":
-    """The learned ratios in the colocation-table CSV format (extra columns: GPU count, samples, solo source)."""
+def round_job_types(gpu_types: Iterable[str], jobs: Iterable[tuple[str, int | None]]) -> dict[str, list[str]]:
+    """The job types a round plans pairs for: every (application, batch) as ``app@batch`` and the
+    application itself (adaptive jobs are looked up by application), on every GPU type."""
+    types = sorted({t for app, batch in jobs for t in ((app, job_type(app, batch)) if batch else (app,))})
+    return {gpu: types for gpu in gpu_types}
+
+
+def learned_table_frame(rows: Sequence[Mapping[str, Any]], config: PairConfig = DEFAULT_PAIRS) -> "pd.DataFrame":
+    """The learned ratios in the colocation-table format, one row per (GPU type, pair) — what
+    ``--colocation`` reads back: sample-weighted (log) means over GPU counts, bounded, pending rows left
+    out; extra columns: samples ``n`` and the interval of each ratio."""
     import pandas as pd
 
-    columns = ["gpu_type", "type_a", "type_b", "ratio_a", "ratio_b", "num_gpus", "n_a", "n_b", "solo_source"]
-    frame = pd.DataFrame(list(rows), columns=columns)
-    frame["n"] = frame[["n_a", "n_b"]].min(axis=1) if len(frame) else pd.Series(dtype=int)
+    belief = PairBelief(None, config)
+    for r in rows:
+        if r["solo_source"] == "measured":
+            belief.observe(r["gpu_type"], r["type_a"], r["type_b"], r["ratio_a"], r["ratio_b"],
+                           min(int(r["n_a"]), int(r["n_b"])))
+    measured = [r for r in belief.measured_rows() if "@" in r["type_a"] or "@" in r["type_b"]]
+    frame = pd.DataFrame(measured, columns=["gpu_type", "type_a", "type_b", "measured_a", "measured_b", "n",
+                                            "low_a", "high_a", "low_b", "high_b"])
+    frame = frame.rename(columns={"measured_a": "ratio_a", "measured_b": "ratio_b"})
     frame["source"] = "measured"
     return frame

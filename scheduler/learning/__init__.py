@@ -1,0 +1,12 @@
+"""What the scheduler learns while it runs — one module for the live server and the simulator.
+
+* :mod:`.online` — measured iteration times → goodput estimates and pair ratios (``colocate serve``);
+* :mod:`.pairs` — the pair-ratio belief: prior + samples, shrinkage, intervals (:class:`PairBelief`);
+* :mod:`.explore` — the exploration rule a policy plans with (:func:`planning_ratios`);
+* :mod:`.prior` — the δ predictor's model, the prior for every pair (:func:`build_prior`).
+"""
+
+from scheduler.learning.explore import ExploreConfig, planning_ratios
+from scheduler.learning.pairs import PairBelief, PairConfig, PairEstimate
+
+__all__ = ["ExploreConfig", "PairBelief", "PairConfig", "PairEstimate", "planning_ratios"]

@@ -1,0 +1,84 @@
+"""The exploration rule: which ratios the policy plans with for a pair, given what is believed about it.
+
+One function, :func:`planning_ratios`, used by the live server and by the simulator alike. The rule is
+*optimism bounded by a confidence interval* (UCB): each member's ratio is planned at the upper end of its
+interval, ``r · exp(z · se)`` with ``se = σ / √(n₀ + n)`` in log space (``n₀`` the prior's weight, ``n``
+the samples measured), so a pair nobody has run looks better than its prior says and gets tried, and the
+bonus shrinks as samples come in. The optimism is bounded: a planned ratio never exceeds
+:attr:`ExploreConfig.max_planned_ratio`, so an unknown pair's planned sum stays below two jobs' worth.
+
+A pair that hurts — measured (``n ≥ min_samples``) with the *upper* end of its ratio-sum interval below 1
+(δ < 1 beyond its CI: the two jobs together do less than one alone) — is planned as infeasible (ratios 0),
+so every packing policy splits it in the next round. An infeasible pair (a ratio of 0 measured or given)
+stays infeasible.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from common.errors import InputError
+
+
+@dataclass(frozen=True)
+class ExploreConfig:
+    """Knobs of the exploration rule (the one source of their defaults)."""
+
+    z: float = 1.0  # width of the optimism, in standard errors
+    sigma: float = 0.15  # per-sample noise of a log ratio (a measured mean over a round's iterations)
+    max_planned_ratio: float = 0.95  # the bound on optimism: no member is planned faster than this
+    min_samples: int = 1  # samples before a pair can be judged harmful
+    enabled: bool = True  # False: plan with the shrunk means (no optimism), harmful pairs still split
+
+    def __post_init__(self) -> None:
+        for name in ("z", "sigma"):
+            if not getattr(self, name) >= 0:
+                raise InputError(f"{name} {getattr(self, name)}", source="explore", field=name, valid="a number >= 0")
+        if not 0 < self.max_planned_ratio <= 1.5:
+            raise InputError(f"max_planned_ratio {self.max_planned_ratio}", source="explore",
+                             field="max_planned_ratio", valid="a number in (0, 1.5]")
+
+
+DEFAULT_EXPLORE = ExploreConfig()
+
+
+def standard_error(weight: float, config: ExploreConfig = DEFAULT_EXPLORE) -> float:
+    """Standard error of a log ratio backed by ``weight`` samples (prior weight included)."""
+    return config.sigma / math.sqrt(max(weight, 1e-6))
+
+
+def hurts(measured_a: float, measured_b: float, samples: int, config: ExploreConfig = DEFAULT_EXPLORE) -> bool:
+    """True when the pair is measured and even the upper end of its measured ratio-sum interval is below 1.
+
+    Judged on the measurements alone (not shrunk toward the prior), so an optimistic prior cannot keep a
+    harmful pair together: one or two rounds of samples decide.
+    """
+    if samples < config.min_samples or measured_a <= 0 or measured_b <= 0:
+        return False
+    se = standard_error(samples, config)
+    ratio_a, ratio_b = measured_a, measured_b
+    upper = (ratio_a + ratio_b) * math.exp(config.z * se)
+    return upper < 1.0
+
+
+def planning_ratios(ratio_a: float, ratio_b: float, weight: float,
+                    measured: tuple[float, float, int] | None = None,
+                    config: ExploreConfig = DEFAULT_EXPLORE) -> tuple[float, float]:
+    """The ratios a policy plans with for a pair believed at ``(ratio_a, ratio_b)`` with ``weight`` evidence.
+
+    ``weight`` = prior weight + samples (the shrinkage's denominator); ``measured`` = the measured mean
+    ratios and their sample count, when the pair has run.
+    """
+    if ratio_a <= 0 or ratio_b <= 0:
+        return 0.0, 0.0  # infeasible stays infeasible
+    if measured is not None and hurts(*measured, config=config):
+        return 0.0, 0.0  # split it: planned as infeasible until the evidence says otherwise
+    if not config.enabled:
+        return ratio_a, ratio_b
+    bonus = math.exp(config.z * standard_error(weight, config))
+    cap = config.max_planned_ratio
+    return min(ratio_a * bonus, max(cap, ratio_a)), min(ratio_b * bonus, max(cap, ratio_b))
+
+
+__all__ = ["DEFAULT_EXPLORE", "ExploreConfig", "hurts", "planning_ratios", "standard_error"]

@@ -1,0 +1,89 @@
+"""Truth and belief apart in the simulator: the policy plans with a belief learned from the pairs it runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.errors import InputError
+from scheduler.formats.workloads import Workload, WorkloadJob
+from scheduler.ilp import IlpConfig, PackingPolicy
+from scheduler.learning.belief import noisy_table, parse_belief
+from scheduler.model.cluster import cluster_from_dict
+from scheduler.model.colocation import ColocationTable
+from scheduler.model.goodput import TableGoodputModel
+from scheduler.sim.simulator import SimConfig, Simulator
+
+GOODPUT = TableGoodputModel({("a", "g", 1): 10.0, ("b", "g", 1): 10.0})
+ONE_GPU = cluster_from_dict({"gpu_types": {"g": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})
+TWO_JOBS = Workload("two", (WorkloadJob("A", "a", 0.0, 1, 32, work=12_000.0),
+                            WorkloadJob("B", "b", 0.0, 1, 32, work=18_000.0)))
+
+
+class Spy:
+    """The packing policy, recording the colocation table it was handed each round."""
+
+    adaptive = True
+
+    def __init__(self) -> None:
+        self.inner = PackingPolicy(IlpConfig(p=1.0), name="colocate")
+        self.config, self.name, self.seen = self.inner.config, "colocate", []
+
+    def allocate(self, jobs, cluster, context):  # noqa: ANN001, ANN201 - the Policy protocol
+        self.seen.append(context.colocation)
+        return self.inner.allocate(jobs, cluster, context)
+
+
+def run(truth: tuple[float, float], belief: str) -> tuple[Simulator, Spy, object]:
+    spy = Spy()
+    config = SimConfig(round_s=60.0, restart_cost_s={}, default_restart_cost_s=0.0, slowdown={}, belief=belief)
+    sim = Simulator(ONE_GPU, TWO_JOBS, spy, GOODPUT, ColocationTable.from_rows([("g", "a", "b", *truth)]), config,
+                    adaptive=True)
+    return sim, spy, sim.run()
+
+
+def test_the_policy_never_reads_the_truth_and_learns_it_from_the_pairs_it_runs() -> None:
+    sim, spy, result = run((0.8, 0.6), "none")
+    from scheduler.model.jobs import Job
+
+    ja, jb = Job("A", "a", batch_size=32), Job("B", "b", batch_size=32)
+    assert all(table is not sim.colocation for table in spy.seen)
+    first = spy.seen[0].lookup("g", ja, jb)
+    assert first[0] == first[1] and first[0] != 0.8  # nothing known: the same optimistic guess for both
+    frame = result.belief
+    assert len(frame) >= 2 and (frame["truth_a"] == 0.8).all()
+    errors = (frame["belief_a"] - frame["truth_a"]).abs().to_numpy()
+    assert errors[-1] < errors[0] < abs(0.5 - 0.8)  # each sample moves the belief toward the truth
+    assert result.summary["packed_fraction"] > 0.5
+    assert result.meta["belief"]["observations"] == len(frame) and result.meta["model"]["belief"] == "none"
+
+
+def test_a_pair_that_hurts_is_split_within_two_rounds() -> None:
+    _, _, result = run((0.3, 0.35), "none")  # together they do 0.65 of one job alone
+    packed_rounds = set(result.allocations.loc[result.allocations["partner"].notna(), "round"])
+    assert packed_rounds and max(packed_rounds) <= 1
+    assert len(result.belief) == len(packed_rounds)
+
+
+def test_truth_is_the_default_and_the_policy_then_reads_the_true_table_itself() -> None:
+    sim, spy, result = run((0.8, 0.6), "truth")
+    assert sim.learner is None and all(table is sim.colocation for table in spy.seen)
+    assert result.belief is None and SimConfig().belief == "truth"
+    _, _, learned = run((0.8, 0.6), "table:scheduler/examples/colocation-small.csv")  # a table without this pair
+    assert learned.summary["completed"] == 2
+
+
+def test_belief_values_are_checked_and_the_noisy_prior_is_seeded_and_bounded() -> None:
+    assert parse_belief("noisy:0.3").sigma == 0.3 and parse_belief("table:x.csv").path == "x.csv"
+    for bad in ("oracle", "noisy:", "noisy:-1", "table:", "predicted:3"):
+        with pytest.raises(InputError) as info:
+            parse_belief(bad)
+        assert info.value.field == "--belief"
+    with pytest.raises(InputError):
+        SimConfig(belief="nope")
+    truth = ColocationTable.from_rows([("g", "a", "b", 0.8, 0.6), ("g", "a", "a", 0.0, 0.0)])
+    one, two = noisy_table(truth, 0.3, seed=1), noisy_table(truth, 0.3, seed=1)
+    assert one.ratios == two.ratios and one.ratios[("g", "a", "b")] != (0.8, 0.6)
+    assert one.ratios[("g", "a", "a")] == (0.0, 0.0) and max(max(r) for r in one.ratios.values()) <= 1.5
+    with pytest.raises(InputError) as info:
+        run((0.8, 0.6), "table:/nonexistent.csv")
+    assert info.value.field == "--belief"
