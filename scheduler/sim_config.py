@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from profiler.errors import InputError
 from scheduler.sim_models import SIA_RESTART_COST_S, SIA_RESTART_PENALTY_S, SIA_SLOWDOWN
 
-CHOICES = {"throughput": ("bootstrap", "oracle"), "batch": ("app-max", "workload"), "restart_on": ("shape", "gpus"),
+CHOICES = {"throughput": ("fitted", "bootstrap", "oracle"), "step_times": ("interpolated", "fitted"), "batch": ("app-max", "workload"), "restart_on": ("shape", "gpus"),
            "efficiency": ("sia", "gns")}
 
 
@@ -25,7 +25,8 @@ class SimConfig:
     slowdown: Mapping[str, float] = field(default_factory=lambda: dict(SIA_SLOWDOWN))
     max_time_s: float = 60 * 86400.0
     log_allocations: bool = True
-    throughput: str = "bootstrap"
+    throughput: str = "fitted"
+    step_times: str = "interpolated"
     batch: str = "app-max"
     restart_on: str = "shape"
     efficiency: str = "sia"

@@ -57,6 +57,7 @@ from profiler.errors import InputError
 from scheduler.cluster import Cluster, load_cluster
 from scheduler.goodput import GoodputModel
 from scheduler.jobs import Job
+from scheduler.learning.throughput import LearnedThroughputGoodput
 from scheduler.placement import Placement, place
 from scheduler.policy import Allocation, Policy, RoundContext, RoundDecision
 from scheduler.sim_checks import SimulationError, check_placement, check_round
@@ -119,8 +120,11 @@ class Simulator:
         self.adaptive = adaptive
         self.max_group_size = int(getattr(getattr(policy, "config", None), "max_group_size", 2))
         self.goodput = goodput if isinstance(goodput, AccumulatingGoodput) else AccumulatingGoodput(goodput)
-        learns = adaptive and config.throughput == "bootstrap"
-        self.belief: GoodputModel = BootstrapGoodput(self.goodput, cluster) if learns else self.goodput
+        self.belief: GoodputModel = self.goodput
+        if adaptive and config.throughput == "bootstrap":
+            self.belief = BootstrapGoodput(self.goodput, cluster)
+        elif adaptive and config.throughput == "fitted":
+            self.belief = LearnedThroughputGoodput(self.goodput, cluster)
         self.memory = MemoryModel(self.goodput, cluster) if config.memory else None
         self.colocation = self._policy_table(colocation)
         self._caps: dict[tuple[str, int | None], int] = {}
@@ -140,7 +144,8 @@ class Simulator:
 
     # ------------------------------------------------------------------ what the policy sees
     def _max_gpus(self, application: str, job: str) -> int:
-        observed = self.belief.max_observed(job) if isinstance(self.belief, BootstrapGoodput) else None
+        learns = isinstance(self.belief, (BootstrapGoodput, LearnedThroughputGoodput))
+        observed = self.belief.max_observed(job) if learns else None  # type: ignore[union-attr]
         key = (application, observed)
         if key not in self._caps:
             self._caps[key] = sia_max_gpus(self.goodput, self.cluster, application, observed)
@@ -327,8 +332,8 @@ class Simulator:
         m.run_s += u.run_s
         m.packed_s += u.packed_s
         m.gpu_s += a.num_gpus * times.gpu_share[m.spec.name]  # the GPUs split evenly among the members there
-        if u.run_s > 0 and isinstance(self.belief, BootstrapGoodput):
-            self.belief.record(m.spec.name, a.gpu_type, a.num_gpus)  # Sia learns from the steps a job ran
+        if u.run_s > 0:
+            self._learn(m, a, u.batch)
         if self.config.log_allocations:
             jp = placement.of(m.spec.name)
             run.alloc_rows.append({
@@ -340,6 +345,17 @@ class Simulator:
                 "packed_rate": u.packed if size > 1 else float("nan"), "restore_s": u.delay,
                 "progress": m.done / m.work,
             })
+
+    def _learn(self, st: JobState, a: Allocation, batch: int) -> None:
+        """Sia learns from the steps a job ran: the GPUs it used (bootstrap), or the configuration's measured
+        step and all-reduce times at the local batch it ran (fitted)."""
+        if isinstance(self.belief, BootstrapGoodput):
+            self.belief.record(st.spec.name, a.gpu_type, a.num_gpus)
+        elif isinstance(self.belief, LearnedThroughputGoodput) and batch > 0:
+            used = a.num_gpus if self.adaptive else min(st.spec.num_gpus, a.num_gpus)
+            local = self._local_batch(st, a, batch)
+            step, sync = self.goodput.inner.steps.times(st.spec.application, a.gpu_type, local, used, a.num_nodes)
+            self.belief.learner.observe(st.spec.name, a.gpu_type, a.num_nodes, used, local, float(step), float(sync))
 
     def _retire(self, run: _Run, done: list[JobState]) -> None:
         for st in done:
@@ -420,7 +436,7 @@ def simulate(cluster: Cluster | str | Path, workload: Workload | str | Path, pol
         table = colocation
     if profiles is None or isinstance(profiles, (str, Path)):
         model = load_goodput_model(profiles, applications=work.applications, gpu_types=cluster_obj.type_names,
-                                   efficiency=cfg.efficiency)
+                                   efficiency=cfg.efficiency, step_times=cfg.step_times)
     else:
         model = profiles
     sim = Simulator(cluster_obj, work, policy, model, table, cfg, adaptive=is_adaptive)
