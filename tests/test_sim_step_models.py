@@ -60,6 +60,21 @@ def test_an_unprofiled_shape_is_interpolated_across_gpu_counts_and_falls_back_to
     assert beyond == pytest.approx(float(steps.models[("x", "a")].step_time(32.0, 16, 4)))
 
 
+def test_interpolation_across_shapes_is_scipys_piecewise_linear_one():
+    from scipy.interpolate import LinearNDInterpolator
+
+    rows = _rows(bump=1.2)
+    steps = StepTimes(rows, "interpolated")
+    reference = LinearNDInterpolator(rows[["num_nodes", "num_gpus", "local_bsz"]].to_numpy(float),
+                                     rows[["step_time", "sync_time"]].to_numpy(float))
+    local = np.array([20.0, 40.0, 60.0])
+    for n, k in ((3, 1), (5, 2), (6, 2)):
+        ours = steps._interp[("x", "a")].times(local, n, k)
+        theirs = reference(np.column_stack([np.full(3, k), np.full(3, n), local]))
+        assert np.allclose(ours[0], theirs[:, 0], equal_nan=True)
+        assert np.allclose(ours[1], theirs[:, 1], equal_nan=True)
+
+
 def test_unknown_step_time_mode_is_refused():
     with pytest.raises(ValueError, match="interpolated, fitted"):
         StepTimes(_rows(), "exact")
