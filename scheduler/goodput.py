@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 
 from scheduler.jobs import Job
-from scheduler.step_time import StepTimeModel, StepTimes, fit_step_time
+from scheduler.step_time import StepTimeModel, StepTimes, fit_step_time  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from profiler.errors import InputError
 from scheduler.sim_models import SIA_RESTART_COST_S, SIA_RESTART_PENALTY_S, SIA_SLOWDOWN
 
-CHOICES = {"throughput": ("fitted", "bootstrap", "oracle"), "step_times": ("interpolated", "fitted"), "batch": ("app-max", "workload"), "restart_on": ("shape", "gpus"),
+CHOICES = {"throughput": ("fitted", "bootstrap", "oracle"), "step_times": ("interpolated", "fitted"),
+           "batch": ("app-max", "workload"), "restart_on": ("shape", "gpus"),
            "efficiency": ("sia", "gns")}
 
 

@@ -143,29 +143,36 @@ class _Interpolator:
 
     def _across(self, m: "np.ndarray", n: int, k: int) -> "tuple[np.ndarray, np.ndarray]":
         """Piecewise-linear over the Delaunay triangulation of the rows (what scipy's LinearNDInterpolator
-        computes, done here with the triangulation's barycentric transform, much faster per query)."""
+        computes, with barycentric weights solved for the simplices hit only)."""
         if self._nd is None:
             from scipy.spatial import Delaunay
 
             pts = self._points[["num_nodes", "num_gpus", "local_bsz"]].to_numpy(float)
             try:
                 tri = Delaunay(pts)
-                self._nd = (tri, np.asarray(tri.transform), np.asarray(tri.simplices))  # computed once
+                self._nd = (tri, pts, np.asarray(tri.simplices))
             except Exception:  # degenerate rows (one GPU count, one node count): no hull to interpolate in
                 self._nd = False
         if self._nd is False:
             nan = np.full(m.shape, np.nan)
             return nan, nan
-        tri, transforms, simplices = self._nd
+        tri, pts, simplices = self._nd
         query = np.column_stack([np.full(m.size, float(k)), np.full(m.size, float(n)), m.reshape(-1)])
         simplex = tri.find_simplex(query)
         inside = simplex >= 0
-        transform = transforms[np.where(inside, simplex, 0)]
-        partial = np.einsum("ijk,ik->ij", transform[:, :3, :], query - transform[:, 3, :])
-        weights = np.column_stack([partial, 1.0 - partial.sum(axis=1)])
-        corners = simplices[np.where(inside, simplex, 0)]
-        out = np.einsum("ij,ijk->ik", weights, self._values[corners])
-        out[~inside] = np.nan
+        out = np.full((m.size, 2), np.nan)
+        if inside.any():
+            # barycentric weights of each query in its simplex (only the simplices hit, not the whole mesh)
+            corners = simplices[simplex[inside]]
+            vertices = pts[corners]  # (queries, 4, 3)
+            edges = np.transpose(vertices[:, :3, :] - vertices[:, 3:, :], (0, 2, 1))
+            offset = (query[inside] - vertices[:, 3, :])[..., None]
+            try:
+                partial = np.linalg.solve(edges, offset)[..., 0]
+            except np.linalg.LinAlgError:  # a flat simplex on the hull: least squares instead
+                partial = (np.linalg.pinv(edges) @ offset)[..., 0]
+            weights = np.column_stack([partial, 1.0 - partial.sum(axis=1)])
+            out[inside] = np.einsum("ij,ijk->ik", weights, self._values[corners])
         return out[:, 0].reshape(m.shape), out[:, 1].reshape(m.shape)
 
 
