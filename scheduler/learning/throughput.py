@@ -87,6 +87,16 @@ def fit_observed(num_nodes: Sequence[int], num_gpus: Sequence[int], local_bsz: S
     return best
 
 
+def _step_times(model: StepTimeModel, local: np.ndarray, gpus: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """:meth:`StepTimeModel.step_time` for rows of shapes at once (``local``: shapes × batches)."""
+    grad = model.alpha_c + model.beta_c * local
+    extra = (gpus - 2)[:, None]
+    sync = np.where((nodes > 1)[:, None], model.alpha_n + model.beta_n * extra, model.alpha_r + model.beta_r * extra)
+    sync = np.maximum(sync, 0.0)
+    g = model.gamma
+    return np.where((gpus > 1)[:, None], (grad ** g + sync ** g) ** (1.0 / g), grad)
+
+
 Point = tuple[int, int, float]  # (num_nodes, num_gpus, local batch)
 
 
@@ -196,37 +206,37 @@ class LearnedThroughputGoodput(GoodputModelBase):
         out = [np.array(a, dtype=float, copy=True) for a in (base.goodput, base.batch_size, base.throughput,
                                                              base.efficiency)]
         reference = next(t.name for t in self.cluster if t.name in types)
+        per_node = self.cluster[reference].gpus_per_node
+        # each shape is answered by the fit of its own type, or of the reference type at the same GPU count
+        # (nodes of the reference type) times the ratio; shapes the job cannot run on (base) stay so
+        rows: dict[str, list[tuple[int, int, int, float]]] = {}
         for i, c in enumerate(configs):
             if not base.goodput[i] > 0:
-                continue  # a shape the job cannot run on (memory, profile) stays so
+                continue
             if c.gpu_type in types:
-                row = self._fitted(job.name, job.application, c.gpu_type, c.num_nodes, c.num_gpus, grid, eff, 1.0)
-            else:
-                ratio = self.ratio(job.application, c.gpu_type, reference)
-                if ratio is None:
-                    continue
-                per_node = self.cluster[reference].gpus_per_node
-                row = self._fitted(job.name, job.application, reference, math.ceil(c.num_gpus / per_node),
-                                   c.num_gpus, grid, eff, ratio)
-            for array, value in zip(out, row):
-                array[i] = value
+                rows.setdefault(c.gpu_type, []).append((i, c.num_nodes, c.num_gpus, 1.0))
+                continue
+            ratio = self.ratio(job.application, c.gpu_type, reference)
+            if ratio is not None:
+                rows.setdefault(reference, []).append((i, math.ceil(c.num_gpus / per_node), c.num_gpus, ratio))
+        for gpu_type, members in rows.items():
+            model = self.learner.model(job.name, gpu_type)
+            span = self.inner.local_batch_range(job.application, gpu_type)  # type: ignore[attr-defined]
+            if model is None:
+                continue
+            idx, nodes, gpus, ratios = (np.array(col) for col in zip(*members))
+            local = grid[None, :] / gpus[:, None]
+            ok = local <= span[1] * (1 + 1e-9) if span else np.ones_like(local, dtype=bool)
+            throughput = np.where(ok, grid[None, :] / _step_times(model, local, gpus, nodes) * ratios[:, None], np.nan)
+            good = np.where(ok, throughput * eff[None, :], -np.inf)
+            best = np.argmax(good, axis=1)
+            at = np.arange(len(idx))
+            fine = np.isfinite(good[at, best])
+            for array, value in zip(out, (good[at, best], grid[best], throughput[at, best], eff[best])):
+                array[idx] = np.where(fine, value, np.nan)
         for array in out:
             array.setflags(write=False)  # shared between callers
         return EstimateArrays(*out)
-
-    def _fitted(self, owner: str, application: str, gpu_type: str, nodes: int, gpus: int, grid: np.ndarray,
-                eff: np.ndarray, ratio: float) -> tuple[float, float, float, float]:
-        """(goodput, batch, throughput, efficiency) at the best batch of the grid under the fitted model."""
-        model = self.learner.model(owner, gpu_type)
-        span = self.inner.local_batch_range(application, gpu_type)  # type: ignore[attr-defined]
-        local = grid / gpus
-        ok = local <= span[1] * (1 + 1e-9) if span else np.ones_like(local, dtype=bool)
-        if model is None or not ok.any():
-            return (math.nan,) * 4
-        throughput = np.where(ok, grid / model.step_time(local, gpus, nodes) * ratio, np.nan)
-        good = np.where(ok, throughput * eff, -np.inf)
-        best = int(np.argmax(good))
-        return float(good[best]), float(grid[best]), float(throughput[best]), float(eff[best])
 
     def estimate_many(self, job: Job, configs: Sequence[Configuration]) -> list[GoodputEstimate | None]:
         return self.estimate_arrays(job, configs).to_list()
