@@ -318,9 +318,13 @@ class ProfileGoodputModel(GoodputModelBase):
         t = float(self._step_times(application, gpu_type, np.array([local]), num_gpus, num_nodes)[0])
         return batch_size / t
 
-    def batch_grid(self, job: Job) -> tuple[int, ...]:
-        """The global batches an estimate chooses among for ``job``."""
-        return self._batch_grid(job)
+    def grid_efficiency(self, job: Job) -> "tuple[np.ndarray, np.ndarray]":
+        """The global batches an estimate chooses among for ``job`` and its efficiency at each (read-only)."""
+        grid = self._batch_grid(job)
+        grid_arr = self._grid_arrays.get(grid)
+        if grid_arr is None:
+            grid_arr = self._grid_arrays[grid] = np.asarray(grid, dtype=float)
+        return grid_arr, self._grid_efficiency(job, grid, grid_arr)
 
     def _batch_grid(self, job: Job) -> tuple[int, ...]:
         key = (job.application, job.adaptive, job.batch_size, job.min_batch_size, job.max_batch_size)

@@ -144,8 +144,8 @@ class Simulator:
 
     # ------------------------------------------------------------------ what the policy sees
     def _max_gpus(self, application: str, job: str) -> int:
-        learns = isinstance(self.belief, (BootstrapGoodput, LearnedThroughputGoodput))
-        observed = self.belief.max_observed(job) if learns else None  # type: ignore[union-attr]
+        belief = self.belief
+        observed = belief.max_observed(job) if isinstance(belief, (BootstrapGoodput, LearnedThroughputGoodput)) else None
         key = (application, observed)
         if key not in self._caps:
             self._caps[key] = sia_max_gpus(self.goodput, self.cluster, application, observed)
@@ -348,13 +348,17 @@ class Simulator:
 
     def _learn(self, st: JobState, a: Allocation, batch: int) -> None:
         """Sia learns from the steps a job ran: the GPUs it used (bootstrap), or the configuration's measured
-        step and all-reduce times at the local batch it ran (fitted)."""
+        step and all-reduce times at the local batch it ran (fitted; a goodput model without step times, such as
+        a table, teaches nothing, so the belief stays the base model)."""
         if isinstance(self.belief, BootstrapGoodput):
             self.belief.record(st.spec.name, a.gpu_type, a.num_gpus)
         elif isinstance(self.belief, LearnedThroughputGoodput) and batch > 0:
             used = a.num_gpus if self.adaptive else min(st.spec.num_gpus, a.num_gpus)
             local = self._local_batch(st, a, batch)
-            step, sync = self.goodput.inner.steps.times(st.spec.application, a.gpu_type, local, used, a.num_nodes)
+            steps = getattr(self.goodput.inner, "steps", None)  # a profile model's true step and all-reduce times
+            if steps is None:
+                return
+            step, sync = steps.times(st.spec.application, a.gpu_type, local, used, a.num_nodes)
             self.belief.learner.observe(st.spec.name, a.gpu_type, a.num_nodes, used, local, float(step), float(sync))
 
     def _retire(self, run: _Run, done: list[JobState]) -> None:

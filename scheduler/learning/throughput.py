@@ -40,6 +40,16 @@ _FLOOR = 1e-8  # the value a time parameter takes when nothing measured it (a te
 _GAMMAS = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 10.0)
 
 
+def _step_times(model: StepTimeModel, local: np.ndarray, gpus: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """:meth:`StepTimeModel.step_time` for rows of shapes at once (``local``: shapes × batches)."""
+    grad = model.alpha_c + model.beta_c * local
+    extra = (gpus - 2)[:, None]
+    sync = np.where((nodes > 1)[:, None], model.alpha_n + model.beta_n * extra, model.alpha_r + model.beta_r * extra)
+    sync = np.maximum(sync, 0.0)
+    g = model.gamma
+    return np.where((gpus > 1)[:, None], (grad ** g + sync ** g) ** (1.0 / g), grad)
+
+
 def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """``y ≈ a + b·x`` with a, b ≥ the floor; one distinct x: the mean as a constant."""
     if len(np.unique(x)) < 2:
@@ -81,20 +91,10 @@ def fit_observed(num_nodes: Sequence[int], num_gpus: Sequence[int], local_bsz: S
         errors = []
         for gamma in _GAMMAS:
             cand = StepTimeModel(alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n, gamma)
-            pred = np.array([cand.step_time(mi, int(ni), int(ki)) for mi, ni, ki in zip(m[multi], n[multi], k[multi])])
+            pred = _step_times(cand, m[multi][:, None], n[multi], k[multi])[:, 0]
             errors.append(float(np.mean(np.log(pred / step[multi]) ** 2)) + 1e-3 * (gamma - 1) ** 2)
         best = StepTimeModel(alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n, _GAMMAS[int(np.argmin(errors))])
     return best
-
-
-def _step_times(model: StepTimeModel, local: np.ndarray, gpus: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-    """:meth:`StepTimeModel.step_time` for rows of shapes at once (``local``: shapes × batches)."""
-    grad = model.alpha_c + model.beta_c * local
-    extra = (gpus - 2)[:, None]
-    sync = np.where((nodes > 1)[:, None], model.alpha_n + model.beta_n * extra, model.alpha_r + model.beta_r * extra)
-    sync = np.maximum(sync, 0.0)
-    g = model.gamma
-    return np.where((gpus > 1)[:, None], (grad ** g + sync ** g) ** (1.0 / g), grad)
 
 
 Point = tuple[int, int, float]  # (num_nodes, num_gpus, local batch)
@@ -188,8 +188,8 @@ class LearnedThroughputGoodput(GoodputModelBase):
         if not types:
             return estimate_arrays(self.inner, job, configs)
         configs = configs if isinstance(configs, tuple) else tuple(configs)
-        grid = np.asarray(self.inner.batch_grid(job), dtype=float)  # type: ignore[attr-defined]
-        eff = np.asarray(self.inner.efficiency(job, grid), dtype=float)  # type: ignore[attr-defined]
+        base: Any = self.inner  # a profile model (or a wrapper of one): batch grid and efficiency
+        grid, eff = base.grid_efficiency(job)
         key = (job.name, self.learner.version(job.name), eff.tobytes(), grid.tobytes(), id(configs))
         hit = self._answers.get(key)
         if hit is not None and hit[0] is configs:  # the entry keeps its tuple alive, so the id is not reused
