@@ -2,7 +2,7 @@
 
 Each command module exposes ``register(app)`` and imports heavy dependencies (torch, pulp, ray) inside the
 command body so ``colocate --help`` and light commands start fast. Bad input of any kind surfaces as an
-:class:`~colocate.errors.InputError` and is printed here as one red line with exit status 2.
+:class:`~common.errors.InputError` and is printed here as one red line with exit status 2.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from colocate.errors import InputError
+from common.errors import InputError
 
 # Order here is the order in `colocate --help`.
 COMMAND_MODULES: tuple[str, ...] = (

@@ -48,15 +48,15 @@ from colocate.results import (
     split_job_type,
     typed_frame,
 )
-from profiler.errors import InputError
-from profiler.schema import (
+from common.errors import InputError
+from profiler.results.schema import (
     JOB_COLUMNS,
     RUN_COLUMNS,
     SHARING_SOLO,
     STATUS_INFEASIBLE,
     STATUS_OK,
 )
-from scheduler.gavel_format import gavel_job_type, parse_gavel_key, read_gavel_json, throughput_value
+from scheduler.formats.gavel_format import gavel_job_type, parse_gavel_key, read_gavel_json, throughput_value
 
 GAVEL_SHARING = "timeslice"
 GPU_NAMES = {"k80": "Tesla K80", "p100": "Tesla P100", "v100": "Tesla V100"}

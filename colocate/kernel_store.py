@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from colocate.results import KERNELS_FILE, _read_parquet, atomic_write_json, atomic_write_parquet, empty_kernels
-from profiler.schema import KERNEL_COLUMNS
+from profiler.results.schema import KERNEL_COLUMNS
 
 KERNELS_META_FILE = "kernels_meta.json"
 OCCUPANCY_NOTE = ("torch-profiler occupancy_pct is the CUDA occupancy-calculator estimate from the launch "
@@ -55,9 +55,9 @@ def kernel_meta(out: str | Path, **extra: Any) -> None:
 
 def check_kernel_backend(backend: str, spec: Any, spec_path: str | Path) -> str:
     """The backend's label in kernels.parquet; one-line errors for a backend this spec or machine cannot use."""
-    from colocate.errors import InputError
+    from common.errors import InputError
+    from profiler.gpu.ncu import find_ncu
     from profiler.kernels import BACKEND_NCU, BACKEND_TORCH, BACKENDS
-    from profiler.ncu import find_ncu
 
     if backend not in BACKENDS:
         raise InputError(f"unknown backend '{backend}'", field="--backend", valid=", ".join(BACKENDS))
@@ -82,9 +82,9 @@ def profile_spec_kernels(
     the number of job types to profile; ``on_job(job_type, rows, error)`` is called after each (``rows`` is
     None when it failed: out of memory or an ncu failure, reported and skipped). Returns the whole table.
     """
-    from colocate.errors import InputError
+    from common.errors import InputError
+    from profiler.campaign.outdir import prepare_out_dir
     from profiler.kernels import profile_kernels
-    from profiler.outdir import prepare_out_dir
 
     label = check_kernel_backend(backend, spec, spec_path)
     prepare_out_dir(out)  # a file, a path under a file or an unwritable --out: one line before any work

@@ -26,7 +26,6 @@ from typing import Any
 import networkx as nx
 import pandas as pd
 
-from colocate.errors import InputError
 from colocate.results import (
     ResultsSet,
     choose_sharing,
@@ -35,8 +34,9 @@ from colocate.results import (
     sort_job_types,
     split_job_type,
 )
-from profiler.names import safe_name
-from profiler.schema import STATUS_INFEASIBLE, STATUS_OK
+from common.errors import InputError
+from common.names import safe_name
+from profiler.results.schema import STATUS_INFEASIBLE, STATUS_OK
 
 METRICS = ("delta", "throughput_sum", "slowdown")
 METRIC_LABELS = {
@@ -311,7 +311,7 @@ def measured_colocation_table(results: ResultsSet, *, sharing: str | None = None
     })
     # A ratio above the table's bound means the solo baseline was measured slower than the pair (noise,
     # e.g. a busy CPU): keep the row, clip it, and flag it so users can see which.
-    from colocate.colocation_table import MAX_RATIO
+    from scheduler.formats.colocation_table import MAX_RATIO
 
     table["clipped"] = (table["ratio_a"] > MAX_RATIO) | (table["ratio_b"] > MAX_RATIO)
     table["ratio_a"] = table["ratio_a"].clip(upper=MAX_RATIO)

@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from colocate.errors import InputError
 from colocate.results import ResultsSet, group_table, solo_table, split_job_type
+from common.errors import InputError
 
 FORMAT = "colocate-pairs/1"
 UNITS = {

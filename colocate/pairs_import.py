@@ -22,7 +22,7 @@ column                               meaning
 A row needs solo times (``time_*`` or ``throughput_*``) and either co-located times or speeds. A row with
 ``status = infeasible`` (or speeds both 0) is an infeasible pair and needs no co-located figures. Solo
 baselines: one solo run per GPU type and job type, t = the mean over the rows that give it. Every bad value
-is one :class:`~colocate.errors.InputError` naming the file, the row and the column as the file names it.
+is one :class:`~common.errors.InputError` naming the file, the row and the column as the file names it.
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from typing import Any
 
 import pandas as pd
 
-from colocate.errors import InputError
 from colocate.gavel import GavelImport
 from colocate.results import JOB_NUMERIC, RUN_NUMERIC, sort_job_types, split_job_type, typed_frame
-from profiler.schema import JOB_COLUMNS, RUN_COLUMNS, SHARING_SOLO, STATUS_INFEASIBLE, STATUS_OK
-from profiler.sharing import sharing_mode, sharing_mode_names
+from common.errors import InputError
+from profiler.gpu.sharing import sharing_mode, sharing_mode_names
+from profiler.results.schema import JOB_COLUMNS, RUN_COLUMNS, SHARING_SOLO, STATUS_INFEASIBLE, STATUS_OK
 
 CANONICAL = ("job_a", "job_b", "gpu_type", "sharing", "time_a", "time_b", "colocated_time_a", "colocated_time_b",
              "speed_a", "speed_b", "throughput_a", "throughput_b", "memory_a", "memory_b", "utilization_a",

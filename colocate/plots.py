@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import matplotlib
 
@@ -20,10 +20,47 @@ from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 from colocate.results import job_type_sort_key, weighted_mean  # noqa: E402
-from profiler.schema import STATUS_INFEASIBLE, STATUS_OK  # noqa: E402
+from profiler.results.schema import STATUS_INFEASIBLE, STATUS_OK  # noqa: E402
 
-if TYPE_CHECKING:  # colocate.matrix imports this module to draw its heatmaps
-    from colocate.matrix import CompatibilityMatrix
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+
+class MatrixView(Protocol):
+    """What a heatmap reads of a :class:`colocate.matrix.CompatibilityMatrix` (which imports this module)."""
+
+    @property
+    def gpu_type(self) -> str: ...
+
+    @property
+    def sharing(self) -> str: ...
+
+    @property
+    def batch_size(self) -> int | None: ...
+
+    @property
+    def metric(self) -> str: ...
+
+    @property
+    def job_types(self) -> tuple[str, ...]: ...
+
+    @property
+    def values(self) -> pd.DataFrame: ...
+
+    @property
+    def status(self) -> pd.DataFrame: ...
+
+    @property
+    def slowdown(self) -> pd.DataFrame: ...
+
+    @property
+    def occupancy(self) -> pd.DataFrame: ...
+
+    @property
+    def dram(self) -> pd.DataFrame: ...
+
+    @property
+    def metric_label(self) -> str: ...
 
 
 
@@ -35,7 +72,7 @@ def save_figure(fig: "plt.Figure", path: str | Path, dpi: int = 130) -> Path:
     return Path(path)
 
 
-def plot_matrix(matrix: "CompatibilityMatrix", path: str | Path) -> Path:
+def plot_matrix(matrix: MatrixView, path: str | Path) -> Path:
     """Heatmap of the upper triangle, diverging colormap centred on 1.0, every measured cell annotated.
 
     Annotation: the metric on the first line, then the slowdowns t′/t of the row job and the column job;

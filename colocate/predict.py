@@ -32,8 +32,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from colocate.colocation_table import MAX_RATIO  # predictions stay within the table's bound
-from colocate.errors import InputError
 from colocate.results import (
     UTILIZATION_COLUMNS,
     ResultsSet,
@@ -41,7 +39,9 @@ from colocate.results import (
     solo_table,
     sort_job_types,
 )
-from profiler.schema import STATUS_INFEASIBLE, STATUS_OK
+from common.errors import InputError
+from profiler.results.schema import STATUS_INFEASIBLE, STATUS_OK
+from scheduler.formats.colocation_table import MAX_RATIO  # predictions stay within the table's bound
 
 MIN_RATIO = 0.01
 SOLO_FEATURES = ("solo_iter_time_s", "batch_size", "peak_memory_mib", *UTILIZATION_COLUMNS,

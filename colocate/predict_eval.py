@@ -30,8 +30,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from colocate.colocation_table import MAX_RATIO
-from colocate.errors import InputError
 from colocate.predict import (
     MIN_RATIO,
     SOLO_BASELINE,
@@ -44,6 +42,8 @@ from colocate.predict import (
     feature_matrix,
 )
 from colocate.results import split_job_type
+from common.errors import InputError
+from scheduler.formats.colocation_table import MAX_RATIO
 
 DEFAULT_CONFIG = PredictorConfig()  # the defaults, chosen once on Gavel's V100 data
 METHODS = ("predictor", "mean", "job-type-mean", "same-models-mean", "solo-utilization")

@@ -27,10 +27,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from colocate.errors import InputError
-from profiler.files import atomic_write_json  # noqa: F401  (re-exported for the analysis modules)
-from profiler.files import atomic_write_table as atomic_write_parquet  # noqa: F401  (Parquet + CSV copy)
-from profiler.schema import (  # noqa: F401  (file names and numeric columns: re-exported)
+from common.errors import InputError
+from common.files import atomic_write_json  # noqa: F401  (re-exported for the analysis modules)
+from common.files import atomic_write_table as atomic_write_parquet  # noqa: F401  (Parquet + CSV copy)
+from profiler.campaign.spec import parse_job_type
+from profiler.gpu.sharing import sharing_label
+from profiler.results.schema import (  # noqa: F401  (file names and numeric columns: re-exported)
     JOB_COLUMNS,
     JOB_NUMERIC,
     JOBS_FILE,
@@ -46,9 +48,7 @@ from profiler.schema import (  # noqa: F401  (file names and numeric columns: re
     STATUS_OK,
     STATUS_SKIPPED,
 )
-from profiler.sharing import sharing_label
-from profiler.spec import parse_job_type
-from profiler.store import ResultsStore
+from profiler.results.store import ResultsStore
 
 # Device-wide counters summarised per run (NVML / GPM); shown beside δ and used as predictor features.
 UTILIZATION_COLUMNS = ("gpu_util_mean", "gpm_sm_occupancy_mean", "gpm_sm_util_mean", "gpm_dram_bw_util_mean")
@@ -96,7 +96,7 @@ class ResultsSet:
 def split_job_type(job_type: str) -> tuple[str, int | None]:
     """``"resnet18@64"`` → ``("resnet18", 64)``; a type without a batch size (Gavel's A3C) → ``(name, None)``.
 
-    Stored rows are read leniently: :func:`profiler.spec.parse_job_type` with ``strict=False``.
+    Stored rows are read leniently: :func:`profiler.campaign.spec.parse_job_type` with ``strict=False``.
     """
     return parse_job_type(job_type, strict=False)
 

@@ -8,8 +8,8 @@ from typing import Any
 import pandas as pd
 
 from colocate.results import sharing_label
-from profiler.metrics import mean_ci
-from profiler.schema import STATUS_OK
+from profiler.measure.metrics import mean_ci
+from profiler.results.schema import STATUS_OK
 
 
 def _floats(column: pd.Series) -> list[float]:

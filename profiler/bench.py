@@ -13,13 +13,13 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from profiler.campaign import run_campaign
-from profiler.cells import Cell, JobType, Run
-from profiler.devices import resolve_device
-from profiler.metrics import mean_ci
-from profiler.runner import execute_run
-from profiler.schema import SHARING_SOLO
-from profiler.spec import CampaignSpec
+from profiler.campaign.cells import Cell, JobType, Run
+from profiler.campaign.driver import run_campaign
+from profiler.campaign.runner import execute_run
+from profiler.campaign.spec import CampaignSpec
+from profiler.gpu.devices import resolve_device
+from profiler.measure.metrics import mean_ci
+from profiler.results.schema import SHARING_SOLO
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,13 @@
 
 :func:`profile_kernels` trains a model for a warm-up, then records ``iters`` (default 2) training iterations
 with the PyTorch profiler (Kineto), exports the Chrome trace and turns it into one row per kernel launch
-(:data:`profiler.schema.KERNEL_COLUMNS`):
+(:data:`profiler.results.schema.KERNEL_COLUMNS`):
 
 * **CUDA**: trace events with ``cat == "kernel"`` — name, duration, grid, block, registers per thread, shared
   memory, blocks and warps per SM and ``"est. achieved occupancy %"`` (older builds: ``"theoretical
   occupancy %"``). That occupancy is the CUDA occupancy-calculator *estimate* from the launch
   configuration: identical alone or co-located, and not what the kernel achieved. ``backend="ncu"``
-  (:mod:`profiler.ncu`) measures achieved occupancy and DRAM/SM throughput instead.
+  (:mod:`profiler.gpu.ncu`) measures achieved occupancy and DRAM/SM throughput instead.
 * **CPU**: there are no CUDA kernels. What a user profiling on a CPU wants to see is where the time goes,
   so the rows are the CPU operators of the iterations (``aten::mkldnn_convolution``, ``aten::addmm`` …)
   with their *self* time as duration (nested operators subtracted, so durations add up without double
@@ -29,8 +29,8 @@ from typing import Any
 
 import pandas as pd
 
-from profiler.schema import KERNEL_COLUMNS
-from profiler.training import make_training_step
+from profiler.measure.training import make_training_step
+from profiler.results.schema import KERNEL_COLUMNS
 
 BACKEND_TORCH = "torch-profiler"
 BACKEND_NCU = "ncu"
@@ -124,7 +124,7 @@ def kernel_frame(rows: list[dict[str, Any]], **constants: Any) -> pd.DataFrame:
 
 
 def _device_identity(device: str) -> tuple[str, str]:
-    from profiler.devices import cpu_name, gpu_type_from_name
+    from profiler.gpu.devices import cpu_name, gpu_type_from_name
 
     if device.startswith("cuda"):
         import torch
@@ -160,7 +160,7 @@ def profile_kernels(
     if backend == "ncu":
         if not device.startswith("cuda"):
             raise ValueError("the ncu backend profiles CUDA kernels: it needs device cuda or cuda:N")
-        from profiler.ncu import run_ncu
+        from profiler.gpu.ncu import run_ncu
 
         args = ["--model", model, "--batch-size", str(batch_size), "--image-size", str(image_size),
                 "--device", device, "--warmup-iters", str(warmup_iters), "--iters", str(iters),

@@ -6,10 +6,10 @@ with the goodput models' caches warm). One JSON line per run. Usage: PYTHONPATH=
 import json
 import time
 
-from scheduler.cluster import load_cluster
-from scheduler.shared_data import shared_data_dir
-from scheduler.simulator import SimConfig, load_goodput_model, simulate
-from scheduler.workloads import read_workload
+from scheduler.formats.shared_data import shared_data_dir
+from scheduler.formats.workloads import read_workload
+from scheduler.model.cluster import load_cluster
+from scheduler.sim.simulator import SimConfig, load_goodput_model, simulate
 
 W = shared_data_dir() / "sia" / "workloads"
 cl = load_cluster("scheduler/examples/sia-64gpu.yaml")

@@ -14,8 +14,8 @@ import json
 import sys
 import time
 
-from scheduler.shared_data import shared_data_dir
-from scheduler.simulator import SimConfig, simulate
+from scheduler.formats.shared_data import shared_data_dir
+from scheduler.sim.simulator import SimConfig, simulate
 
 
 def main(argv: list[str]) -> int:

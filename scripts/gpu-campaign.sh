@@ -42,8 +42,8 @@ export PYTHONPATH="${PYTHONPATH:-$PWD}"
 PY="${PYTHON:-python}"
 elapsed() { echo $(( $(date +%s) - START )); }
 
-GPU=$($PY -c "from profiler.devices import resolve_device; print(resolve_device('$DEVICE').gpu_type)" 2>/dev/null || echo unknown)
-NAME=$($PY -c "from profiler.spec import load_spec; print(load_spec('$SPEC').name)") || exit 2
+GPU=$($PY -c "from profiler.gpu.devices import resolve_device; print(resolve_device('$DEVICE').gpu_type)" 2>/dev/null || echo unknown)
+NAME=$($PY -c "from profiler.campaign.spec import load_spec; print(load_spec('$SPEC').name)") || exit 2
 DIR="$RESULTS_ROOT/$GPU/$NAME"
 echo "device $DEVICE ($GPU); campaign $NAME from $SPEC; results $DIR; budget ${BUDGET}s" | tee "$OUT/summary.txt"
 
@@ -85,7 +85,7 @@ fi
 $PY -m colocate.cli profile "$SPEC" --out "$DIR" --dry-run 2>/dev/null | tail -n 1 | tee -a "$OUT/summary.txt"
 $PY - "$DIR" <<'EOF' | tee -a "$OUT/summary.txt"
 import sys
-from profiler.store import ResultsStore
+from profiler.results.store import ResultsStore
 store = ResultsStore(sys.argv[1])
 runs = store.runs()
 sessions = store.read_meta().get("sessions", [])

@@ -36,8 +36,8 @@ ANALYSIS_SPEC = {
 
 def analysis_campaign_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory of the shared campaign, running it on first use."""
-    from profiler.campaign import run_campaign
-    from profiler.spec import spec_from_dict
+    from profiler.campaign.driver import run_campaign
+    from profiler.campaign.spec import spec_from_dict
 
     out = tmp_path_factory.getbasetemp() / "analysis-cpu-campaign"
     done = out / ".complete"

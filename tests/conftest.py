@@ -1,6 +1,6 @@
 """Shared pytest set-up: GPU tests are skipped without CUDA, Ray tests without the ray extra, and tests marked
 ``sia_data`` (reproducing Sia's paper on its own artifact files, which the project may not ship) without
-``../shared/data``. Everything else runs on the data bundled in the package (:mod:`scheduler.bundled`)."""
+``../shared/data``. Everything else runs on the data bundled in the package (:mod:`scheduler.formats.bundled`)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         uses_shared = "shared_data" in getattr(item, "fixturenames", ())
         if uses_shared and "sia_data" not in item.keywords:
             raise pytest.UsageError(f"{item.nodeid} uses the shared_data fixture without @pytest.mark.sia_data: "
-                                    "use the bundled data (scheduler.bundled) or mark it")
+                                    "use the bundled data (scheduler.formats.bundled) or mark it")
         if "sia_data" in item.keywords and not SHARED_DATA.is_dir():
             item.add_marker(skip_shared)
         if "gpu" in item.keywords and not has_cuda:
@@ -52,6 +52,6 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def gavel_throughputs() -> Path:
     """Gavel's measured solo and pair throughputs (scale factor 1, K80/P100/V100), bundled in the package."""
-    from scheduler.bundled import gavel_throughputs
+    from scheduler.formats.bundled import gavel_throughputs
 
     return gavel_throughputs()

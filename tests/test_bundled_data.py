@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 import tomllib
 
-from scheduler import bundled
-from scheduler.goodput import ProfileGoodputModel
-from scheduler.profiles import read_gns_curves, read_sia_profiles
+from scheduler.formats import bundled
+from scheduler.formats.profiles import read_gns_curves, read_sia_profiles
+from scheduler.model.goodput import ProfileGoodputModel
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,7 +76,7 @@ def test_gavel_subset_is_scale_factor_one_of_the_consolidated_workers() -> None:
 
 
 def test_default_colocation_table_covers_the_bundled_types() -> None:
-    from scheduler.transfer import default_table
+    from scheduler.formats.transfer import default_table
 
     table = default_table()
     assert {"t4", "v100", "aws", "rtx", "dgx-ext"} <= set(table.gpu_types)
@@ -85,7 +85,7 @@ def test_default_colocation_table_covers_the_bundled_types() -> None:
 
 
 def test_without_shared_data_the_default_profiles_are_the_bundled_ones(monkeypatch, tmp_path) -> None:
-    from scheduler.workloads import default_profiles_dir
+    from scheduler.formats.workloads import default_profiles_dir
 
     monkeypatch.setenv("COLOCATE_SHARED_DATA", str(tmp_path / "absent"))
     assert default_profiles_dir() == bundled.PROFILES_DIR
@@ -98,7 +98,7 @@ def test_without_shared_data_the_default_profiles_are_the_bundled_ones(monkeypat
 
 @pytest.mark.slow
 def test_default_cluster_simulation_packs_and_adapts(monkeypatch, tmp_path) -> None:
-    from scheduler.simulator import simulate
+    from scheduler.sim.simulator import simulate
 
     monkeypatch.setenv("COLOCATE_SHARED_DATA", str(tmp_path / "absent"))
     demo = REPO / "scheduler/examples/demo-workload.csv"

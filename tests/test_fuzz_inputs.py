@@ -182,8 +182,8 @@ PHILLY = (b"timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-03 10:00:00,60
 def test_workload_readers(tmp_path_factory: pytest.TempPathFactory, kind: str, ops: list) -> None:
     """Rejected workloads (Sia, Philly, Gavel trace) fail in ``simulate`` with one line; accepted ones hold
     only bounded values."""
-    from colocate.errors import InputError
-    from scheduler.workloads import MAX_WORKLOAD_SECONDS, read_workload
+    from common.errors import InputError
+    from scheduler.formats.workloads import MAX_WORKLOAD_SECONDS, read_workload
 
     work = tmp_path_factory.mktemp("wl")
     seed = {"sia": SIA, "philly": PHILLY, "gavel": GAVEL_TRACE}[kind]
@@ -294,7 +294,7 @@ def test_damaged_results_directories(tmp_path: Path, damage: str) -> None:
     """A campaign directory with damaged files: recovered from the CSV copy, or one line saying what to do."""
     import pandas as pd
 
-    from profiler.schema import RUN_COLUMNS
+    from profiler.results.schema import RUN_COLUMNS
 
     spec = write(tmp_path / "spec.yaml", SPEC)
     out = tmp_path / "res"
@@ -337,7 +337,7 @@ def test_yaml_alias_bomb_and_nesting_are_refused_quickly(tmp_path: Path) -> None
 
 
 def test_second_campaign_on_one_directory_fails_naming_the_holder(tmp_path: Path) -> None:
-    from profiler.outdir import directory_lock
+    from profiler.campaign.outdir import directory_lock
 
     spec = write(tmp_path / "spec.yaml", SPEC)
     out = tmp_path / "res"
@@ -355,7 +355,7 @@ def test_out_that_is_a_file(tmp_path: Path, bad: str) -> None:
 
 
 def test_result_files_are_group_readable(tmp_path: Path) -> None:
-    from profiler.store import ResultsStore
+    from profiler.results.store import ResultsStore
 
     store = ResultsStore(tmp_path)
     store.write_meta({"a": 1})
@@ -386,9 +386,9 @@ def test_ctrl_c_prints_one_line_and_no_worker_traceback(tmp_path: Path) -> None:
 
 
 def test_bom_and_one_job_files_are_read(tmp_path: Path) -> None:
-    from colocate.errors import InputError
-    from scheduler.jobs import load_jobs
-    from scheduler.workloads import read_workload
+    from common.errors import InputError
+    from scheduler.formats.workloads import read_workload
+    from scheduler.model.jobs import load_jobs
 
     bom = b"\xef\xbb\xbf"
     assert [j.name for j in load_jobs(write(tmp_path / "j.csv", bom + b"name,application\na,cifar10\n"))] == ["a"]
@@ -416,7 +416,7 @@ def test_launch_options_and_cluster_indices(tmp_path: Path, args: list[str], nam
 def test_safe_name_keeps_safe_names_and_never_merges_two(labels: list[str]) -> None:
     import re
 
-    from profiler.names import is_safe_name, safe_name
+    from common.names import is_safe_name, safe_name
 
     names = [safe_name(label) for label in labels]
     assert names[0] != names[1]  # two labels never share a file
@@ -430,7 +430,7 @@ def test_safe_name_keeps_safe_names_and_never_merges_two(labels: list[str]) -> N
                                           ("min_benefit", float("nan")), ("top_k", 10**6), ("threads", 0),
                                           ("time_limit_s", float("inf")), ("max_gpus_per_job", 0)])
 def test_ilp_config_refuses_unbounded_numbers(field: str, value: float) -> None:
-    from profiler.errors import InputError
+    from common.errors import InputError
     from scheduler.ilp import IlpConfig
 
     with pytest.raises(InputError) as info:

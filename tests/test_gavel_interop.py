@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from analysis_fixtures import cpu_campaign  # noqa: F401  (session fixture)
 
-from colocate.errors import InputError
 from colocate.gavel import export_gavel, gavel_job_type, gavel_results, import_gavel, load_inputs, write_import
 from colocate.results import group_table, load_results, solo_table
+from common.errors import InputError
 
 ORACLE_P100 = Path(__file__).resolve().parent / "data" / "gavel_oracle_p100.json"
 
@@ -329,7 +329,7 @@ def test_cli_import_pairs_feeds_matrix_predict_and_colocation_table(tmp_path: Pa
                     "cifar10,deepspeech2,t4,0.05,0.3,0.9,0.9\ncifar10,cifar10,v100,0.04,0.04,0.95,0.95\n")
     assert run("import-pairs", str(apps), "--out", str(tmp_path / "apps"), "--no-matrices").returncode == 0
     from colocate.commands.simulate import _colocation
-    from scheduler.jobs import Job
+    from scheduler.model.jobs import Job
 
     table = _colocation(tmp_path / "apps")
     assert table.lookup("t4", Job("a", "cifar10"), Job("b", "deepspeech2")) == pytest.approx((0.9, 0.9))

@@ -16,11 +16,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.cluster import Cluster, GpuType
-from scheduler.configs import Configuration, configurations
-from scheduler.goodput import EstimateArrays, GoodputEstimate, ProfileGoodputModel, read_validation_curves
-from scheduler.jobs import Job
-from scheduler.sim_models import AccumulatingGoodput, BootstrapGoodput, MemoryCheckedTable, MemoryModel
+from scheduler.model.cluster import Cluster, GpuType
+from scheduler.model.configs import Configuration, configurations
+from scheduler.model.goodput import EstimateArrays, GoodputEstimate, ProfileGoodputModel, read_validation_curves
+from scheduler.model.jobs import Job
+from scheduler.sim.job_model import AccumulatingGoodput, BootstrapGoodput, MemoryCheckedTable, MemoryModel
 
 CLUSTER = Cluster({"t4": GpuType("t4", 4, 4, 16.0), "v100": GpuType("v100", 2, 8, 32.0)})
 CONFIGS = tuple(configurations(CLUSTER))
@@ -31,8 +31,8 @@ SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 @lru_cache(maxsize=1)
 def models() -> tuple[ProfileGoodputModel, ProfileGoodputModel]:
     """(warm, plain): two models on the bundled Sia-format profiles with validation curves."""
-    from scheduler.bundled import default_profiles_dir
-    from scheduler.profiles import read_gns_curves, read_sia_profiles
+    from scheduler.formats.bundled import default_profiles_dir
+    from scheduler.formats.profiles import read_gns_curves, read_sia_profiles
 
     root = default_profiles_dir()
     profiles, curves = read_sia_profiles(root), read_gns_curves(root)

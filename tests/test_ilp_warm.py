@@ -8,15 +8,16 @@ import random
 import numpy as np
 import pytest
 
-from scheduler.bench_rounds import next_round_jobs
-from scheduler.cluster import Cluster, GpuType
-from scheduler.colocation import ColocationTable
-from scheduler.configs import configurations
-from scheduler.goodput import TableGoodputModel
+from scheduler.bench.rounds import next_round_jobs
+from scheduler.formats.profiles import load_goodput_model
 from scheduler.ilp import IlpConfig, PackingPolicy, build_problem, price_pair_columns, solve_problem
 from scheduler.ilp.solve import decision_from
 from scheduler.ilp.warm import BASIC, LOWER, UPPER, WarmStart, _repair_count
-from scheduler.policy import RoundContext, check_decision
+from scheduler.model.cluster import Cluster, GpuType
+from scheduler.model.colocation import ColocationTable
+from scheduler.model.configs import configurations
+from scheduler.model.goodput import TableGoodputModel
+from scheduler.model.policy import RoundContext, check_decision
 
 
 def instance(seed: int, num_jobs: int):
@@ -30,7 +31,7 @@ def instance(seed: int, num_jobs: int):
         for a, b in itertools.combinations_with_replacement(apps, 2):
             ra = rng.uniform(0.4, 0.95)
             rows.append((t, a, b, ra, ra if a == b else rng.uniform(0.4, 0.95)))
-    from scheduler.jobs import Job
+    from scheduler.model.jobs import Job
 
     jobs = [Job(f"j{n}", rng.choice(apps), adaptive=rng.random() < 0.6, num_gpus=rng.choice([1, 1, 2]),
                 age_s=rng.uniform(0, 3600)) for n in range(num_jobs)]
@@ -138,10 +139,9 @@ def test_scheduler_benchmark_reports_cold_and_warm_rounds_with_their_gaps(shared
     """`colocate bench scheduler --rounds 3` on a small case: one cold round, two warm ones, the last with a
     finite gap to a bound it cannot beat (the cold round's gap with --rounds 1); the pricing bound (used above 2,000 jobs) runs within
     IlpConfig's limits; the summary and the growth plot carry the warm rounds."""
-    import scheduler.benchmark as bench
-    from scheduler.goodput import ProfileGoodputModel
+    import scheduler.bench.scheduler as bench
 
-    model = ProfileGoodputModel.from_path(shared_data / "sia" / "traces")
+    model = load_goodput_model(shared_data / "sia" / "traces")
     coloc, _ = bench.default_colocation(None, bench.sia_cluster(64).type_names)
     monkeypatch.setattr(bench, "DENSE_BOUND_MAX_JOBS", 10)  # take the pricing bound's path
     rows = bench.run_case(64, 40, model, coloc, repeats=1, cfg=IlpConfig(), all_pairs_time_limit=30,

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from profiler.gpu.ncu import METRICS, ncu_commands, parse_ncu_csv
 from profiler.kernels import cpu_ops_self_time, kernel_rows_from_trace, profile_kernels
-from profiler.ncu import METRICS, ncu_commands, parse_ncu_csv
-from profiler.schema import KERNEL_COLUMNS
+from profiler.results.schema import KERNEL_COLUMNS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -45,7 +45,7 @@ def test_ncu_parser_reads_units_separators_and_geometry() -> None:
 def test_ncu_parser_handles_nanoseconds_and_rejects_non_csv() -> None:
     text = NCU_SAMPLE.replace('"usecond"', '"nsecond"')
     assert parse_ncu_csv(text)[1]["duration_us"] == pytest.approx(0.0032)
-    from profiler.errors import InputError
+    from common.errors import InputError
 
     with pytest.raises(InputError, match="no CSV header"):
         parse_ncu_csv("==PROF== nothing was profiled\n")

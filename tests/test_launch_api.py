@@ -1,4 +1,4 @@
-"""`scheduler.launch`: the library call behind `colocate launch` (checks, node selection, emitters, back ends)."""
+"""`scheduler.executor.launch`: the library call behind `colocate launch` (checks, node selection, emitters, back ends)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from profiler.errors import InputError
-from scheduler.launch import LaunchRequest, launch, select_node
+from common.errors import InputError
+from scheduler.executor.launch import LaunchRequest, launch, select_node
 
 TWO_NODES = {"allocations": [
     {"job": "a", "gpu_type": "h100", "num_gpus": 1, "batch_size": 8, "partner": "b", "node": 0, "gpus": [0]},
@@ -57,7 +57,7 @@ def test_local_backend_needs_a_node_when_the_allocation_spans_several(allocation
 
 
 def test_select_node_keeps_that_nodes_groups(allocation: Path) -> None:
-    from scheduler.launch import load_launch_plan
+    from scheduler.executor.launch import load_launch_plan
 
     plan = load_launch_plan(LaunchRequest(allocation))
     assert [g.label for g in select_node(plan, "h100:1").groups] == ["c"]

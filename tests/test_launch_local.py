@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from colocate.errors import InputError
+from common.errors import InputError
 from scheduler.executor.command import RunSettings
 from scheduler.executor.local import LaunchSettings, check_local, run_groups
 from scheduler.executor.plan import build_plan

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from colocate.errors import InputError
+from common.errors import InputError
 from scheduler.executor.plan import build_plan, load_plan
 
 TWO_PAIRS_AND_A_SOLO: dict[str, Any] = {

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scheduler.launch import LaunchRequest, launch
+from scheduler.executor.launch import LaunchRequest, launch
 
 REPO = Path(__file__).resolve().parents[1]
 TRIPLE = {"allocations": [

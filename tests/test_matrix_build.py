@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 from analysis_fixtures import cpu_campaign  # noqa: F401  (session fixture)
 
-from colocate.colocation_table import read_colocation_table
-from colocate.errors import InputError
 from colocate.gavel import gavel_results, load_inputs
 from colocate.matrix import build_matrices, build_matrix, measured_colocation_table, write_matrices
 from colocate.results import group_table, load_results
+from common.errors import InputError
+from scheduler.formats.colocation_table import read_colocation_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -104,7 +104,7 @@ def test_several_gpu_types_stay_apart(cpu_campaign: Path, gavel_throughputs: Pat
 
 
 def test_colocation_table_reads_back_in_the_scheduler_format(cpu_campaign: Path, gavel_v100, tmp_path: Path) -> None:  # noqa: F811
-    from colocate.colocation_table import write_colocation_table
+    from scheduler.formats.colocation_table import write_colocation_table
 
     ours = measured_colocation_table(load_results(cpu_campaign))
     write_colocation_table(ours, tmp_path / "ours.csv")

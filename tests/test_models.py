@@ -261,7 +261,7 @@ def test_transformer_parameter_counts_equal_the_published_configurations() -> No
 @pytest.mark.slow
 @pytest.mark.parametrize("name", TOKEN_MODELS)
 def test_transformers_train_on_synthetic_tokens(name: str) -> None:
-    from profiler.training import make_training_step
+    from profiler.measure.training import make_training_step
 
     torch.manual_seed(0)
     model = build_model(name, num_classes=NUM_CLASSES)

@@ -11,8 +11,6 @@ import pandas as pd
 import pytest
 from analysis_fixtures import cpu_campaign  # noqa: F401  (session fixture)
 
-from colocate.colocation_table import MAX_RATIO, read_colocation_table, validate_colocation_table
-from colocate.errors import InputError
 from colocate.gavel import gavel_results
 from colocate.predict import (
     PredictorConfig,
@@ -31,6 +29,8 @@ from colocate.predict_eval import (
     leave_one_pair_out,
 )
 from colocate.results import load_results
+from common.errors import InputError
+from scheduler.formats.colocation_table import MAX_RATIO, read_colocation_table, validate_colocation_table
 
 
 @pytest.fixture(scope="module")

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from profiler.campaign import run_campaign
-from profiler.cells import plan_runs
-from profiler.spec import spec_from_dict
-from profiler.store import ResultsStore
+from profiler.campaign.cells import plan_runs
+from profiler.campaign.driver import run_campaign
+from profiler.campaign.spec import spec_from_dict
+from profiler.results.store import ResultsStore
 
 TINY = {
     "name": "tiny", "device": "cpu", "models": ["tiny_cnn", "resnet18"], "batch_sizes": [2],

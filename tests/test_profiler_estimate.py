@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from profiler.estimate import EstimateAssumptions, estimate_campaign, solo_iteration_s
-from profiler.spec import load_spec, spec_from_dict
+from profiler.campaign.estimate import EstimateAssumptions, estimate_campaign, solo_iteration_s
+from profiler.campaign.spec import load_spec, spec_from_dict
 
 ROOT = Path(__file__).parents[1]
 ONE = {"name": "one", "device": "cuda", "models": ["resnet18"], "batch_sizes": [64], "group_sizes": [1],

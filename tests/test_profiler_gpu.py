@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from profiler.campaign import run_campaign
-from profiler.spec import spec_from_dict
+from profiler.campaign.driver import run_campaign
+from profiler.campaign.spec import spec_from_dict
 
 HAS_MPS = shutil.which("nvidia-cuda-mps-control") is not None
 
@@ -53,7 +53,7 @@ def test_mps_pairs_run_under_a_private_daemon_that_is_quit(tmp_path: Path) -> No
     assert sorted(mps["mps_thread_percentage"].astype(int)) == [50, 100]
     leftovers = [p for p in Path("/tmp").glob("colocate-mps-*") if p.is_dir()]
     assert leftovers == []  # our daemon's private pipe/log dirs are gone: it was quit
-    from profiler.mps import CONTROL_BINARY, foreign_mps_processes
+    from profiler.gpu.mps import CONTROL_BINARY, foreign_mps_processes
 
     assert not [p for p in foreign_mps_processes() if p["command"] == CONTROL_BINARY
                 and "colocate-mps-" in str(p["pipe_dir"])]
@@ -72,7 +72,7 @@ def test_out_of_memory_is_recorded_as_infeasible_and_the_campaign_goes_on(tmp_pa
 
 
 def _cuda_client(env: dict[str, str]) -> subprocess.Popen[str]:
-    from profiler.preflight import CLIENT_SCRIPT
+    from profiler.gpu.preflight import CLIENT_SCRIPT
 
     return subprocess.Popen([sys.executable, "-c", CLIENT_SCRIPT], env=env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
@@ -80,9 +80,9 @@ def _cuda_client(env: dict[str, str]) -> subprocess.Popen[str]:
 
 @pytest.mark.skipif(not HAS_MPS, reason="MPS control binary not installed")
 def test_only_clients_with_our_pipe_join_our_daemon_and_isolated_ones_never_do(tmp_path: Path) -> None:
-    from profiler.devices import resolve_device
-    from profiler.mps import isolated_root, mps_daemon
-    from profiler.nvml import mps_client_pids
+    from profiler.gpu.devices import resolve_device
+    from profiler.gpu.mps import isolated_root, mps_daemon
+    from profiler.gpu.nvml import mps_client_pids
 
     target = resolve_device("cuda")
     base = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_") and k != "CUDA_VISIBLE_DEVICES"}
@@ -116,8 +116,8 @@ def test_solo_memory_is_the_steady_state_peak_and_nvml_includes_the_context(tmp_
 
 
 def test_a_gpu_uuid_in_cuda_visible_devices_keeps_nvml_sampling_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    from profiler.devices import resolve_device
-    from profiler.nvml import gpu_inventory
+    from profiler.gpu.devices import resolve_device
+    from profiler.gpu.nvml import gpu_inventory
 
     inventory = gpu_inventory()
     assert inventory, "NVML sees no GPU"
@@ -141,7 +141,7 @@ def test_transformers_run_in_a_campaign(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not HAS_MPS, reason="MPS control binary not installed")
 def test_preflight_proves_mps_end_to_end() -> None:
-    from profiler.preflight import run_preflight
+    from profiler.gpu.preflight import run_preflight
 
     report = run_preflight("cuda")
     checks = {c["name"]: c for c in report["checks"]}

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from profiler.metrics import (
+from profiler.measure.metrics import (
     JobTiming,
     delta,
     iteration_stats,

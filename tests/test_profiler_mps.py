@@ -18,14 +18,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from profiler import mps
-from profiler.cells import Cell, JobType, Run
-from profiler.devices import resolve_device
-from profiler.nvml import gpm_values, nvml_index_for
-from profiler.pool import WorkerPool
-from profiler.runner import SoloBaseline, _measure
-from profiler.sharing import sharing_mode
-from profiler.spec import spec_from_dict
+from profiler.campaign.cells import Cell, JobType, Run
+from profiler.campaign.pool import WorkerPool
+from profiler.campaign.runner import SoloBaseline, _measure
+from profiler.campaign.spec import spec_from_dict
+from profiler.gpu import mps
+from profiler.gpu.devices import resolve_device
+from profiler.gpu.nvml import gpm_values, nvml_index_for
+from profiler.gpu.sharing import sharing_mode
 
 FAKE_BIN = Path(__file__).parent / "fake_mps"
 
@@ -97,7 +97,7 @@ def test_membership_comes_from_the_daemons_client_lists_and_nvml(fake_mps: Path,
 
 def test_stale_daemons_of_dead_campaigns_are_quit_and_nothing_else(fake_mps: Path, tmp_path: Path) -> None:
     # a campaign process that starts a daemon and dies without quitting it (as under SIGKILL)
-    script = ("import sys; from pathlib import Path; from profiler.mps import start_daemon; "
+    script = ("import sys; from pathlib import Path; from profiler.gpu.mps import start_daemon; "
               f"print(start_daemon(None, base=Path({str(tmp_path)!r})).root)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
@@ -174,7 +174,7 @@ def test_a_run_is_failed_unless_every_worker_is_a_client_of_our_daemon(fake_mps:
 @pytest.mark.slow
 def test_plain_workers_get_a_private_empty_pipe_and_no_inherited_mps_variables(fake_mps: Path) -> None:
     """A time-sliced run after an MPS run: the daemon is quit first, workers see only their private pipe."""
-    from profiler.worker import JobConfig, apply_environment
+    from profiler.measure.worker import JobConfig, apply_environment
 
     config = JobConfig("tiny_cnn", 2, 32, 10, "cpu", 0, 1, 1, env={"CUDA_MPS_PIPE_DIRECTORY": "/private/pipe"},
                        unset_env=("CUDA_VISIBLE_DEVICES",))

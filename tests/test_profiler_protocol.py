@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from profiler.campaign import baselines_from, check_resumable, run_campaign
-from profiler.cells import Cell, JobType, Run, plan_runs
-from profiler.devices import resolve_device
-from profiler.errors import InputError
-from profiler.pool import WorkerPool
-from profiler.runner import _coordinate, not_run_record
-from profiler.spec import spec_from_dict
-from profiler.store import ResultsStore
-from profiler.worker import is_out_of_memory
+from common.errors import InputError
+from profiler.campaign.cells import Cell, JobType, Run, plan_runs
+from profiler.campaign.driver import baselines_from, check_resumable, run_campaign
+from profiler.campaign.pool import WorkerPool
+from profiler.campaign.runner import _coordinate, not_run_record
+from profiler.campaign.spec import spec_from_dict
+from profiler.gpu.devices import resolve_device
+from profiler.measure.worker import is_out_of_memory
+from profiler.results.store import ResultsStore
 
 TINY = {"name": "proto", "device": "cpu", "models": ["tiny_cnn"], "batch_sizes": [2], "group_sizes": [1, 2],
         "repetition": True, "sharing": ["timeslice"], "warmup_iters": 3, "min_window_iters": 4, "repeats": 2}

@@ -9,9 +9,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profiler.cells import expand_cells, plan_runs
-from profiler.errors import InputError
-from profiler.spec import load_spec, spec_from_dict
+from common.errors import InputError
+from profiler.campaign.cells import expand_cells, plan_runs
+from profiler.campaign.spec import load_spec, spec_from_dict
 
 BASE = {"name": "t", "models": ["tiny_cnn", "resnet18"], "batch_sizes": [4]}
 

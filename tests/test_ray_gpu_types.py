@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from colocate.errors import InputError
-from profiler.campaign import baselines_from, run_campaign
-from profiler.cells import JobType, plan_runs, runs_for_gpu_type
-from profiler.ray_backend import ray_accelerator_name, routing_resource
-from profiler.spec import spec_from_dict
-from profiler.store import ResultsStore
+from common.errors import InputError
+from profiler.campaign.cells import JobType, plan_runs, runs_for_gpu_type
+from profiler.campaign.driver import baselines_from, run_campaign
+from profiler.campaign.ray_backend import ray_accelerator_name, routing_resource
+from profiler.campaign.spec import spec_from_dict
+from profiler.results.store import ResultsStore
 
 BASE = {"name": "typed", "models": ["tiny_cnn", "resnet18"], "batch_sizes": [4], "repeats": 2}
 

@@ -21,10 +21,10 @@ import yaml
 from typer.testing import CliRunner
 
 from colocate.cli import app
-from colocate.errors import InputError
-from profiler.cells import plan_runs
-from profiler.spec import spec_from_dict
-from profiler.store import ResultsStore
+from common.errors import InputError
+from profiler.campaign.cells import plan_runs
+from profiler.campaign.spec import spec_from_dict
+from profiler.results.store import ResultsStore
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -72,7 +72,7 @@ def _ray_task_pids(prefix: str) -> dict[int, str]:
 
 
 def test_campaign_over_two_gpu_types_survives_a_killed_worker(cluster, tmp_path: Path) -> None:
-    from profiler.ray_backend import TASK_NAME_PREFIX, run_campaign_on_ray
+    from profiler.campaign.ray_backend import TASK_NAME_PREFIX, run_campaign_on_ray
 
     spec = spec_from_dict(CAMPAIGN)
     planned = {run.run_id: run for run in plan_runs(spec)}
@@ -133,7 +133,7 @@ def test_campaign_over_two_gpu_types_survives_a_killed_worker(cluster, tmp_path:
 
 
 def test_campaign_refuses_a_gpu_type_the_cluster_lacks(cluster, tmp_path: Path) -> None:
-    from profiler.ray_backend import run_campaign_on_ray
+    from profiler.campaign.ray_backend import run_campaign_on_ray
 
     spec = spec_from_dict({**CAMPAIGN, "gpu_types": ["h100", "t4"]})
     with pytest.raises(InputError) as info:

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduler.configs import Configuration
-from scheduler.goodput import ProfileGoodputModel, StepTimeModel, fit_step_time, statistical_efficiency
-from scheduler.jobs import Job
-from scheduler.profiles import read_gns_curves, read_sia_profiles
+from scheduler.formats.profiles import read_gns_curves, read_sia_profiles
+from scheduler.model.configs import Configuration
+from scheduler.model.goodput import ProfileGoodputModel, StepTimeModel, fit_step_time, statistical_efficiency
+from scheduler.model.jobs import Job
 
 
 def synthetic_rows(model: StepTimeModel, gpu_type: str = "g", app: str = "app") -> pd.DataFrame:
@@ -67,7 +67,7 @@ def test_rigid_jobs_keep_their_batch_and_local_batch_must_fit() -> None:
 @pytest.mark.parametrize("source", ["bundled", pytest.param("sia", marks=pytest.mark.sia_data)])
 def test_sia_profiles_and_gns_curves(source: str, request: pytest.FixtureRequest) -> None:
     """Sia-format profiles: the bundled Pollux T4 set (+ derived V100), and Sia's own traces when present."""
-    from scheduler.bundled import default_profiles_dir
+    from scheduler.formats.bundled import default_profiles_dir
 
     if source == "sia":
         traces, types = request.getfixturevalue("shared_data") / "sia" / "traces", {"aws", "dgx-ext"}

@@ -10,10 +10,6 @@ from dataclasses import replace
 import networkx as nx
 import pytest
 
-from scheduler.cluster import Cluster, GpuType
-from scheduler.colocation import ColocationTable
-from scheduler.configs import configurations
-from scheduler.goodput import TableGoodputModel
 from scheduler.ilp import (
     IlpConfig,
     PackingPolicy,
@@ -22,9 +18,13 @@ from scheduler.ilp import (
     pair_move_values,
     restart_factor,
 )
-from scheduler.jobs import Job
-from scheduler.placement import place
-from scheduler.policy import RoundContext, check_decision
+from scheduler.model.cluster import Cluster, GpuType
+from scheduler.model.colocation import ColocationTable
+from scheduler.model.configs import configurations
+from scheduler.model.goodput import TableGoodputModel
+from scheduler.model.jobs import Job
+from scheduler.model.placement import place
+from scheduler.model.policy import RoundContext, check_decision
 
 CONTEXT_GB = 0.5
 
@@ -667,7 +667,7 @@ def test_column_generation_with_triples_reaches_the_all_groups_lp(seed: int) -> 
 def test_broken_selections_and_decisions_raise_named_errors() -> None:
     """The runtime checks raise named exceptions (not ``assert``, which ``python -O`` removes)."""
     from scheduler.ilp import InvalidSelection
-    from scheduler.policy import Allocation, InvalidDecision, RoundDecision, SolverInfo
+    from scheduler.model.policy import Allocation, InvalidDecision, RoundDecision, SolverInfo
 
     cluster, jobs, table, ratios, coloc = random_instance(3, 6)
     problem = build_problem(jobs, cluster, TableGoodputModel(table), coloc, IlpConfig())

@@ -7,13 +7,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from colocate.colocation_table import read_colocation_table, write_colocation_table
-from colocate.errors import InputError
-from scheduler.cluster import load_cluster
-from scheduler.colocation import ColocationTable
-from scheduler.configs import configurations
-from scheduler.jobs import Job, load_jobs
-from scheduler.profiles import read_generic_profiles
+from common.errors import InputError
+from scheduler.formats.colocation_table import read_colocation_table, write_colocation_table
+from scheduler.formats.profiles import read_generic_profiles
+from scheduler.model.cluster import load_cluster
+from scheduler.model.colocation import ColocationTable
+from scheduler.model.configs import configurations
+from scheduler.model.jobs import Job, load_jobs
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "scheduler" / "examples"
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from colocate.commands.schedule import decision_to_json
-from colocate.errors import InputError
-from scheduler.cluster import Cluster, GpuType
+from common.errors import InputError
 from scheduler.executor.plan import build_plan
-from scheduler.jobs import Job
-from scheduler.placement import place
-from scheduler.policy import Allocation, RoundDecision, SolverInfo, check_decision
+from scheduler.model.cluster import Cluster, GpuType
+from scheduler.model.jobs import Job
+from scheduler.model.placement import place
+from scheduler.model.policy import Allocation, RoundDecision, SolverInfo, check_decision
 
 
 def cluster() -> Cluster:
@@ -50,7 +50,7 @@ def test_fragmentation_by_kept_jobs_is_undone() -> None:
     c = Cluster({"a": GpuType("a", 2, 4, 40)})
     previous = place([Allocation("s1", "a", 1, 1), Allocation("s2", "a", 1, 1)], c)
     # force the two single-GPU jobs onto different nodes, then ask for a whole node
-    from scheduler.placement import JobPlacement, Placement
+    from scheduler.model.placement import JobPlacement, Placement
 
     spread = Placement({"s1": JobPlacement("s1", "a", (0,), (0,)), "s2": JobPlacement("s2", "a", (1,), (0,))})
     result = place([Allocation("s1", "a", 1, 1), Allocation("s2", "a", 1, 1), Allocation("w", "a", 4, 1)], c,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.cluster import cluster_from_dict
 from scheduler.executor.registry import make_executor
+from scheduler.model.cluster import cluster_from_dict
 from scheduler.service.jobspec import job_from_dict
 from scheduler.service.server import ServeConfig, Server
 from scheduler.service.state import StateStore

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from colocate.cli import app
+from scheduler.formats.colocation_table import load_colocation_table
 from tests.serve_helpers import (
     ServeProcess,
     by_name,
@@ -137,10 +138,9 @@ def test_a_pair_is_formed_and_its_measured_ratios_are_learned(served, tmp_path: 
     out = tmp_path / "learned.csv"
     result = CliRunner().invoke(app, ["learned", "--state", str(state), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    from scheduler.colocation import ColocationTable
-    from scheduler.jobs import Job
+    from scheduler.model.jobs import Job
 
-    table = ColocationTable.load(out)  # the format colocate schedule / simulate --colocation read
+    table = load_colocation_table(out)  # the format colocate schedule / simulate --colocation read
     job = Job("x", "tiny_cnn", batch_size=8)
     # The server keeps measuring while we read: compare with the exported rows, not the earlier snapshot.
     exported = pd.read_csv(out, comment="#")

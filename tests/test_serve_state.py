@@ -10,8 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from colocate.cli import app
-from colocate.errors import InputError
-from scheduler.colocation import ColocationTable
+from common.errors import InputError
+from scheduler.formats.colocation_table import load_colocation_table
+from scheduler.model.colocation import ColocationTable
 from scheduler.service.jobspec import job_from_dict, load_job
 from scheduler.service.learning import LearnedGoodputModel, learned_ratios, learned_table_frame, policy_table
 from scheduler.service.rounds import Slot, plan_changes
@@ -90,7 +91,7 @@ def _measurements(store: StateStore, rows: list[tuple]) -> list[dict]:
 
 
 def test_measurements_override_the_prior_and_calibrate_unmeasured_configurations(tmp_path: Path) -> None:
-    from scheduler.jobs import Job
+    from scheduler.model.jobs import Job
 
     store = StateStore(tmp_path)
     spec = job_from_dict({**JOB, "gpu_types": ["t4"]})
@@ -107,7 +108,7 @@ def test_measurements_override_the_prior_and_calibrate_unmeasured_configurations
 
 
 def test_pair_measurements_become_ratios_with_their_sample_counts_and_an_exported_table(tmp_path: Path) -> None:
-    from scheduler.jobs import Job
+    from scheduler.model.jobs import Job
 
     store = StateStore(tmp_path)
     rows = _measurements(store, [
@@ -126,10 +127,10 @@ def test_pair_measurements_become_ratios_with_their_sample_counts_and_an_exporte
     assert table.ratios[("t4", "vgg", "vgg")] == (0.6, 0.6)  # the rest of the prior is kept
     assert policy_table(base, []) is base
     path = tmp_path / "learned.csv"
-    from colocate.colocation_table import write_colocation_table
+    from scheduler.formats.colocation_table import write_colocation_table
 
     write_colocation_table(learned_table_frame([pair]), path)
-    assert ColocationTable.load(path).lookup("t4", resnet, tiny) == pytest.approx((0.8, 0.5))
+    assert load_colocation_table(path).lookup("t4", resnet, tiny) == pytest.approx((0.8, 0.5))
 
 
 def test_unchanged_groups_are_kept_changed_ones_stopped_and_new_units_started() -> None:
@@ -144,8 +145,8 @@ def test_unchanged_groups_are_kept_changed_ones_stopped_and_new_units_started() 
 
 
 def test_a_group_of_three_is_one_unit_kept_while_unchanged_and_measured_against_its_group(tmp_path: Path) -> None:
-    from scheduler.placement import JobPlacement, Placement
-    from scheduler.policy import Allocation, RoundDecision, SolverInfo
+    from scheduler.model.placement import JobPlacement, Placement
+    from scheduler.model.policy import Allocation, RoundDecision, SolverInfo
     from scheduler.service.rounds import current_placement, current_units, desired_units
     from scheduler.service.server import group_type
     from scheduler.service.state import RUNNING

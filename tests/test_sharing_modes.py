@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from profiler import sharing
-from profiler.cells import expand_cells
-from profiler.errors import InputError, SharingUnavailable
-from profiler.sharing import SharingMode, register_sharing_mode, sharing_label, sharing_mode, sharing_mode_names
-from profiler.spec import spec_from_dict
+from common.errors import InputError, SharingUnavailable
+from profiler.campaign.cells import expand_cells
+from profiler.campaign.spec import spec_from_dict
+from profiler.gpu import sharing
+from profiler.gpu.sharing import SharingMode, register_sharing_mode, sharing_label, sharing_mode, sharing_mode_names
 from scheduler.executor.command import RunSettings
 from scheduler.executor.k8s import K8sOptions, emit_k8s
 from scheduler.executor.plan import build_plan
@@ -97,9 +97,9 @@ def test_executors_take_a_registered_mode_from_the_registry(fair: list[str], tmp
 def test_the_worker_pool_takes_a_modes_service_and_environment_from_the_registry(tmp_path: Path) -> None:
     """A mode with a service: the pool starts it once, keys its workers by label, proves clients through it,
     and stops it (its tear-down hook) before a plain run; plain workers are isolated by the default hook."""
-    from profiler.cells import Cell, JobType
-    from profiler.devices import resolve_device
-    from profiler.pool import PLAIN, WorkerPool, mode_key
+    from profiler.campaign.cells import Cell, JobType
+    from profiler.campaign.pool import PLAIN, WorkerPool, mode_key
+    from profiler.gpu.devices import resolve_device
 
     events: list[str] = []
     mode = SharingMode(

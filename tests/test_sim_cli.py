@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from scheduler.bundled import default_cluster, default_profiles_dir
-from scheduler.simulator import SUMMARY_KEYS, simulate
+from scheduler.formats.bundled import default_cluster, default_profiles_dir
+from scheduler.sim.simulator import SUMMARY_KEYS, simulate
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER = default_cluster()
@@ -110,7 +110,7 @@ def test_bad_load_point_is_a_one_line_error(tmp_path):
 
 
 def test_at_load_divides_arrival_times():
-    from scheduler.workloads import Workload, WorkloadJob
+    from scheduler.formats.workloads import Workload, WorkloadJob
 
     work = Workload("w", (WorkloadJob("a", "cifar10", 0.0), WorkloadJob("b", "cifar10", 600.0)))
     fast = work.at_load(2)
@@ -151,9 +151,9 @@ def test_max_group_size_is_refused_for_policies_that_do_not_pack_groups(tmp_path
 def test_a_failed_simulation_is_reported_and_the_others_still_run(tmp_path, monkeypatch):
     """A run that stops on a broken invariant leaves failed.txt, is listed in the report and returned;
     the other runs finish and are reported; rerunning retries only the failed run."""
-    import scheduler.simulator as simulator
-    from scheduler.compare import CompareRequest, compare_policies
-    from scheduler.sim_checks import SimulationError
+    import scheduler.sim.simulator as simulator
+    from scheduler.sim.checks import SimulationError
+    from scheduler.sim.compare import CompareRequest, compare_policies
 
     real = simulator.simulate
 

@@ -9,26 +9,26 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduler.cluster import cluster_from_dict, load_cluster
-from scheduler.colocation import ColocationTable
-from scheduler.goodput import GoodputEstimate, read_validation_curves
+from scheduler.formats.shared_data import shared_data_dir
+from scheduler.formats.workloads import Workload, WorkloadJob
 from scheduler.ilp import restart_factor
-from scheduler.jobs import Job
-from scheduler.placement import JobPlacement, Placement
+from scheduler.model.cluster import cluster_from_dict, load_cluster
+from scheduler.model.colocation import ColocationTable
+from scheduler.model.goodput import GoodputEstimate, read_validation_curves
+from scheduler.model.jobs import Job
+from scheduler.model.placement import JobPlacement, Placement
+from scheduler.model.policy import Allocation, RoundContext
 from scheduler.policies.common import Shape, make_decision
 from scheduler.policies.gavel import GavelPolicy, _Option
-from scheduler.policy import Allocation, RoundContext
-from scheduler.shared_data import shared_data_dir
-from scheduler.sim_checks import SimulationError, check_group_memory
-from scheduler.sim_models import (
+from scheduler.sim.checks import SimulationError, check_group_memory
+from scheduler.sim.job_model import (
     MemoryCheckedTable,
     MemoryModel,
     load_goodput_model,
     scaled_table,
     sia_max_gpus,
 )
-from scheduler.simulator import SimConfig, Simulator, resolve_policy, simulate
-from scheduler.workloads import Workload, WorkloadJob
+from scheduler.sim.simulator import SimConfig, Simulator, resolve_policy, simulate
 
 # Fidelity to Sia's simulator is checked on Sia's own traces (its GPU types and validation curves), which
 # the project does not ship: these tests are paper reproduction, skipped without the shared data.
@@ -126,13 +126,13 @@ def test_gpu_cap_is_twice_the_observed_and_at_most_64():
 
 def _restart_sim(restart_on: str) -> tuple[Simulator, object]:
     cluster = cluster_from_dict({"gpu_types": {"g": {"nodes": 2, "gpus_per_node": 2, "memory_gb": 16}}})
-    from scheduler.goodput import TableGoodputModel
+    from scheduler.model.goodput import TableGoodputModel
 
     model = TableGoodputModel({("a", "g", 1): 1.0, ("a", "g", 2): 2.0})
     work = Workload("w", (WorkloadJob("A", "a", 0.0, 1, 32, work=1e6),))
     policy, adaptive, _ = resolve_policy("fifo")
     sim = Simulator(cluster, work, policy, model, None, SimConfig(restart_on=restart_on), adaptive=adaptive)
-    from scheduler.simulator import _Run
+    from scheduler.sim.simulator import _Run
 
     run = _Run(pending=list(sim.states.values()))
     sim._arrivals(run)
@@ -255,7 +255,7 @@ def test_scaled_table_moves_the_pair_benefit_and_keeps_infeasible_pairs():
 
 
 def test_sia_log_summary_reads_the_last_round(tmp_path):
-    from scheduler.sia_reference import summarize_sia_log
+    from scheduler.formats.sia_reference import summarize_sia_log
 
     rounds = [{"timestamp": 60, "submitted_jobs": [{"name": "a-0", "submission_time": 0, "completion_time": None,
                                                      "num_restarts": None}]},
@@ -268,7 +268,7 @@ def test_sia_log_summary_reads_the_last_round(tmp_path):
     assert (s["jobs"], s["completed"], s["restarts"]) == (2, 2, 3)
     assert s["avg_jct_h"] == pytest.approx(1.5)
     assert s["per_app_jct_s"] == {"a": 3600.0, "b": 7200.0}
-    from colocate.errors import InputError
+    from common.errors import InputError
 
     (tmp_path / "bad.log").write_text("{not json\n")
     with pytest.raises(InputError, match="bad.log"):

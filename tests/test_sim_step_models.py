@@ -7,16 +7,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduler.cluster import cluster_from_dict, load_cluster
-from scheduler.configs import Configuration
-from scheduler.goodput import ProfileGoodputModel
-from scheduler.jobs import Job
+from scheduler.formats.shared_data import shared_data_dir
+from scheduler.formats.workloads import Workload, WorkloadJob
 from scheduler.learning.throughput import LearnedThroughputGoodput, ThroughputLearner, fit_observed
-from scheduler.shared_data import shared_data_dir
-from scheduler.sim_models import AccumulatingGoodput, load_goodput_model
-from scheduler.simulator import SimConfig, Simulator, resolve_policy, simulate
-from scheduler.step_time import StepTimeModel, StepTimes
-from scheduler.workloads import Workload, WorkloadJob
+from scheduler.model.cluster import cluster_from_dict, load_cluster
+from scheduler.model.configs import Configuration
+from scheduler.model.goodput import ProfileGoodputModel
+from scheduler.model.jobs import Job
+from scheduler.model.step_time import StepTimeModel, StepTimes
+from scheduler.sim.job_model import AccumulatingGoodput, load_goodput_model
+from scheduler.sim.simulator import SimConfig, Simulator, resolve_policy, simulate
 
 TRUE = StepTimeModel(alpha_c=0.05, beta_c=0.002, alpha_r=0.02, beta_r=0.004, alpha_n=0.08, beta_n=0.01)
 

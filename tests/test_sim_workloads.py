@@ -8,12 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from colocate.errors import InputError
-from scheduler.cluster import cluster_from_dict
-from scheduler.goodput import TableGoodputModel
-from scheduler.simulator import simulate
-from scheduler.transfer import DEFAULT_TABLE, SIA_TO_GAVEL, read_gavel_pairs, transferred_frame
-from scheduler.workloads import (
+from common.errors import InputError
+from scheduler.formats.transfer import DEFAULT_TABLE, SIA_TO_GAVEL, read_gavel_pairs, transferred_frame
+from scheduler.formats.workloads import (
     PHILLY_CLASS_APPS,
     poisson_workload,
     read_gavel_trace,
@@ -21,6 +18,9 @@ from scheduler.workloads import (
     read_sia_workload,
     read_workload,
 )
+from scheduler.model.cluster import cluster_from_dict
+from scheduler.model.goodput import TableGoodputModel
+from scheduler.sim.simulator import simulate
 
 HEADER = "name,time,application,num_replicas,batch_size\n"
 

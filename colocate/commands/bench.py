@@ -14,11 +14,11 @@ import typer
 
 # Dotted paths of modules exposing register_bench(bench_app); order = order in `colocate bench --help`.
 BENCHMARK_MODULES: tuple[str, ...] = (
-    "scheduler.benchmark",
+    "scheduler.bench.scheduler",
     "colocate.commands.bench_profiler",
-    "scheduler.bench_simulator",
+    "scheduler.bench.simulator",
     "colocate.commands.bench_analysis",
-    "scheduler.service.bench",
+    "scheduler.bench.serve",
 )
 
 bench_app = typer.Typer(

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import typer
 
-from scheduler.bundled import GAVEL_FILE as DEFAULT_GAVEL
+from scheduler.formats.bundled import GAVEL_FILE as DEFAULT_GAVEL
 
 T = TypeVar("T")
 

@@ -34,9 +34,9 @@ def bench_profiler(
     from colocate.commands._output import console
     from colocate.commands.demo import demo_spec
     from profiler.bench import campaign_efficiency, sampler_overhead
-    from profiler.cells import JobType
-    from profiler.devices import resolve_device
-    from profiler.spec import load_spec
+    from profiler.campaign.cells import JobType
+    from profiler.campaign.spec import load_spec
+    from profiler.gpu.devices import resolve_device
 
     spec = load_spec(spec_path) if spec_path else demo_spec(device)
     if device:
@@ -58,9 +58,9 @@ def bench_profiler(
 
 def _print_estimate(spec_path: Path, gpu: str) -> None:
     from colocate.commands._output import console
-    from colocate.errors import InputError
-    from profiler.estimate import EstimateAssumptions, estimate_campaign
-    from profiler.spec import load_spec
+    from common.errors import InputError
+    from profiler.campaign.estimate import EstimateAssumptions, estimate_campaign
+    from profiler.campaign.spec import load_spec
 
     if gpu != "h100":
         raise InputError(f"no estimate assumptions for GPU type '{gpu}'", field="--gpu", valid="h100")

@@ -25,8 +25,8 @@ def colocation_table(
 
     results = load_inputs(results_dirs or [], gavel or [], gpu_types=gpu_type or None)
     table = measured_colocation_table(results, sharing=sharing)
-    from colocate.colocation_table import write_colocation_table
-    from profiler.outdir import prepare_out_file
+    from profiler.campaign.outdir import prepare_out_file
+    from scheduler.formats.colocation_table import write_colocation_table
 
     prepare_out_file(out)
     write_colocation_table(table, out)

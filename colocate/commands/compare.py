@@ -1,6 +1,6 @@
 """``colocate compare``: every policy on every workload at every load point, in parallel processes, then a
 markdown report (with JCT across load when several load points are given). The work is
-:func:`scheduler.compare.compare_policies`; this module parses the options, shows progress and prints."""
+:func:`scheduler.sim.compare.compare_policies`; this module parses the options, shows progress and prints."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import typer
 
-from scheduler.compare import expand_workloads, parse_loads, run_task, workload_label
+from scheduler.sim.compare import expand_workloads, parse_loads, run_task, workload_label
 
 __all__ = ["compare_command", "expand_workloads", "parse_loads", "register", "run_task", "workload_label"]
 
@@ -61,13 +61,13 @@ def compare_command(
 ) -> None:
     """Run the policies on every workload (in parallel processes) and write report.md, summary.csv and plots."""
     from colocate.commands._output import console
-    from scheduler.compare import CompareRequest, compare_policies
+    from scheduler.sim.compare import CompareRequest, compare_policies
 
     request = CompareRequest(cluster=cluster, workloads=workloads, policies=policies, out=out, loads=loads,
                              strength=strength, colocation=colocation, round_s=round_s, seed=seed, workers=workers,
                              profiles=profiles, title=title, notes=notes, force=force)
     from colocate.commands._output import error_console
-    from scheduler.compare import SimulationFailed
+    from scheduler.sim.compare import SimulationFailed
 
     try:
         report, means, failed = compare_policies(request, progress=_progress_bar)

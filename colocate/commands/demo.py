@@ -4,7 +4,7 @@
 2. its compatibility matrices (CSV, heatmap PNG, GraphML);
 3. a simulated comparison of the `colocate` policy (heterogeneity + adaptivity + packing) against `sia`
    (the same ILP with packing off) on a bundled 24-job workload over the bundled default 32-GPU cluster
-   (:mod:`scheduler.bundled`: Pollux's T4 profiles, a V100 type derived from them, Gavel's pair ratios),
+   (:mod:`scheduler.formats.bundled`: Pollux's T4 profiles, a V100 type derived from them, Gavel's pair ratios),
    so a clean clone runs all three steps without any external data.
 """
 
@@ -28,8 +28,8 @@ def demo_spec(device: str | None = None):  # -> CampaignSpec
 
     import yaml
 
-    from profiler.mps import mps_unavailable_reason
-    from profiler.spec import spec_from_dict
+    from profiler.campaign.spec import spec_from_dict
+    from profiler.gpu.mps import mps_unavailable_reason
 
     source = resources.files("colocate") / "examples" / "demo.yaml"
     spec = spec_from_dict(yaml.safe_load(source.read_text()), source=str(source))
@@ -61,10 +61,10 @@ def demo(
     from colocate.matrix import write_matrices
     from colocate.results import load_results
     from colocate.summary import cell_summary
-    from profiler.campaign import run_campaign
+    from profiler.campaign.driver import run_campaign
 
     if spec_path is not None:
-        from profiler.spec import load_spec
+        from profiler.campaign.spec import load_spec
 
         spec = load_spec(spec_path)
     else:
@@ -89,13 +89,13 @@ def demo(
 
 
 def run_demo_simulation(out: Path) -> Path:
-    """Step 3 on the bundled default (cluster, profiles, colocation table: :mod:`scheduler.bundled`)."""
+    """Step 3 on the bundled default (cluster, profiles, colocation table: :mod:`scheduler.formats.bundled`)."""
     from rich.table import Table
 
     from colocate.commands._output import console
-    from scheduler import bundled
-    from scheduler.cluster import load_cluster
-    from scheduler.simulator import simulate
+    from scheduler.formats import bundled
+    from scheduler.model.cluster import load_cluster
+    from scheduler.sim.simulator import simulate
 
     cluster, workload = load_cluster(bundled.default_cluster()), _example("demo-workload.csv")
     console.print(f"[bold]3/3 simulation[/] {', '.join(DEMO_POLICIES)} on {workload.name} over the bundled "

@@ -1,6 +1,6 @@
 """``colocate env``: versions, devices and what is usable (MPS, NVML, GPM, ncu) — for bug reports.
 
-``colocate env --check`` is the preflight a GPU user runs before a campaign (:mod:`profiler.preflight`):
+``colocate env --check`` is the preflight a GPU user runs before a campaign (:mod:`profiler.gpu.preflight`):
 it proves MPS works end to end and exits 1 when a check fails.
 """
 
@@ -26,8 +26,8 @@ def collect_env() -> dict[str, Any]:
     """Everything a bug report needs, as a plain dict."""
     import torch
 
-    from profiler.mps import CONTROL_BINARY
-    from profiler.nvml import device_info, gpm_supported, nvml_status
+    from profiler.gpu.mps import CONTROL_BINARY
+    from profiler.gpu.nvml import device_info, gpm_supported, nvml_status
 
     versions: dict[str, str | None] = {"python": platform.python_version()}
     for package in PACKAGES:
@@ -111,9 +111,9 @@ def _preflight(device: str, as_json: bool) -> None:
     from rich.table import Table
 
     from colocate.commands._output import console
-    from colocate.errors import InputError
-    from profiler.preflight import run_preflight
-    from profiler.spec import DEVICE_PATTERN
+    from common.errors import InputError
+    from profiler.campaign.spec import DEVICE_PATTERN
+    from profiler.gpu.preflight import run_preflight
 
     if not DEVICE_PATTERN.match(device):
         raise InputError(f"'{device}' is not a device", field="--device", valid="cuda or cuda:N")

@@ -25,7 +25,7 @@ def export_gavel(
     results = load_results(results_dirs)
     data = convert(results, sharing=sharing, scale_factor=scale_factor)
     target = out or results_dirs[0] / "gavel_throughputs.json"
-    from profiler.outdir import prepare_out_file
+    from profiler.campaign.outdir import prepare_out_file
 
     prepare_out_file(target)
     atomic_write_json(data, target)

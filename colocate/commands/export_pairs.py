@@ -20,9 +20,9 @@ def export_pairs(
 ) -> None:
     """Write every measured pair with both jobs' solo and co-located figures, units and provenance."""
     from colocate.commands._output import console
-    from colocate.errors import InputError
     from colocate.gavel import load_inputs
     from colocate.pairs_export import export_pairs as write
+    from common.errors import InputError
 
     if out is None:
         if not results_dirs:

@@ -24,7 +24,7 @@ def import_gavel(
     from colocate.commands._output import console
     from colocate.gavel import import_gavel as convert
     from colocate.gavel import write_import
-    from profiler.outdir import prepare_out_dir
+    from profiler.campaign.outdir import prepare_out_dir
 
     prepare_out_dir(out)
     imported = convert(file, scale_factor=scale_factor, gpu_types=tuple(gpu_type) if gpu_type else None)

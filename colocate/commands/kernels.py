@@ -24,7 +24,7 @@ def kernels(
 
     from colocate.commands._output import console, error_console
     from colocate.kernel_store import profile_spec_kernels
-    from profiler.spec import load_spec
+    from profiler.campaign.spec import load_spec
 
     spec = load_spec(spec_path)
     out = out or Path("results") / f"{spec.name}-kernels"

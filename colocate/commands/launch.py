@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from scheduler.launch import LaunchRequest as _Defaults  # the defaults' one source
+from scheduler.executor.launch import LaunchRequest as _Defaults  # the defaults' one source
 
 
 def register(app: typer.Typer) -> None:
@@ -95,9 +95,9 @@ def launch(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from colocate.commands._output import console, error_console
-    from profiler.safe_load import json_text
-    from scheduler.launch import LaunchRequest
-    from scheduler.launch import launch as launch_allocation
+    from common.safe_load import json_text
+    from scheduler.executor.launch import LaunchRequest
+    from scheduler.executor.launch import launch as launch_allocation
 
     request = LaunchRequest(
         allocation=allocation, jobs=jobs, cluster=cluster, commands=commands, backend=backend, emit=emit,
@@ -137,7 +137,7 @@ def launch(
 
 def _print_emitted(plan: Any, emitted: Any, as_json: bool) -> None:
     from colocate.commands._output import console
-    from profiler.safe_load import json_text
+    from common.safe_load import json_text
 
     if as_json:
         print(json_text({"emit": emitted.kind, "files": [str(p) for p in emitted.files]}, indent=2))

@@ -30,7 +30,7 @@ def learned(
 
     view = learned_view(StateStore(state, create=False))
     if out is not None:
-        from colocate.colocation_table import write_colocation_table
+        from scheduler.formats.colocation_table import write_colocation_table
 
         if not view["colocation"]:
             console.print("no packed pair has been measured yet; nothing written")

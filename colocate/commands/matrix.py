@@ -25,9 +25,9 @@ def matrix(
     from rich.table import Table
 
     from colocate.commands._output import console
-    from colocate.errors import InputError
     from colocate.gavel import load_inputs
     from colocate.matrix import METRICS, write_matrices
+    from common.errors import InputError
 
     if metric not in METRICS:
         raise InputError(f"unknown metric '{metric}'", field="--metric", valid=", ".join(METRICS))
@@ -35,7 +35,7 @@ def matrix(
     if out is None:
         out = (results_dirs[0] if results_dirs else Path("results") / "gavel") / "matrices"
     outputs = write_matrices(results, out, metric=metric, by_batch=by_batch, plots=plots)
-    from profiler.outdir import prepare_out_dir
+    from profiler.campaign.outdir import prepare_out_dir
 
     prepare_out_dir(out)
     table = Table(title=f"{metric} matrices → {out}")

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from colocate.errors import InputError
+from common.errors import InputError
 
 TABLE_COLUMNS = ["gpu_type", "type_a", "type_b", "ratio_a", "ratio_b", "delta", "source", "repeats", "sharing"]
 DIGITS = 4  # ratios and δ are written and printed to 4 decimals: measurement noise is larger than that
@@ -86,10 +86,10 @@ def _fill(datasets: list, config, target: Path) -> None:  # noqa: ANN001 - Predi
     import pandas as pd
     from rich.table import Table
 
-    from colocate.colocation_table import write_colocation_table
     from colocate.commands._output import console
     from colocate.predict import predict_dataset
-    from profiler.outdir import prepare_out_file
+    from profiler.campaign.outdir import prepare_out_file
+    from scheduler.formats.colocation_table import write_colocation_table
 
     table = pd.concat([predict_dataset(d, config) for d in datasets], ignore_index=True)
     table[["ratio_a", "ratio_b", "delta"]] = table[["ratio_a", "ratio_b", "delta"]].astype(float).round(DIGITS)
@@ -123,7 +123,7 @@ def _evaluate(datasets: list, config, report_dir: Path, results, results_dirs: l
     from colocate.commands._output import console, error_console
     from colocate.predict_eval import evaluation_report, leave_one_pair_out, ties
     from colocate.results import atomic_write_json
-    from profiler.outdir import prepare_out_dir
+    from profiler.campaign.outdir import prepare_out_dir
 
     evaluations = []
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

@@ -24,12 +24,12 @@ def profile(
 ) -> None:
     """Measure solo and co-located iteration times; print δ per cell. Rerun the same command to resume."""
     from colocate.commands._output import console, error_console, summary_table
-    from colocate.errors import InputError
     from colocate.summary import cell_summary
-    from profiler.cells import plan_runs
-    from profiler.outdir import directory_lock
-    from profiler.spec import load_spec
-    from profiler.store import ResultsStore
+    from common.errors import InputError
+    from profiler.campaign.cells import plan_runs
+    from profiler.campaign.outdir import directory_lock
+    from profiler.campaign.spec import load_spec
+    from profiler.results.store import ResultsStore
 
     spec = load_spec(spec_path)
     out = out or Path("results") / spec.name
@@ -67,19 +67,19 @@ def profile(
 def _run(spec: Any, out: Path, runs: list, backend: str, address: str | None, as_json: bool) -> Any:
     """Run the campaign on the chosen backend under a progress bar; returns its results store."""
     from colocate.commands._output import campaign_progress
-    from colocate.errors import InputError
-    from profiler.store import ResultsStore
+    from common.errors import InputError
+    from profiler.results.store import ResultsStore
 
     store = ResultsStore(out)  # damaged files fail here, before the progress bar starts
     store.read_meta()
     store.runs()
     if backend == "local":
-        from profiler.campaign import run_campaign
+        from profiler.campaign.driver import run_campaign
 
         with campaign_progress(f"campaign {spec.name}", enabled=not as_json) as on_progress:
             return run_campaign(spec, out, on_progress=on_progress, runs=runs)
     try:
-        from profiler.ray_backend import run_campaign_on_ray
+        from profiler.campaign.ray_backend import run_campaign_on_ray
     except ImportError as exc:
         raise InputError(f"the ray backend is unavailable ({exc})", field="--backend",
                          valid="local, or install the extra: pip install -e '.[ray]'") from None

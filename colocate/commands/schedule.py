@@ -2,7 +2,7 @@
 
 Reads a cluster YAML, a jobs CSV, throughput profiles (a generic CSV or Sia's traces directory) and an
 optional colocation table; builds and solves the round ILP (:mod:`scheduler.ilp`); places the result on
-concrete nodes and GPUs (:mod:`scheduler.placement`); prints a table and the solver line, or JSON.
+concrete nodes and GPUs (:mod:`scheduler.model.placement`); prints a table and the solver line, or JSON.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from typing import Any, Literal, Optional, get_origin, get_type_hints
 
 import typer
 
-from colocate.errors import InputError
-from scheduler.allocation_file import allocation_document as decision_to_json
+from common.errors import InputError
+from scheduler.formats.allocation_file import allocation_document as decision_to_json
+from scheduler.formats.colocation_table import load_colocation_table
+from scheduler.formats.profiles import load_goodput_model
 
 
 def register(app: typer.Typer) -> None:
@@ -26,7 +28,7 @@ def register(app: typer.Typer) -> None:
 def default_profiles_path(gpu_types: tuple[str, ...] = ()) -> Path | None:
     """Sia's traces (``$COLOCATE_SHARED_DATA/sia/traces`` or ``../shared/data`` beside us) if present, else the
     bundled profiles (also for a cluster of only bundled types)."""
-    from scheduler.workloads import default_profiles_dir
+    from scheduler.formats.workloads import default_profiles_dir
 
     candidate = default_profiles_dir(gpu_types)
     return candidate if candidate.is_dir() else None
@@ -36,7 +38,7 @@ def _check_inputs(jobs: list, cluster: Any, model: Any, jobs_path: Path) -> None
     """Catch typos that would silently leave jobs unallocated: unknown applications and GPU types, and jobs
     no configuration of the cluster can run (too many GPUs, or a batch outside every profile)."""
     from colocate.commands._output import error_console
-    from scheduler.configs import configurations
+    from scheduler.model.configs import configurations
 
     known = getattr(model, "applications", None)
     configs = configurations(cluster)
@@ -78,13 +80,11 @@ def _schedule(
     **ilp_options: Any,
 ) -> None:
     """Decide one round: GPU type, GPU count, batch size and co-location partner for every job."""
-    from scheduler.cluster import load_cluster
-    from scheduler.colocation import ColocationTable
-    from scheduler.goodput import ProfileGoodputModel
     from scheduler.ilp import PackingPolicy
-    from scheduler.jobs import load_jobs
-    from scheduler.placement import place
-    from scheduler.policy import RoundContext
+    from scheduler.model.cluster import load_cluster
+    from scheduler.model.jobs import load_jobs
+    from scheduler.model.placement import place
+    from scheduler.model.policy import RoundContext
 
     config = ilp_config_from_options(ilp_options)
     the_cluster = load_cluster(cluster)
@@ -94,14 +94,14 @@ def _schedule(
         if profiles is None:
             raise InputError("no throughput profiles given and ../shared/data/sia/traces not found",
                              field="--profiles", valid="a profile CSV or Sia's traces directory")
-    model = ProfileGoodputModel.from_path(profiles)
+    model = load_goodput_model(profiles)
     _check_inputs(the_jobs, the_cluster, model, jobs)
-    table = ColocationTable.load(colocation) if colocation is not None else None
+    table = load_colocation_table(colocation) if colocation is not None else None
     policy = PackingPolicy(config, name="colocate" if config.packing else "sia")
     decision = policy.allocate(the_jobs, the_cluster, RoundContext(goodput=model, colocation=table))
     placement = place(decision, the_cluster)
     if as_json:
-        from profiler.safe_load import json_text
+        from common.safe_load import json_text
 
         typer.echo(json_text(decision_to_json(decision, placement), indent=2))
         return

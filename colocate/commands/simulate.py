@@ -20,7 +20,7 @@ def _group_option(policy: str, max_group_size: int | None) -> dict[str, Any]:
     if max_group_size is None:
         return {}
     if policy not in ("colocate", "colocate-triples"):
-        from colocate.errors import InputError
+        from common.errors import InputError
 
         raise InputError(f"--max-group-size with policy {policy!r}", field="--max-group-size",
                          valid="--policy colocate or colocate-triples (the ILP policies that pack groups)")
@@ -37,7 +37,7 @@ def _colocation(path: Path | None):  # -> ColocationTable | Path | None
         return path
     from colocate.matrix import measured_colocation_table
     from colocate.results import load_results
-    from scheduler.colocation import ColocationTable
+    from scheduler.model.colocation import ColocationTable
 
     return ColocationTable.from_frame(measured_colocation_table(load_results(path)))
 
@@ -130,13 +130,13 @@ def simulate_command(
                                    help="Scale every pair's benefit Σr−1 (<1 weaker, >1 stronger)."),
 ) -> None:
     """Simulate a workload under one policy; print JCTs, makespan, GPU-hours, utilization, packing."""
-    from profiler.bounds import check_number
-    from profiler.outdir import prepare_out_dir
-    from profiler.safe_load import json_text
-    from scheduler.cluster import load_cluster
+    from common.bounds import check_number
+    from common.safe_load import json_text
+    from profiler.campaign.outdir import prepare_out_dir
+    from scheduler.formats.workloads import read_workload
+    from scheduler.model.cluster import load_cluster
     from scheduler.policies import policy_spec
-    from scheduler.simulator import SimConfig, simulate
-    from scheduler.workloads import read_workload
+    from scheduler.sim.simulator import SimConfig, simulate
 
     check_number(round_s, field="--round", low=1, high=86400, valid="seconds in [1, 86400]")
     check_number(seed, field="--seed", low=0, high=2**32 - 1, integer=True)
@@ -149,8 +149,8 @@ def simulate_command(
     table = _colocation(colocation)
     cluster_obj = load_cluster(cluster)
     work = read_workload(workload)
-    from scheduler.profiles import check_workload
-    from scheduler.workloads import default_profiles_dir
+    from scheduler.formats.profiles import check_workload
+    from scheduler.formats.workloads import default_profiles_dir
 
     check_workload(work.jobs, cluster_obj, profiles or default_profiles_dir(), work.source)
     with _progress_bar(f"{spec.name} on {work.name}", len(work), hidden=as_json) as on_round:

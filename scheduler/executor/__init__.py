@@ -1,6 +1,6 @@
 """Executors: the mechanism that applies a scheduling decision (``colocate schedule --json``) for real.
 
-The policy (:mod:`scheduler.ilp`, :mod:`scheduler.placement`) decides; this package only executes, with the
+The policy (:mod:`scheduler.ilp`, :mod:`scheduler.model.placement`) decides; this package only executes, with the
 GPU group as the unit — one job alone on its GPUs, or a packed pair sharing them:
 
 * :mod:`scheduler.executor.plan` reads and validates the allocation JSON into a :class:`LaunchPlan` of

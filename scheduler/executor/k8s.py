@@ -31,9 +31,9 @@ from typing import Any
 
 import yaml
 
-from profiler.errors import InputError
-from profiler.ray_backend import ray_accelerator_name
-from profiler.sharing import sharing_mode
+from common.errors import InputError
+from profiler.campaign.ray_backend import ray_accelerator_name
+from profiler.gpu.sharing import sharing_mode
 from scheduler.executor.command import RunSettings, job_argv
 from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment
 
@@ -64,7 +64,7 @@ def load_inventory(path: str | Path) -> Inventory:
     valid = "gpu_type: [{node: NAME, gpus: [GPU-UUID, ...]}, ...]"
     if not path.is_file():
         raise InputError("inventory file not found", source=path, field="--inventory", valid=valid)
-    from profiler.safe_load import load_yaml
+    from common.safe_load import load_yaml
 
     data = load_yaml(path, field="--inventory", what="inventory file")
     if not isinstance(data, dict):

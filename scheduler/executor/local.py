@@ -4,7 +4,7 @@ Each job runs in its own session (process group) with ``PR_SET_PDEATHSIG`` set b
 launcher that dies takes its jobs with it, and teardown can signal a job's whole process tree. Teardown —
 at the end, after ``--duration``, on Ctrl-C or SIGTERM — sends SIGTERM to every job's process group, waits
 ``stop_grace_s``, then SIGKILLs what is left, and only then quits the MPS daemons (a daemon must outlive its
-clients). The MPS daemon of a group is private to it (:func:`profiler.mps.mps_daemon`: own pipe and log
+clients). The MPS daemon of a group is private to it (:func:`profiler.gpu.mps.mps_daemon`: own pipe and log
 directories, only our daemon is ever stopped).
 
 Progress comes from each job's progress file (the built-in trainer writes it; user commands may write the
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from profiler.errors import InputError
-from profiler.sharing import sharing_mode
-from profiler.signals import sigterm_as_interrupt
+from common.errors import InputError
+from common.signals import sigterm_as_interrupt
+from profiler.gpu.sharing import sharing_mode
 from scheduler.executor.command import RunSettings, job_argv
 from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment, safe_name
 from scheduler.executor.train import read_progress

@@ -1,6 +1,6 @@
 """Read a scheduling decision (``colocate schedule --json``) into GPU groups, and decide what each job runs.
 
-The allocation JSON (:mod:`scheduler.allocation_file`; schema in the README)::
+The allocation JSON (:mod:`scheduler.formats.allocation_file`; schema in the README)::
 
     {"allocations": [{"job": "a", "gpu_type": "h100", "num_gpus": 1, "batch_size": 64, "partner": "b",
                       "node": 0, "gpus": [1]}, ...],
@@ -32,13 +32,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from profiler.bounds import MAX_BATCH, MAX_GPUS
-from profiler.errors import InputError
-from profiler.names import NAME_RULE, is_safe_name, safe_name, shown  # noqa: F401  (safe_name: re-exported)
-from profiler.sharing import SHARING_MODES, sharing_mode_names  # noqa: F401  (SHARING_MODES: re-exported)
-from scheduler.allocation_file import read_allocation_file
-from scheduler.applications import APPLICATION_MODELS
-from scheduler.cluster import MAX_GPUS_PER_NODE
+from common.bounds import MAX_BATCH, MAX_GPUS
+from common.errors import InputError
+from common.names import NAME_RULE, is_safe_name, safe_name, shown  # noqa: F401  (safe_name: re-exported)
+from profiler.gpu.sharing import SHARING_MODES, sharing_mode_names  # noqa: F401  (SHARING_MODES: re-exported)
+from scheduler.formats.allocation_file import read_allocation_file
+from scheduler.model.applications import APPLICATION_MODELS
+from scheduler.model.cluster import MAX_GPUS_PER_NODE
 
 PLACEHOLDERS = ("job", "batch_size", "num_gpus", "gpu_type", "partner", "node", "gpus")
 DEFAULT_IMAGE_SIZE = 32
@@ -136,7 +136,7 @@ class LaunchPlan:
 
 
 def check_cluster(plan: LaunchPlan, cluster: Any, source: str | Path) -> None:
-    """Refuse groups on GPU types, nodes or GPU indices the cluster (``scheduler.cluster.Cluster``) lacks."""
+    """Refuse groups on GPU types, nodes or GPU indices the cluster (``scheduler.model.cluster.Cluster``) lacks."""
     for group in plan.groups:
         field = f"allocations[{group.label}]"
         if group.gpu_type not in cluster:
@@ -168,7 +168,7 @@ def job_environment(job: JobLaunch, group: GpuGroup) -> dict[str, str]:
 # -- reading ---------------------------------------------------------------------------------------------
 def load_commands(path: Path) -> dict[str, str]:
     """The ``--commands`` YAML: a mapping from job name or application to a shell command."""
-    from profiler.safe_load import load_yaml
+    from common.safe_load import load_yaml
 
     if not path.is_file():
         raise InputError("commands file not found", source=path, field="--commands",
@@ -211,7 +211,7 @@ def load_plan(
     applications: dict[str, str] = {}
     batch_sizes: dict[str, int] = {}
     if jobs_path is not None:
-        from scheduler.jobs import load_jobs
+        from scheduler.model.jobs import load_jobs
 
         for job in load_jobs(jobs_path):
             applications[job.name] = job.application

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from profiler.ray_backend import ROUTING_FRACTION, require_ray, routing_resource
+from profiler.campaign.ray_backend import ROUTING_FRACTION, require_ray, routing_resource
 from scheduler.executor.base import GroupPoll
 from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings
 from scheduler.executor.plan import GpuGroup, LaunchPlan

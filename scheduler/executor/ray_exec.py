@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from profiler.errors import InputError
-from profiler.ray_backend import ROUTING_FRACTION, require_ray, routing_resource
-from profiler.signals import sigterm_as_interrupt
+from common.errors import InputError
+from common.signals import sigterm_as_interrupt
+from profiler.campaign.ray_backend import ROUTING_FRACTION, require_ray, routing_resource
 from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings, run_groups
 from scheduler.executor.plan import GpuGroup, LaunchPlan
 from scheduler.executor.progress_board import ProgressBoard

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from profiler.errors import InputError
+from common.errors import InputError
 from scheduler.executor.base import Executor
 
 
@@ -34,7 +34,7 @@ def _local(**options: Any) -> Executor:
 
 
 def _ray(**options: Any) -> Executor:
-    from profiler.ray_backend import require_ray
+    from profiler.campaign.ray_backend import require_ray
     from scheduler.executor.ray_backend import RayExecutor
 
     require_ray()

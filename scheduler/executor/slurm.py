@@ -23,8 +23,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiler.names import comment_text
-from profiler.sharing import sharing_mode
+from common.names import comment_text
+from profiler.gpu.sharing import sharing_mode
 from scheduler.executor.command import TRAINER_MODULE, RunSettings, job_argv
 from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment, safe_name
 

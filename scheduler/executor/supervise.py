@@ -4,7 +4,7 @@ The server (local backend) or a Ray actor (Ray backend) starts one supervisor pe
 session and without a parent-death signal, so the group outlives the server: ``kill -9`` of ``colocate serve``
 leaves it training, and the restarted server re-adopts it by pid and start time (:func:`process_alive`).
 
-The supervisor starts a private MPS daemon when the group shares by MPS (:func:`profiler.mps.mps_daemon`),
+The supervisor starts a private MPS daemon when the group shares by MPS (:func:`profiler.gpu.mps.mps_daemon`),
 starts every job of the group (each in its own session, with ``PR_SET_PDEATHSIG``, so jobs never outlive
 their supervisor), waits for them, and writes each job's ``exit.json`` (return code, whether it was asked to
 stop, its last log line) when it ends. SIGTERM or SIGINT to the supervisor is the stop request: it is passed
@@ -133,7 +133,7 @@ def _write_exit(job: dict[str, Any], code: int, stop_requested: bool) -> None:
 
 def supervise(doc: dict[str, Any]) -> int:
     """Run the group of ``doc`` to its end (or until a stop request); returns 0."""
-    from profiler.sharing import sharing_mode
+    from profiler.gpu.sharing import sharing_mode
 
     stop: dict[str, float | None] = {"at": None}
 

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.files import atomic_write_text
-from profiler.signals import die_with_parent
+from common.files import atomic_write_text
+from common.signals import die_with_parent
 
 PROGRESS_INTERVAL_S = 0.5
 WARMUP_STEPS = 3  # iterations excluded from the measured iteration time (allocator, autotuning)

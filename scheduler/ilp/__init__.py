@@ -3,7 +3,7 @@ r"""One ILP per round for heterogeneity, adaptivity and packing: Sia's formulati
 Notation
 --------
 * ``J`` jobs; GPU types ``t`` with capacity ``K_t`` GPUs; configurations ``c`` (``n_c`` GPUs of one type,
-  powers of two inside a node, then whole nodes: :mod:`scheduler.configs`).
+  powers of two inside a node, then whole nodes: :mod:`scheduler.model.configs`).
 * ``C_i`` — configurations valid for job ``i``: the goodput model knows the job there, its memory fits
   (``m_i ≤ M_t``), rigid jobs only at their own GPU count, a pinned job (checkpoint-restore) only at its
   current configuration.
@@ -97,7 +97,7 @@ feasible solution comes back, a greedy allocation is used, so a round always yie
 from __future__ import annotations
 
 from scheduler.ilp.build import build_problem, gc_paused
-from scheduler.ilp.candidates import beneficial_ratio, class_key, pair_candidates
+from scheduler.ilp.candidates import class_key, pair_candidates
 from scheduler.ilp.columns import (
     JobColumns,
     add_pair_columns,
@@ -108,7 +108,7 @@ from scheduler.ilp.columns import (
 )
 from scheduler.ilp.config import IlpConfig
 from scheduler.ilp.highs import RawResult, highs_lp, solve_highspy
-from scheduler.ilp.objective import Objective
+from scheduler.ilp.objective import Objective, beneficial_ratio
 from scheduler.ilp.policy import PackingPolicy, sia_policy
 from scheduler.ilp.pricing import PricingData, dual_ranked_partners, price_pair_columns
 from scheduler.ilp.problem import InvalidSelection, RoundProblem

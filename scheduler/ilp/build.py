@@ -10,9 +10,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from scheduler.cluster import Cluster
-from scheduler.configs import configurations
-from scheduler.goodput import GoodputModel
 from scheduler.ilp.candidates import pair_candidates
 from scheduler.ilp.columns import JobColumns, Shapes, add_pair_columns, job_options, shape_for, shapes_for
 from scheduler.ilp.config import IlpConfig
@@ -21,10 +18,13 @@ from scheduler.ilp.pricing import PricingData
 from scheduler.ilp.problem import ReservedSingles, RoundProblem
 from scheduler.ilp.triples import add_triple_columns, all_triples, triple_candidates
 from scheduler.ilp.warm import WarmStart
-from scheduler.jobs import Job
+from scheduler.model.cluster import Cluster
+from scheduler.model.configs import configurations
+from scheduler.model.goodput import GoodputModel
+from scheduler.model.jobs import Job
 
 if TYPE_CHECKING:  # pragma: no cover
-    from scheduler.colocation import ColocationTable
+    from scheduler.model.colocation import ColocationTable
 
 
 @contextmanager

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from scheduler.configs import Configuration
 from scheduler.ilp.config import IlpConfig
-from scheduler.jobs import Job
+from scheduler.model.configs import Configuration
+from scheduler.model.jobs import Job
 
 if TYPE_CHECKING:  # pragma: no cover
-    from scheduler.colocation import ColocationTable
     from scheduler.ilp.columns import JobColumns
+    from scheduler.model.colocation import ColocationTable
 
 
 def class_key(job: Job) -> tuple[str, str]:
@@ -126,15 +126,4 @@ def _table_types(colocation: "ColocationTable") -> list[str]:
     types = sorted(colocation.gpu_types)
     _TYPES[id(colocation)] = (colocation, types)
     return types
-
-
-def beneficial_ratio(colocation: "ColocationTable", cache: dict[str, tuple[float, float] | None], gpu_type: str,
-                      a: Job, b: Job, min_benefit: float) -> tuple[float, float] | None:
-    """The pair's ratios on ``gpu_type`` if both are positive and sum to ≥ 1 + min_benefit, else None (cached)."""
-    if gpu_type not in cache:
-        cache[gpu_type] = colocation.lookup(gpu_type, a, b)
-    r = cache[gpu_type]
-    if r is None or r[0] <= 0 or r[1] <= 0 or r[0] + r[1] < 1 + min_benefit:
-        return None
-    return r
 

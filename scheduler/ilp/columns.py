@@ -10,17 +10,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from scheduler.cluster import Cluster
-from scheduler.configs import Configuration
-from scheduler.goodput import GoodputEstimate, GoodputModel, estimate_arrays
-from scheduler.ilp.candidates import beneficial_ratio
 from scheduler.ilp.config import IlpConfig
-from scheduler.ilp.objective import Objective
+from scheduler.ilp.objective import Objective, beneficial_ratio
 from scheduler.ilp.problem import RoundProblem
-from scheduler.jobs import Job
+from scheduler.model.cluster import Cluster
+from scheduler.model.configs import Configuration
+from scheduler.model.goodput import GoodputEstimate, GoodputModel, estimate_arrays
+from scheduler.model.jobs import Job
 
 if TYPE_CHECKING:  # pragma: no cover
-    from scheduler.colocation import ColocationTable
+    from scheduler.model.colocation import ColocationTable
 
 
 def restart_factor(job: Job, restart_cost_s: float) -> float:

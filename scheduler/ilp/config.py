@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from profiler.bounds import MAX_GPUS, check_number
-from profiler.errors import InputError
-from profiler.names import shown
+from common.bounds import MAX_GPUS, check_number
+from common.errors import InputError
+from common.names import shown
 
 SOLVERS = ("highs", "pulp-highs", "cbc")
 CANDIDATE_MODES = ("top-k", "all")

@@ -11,8 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from scheduler.model.colocation import ColocationTable
+    from scheduler.model.jobs import Job
 
 
 @dataclass(frozen=True)
@@ -90,3 +95,14 @@ class Objective:
         """True when a selection of total ``weight`` is within relative ``gap`` of ``bound_weight``."""
         natural = self.from_weights(weight, num_jobs)
         return abs(weight - bound_weight) <= gap * max(abs(natural), 1e-9)
+
+
+def beneficial_ratio(colocation: "ColocationTable", cache: dict[str, tuple[float, float] | None], gpu_type: str,
+                      a: Job, b: Job, min_benefit: float) -> tuple[float, float] | None:
+    """The pair's ratios on ``gpu_type`` if both are positive and sum to ≥ 1 + min_benefit, else None (cached)."""
+    if gpu_type not in cache:
+        cache[gpu_type] = colocation.lookup(gpu_type, a, b)
+    r = cache[gpu_type]
+    if r is None or r[0] <= 0 or r[1] <= 0 or r[0] + r[1] < 1 + min_benefit:
+        return None
+    return r

@@ -6,13 +6,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from scheduler.cluster import Cluster
 from scheduler.ilp.build import build_problem
 from scheduler.ilp.config import IlpConfig
 from scheduler.ilp.solve import decision_from, solve_problem
 from scheduler.ilp.warm import WarmStart
-from scheduler.jobs import Job
-from scheduler.policy import RoundContext, RoundDecision
+from scheduler.model.cluster import Cluster
+from scheduler.model.jobs import Job
+from scheduler.model.policy import RoundContext, RoundDecision
 
 
 @dataclass(frozen=True)

@@ -13,18 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scheduler.configs import Configuration
-from scheduler.ilp.candidates import beneficial_ratio, class_key
+from scheduler.ilp.candidates import class_key
 from scheduler.ilp.columns import JobColumns, add_pair_columns
 from scheduler.ilp.config import IlpConfig
 from scheduler.ilp.highs import highs_lp
-from scheduler.ilp.objective import Objective
+from scheduler.ilp.objective import Objective, beneficial_ratio
 from scheduler.ilp.problem import RoundProblem
 from scheduler.ilp.triples import add_triple_columns, dual_ranked_triples
+from scheduler.model.configs import Configuration
 
 if TYPE_CHECKING:  # pragma: no cover
-    from scheduler.colocation import ColocationTable
     from scheduler.ilp.warm import WarmStart
+    from scheduler.model.colocation import ColocationTable
 
 
 @dataclass

@@ -5,18 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
-from scheduler.cluster import Cluster
-from scheduler.configs import Configuration
-from scheduler.goodput import GoodputEstimate
 from scheduler.ilp.objective import Objective
-from scheduler.jobs import Job
-
-if TYPE_CHECKING:  # pragma: no cover
-    from scheduler.ilp.pricing import PricingData
+from scheduler.model.cluster import Cluster
+from scheduler.model.configs import Configuration
+from scheduler.model.goodput import GoodputEstimate
+from scheduler.model.jobs import Job
 
 
 class InvalidSelection(AssertionError):
@@ -71,7 +68,7 @@ class RoundProblem:
     num_groups: int = 0
     num_group_candidates: int = 0
     single_node_g: list[dict[int, float]] = field(default_factory=list)  # per job: config -> G (for bounds)
-    pricing: "PricingData | None" = None
+    pricing: Any = None                     # scheduler.ilp.pricing.PricingData (pricing builds on this module)
     pricing_passes: int = 0
     lp_values: "np.ndarray | None" = None  # LP relaxation values of the first len(lp_values) columns
     lp_weight: float | None = None          # LP optimum (minimisation form) when lp_values covers every column

@@ -15,7 +15,7 @@ from scheduler.ilp.problem import InvalidSelection, RoundProblem
 from scheduler.ilp.pulp_backend import solve_pulp
 from scheduler.ilp.rounding import greedy_selection
 from scheduler.ilp.warm import WarmStart
-from scheduler.policy import Allocation, RoundDecision, SolverInfo
+from scheduler.model.policy import Allocation, RoundDecision, SolverInfo
 
 
 @dataclass(frozen=True)

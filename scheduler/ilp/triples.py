@@ -20,21 +20,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from scheduler.configs import Configuration
 from scheduler.ilp.candidates import class_key
 from scheduler.ilp.columns import JobColumns, restart_factor
 from scheduler.ilp.config import IlpConfig
 from scheduler.ilp.objective import Objective
 from scheduler.ilp.problem import RoundProblem
-from scheduler.jobs import Job
+from scheduler.model.configs import Configuration
+from scheduler.model.jobs import Job
 
 if TYPE_CHECKING:  # pragma: no cover
-    from scheduler.colocation import ColocationTable
+    from scheduler.model.colocation import ColocationTable
 
 
 def predicted_triple_ratios(colocation: "ColocationTable", gpu_type: str, jobs: Sequence[Job]
                             ) -> tuple[float, float, float] | None:
-    """Each member's ratio in a group of three (:meth:`scheduler.colocation.ColocationTable.triple_ratios`:
+    """Each member's ratio in a group of three (:meth:`scheduler.model.colocation.ColocationTable.triple_ratios`:
     predicted from the pairs by adding slowdowns; a memory-checked table also answers None when the three
     do not fit together); None if unknown."""
     return colocation.triple_ratios(gpu_type, jobs)

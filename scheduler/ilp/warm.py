@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scheduler.configs import Configuration
+from scheduler.model.configs import Configuration
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.ilp.problem import RoundProblem

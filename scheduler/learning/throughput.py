@@ -2,7 +2,7 @@
 
 A scheduler does not know how fast a job will run on a configuration it has never tried. It measures the step
 time (and the all-reduce time within it) of each configuration the job runs and fits the Pollux iteration-time
-model (OSDI'21 §3.2, :class:`scheduler.step_time.StepTimeModel`) to those points, per GPU type. This is what
+model (OSDI'21 §3.2, :class:`scheduler.model.step_time.StepTimeModel`) to those points, per GPU type. This is what
 Sia (SOSP'23 §3.4) does, and how its simulator's scheduler sees jobs:
 
 * :func:`fit_observed` fits the model with the priors of Pollux's fit: the terms nothing has measured yet are
@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scheduler.goodput import EstimateArrays, GoodputEstimate, GoodputModel, GoodputModelBase, estimate_arrays
-from scheduler.jobs import Job
-from scheduler.step_time import StepTimeModel, linear_fit
+from scheduler.model.goodput import EstimateArrays, GoodputEstimate, GoodputModel, GoodputModelBase, estimate_arrays
+from scheduler.model.jobs import Job
+from scheduler.model.step_time import StepTimeModel, linear_fit
 
 if TYPE_CHECKING:  # pragma: no cover
-    from scheduler.cluster import Cluster
-    from scheduler.configs import Configuration
+    from scheduler.model.cluster import Cluster
+    from scheduler.model.configs import Configuration
 
 _FLOOR = 1e-8  # the value a time parameter takes when nothing measured it (a term held "at zero")
 _GAMMAS = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 10.0)
@@ -242,7 +242,7 @@ class LearnedThroughputGoodput(GoodputModelBase):
         return self.estimate_arrays(job, configs).to_list()
 
     def estimate(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1) -> GoodputEstimate | None:
-        from scheduler.configs import Configuration
+        from scheduler.model.configs import Configuration
 
         return self.estimate_arrays(job, (Configuration(gpu_type, num_nodes, num_gpus),)).at(0)
 

@@ -1,4 +1,4 @@
-"""Scheduling policies by name, all behind :class:`scheduler.policy.Policy`.
+"""Scheduling policies by name, all behind :class:`scheduler.model.policy.Policy`.
 
 ====================  ========  =======  ==========================================================================
 name                  jobs      packing  what it is
@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from profiler.errors import InputError
-from scheduler.policy import Policy
+from common.errors import InputError
+from scheduler.model.policy import Policy
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Baselines (FIFO, Tiresias, Gandiva, Gavel) run *rigid* jobs: the GPU count and b
 A rigid job of ``n`` GPUs on a type with ``R`` GPUs per node takes ``n`` GPUs of one node when ``n ≤ R``,
 else ``ceil(n / R)`` whole nodes (the GPUs left on the last node are reserved and idle, as in Sia's and
 Gavel's simulators). :class:`FreeGpus` tracks free GPUs per node so that greedy policies only hand out
-allocations the placement stage (:func:`scheduler.placement.place`) can realise.
+allocations the placement stage (:func:`scheduler.model.placement.place`) can realise.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from scheduler.cluster import Cluster, GpuType
-from scheduler.configs import Configuration
-from scheduler.goodput import GoodputEstimate, estimate_arrays
-from scheduler.jobs import Job
-from scheduler.policy import Allocation, RoundContext, RoundDecision, SolverInfo
+from scheduler.model.cluster import Cluster, GpuType
+from scheduler.model.configs import Configuration
+from scheduler.model.goodput import GoodputEstimate, estimate_arrays
+from scheduler.model.jobs import Job
+from scheduler.model.policy import Allocation, RoundContext, RoundDecision, SolverInfo
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scheduler.cluster import Cluster
-from scheduler.jobs import Job
+from scheduler.model.cluster import Cluster
+from scheduler.model.jobs import Job
+from scheduler.model.policy import Allocation, RoundContext, RoundDecision
 from scheduler.policies.common import (
     FreeGpus,
     arrival_order,
@@ -22,7 +23,6 @@ from scheduler.policies.common import (
     single,
     unaware_type,
 )
-from scheduler.policy import Allocation, RoundContext, RoundDecision
 
 
 @dataclass

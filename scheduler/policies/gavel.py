@@ -41,12 +41,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from profiler.errors import InputError
-from scheduler.cluster import Cluster
-from scheduler.goodput import GoodputEstimate
-from scheduler.jobs import Job
+from common.errors import InputError
+from scheduler.model.cluster import Cluster
+from scheduler.model.goodput import GoodputEstimate
+from scheduler.model.jobs import Job
+from scheduler.model.policy import Allocation, RoundContext, RoundDecision
 from scheduler.policies.common import FreeGpus, Shape, current_shape, job_shapes, make_decision, pair, single
-from scheduler.policy import Allocation, RoundContext, RoundDecision
 
 Combo = tuple[str, ...]
 OBJECTIVES = ("max_sum_throughput", "max_min")

@@ -17,10 +17,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from scheduler.cluster import Cluster
-from scheduler.jobs import Job
+from scheduler.model.cluster import Cluster
+from scheduler.model.jobs import Job
+from scheduler.model.policy import Allocation, RoundContext, RoundDecision
 from scheduler.policies.common import FreeGpus, current_shape, job_shapes, make_decision, single, unaware_type
-from scheduler.policy import Allocation, RoundContext, RoundDecision
 
 
 @dataclass

@@ -25,8 +25,8 @@ from scheduler.executor.plan import GpuGroup, build_plan, job_environment
 from scheduler.executor.supervise import CHECKPOINT_FILE, PROGRESS_FILE
 
 if TYPE_CHECKING:  # pragma: no cover
+    from scheduler.service.config import ServeConfig
     from scheduler.service.rounds import Unit
-    from scheduler.service.server import ServeConfig
     from scheduler.service.state import JobRow
 
 

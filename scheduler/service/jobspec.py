@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from profiler.errors import InputError
+from common.errors import InputError
 
 FIELDS: dict[str, str] = {
     "name": "a non-empty name of letters, digits, '_', '.', '-'",

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scheduler.colocation import ColocationTable
-from scheduler.goodput import (
+from scheduler.model.colocation import ColocationTable
+from scheduler.model.goodput import (
     EstimateArrays,
     GoodputEstimate,
     GoodputModel,
@@ -33,13 +33,13 @@ from scheduler.goodput import (
     StepTimeModel,
     estimate_arrays,
 )
-from scheduler.jobs import Job
+from scheduler.model.jobs import Job
 from scheduler.service.jobspec import JobSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from scheduler.configs import Configuration
+    from scheduler.model.configs import Configuration
 
 # Prior step-time model (seconds) for an application with no profile: a small CNN on one GPU. Only its shape
 # matters once the job has run once — measurements rescale it (see LearnedGoodputModel.calibration).

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.jobs import Job
-from scheduler.placement import JobPlacement, Placement
-from scheduler.policy import RoundDecision
+from scheduler.model.jobs import Job
+from scheduler.model.placement import JobPlacement, Placement
+from scheduler.model.policy import RoundDecision
 from scheduler.service.state import RUNNING, JobRow
 
 

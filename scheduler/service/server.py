@@ -21,38 +21,24 @@ from __future__ import annotations
 
 import fcntl
 import os
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from profiler.errors import InputError
-from scheduler.cluster import Cluster
-from scheduler.colocation import ColocationTable
+from common.errors import InputError
 from scheduler.executor.base import Executor
-from scheduler.goodput import GoodputModel
+from scheduler.formats.colocation_table import load_colocation_table
+from scheduler.formats.profiles import load_goodput_model
+from scheduler.model.cluster import Cluster
+from scheduler.model.colocation import ColocationTable
+from scheduler.model.goodput import GoodputModel
 from scheduler.service import rounds
+from scheduler.service.config import ServeConfig
 from scheduler.service.learning import LearnedGoodputModel, job_type, learned_ratios, policy_table
 from scheduler.service.state import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobRow, StateStore
 
 WARMUP_STEPS = 3  # steps of a fresh process not measured (the trainer's own warm-up)
-
-
-@dataclass(frozen=True)
-class ServeConfig:
-    """Knobs of the live scheduler (``colocate serve`` options)."""
-
-    round_s: float = 60.0
-    policy: str = "colocate"
-    policy_options: dict[str, Any] = field(default_factory=dict)
-    device: str = "auto"  # what built-in jobs train on: auto | cpu | cuda
-    sharing: str = "timeslice"  # how packed groups share their GPUs: a registered mode (profiler.sharing)
-    threads: int = 1
-    stop_grace_s: float = 30.0  # SIGTERM → SIGKILL for a job asked to stop
-    start_timeout_s: float = 120.0  # a group the backend cannot start in this long goes back to the queue
-    log_every: int = 50
-    python: str = sys.executable
 
 
 @dataclass(frozen=True)
@@ -120,8 +106,8 @@ class Server:
 
     # -- one round ---------------------------------------------------------------------------------------
     def round(self) -> RoundStats:
-        from scheduler.placement import place
-        from scheduler.policy import RoundContext
+        from scheduler.model.placement import place
+        from scheduler.model.policy import RoundContext
 
         began, began_cpu = time.perf_counter(), time.process_time()
         self.collect()
@@ -346,9 +332,9 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
     """Validate the options of ``colocate serve``, build the server and run its rounds."""
     import uuid
 
-    from profiler.sharing import sharing_mode_names
-    from scheduler.cluster import load_cluster
+    from profiler.gpu.sharing import sharing_mode_names
     from scheduler.executor.registry import make_executor
+    from scheduler.model.cluster import load_cluster
     from scheduler.policies import policy_spec
 
     checks = [(device in ("auto", "cpu", "cuda"), "--device", device, "auto, cpu, cuda"),
@@ -372,10 +358,9 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
     cluster = load_cluster(cluster_path)
     base = None
     if profiles is not None:
-        from scheduler.goodput import ProfileGoodputModel
 
-        base = ProfileGoodputModel.from_path(profiles)
-    table = ColocationTable.load(colocation) if colocation is not None else None
+        base = load_goodput_model(profiles)
+    table = load_colocation_table(colocation) if colocation is not None else None
     state = StateStore(state_dir)
     instance = state.meta("instance")
     if instance is None:

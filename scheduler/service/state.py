@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profiler.errors import InputError
+from common.errors import InputError
 from scheduler.service.jobspec import JobSpec
 
 DB_NAME = "state.db"

@@ -1,0 +1,60 @@
+"""One checker for numbers users give: finite, of the right kind, inside a documented range.
+
+Every numeric field of a spec, cluster, jobs or workload file and every numeric CLI option has a range;
+NaN, ±inf, booleans and values outside it are refused with a one-line :class:`~common.errors.InputError`
+naming the file and field. Ranges are generous but finite, so a typo such as ``repeats: 1e9`` or
+``nodes: 1e12`` fails at once instead of running for minutes and finishing nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from common.errors import InputError
+from common.names import shown
+
+# Shared upper limits (documented in README "Reliability").
+MAX_GPUS = 100_000  # GPUs (or nodes) of one type, or one job's GPU count
+MAX_BATCH = 10_000_000  # global batch size
+MAX_SECONDS = 1e8  # arrival times, durations, ages, time-outs (about three years)
+MAX_REPEATS = 1_000
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def _describe(low: float, high: float, integer: bool, low_open: bool) -> str:
+    kind = "an integer" if integer else "a number"
+    left = "(" if low_open else "["
+    return f"{kind} in {left}{_fmt(low)}, {_fmt(high)}]"
+
+
+def check_number(value: Any, *, field: str, low: float, high: float, source: str | Path | None = None,
+                 integer: bool = False, low_open: bool = False, valid: str | None = None) -> Any:
+    """``value`` (an int when ``integer``) if it is a finite number in range, else an :class:`InputError`.
+
+    ``low_open`` makes the lower limit exclusive (``> low``). Whole floats pass as integers (YAML ``1e3``),
+    booleans never count as numbers.
+    """
+    rule = valid or _describe(low, high, integer, low_open)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:  # numpy scalars and the like
+            import numbers
+
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise TypeError
+            value = value.item() if hasattr(value, "item") else float(value)
+        except (TypeError, ValueError):
+            raise InputError(f"{shown(value)} is not a number", source=source, field=field, valid=rule) from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{value} is not a finite number", source=source, field=field, valid=rule)
+    if value < low or (low_open and value <= low) or value > high:
+        raise InputError(f"{value:g} is out of range", source=source, field=field, valid=rule)
+    if integer:
+        if value != int(value):
+            raise InputError(f"{value:g} is not a whole number", source=source, field=field, valid=rule)
+        return int(value)
+    return value

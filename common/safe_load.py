@@ -1,0 +1,225 @@
+"""Reading user files safely: UTF-8 text (BOM allowed), YAML and JSON with limits.
+
+Every reader of a user file goes through here, so that all of them refuse the same hostile or broken
+inputs with a one-line :class:`~common.errors.InputError` naming the file:
+
+* text that is not UTF-8 (a UTF-8 byte-order mark is accepted and dropped), or larger than
+  :data:`MAX_TEXT_BYTES`;
+* YAML or JSON nested deeper than :data:`MAX_DEPTH` (no ``RecursionError``);
+* duplicate keys in a mapping (the last one would silently win);
+* YAML aliases beyond :data:`MAX_ALIASES`, or whose expansion adds more than :data:`MAX_ALIAS_EXPANSION`
+  values (an "alias bomb": a few lines that expand to billions of values);
+* JSON ``NaN`` / ``Infinity`` (not JSON; Python's reader accepts them by default).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from common.errors import InputError
+
+MAX_TEXT_BYTES = 256 * 1024 * 1024  # traces run to tens of MB; a config of 256 MB is a mistake
+MAX_DEPTH = 64
+MAX_ALIASES = 100
+MAX_ALIAS_EXPANSION = 10_000  # values that aliases may add when expanded
+
+
+def read_text(path: str | Path, *, field: str | None = None, what: str = "file") -> str:
+    """The file's text, decoded as UTF-8 (a leading BOM dropped)."""
+    p = Path(path)
+    try:
+        if p.stat().st_size > MAX_TEXT_BYTES:
+            raise InputError(f"{what} is larger than {MAX_TEXT_BYTES // 2**20} MiB", source=p, field=field,
+                             valid="a smaller file")
+        data = p.read_bytes()
+    except IsADirectoryError:
+        raise InputError(f"{what} is a directory", source=p, field=field, valid="a file path") from None
+    except OSError as err:
+        raise InputError(f"cannot read the {what} ({err.strerror or err})", source=p, field=field,
+                         valid="a readable file") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise InputError(f"not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start})", source=p,
+                         field=field, valid="a UTF-8 text file") from None
+
+
+class _LimitedLoader(yaml.SafeLoader):
+    """SafeLoader that counts aliases and nesting while composing and refuses duplicate keys."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise _Refused(f"more than {MAX_ALIASES} YAML aliases (*name)", self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _Refused(f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def get_single_node(self) -> Any:
+        node = super().get_single_node()
+        if node is not None and self._aliases and _expanded_size(node) > MAX_ALIAS_EXPANSION + _unique_size(node):
+            raise _Refused(f"aliases expand to more than {MAX_ALIAS_EXPANSION} values", node.start_mark)
+        return node
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # '<<' merges may be overridden
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # unhashable key: the base class reports it
+                    continue
+                if duplicate:
+                    raise _Refused(f"duplicate key {str(key)[:60]!r}", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _children(node: Any) -> list[Any]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _unique_size(root: Any) -> int:
+    seen, stack = {id(root)}, [root]
+    while stack:
+        for child in _children(stack.pop()):
+            if id(child) not in seen:
+                seen.add(id(child))
+                stack.append(child)
+    return len(seen)
+
+
+def _expanded_size(root: Any) -> int:
+    """Values the document holds once every alias is copied out (shared nodes counted each time)."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        if done:
+            sizes[id(node)] = min(1 + sum(sizes[id(c)] for c in _children(node)), 10 ** 12)
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in _children(node) if id(c) not in sizes)
+    return sizes[id(root)]
+
+
+class _Refused(Exception):
+    def __init__(self, message: str, mark: Any) -> None:
+        super().__init__(message)
+        self.mark = mark
+
+
+def parse_yaml(text: str, *, source: str | Path, field: str | None = None) -> Any:
+    """Parse YAML text with the limits of the module docstring."""
+    try:
+        return yaml.load(text, Loader=_LimitedLoader)  # noqa: S506 - a SafeLoader subclass
+    except _Refused as err:
+        where = f" at line {err.mark.line + 1}" if err.mark is not None else ""
+        raise InputError(f"refused{where}: {err}", source=source, field=field,
+                         valid="plain YAML without duplicate keys or alias chains") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = str(getattr(err, "problem", None) or err).splitlines()[0][:120]
+        raise InputError(f"not valid YAML{where}: {problem}", source=source, field=field,
+                         valid="a YAML document") from None
+    except RecursionError:
+        raise InputError(f"nested deeper than {MAX_DEPTH} levels", source=source, field=field,
+                         valid="a YAML document") from None
+
+
+def load_yaml(path: str | Path, *, field: str | None = None, what: str = "YAML file") -> Any:
+    """Read and parse a YAML file (UTF-8, limits of the module docstring)."""
+    return parse_yaml(read_text(path, field=field, what=what), source=path, field=field)
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Refused(f"duplicate key {key[:60]!r}", None)
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise _Refused(f"{name} is not a JSON number", None)
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of parsed JSON, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        if isinstance(item, dict):
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, level + 1) for v in item)
+    return deepest
+
+
+def parse_json(text: str, *, source: str | Path, field: str | None = None, valid: str = "a JSON document") -> Any:
+    """Parse JSON text: no duplicate keys, no NaN/Infinity, nesting at most :data:`MAX_DEPTH`."""
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except _Refused as err:
+        raise InputError(f"refused: {err}", source=source, field=field, valid=valid) from None
+    except json.JSONDecodeError as err:
+        raise InputError(f"not valid JSON at line {err.lineno}: {err.msg}", source=source, field=field,
+                         valid=valid) from None
+    except RecursionError:
+        raise InputError(f"nested deeper than {MAX_DEPTH} levels", source=source, field=field, valid=valid) from None
+    if _depth(data) > MAX_DEPTH:
+        raise InputError(f"nested deeper than {MAX_DEPTH} levels", source=source, field=field, valid=valid)
+    return data
+
+
+def load_json(path: str | Path, *, field: str | None = None, what: str = "JSON file",
+              valid: str = "a JSON document") -> Any:
+    """Read and parse a JSON file (UTF-8, limits of the module docstring)."""
+    return parse_json(read_text(path, field=field, what=what), source=path, field=field, valid=valid)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
+        try:
+            return _finite(value.item())
+        except (TypeError, ValueError):
+            return value
+    return value
+
+
+def json_text(data: Any, **options: Any) -> str:
+    """``json.dumps`` that writes real JSON: NaN and ±inf become ``null`` (Python would write ``NaN``)."""
+    return json.dumps(_finite(data), allow_nan=False, **options)

@@ -1,0 +1,139 @@
+"""The results directory of a campaign: runs.parquet, jobs.parquet, kernels.parquet, meta.json (+ CSVs).
+
+Appends are atomic and keyed by ``run_id``: each write goes to a temporary file that replaces the old one
+with ``os.replace``, jobs before runs, and ``runs.parquet`` is the commit record — job rows whose run is not
+in it (a kill between the two writes) are ignored and overwritten. A killed campaign therefore loses at most
+the run in flight and a rerun never duplicates a row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from common.files import RESULT_FILE_MODE, atomic_write_json, atomic_write_table  # noqa: F401  (mode: re-exported)
+from profiler.results.schema import (  # noqa: F401  (file names: re-exported)
+    JOB_COLUMNS,
+    JOBS_FILE,
+    KERNEL_COLUMNS,
+    KERNELS_FILE,
+    META_FILE,
+    RUN_COLUMNS,
+    RUNS_FILE,
+    STATUS_SKIPPED,
+)
+
+
+def _frame(rows: Iterable[Mapping[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
+    frame = pd.DataFrame(list(rows))
+    for column in columns:
+        if column not in frame.columns:
+            frame[column] = pd.NA
+    return frame[list(columns)]
+
+
+class ResultsStore:
+    """Read and append the tables of one results directory."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    # -- reading -------------------------------------------------------------------------------------
+    def _read(self, name: str, columns: tuple[str, ...]) -> pd.DataFrame:
+        path = self.root / name
+        if not path.is_file():
+            return _frame([], columns)
+        try:
+            return pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises several types for a truncated or foreign file
+            return self._recover(name, columns, exc)
+
+    def _recover(self, name: str, columns: tuple[str, ...], exc: Exception) -> pd.DataFrame:
+        """A damaged Parquet table: rebuild it from its CSV copy when that is intact, else say how to go on."""
+        import sys
+
+        from common.errors import InputError
+
+        path, csv_path = self.root / name, (self.root / name).with_suffix(".csv")
+        try:
+            frame = pd.read_csv(csv_path, keep_default_na=False, na_values=[""])
+            if tuple(frame.columns) != columns:
+                raise ValueError("its columns differ from the schema")
+        except Exception as csv_exc:
+            why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+            raise InputError(f"{name} is damaged ({why}) and {csv_path.name} cannot replace it "
+                             f"({type(csv_exc).__name__})", source=self.root, field=name,
+                             valid=f"move {name} and {csv_path.name} away and rerun to measure those runs again") from None
+        print(f"warning: {path} was damaged; rebuilt it from {csv_path.name} ({len(frame)} rows)", file=sys.stderr)
+        self._write_table(name, frame)
+        return frame
+
+    def runs(self) -> pd.DataFrame:
+        return self._read(RUNS_FILE, RUN_COLUMNS)
+
+    def jobs(self, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+        """Job rows of committed runs; pass ``runs`` when already read, to spare a second read of it."""
+        jobs = self._read(JOBS_FILE, JOB_COLUMNS)
+        committed = set((self.runs() if runs is None else runs)["run_id"])
+        return jobs[jobs["run_id"].isin(committed)].reset_index(drop=True)
+
+    def kernels(self) -> pd.DataFrame:
+        return self._read(KERNELS_FILE, KERNEL_COLUMNS)
+
+    def finished_run_ids(self) -> set[str]:
+        """Runs that are done for good; skipped runs (no GPU, no MPS here) are retried on resume."""
+        runs = self.runs()
+        return set(runs.loc[runs["status"] != STATUS_SKIPPED, "run_id"])
+
+    def read_meta(self) -> dict[str, Any]:
+        from common.errors import InputError
+        from common.safe_load import load_json
+
+        path = self.root / META_FILE
+        if not path.is_file():
+            return {}
+        meta = load_json(path, what="meta.json", valid="the meta.json a campaign writes")
+        if not isinstance(meta, dict):
+            raise InputError(f"holds a {type(meta).__name__}, not an object", source=path, field="meta.json",
+                             valid="the JSON object a campaign writes; move the file away to start afresh")
+        return meta
+
+    # -- writing -------------------------------------------------------------------------------------
+    def append_run(self, run_row: Mapping[str, Any], job_rows: Iterable[Mapping[str, Any]]) -> None:
+        """Add one run (replacing an earlier row with the same run_id) — jobs first, runs last."""
+        run_id = run_row["run_id"]
+        jobs = self._read(JOBS_FILE, JOB_COLUMNS)
+        new_jobs = _frame(job_rows, JOB_COLUMNS)
+        jobs = pd.concat([jobs[jobs["run_id"] != run_id], new_jobs], ignore_index=True) if len(jobs) else new_jobs
+        self._write_table(JOBS_FILE, jobs)
+        runs = self.runs()
+        new_run = _frame([run_row], RUN_COLUMNS)
+        runs = pd.concat([runs[runs["run_id"] != run_id], new_run], ignore_index=True) if len(runs) else new_run
+        self._write_table(RUNS_FILE, runs)
+
+    def append_kernels(self, rows: pd.DataFrame) -> None:
+        """Add kernel rows, replacing earlier rows of the same (job type, image size, GPU type, backend)."""
+        if rows.empty:
+            return
+        keys = ["job_type", "image_size", "gpu_type", "backend"]
+        new = _frame(rows.to_dict("records"), KERNEL_COLUMNS)
+        kernels = self.kernels()
+        if len(kernels):
+            old_keys = kernels[keys].astype(str).agg("|".join, axis=1)
+            new_keys = set(new[keys].astype(str).agg("|".join, axis=1))
+            kernels = kernels[~old_keys.isin(new_keys)]
+        merged = pd.concat([kernels, new], ignore_index=True) if len(kernels) else new
+        self._write_table(KERNELS_FILE, merged)
+
+    def kernel_job_types(self) -> set[str]:
+        kernels = self.kernels()
+        return set(kernels["job_type"].astype(str)) if len(kernels) else set()
+
+    def _write_table(self, name: str, frame: pd.DataFrame) -> None:
+        atomic_write_table(frame, self.root / name)
+
+    def write_meta(self, meta: Mapping[str, Any]) -> None:
+        atomic_write_json(meta, self.root / META_FILE)

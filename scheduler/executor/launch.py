@@ -1,0 +1,192 @@
+"""Carry out a scheduling decision: an allocation JSON → a launch plan → one back end runs or emits it.
+
+``colocate launch`` parses its options into a :class:`LaunchRequest` and calls :func:`launch`; everything
+between (checks, plan, node selection, which executor, its options) happens here, so scripts and services
+can launch an allocation without the CLI. Back ends come from the executor registry
+(:mod:`scheduler.executor.registry`: ``local`` for this node, ``ray`` for a Ray cluster), the same objects
+``colocate serve`` drives; emitters write files instead of running: ``slurm`` (sbatch scripts) and ``k8s``
+(HAMi pod manifests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.bounds import MAX_SECONDS, check_number
+from common.errors import InputError
+from common.names import shown
+from profiler.gpu.sharing import sharing_mode_names
+from scheduler.executor.command import RunSettings
+from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings
+from scheduler.executor.plan import LaunchPlan, load_plan, safe_name
+from scheduler.executor.registry import EXECUTOR_NAMES, make_executor
+
+BACKENDS = EXECUTOR_NAMES
+EMITTERS = ("slurm", "k8s")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Everything ``colocate launch`` can be asked; the one source of its defaults and checks."""
+
+    allocation: Path
+    jobs: Path | None = None
+    cluster: Path | None = None  # the cluster YAML given to schedule: node and GPU indices must lie inside it
+    commands: Path | None = None
+    backend: str = "local"
+    emit: tuple[str, Path] | None = None
+    address: str | None = None
+    node: str | None = None
+    sharing: str = "timeslice"
+    device: str = "auto"
+    steps: int = 0
+    duration_s: float | None = None
+    threads: int = 1
+    image_size: int | None = None
+    log_dir: Path | None = None
+    grace_s: float = 10.0
+    num_cpus: float = 1.0
+    sbatch_options: tuple[str, ...] = ()
+    typed_gres: bool = False
+    image: str = "colocate:latest"
+    namespace: str | None = None
+    inventory: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.sharing not in sharing_mode_names():
+            raise InputError(f"unknown sharing mode {shown(self.sharing)}", field="--sharing",
+                             valid=", ".join(sharing_mode_names()))
+        if self.device not in DEVICES:
+            raise InputError(f"unknown device {shown(self.device)}", field="--device", valid=", ".join(DEVICES))
+        self._check_numbers()
+        if self.emit is None and self.backend not in BACKENDS:
+            raise InputError(f"unknown backend {shown(self.backend)}", field="--backend", valid=", ".join(BACKENDS))
+        if self.emit is not None and self.emit[0] not in EMITTERS:
+            raise InputError(f"unknown emitter {shown(self.emit[0])}", field="--emit", valid="slurm DIR, k8s DIR")
+        for option in self.sbatch_options:
+            if not option.startswith("--") or not option.isprintable():  # a newline would start a new line of the script
+                raise InputError(f"{shown(option)}", field="--sbatch-option",
+                                 valid="an sbatch option such as --time=04:00:00")
+
+    def _check_numbers(self) -> None:
+        """Every numeric option finite and inside a documented range (NaN, inf and typos such as 1e12 refused)."""
+        from models import MIN_IMAGE_SIZE
+
+        check_number(self.steps, field="--steps", low=0, high=10**9, integer=True)
+        check_number(self.threads, field="--threads", low=1, high=1024, integer=True)
+        if self.duration_s is not None:
+            check_number(self.duration_s, field="--duration", low=0, high=MAX_SECONDS, low_open=True)
+        check_number(self.grace_s, field="--grace", low=0, high=3600, valid="seconds in [0, 3600]")
+        check_number(self.num_cpus, field="--num-cpus", low=0, high=1024, low_open=True)
+        if self.image_size is not None:
+            check_number(self.image_size, field="--image-size", low=MIN_IMAGE_SIZE, high=4096, integer=True)
+
+    @property
+    def run(self) -> RunSettings:
+        return RunSettings(device=self.device, steps=self.steps, threads=self.threads)
+
+    @property
+    def settings(self) -> LaunchSettings:
+        log_dir = self.log_dir or Path("launch-logs") / safe_name(self.allocation.stem)
+        return LaunchSettings(run=self.run, log_dir=log_dir.resolve(), duration_s=self.duration_s,
+                              stop_grace_s=self.grace_s)
+
+
+@dataclass(frozen=True)
+class EmittedFiles:
+    """What an emitter wrote, and how the user submits it."""
+
+    kind: str
+    files: tuple[Path, ...]
+    hint: str
+
+
+@dataclass(frozen=True)
+class LaunchOutcome:
+    """The plan and either the files written (``--emit``) or the jobs' final statuses (a back end ran it)."""
+
+    plan: LaunchPlan
+    emitted: EmittedFiles | None = None
+    report: LaunchReport | None = None
+
+
+def load_launch_plan(request: LaunchRequest) -> LaunchPlan:
+    """The allocation as GPU groups; refuses an allocation that places no job, or (with ``cluster``) GPU types,
+    nodes or GPU indices the cluster lacks."""
+    plan = load_plan(request.allocation, jobs_path=request.jobs, commands_path=request.commands,
+                     sharing=request.sharing, image_size=request.image_size)
+    if request.cluster is not None:
+        from scheduler.executor.plan import check_cluster
+        from scheduler.model.cluster import load_cluster
+
+        check_cluster(plan, load_cluster(request.cluster), request.cluster)
+    if not plan.groups:
+        raise InputError("allocates no job", source=request.allocation, field="allocations",
+                         valid="at least one placed job")
+    return plan
+
+
+def emit_plan(request: LaunchRequest, plan: LaunchPlan) -> EmittedFiles:
+    """Write sbatch scripts (``slurm``) or pod manifests (``k8s``) for ``plan`` into the ``--emit`` folder."""
+    if request.emit is None:
+        raise ValueError("emit_plan needs a request with emit=(kind, folder)")
+    kind, out_dir = request.emit
+    if kind == "slurm":
+        from scheduler.executor.slurm import SlurmOptions, emit_slurm
+
+        options = SlurmOptions(extra=request.sbatch_options, typed_gres=request.typed_gres, grace_s=int(request.grace_s))
+        written = emit_slurm(plan, out_dir, request.run, options)
+        return EmittedFiles(kind, tuple(written), f"submit with {Path(out_dir) / 'submit_all.sh'}")
+    from scheduler.executor.k8s import K8sOptions, emit_k8s, load_inventory
+
+    inventory = load_inventory(request.inventory) if request.inventory is not None else None
+    written = emit_k8s(plan, out_dir, request.run, K8sOptions(image=request.image, namespace=request.namespace),
+                       inventory, str(request.inventory) if request.inventory else "<inventory>")
+    hint = f"apply with kubectl apply -f {out_dir}"
+    if inventory is None:
+        hint += " after filling in the GPU-UUID placeholders (or pass --inventory)"
+    return EmittedFiles(kind, tuple(written), hint)
+
+
+def select_node(plan: LaunchPlan, node: str | None) -> LaunchPlan:
+    """The groups this node runs for the local back end: ``TYPE:N``, ``all``, or the only node there is."""
+    keys = plan.node_keys()
+    if node is None and len(keys) > 1:
+        raise InputError(f"the allocation uses {len(keys)} nodes: " + ", ".join(f"{t}:{n}" for t, n in keys),
+                         field="--node", valid="one of them (this node), 'all' to run every group here, "
+                                               "or --backend ray / --emit slurm DIR")
+    if node is None or node == "all":
+        return plan
+    gpu_type, _, index = node.partition(":")
+    if not index.isdigit() or (gpu_type, int(index)) not in keys:
+        raise InputError(f"{node!r}", field="--node", valid=", ".join(f"{t}:{n}" for t, n in keys) + ", all")
+    return plan.on_node(gpu_type, int(index))
+
+
+def launch(
+    request: LaunchRequest,
+    *,
+    on_plan: Callable[[LaunchPlan], None] | None = None,
+    on_progress: Callable[[list[JobStatus]], None] | None = None,
+) -> LaunchOutcome:
+    """Emit or run ``request``'s allocation; the one library call behind ``colocate launch``.
+
+    ``on_plan`` sees the final plan once every check has passed, before any file is written or job started;
+    ``on_progress`` gets the jobs' statuses while they run.
+    """
+    plan = load_launch_plan(request)
+    if request.emit is not None:
+        if on_plan:
+            on_plan(plan)
+        return LaunchOutcome(plan, emitted=emit_plan(request, plan))
+    settings = request.settings
+    executor = make_executor(request.backend, address=request.address, num_cpus=request.num_cpus)
+    if executor.runs_here:  # a back end elsewhere (Ray) checks its cluster inside run, once connected
+        plan = select_node(plan, request.node)
+        executor.check(plan, settings)
+    if on_plan:
+        on_plan(plan)
+    return LaunchOutcome(plan, report=executor.run(plan, settings, on_progress=on_progress))

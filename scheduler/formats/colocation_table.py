@@ -1,0 +1,115 @@
+"""The colocation table file: measured (or predicted) pair ratios per GPU type, one CSV row per pair.
+
+Columns::
+
+    gpu_type,type_a,type_b,ratio_a,ratio_b
+
+* ``type_a`` / ``type_b``: a job type, either ``model@batch`` (e.g. ``resnet50@64``) or an application
+  name (applies to every batch size of it).
+* ``ratio_a`` / ``ratio_b``: co-located throughput over solo throughput of each job, ``t / t'`` (so a value
+  of 0.7 means the job runs at 70 % of its solo speed while sharing the GPU). 0 marks an infeasible pair
+  (OOM or crash). Values must lie in [0, 1.5]: co-location never makes a job much faster than alone, so a
+  larger value is almost certainly t'/t written the wrong way round.
+* Optional extra columns (``source``, ``delta``, ``n``, ...) are kept but ignored by the scheduler.
+
+The format lives with the scheduler, which reads these tables (:func:`read_colocation_table`, wrapped by
+``scheduler.model.colocation.ColocationTable``); the analysis layer (``colocate.matrix``, ``colocate.predict``)
+writes them from profiling campaigns with :func:`write_colocation_table`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from common.errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from scheduler.model.colocation import ColocationTable
+
+COLUMNS: tuple[str, ...] = ("gpu_type", "type_a", "type_b", "ratio_a", "ratio_b")
+MAX_RATIO = 1.5
+PRECISION_BATCH = r"[1-9][0-9]{0,7}(?::[A-Za-z0-9_]{1,16})?"  # after '@': 64 or 64:bf16
+
+
+def validate_colocation_table(frame: "pd.DataFrame", *, source: str = "<colocation table>") -> "pd.DataFrame":
+    """Check columns, types and ranges; return a cleaned copy (stripped strings, float ratios).
+
+    Raises :class:`InputError` naming ``source``, the row (header = row 1) and the field.
+    """
+    import pandas as pd
+
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        raise InputError(f"missing column(s) {', '.join(missing)}", source=source, field=missing[0],
+                         valid="header " + ",".join(COLUMNS))
+    out = frame.copy()
+    for col in ("gpu_type", "type_a", "type_b"):
+        values = out[col]
+        bad = values.isna() | (values.astype(str).str.strip() == "")
+        if bad.any():
+            row = int(bad.to_numpy().nonzero()[0][0]) + 2
+            raise InputError(f"row {row}: empty {col}", source=source, field=col,
+                             valid="a GPU type name" if col == "gpu_type" else "model@batch or an application name")
+        out[col] = values.astype(str).str.strip()
+        if col != "gpu_type":  # model@batch needs a whole positive batch after '@' (and may name a precision)
+            model, at, batch = out[col].str.partition("@").T.to_numpy()
+            bad = (at == "@") & ~pd.Series(batch).str.fullmatch(PRECISION_BATCH).to_numpy(dtype=bool)
+            bad |= (model == "")
+            if bad.any():
+                i = int(bad.nonzero()[0][0])
+                raise InputError(f"row {i + 2}: {out[col].iloc[i][:60]!r} is not a job type", source=source,
+                                 field=col, valid="model@batch[:precision] (batch a positive integer) or an "
+                                                  "application name")
+    for col in ("ratio_a", "ratio_b"):
+        numeric = pd.to_numeric(out[col], errors="coerce")
+        bad = numeric.isna() | (numeric < 0) | (numeric > MAX_RATIO)
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise InputError(f"row {i + 2}: {col} = '{str(frame[col].iloc[i])[:60]}'", source=source, field=col,
+                             valid=f"a number in [0, {MAX_RATIO}] (t/t'; 0 = infeasible)")
+        out[col] = numeric.astype(float)
+    keys = out.apply(lambda r: (r.gpu_type,) + tuple(sorted((r.type_a, r.type_b))), axis=1) if len(out) else []
+    if len(out):
+        dup = pd.Series(list(keys)).duplicated()
+        if dup.any():
+            i = int(dup.to_numpy().nonzero()[0][0])
+            raise InputError(f"row {i + 2}: pair ({out.type_a.iloc[i]}, {out.type_b.iloc[i]}) on "
+                             f"{out.gpu_type.iloc[i]} appears twice", source=source, field="type_b",
+                             valid="one row per GPU type and unordered pair")
+    return out.reset_index(drop=True)
+
+
+def read_colocation_table(path: str | Path) -> "pd.DataFrame":
+    """Read and validate a colocation CSV; returns a DataFrame with at least :data:`COLUMNS`."""
+    import pandas as pd
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("colocation table not found", source=p, field="--colocation", valid="a CSV file path")
+    try:
+        frame = pd.read_csv(p, dtype={"gpu_type": str, "type_a": str, "type_b": str}, comment="#",
+                            encoding="utf-8-sig")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise InputError(f"not a readable CSV ({type(err).__name__})", source=p, field="gpu_type",
+                         valid="header " + ",".join(COLUMNS)) from None
+    return validate_colocation_table(frame, source=str(p))
+
+
+def write_colocation_table(frame: "pd.DataFrame", path: str | Path) -> Path:
+    """Validate ``frame`` and write it as CSV (the five columns first, extra columns after). Returns the path."""
+    clean = validate_colocation_table(frame, source=str(path))
+    extra = [c for c in clean.columns if c not in COLUMNS]
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    clean[list(COLUMNS) + extra].to_csv(p, index=False)
+    return p
+
+
+def load_colocation_table(path: str | Path) -> "ColocationTable":
+    """Read and validate a colocation CSV into the table the scheduler looks pairs up in."""
+    from scheduler.model.colocation import ColocationTable
+
+    return ColocationTable.from_frame(read_colocation_table(path))

@@ -1,0 +1,105 @@
+"""Co-location ratios as the scheduler looks them up: (GPU type, job a, job b) -> (ratio_a, ratio_b).
+
+``ratio = co-located throughput / solo throughput = t / t'`` for each job of the pair on one GPU (the file
+format and its reader live in :mod:`scheduler.formats.colocation_table`). A ratio of 0 marks an infeasible pair
+(OOM, crash). Job types are ``model@batch`` or plain application names; a lookup tries the exact
+``model@batch`` keys first, then the application names, so a table measured per application applies to
+every batch size. A multi-GPU single-node pair (both jobs data-parallel over the same GPUs) uses the same
+ratio as on one GPU: each GPU hosts one replica of each job.
+
+Groups of three (:meth:`ColocationTable.group_ratios`): the table holds pairs only (no measured triples
+are available at scale yet), so a triple's ratios are *predicted* from its three pairs by adding slowdowns
+(:data:`TRIPLE_RATIOS`). The ILP's triple columns and the simulator's progress both read them here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+
+    import pandas as pd
+
+    from scheduler.model.jobs import Job
+
+TRIPLE_RATIOS = "predicted from pairs (additive slowdowns)"  # where a group of three's ratios come from
+
+
+@dataclass(frozen=True)
+class ColocationTable:
+    """Lookup of pair ratios; keys are stored in both orders so lookups need no sorting."""
+
+    ratios: Mapping[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __len__(self) -> int:
+        return len(self.ratios)
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[tuple[str, str, str, float, float]]) -> "ColocationTable":
+        """Build from ``(gpu_type, type_a, type_b, ratio_a, ratio_b)`` tuples."""
+        table: dict[tuple[str, str, str], tuple[float, float]] = {}
+        for gpu_type, a, b, ra, rb in rows:
+            table[(gpu_type, a, b)] = (float(ra), float(rb))
+            table[(gpu_type, b, a)] = (float(rb), float(ra))
+        return cls(table)
+
+    @classmethod
+    def from_frame(cls, frame: "pd.DataFrame") -> "ColocationTable":
+        """Build from the validated DataFrame returned by :func:`scheduler.formats.colocation_table.read_colocation_table`."""
+        cols = ["gpu_type", "type_a", "type_b", "ratio_a", "ratio_b"]
+        return cls.from_rows(frame[cols].itertuples(index=False, name=None))
+
+
+    @property
+    def gpu_types(self) -> frozenset[str]:
+        return frozenset(k[0] for k in self.ratios)
+
+    def lookup(self, gpu_type: str, job_a: "Job", job_b: "Job") -> tuple[float, float] | None:
+        """Ratios ``(r_a, r_b)`` for two jobs sharing a GPU of ``gpu_type``; None when unknown.
+
+        Tries ``model@batch`` keys, then mixed, then application names.
+        """
+        keys_a = (job_a.job_type, job_a.application) if job_a.batch_size else (job_a.application,)
+        keys_b = (job_b.job_type, job_b.application) if job_b.batch_size else (job_b.application,)
+        for ka in keys_a:
+            for kb in keys_b:
+                hit = self.ratios.get((gpu_type, ka, kb))
+                if hit is not None:
+                    return hit
+        return None
+
+    def triple_ratios(self, gpu_type: str, jobs: "Sequence[Job]") -> tuple[float, float, float] | None:
+        """Each member's ratio in a group of three, predicted from the pairs by adding slowdowns; None if unknown.
+
+        For member ``x`` with others ``y`` and ``z``: ``1/ρ_x = 1 + (1/ρ_x|y − 1) + (1/ρ_x|z − 1)`` — each
+        partner adds the slowdown it causes alone. Plain time-slicing (ρ = 1/2 in every pair) gives 1/3
+        each; a triple is known only when all three pairs are known with positive ratios.
+        """
+        out = []
+        for n, x in enumerate(jobs):
+            slowdown = 1.0
+            for m, other in enumerate(jobs):
+                if m == n:
+                    continue
+                r = self.lookup(gpu_type, x, other)
+                if r is None or r[0] <= 0:
+                    return None
+                slowdown += 1.0 / r[0] - 1.0
+            out.append(1.0 / slowdown)
+        return out[0], out[1], out[2]
+
+    def group_ratios(self, gpu_type: str, jobs: "Sequence[Job]") -> tuple[float, ...] | None:
+        """Each member's ratio in a group of one (1.0), two (:meth:`lookup`) or three (:meth:`triple_ratios`)."""
+        if len(jobs) == 1:
+            return (1.0,)
+        if len(jobs) == 2:
+            return self.lookup(gpu_type, jobs[0], jobs[1])
+        if len(jobs) == 3:
+            return self.triple_ratios(gpu_type, jobs)
+        return None

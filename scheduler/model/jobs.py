@@ -1,0 +1,237 @@
+"""Jobs as the scheduler sees them in one round: frozen values, read from a CSV or built by the simulator.
+
+Jobs CSV columns (``name`` and ``application`` required, the rest optional)::
+
+    name,application,arrival,num_gpus,max_gpus,batch_size,min_batch_size,max_batch_size,adaptive,
+    memory_gb,age_s,restarts,current_gpu_type,current_num_gpus,current_partner,pinned
+
+* **Rigid** jobs (``adaptive`` false, the default) keep ``num_gpus`` (default 1) and ``batch_size`` (the
+  global batch; default: the goodput model's choice at ``num_gpus``).
+* **Adaptive** jobs get GPU count (``1..max_gpus``) and global batch size (``min_batch_size..
+  max_batch_size``) chosen by goodput, as in Sia/Pollux.
+* ``age_s``, ``restarts`` and ``current_*`` describe the job's present state (for Sia's restart factor and
+  for keeping placements stable); ``pinned`` marks a job in checkpoint-restore that must keep its config.
+* ``progress`` is the statistical progress made so far (the unit of the ``progress`` column of Sia's
+  ``validation-*.csv`` curves); the goodput model reads the gradient noise there.
+
+The Sia/Pollux workload header ``name,time,application,num_replicas,batch_size`` is accepted too
+(``time`` -> ``arrival``, ``num_replicas`` -> ``num_gpus``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from common.bounds import MAX_BATCH, MAX_GPUS, MAX_SECONDS
+from common.errors import InputError
+from common.names import NAME_RULE, check_name, shown
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job in one scheduling round. ``batch_size`` is the global batch (all GPUs together)."""
+
+    name: str
+    application: str
+    arrival: float = 0.0
+    num_gpus: int = 1
+    max_gpus: int | None = None
+    batch_size: int | None = None
+    min_batch_size: int | None = None
+    max_batch_size: int | None = None
+    adaptive: bool = False
+    memory_gb: float | None = None
+    age_s: float = 0.0
+    restarts: int = 0
+    current_gpu_type: str | None = None
+    current_num_gpus: int = 0
+    current_partner: str | None = None
+    pinned: bool = False
+    progress: float = 0.0
+    restart_cost_s: float | None = None  # this job's restart penalty for the ILP (None: the policy's default)
+
+    @property
+    def job_type(self) -> str:
+        """Key used in colocation tables: ``model@batch`` when the batch is known, else the application."""
+        return f"{self.application}@{self.batch_size}" if self.batch_size else self.application
+
+    @property
+    def is_running(self) -> bool:
+        return self.current_gpu_type is not None and self.current_num_gpus > 0
+
+    def with_state(self, **changes: Any) -> "Job":
+        """A copy with some fields changed (the simulator uses this each round)."""
+        return replace(self, **changes)
+
+
+# column -> (parser, default); parsers raise ValueError on bad text
+def _parse_bool(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("1", "true", "yes", "y", "t"):
+        return True
+    if t in ("0", "false", "no", "n", "f", ""):
+        return False
+    raise ValueError(text)
+
+
+def _parse_int(text: str) -> int:
+    value = float(text)
+    if not math.isfinite(value) or value != int(value):
+        raise ValueError(text)
+    return int(value)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
+def _parse_str(text: str) -> str:
+    return text.strip()
+
+
+_COLUMNS: dict[str, tuple[Any, str]] = {
+    "name": (_parse_str, f"a unique name: {NAME_RULE}"),
+    "application": (_parse_str, "an application name with throughput profiles, e.g. cifar10"),
+    "arrival": (_parse_float, f"seconds, a number in [0, {MAX_SECONDS:g}]"),
+    "num_gpus": (_parse_int, f"an integer in [1, {MAX_GPUS}]"),
+    "max_gpus": (_parse_int, f"an integer in [num_gpus, {MAX_GPUS}]"),
+    "batch_size": (_parse_int, f"an integer in [1, {MAX_BATCH}]"),
+    "min_batch_size": (_parse_int, f"an integer in [1, {MAX_BATCH}]"),
+    "max_batch_size": (_parse_int, f"an integer in [min_batch_size, {MAX_BATCH}]"),
+    "adaptive": (_parse_bool, "true/false"),
+    "memory_gb": (_parse_float, "GB per GPU, a number in (0, 10000]"),
+    "age_s": (_parse_float, f"seconds, a number in [0, {MAX_SECONDS:g}]"),
+    "restarts": (_parse_int, "an integer in [0, 1000000]"),
+    "current_gpu_type": (_parse_str, "a GPU type name or empty"),
+    "current_num_gpus": (_parse_int, f"an integer in [0, {MAX_GPUS}]"),
+    "current_partner": (_parse_str, "another job's name or empty"),
+    "pinned": (_parse_bool, "true/false"),
+    "progress": (_parse_float, "a number in [0, 1e15]"),
+}
+_ALIASES = {"time": "arrival", "num_replicas": "num_gpus"}
+
+
+def _check_job(job: Job, *, source: str, row: int) -> None:
+    def bad(field: str, message: str) -> InputError:
+        return InputError(f"row {row}: {message}", source=source, field=field, valid=_COLUMNS[field][1])
+
+    if not job.name:
+        raise bad("name", "empty name")
+    if not job.application:
+        raise bad("application", "empty application")
+    if job.arrival < 0:
+        raise bad("arrival", f"negative arrival {job.arrival}")
+    if job.num_gpus < 1:
+        raise bad("num_gpus", f"num_gpus {job.num_gpus} < 1")
+    if job.max_gpus is not None and job.max_gpus < job.num_gpus:
+        raise bad("max_gpus", f"max_gpus {job.max_gpus} < num_gpus {job.num_gpus}")
+    for f in ("batch_size", "min_batch_size", "max_batch_size"):
+        v = getattr(job, f)
+        if v is not None and v < 1:
+            raise bad(f, f"{f} {v} < 1")
+    if job.min_batch_size and job.max_batch_size and job.max_batch_size < job.min_batch_size:
+        raise bad("max_batch_size", f"max_batch_size {job.max_batch_size} < min_batch_size {job.min_batch_size}")
+    if job.memory_gb is not None and job.memory_gb <= 0:
+        raise bad("memory_gb", f"memory_gb {job.memory_gb} <= 0")
+    if job.age_s < 0:
+        raise bad("age_s", f"negative age {job.age_s}")
+    if job.restarts < 0:
+        raise bad("restarts", f"negative restarts {job.restarts}")
+    if job.current_num_gpus < 0:
+        raise bad("current_num_gpus", f"negative current_num_gpus {job.current_num_gpus}")
+    if job.progress < 0:
+        raise bad("progress", f"negative progress {job.progress}")
+    if job.current_num_gpus > 0 and not job.current_gpu_type:
+        raise bad("current_gpu_type", "current_num_gpus > 0 needs current_gpu_type")
+    check_name(job.name, source=source, field="name", what=f"job name (row {row})")
+    check_name(job.application, source=source, field="application", what=f"application (row {row})")
+    limits = {"arrival": MAX_SECONDS, "age_s": MAX_SECONDS, "num_gpus": MAX_GPUS, "max_gpus": MAX_GPUS,
+              "current_num_gpus": MAX_GPUS, "batch_size": MAX_BATCH, "min_batch_size": MAX_BATCH,
+              "max_batch_size": MAX_BATCH, "memory_gb": 10_000, "restarts": 1_000_000, "progress": 1e15}
+    for f, high in limits.items():
+        v = getattr(job, f)
+        if v is not None and v > high:
+            raise bad(f, f"{f} {v:g} is out of range")
+
+
+def jobs_from_rows(rows: Sequence[dict[str, str]], *, source: str = "<jobs>") -> list[Job]:
+    """Build and validate jobs from CSV rows (dicts of text). Row numbers in errors count the header as 1."""
+    jobs: list[Job] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(rows):
+        row = i + 2
+        values: dict[str, Any] = {}
+        for column, text in raw.items():
+            if column is None:
+                raise InputError(f"row {row}: more values than header columns", source=source, field="name",
+                                 valid="one value per header column")
+            key = _ALIASES.get(column.strip(), column.strip())
+            if key not in _COLUMNS:
+                raise InputError(f"unknown column {shown(column)}", source=source, field=column[:40],
+                                 valid=", ".join(_COLUMNS))
+            text = "" if text is None else str(text).strip()
+            if text == "" and key not in ("adaptive", "pinned"):
+                continue
+            parser, valid = _COLUMNS[key]
+            try:
+                values[key] = parser(text)
+            except ValueError:
+                raise InputError(f"row {row}: cannot read {shown(text)}", source=source, field=key,
+                                 valid=valid) from None
+        for required in ("name", "application"):
+            if not values.get(required):
+                raise InputError(f"row {row}: missing {required}", source=source, field=required,
+                                 valid=_COLUMNS[required][1])
+        job = Job(**values)
+        _check_job(job, source=source, row=row)
+        if job.name in seen:
+            raise InputError(f"row {row}: duplicate job name {job.name!r}", source=source, field="name",
+                             valid="unique names")
+        seen.add(job.name)
+        jobs.append(job)
+    names = {j.name for j in jobs}
+    for i, job in enumerate(jobs):
+        if job.current_partner and job.current_partner not in names:
+            raise InputError(f"row {i + 2}: current_partner {job.current_partner!r} is not a job in the file",
+                             source=source, field="current_partner", valid="another job's name or empty")
+    return jobs
+
+
+def load_jobs(path: str | Path) -> list[Job]:
+    """Read and validate a jobs CSV (see the module docstring for the columns)."""
+    import csv
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("jobs file not found", source=p, field="--jobs", valid="a CSV file path")
+    import io
+
+    from common.safe_load import read_text
+
+    with io.StringIO(read_text(p, field="--jobs", what="jobs file"), newline="") as fh:
+        reader = csv.DictReader(fh)
+        try:
+            header = reader.fieldnames or []
+        except csv.Error as err:
+            raise InputError(f"not a readable CSV ({err})", source=p, field="name",
+                             valid="a CSV header with name,application") from None
+        if not header:
+            raise InputError("empty file", source=p, field="name", valid="a CSV header with name,application")
+        normalized = {_ALIASES.get(h.strip(), h.strip()) for h in header}
+        for required in ("name", "application"):
+            if required not in normalized:
+                raise InputError(f"header lacks '{required}'", source=p, field=required,
+                                 valid="a CSV header with name,application")
+        try:
+            rows = list(reader)
+        except csv.Error as err:
+            raise InputError(f"not a readable CSV ({err})", source=p, field="name",
+                             valid="one job per line") from None
+    return jobs_from_rows(rows, source=str(p))

@@ -1,0 +1,57 @@
+"""The simulator's knobs: :class:`SimConfig` (defaults: Sia's simulator) and the allowed values of its
+choice fields. :mod:`scheduler.sim.simulator` re-exports both."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from common.errors import InputError
+from scheduler.sim.job_model import SIA_RESTART_COST_S, SIA_RESTART_PENALTY_S, SIA_SLOWDOWN
+
+CHOICES = {"throughput": ("fitted", "bootstrap", "oracle"), "step_times": ("interpolated", "fitted"),
+           "batch": ("app-max", "workload"), "restart_on": ("shape", "gpus"),
+           "efficiency": ("sia", "gns")}
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Simulation knobs (defaults: Sia's simulator). Per-application maps fall back to the defaults."""
+
+    round_s: float = 60.0
+    seed: int = 0
+    restart_cost_s: Mapping[str, float] = field(default_factory=lambda: dict(SIA_RESTART_COST_S))
+    default_restart_cost_s: float = 30.0
+    restart_penalty_s: Mapping[str, float] = field(default_factory=lambda: dict(SIA_RESTART_PENALTY_S))
+    slowdown: Mapping[str, float] = field(default_factory=lambda: dict(SIA_SLOWDOWN))
+    max_time_s: float = 60 * 86400.0
+    log_allocations: bool = True
+    throughput: str = "fitted"
+    step_times: str = "interpolated"
+    batch: str = "app-max"
+    restart_on: str = "shape"
+    efficiency: str = "sia"
+    memory: bool = True
+    colocation_strength: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.round_s > 0:
+            raise InputError(f"round length {self.round_s}", source="--round", field="round", valid="seconds > 0")
+        if not self.max_time_s > 0:
+            raise InputError(f"max time {self.max_time_s}", source="simulate", field="max_time_s", valid="seconds > 0")
+        for name, valid in CHOICES.items():
+            if getattr(self, name) not in valid:
+                raise InputError(f"{name} {getattr(self, name)!r}", source="simulate", field=name,
+                                 valid=", ".join(valid))
+        if not self.colocation_strength >= 0:
+            raise InputError(f"colocation strength {self.colocation_strength}", source="simulate",
+                             field="colocation_strength", valid="a number >= 0 (1 = the table as measured)")
+
+    def restart_cost(self, application: str) -> float:
+        return float(self.restart_cost_s.get(application, self.default_restart_cost_s))
+
+    def restart_penalty(self, application: str) -> float:
+        return float(self.restart_penalty_s.get(application, self.default_restart_cost_s))
+
+    def slowdown_of(self, application: str) -> float:
+        return float(self.slowdown.get(application, 1.0))
