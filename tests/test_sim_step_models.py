@@ -180,3 +180,18 @@ def test_every_throughput_and_step_time_model_runs_and_the_old_pair_is_the_old_m
     old = SimConfig(throughput="bootstrap", step_times="fitted")
     model = load_goodput_model(TRACES, ["cifar10", "bert"], load_cluster(SIA64).type_names)
     assert simulate(SIA64, work, "sia", config=old, profiles=model).summary["avg_jct_s"] == jct[("bootstrap", "fitted")]
+
+
+def test_simulate_refuses_an_unknown_step_time_model_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from scheduler.formats.bundled import default_cluster, default_profiles_dir
+
+    workload = tmp_path / "w.csv"
+    workload.write_text("name,time,application,num_replicas,batch_size,work\ncifar10-0,0,cifar10,1,128,300000\n")
+    proc = subprocess.run([sys.executable, "-m", "colocate.cli", "simulate", "--cluster", str(default_cluster()),
+                           "--workload", str(workload), "--policy", "sia", "--profiles", str(default_profiles_dir()),
+                           "--step-times", "exact"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "step_times" in proc.stderr and "interpolated, fitted" in proc.stderr and "Traceback" not in proc.stderr
