@@ -257,16 +257,17 @@ def test_scaled_table_moves_the_pair_benefit_and_keeps_infeasible_pairs():
 def test_sia_log_summary_reads_the_last_round(tmp_path):
     from scheduler.formats.sia_reference import summarize_sia_log
 
-    rounds = [{"timestamp": 60, "submitted_jobs": [{"name": "a", "submission_time": 0, "completion_time": None,
+    rounds = [{"timestamp": 60, "submitted_jobs": [{"name": "a-0", "submission_time": 0, "completion_time": None,
                                                      "num_restarts": None}]},
               {"timestamp": 7260, "submitted_jobs": [
-                  {"name": "a", "submission_time": 0, "completion_time": 3600, "num_restarts": 2},
-                  {"name": "b", "submission_time": 60, "completion_time": 7260, "num_restarts": 1}]}]
+                  {"name": "a-0", "submission_time": 0, "completion_time": 3600, "num_restarts": 2},
+                  {"name": "b-1", "submission_time": 60, "completion_time": 7260, "num_restarts": 1}]}]
     log = tmp_path / "sia.log"
     log.write_text("\n".join(__import__("json").dumps(r) for r in rounds) + "\n")
     s = summarize_sia_log(log)
     assert (s["jobs"], s["completed"], s["restarts"]) == (2, 2, 3)
     assert s["avg_jct_h"] == pytest.approx(1.5)
+    assert s["per_app_jct_s"] == {"a": 3600.0, "b": 7200.0}
     from common.errors import InputError
 
     (tmp_path / "bad.log").write_text("{not json\n")

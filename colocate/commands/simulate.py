@@ -110,8 +110,13 @@ def simulate_command(
     profiles: Path = typer.Option(None, "--profiles",
                                   help="Throughput profiles: Sia traces dir or profile CSV (default: "
                                        "<shared data>/sia/traces)."),
-    throughput: str = typer.Option("bootstrap", "--throughput",
-                                   help="bootstrap: learned online as Sia does; oracle: every profile known."),
+    throughput: str = typer.Option("fitted", "--throughput",
+                                   help="fitted: a step-time model fitted to the configurations each job ran (Sia); "
+                                        "bootstrap: profiles of the GPU types a job ran on, projected to the "
+                                        "others; oracle: every profile known."),
+    step_times: str = typer.Option("interpolated", "--step-times",
+                                   help="True step times: interpolated from the profile rows (Sia's simulator) "
+                                        "or fitted (Pollux-form fit, measured points as measured)."),
     batch: str = typer.Option("app-max", "--batch",
                               help="app-max: adaptive jobs grow to the application's largest batch (Sia); "
                                    "workload: they run the batch the policy chose."),
@@ -143,7 +148,8 @@ def simulate_command(
     spec = policy_spec(policy)
     options = _group_option(spec.name, max_group_size)
     config = SimConfig(round_s=round_s, seed=seed, throughput=throughput, batch=batch, restart_on=restart_on,
-                       efficiency=efficiency, memory=memory, colocation_strength=strength, belief=belief)
+                       efficiency=efficiency, memory=memory, colocation_strength=strength, belief=belief,
+                       step_times=step_times)
     table = _colocation(colocation)
     cluster_obj = load_cluster(cluster)
     work = read_workload(workload)

@@ -24,13 +24,14 @@ def run_benchmark(workloads: list[Path], policies: list[str], cluster: Path, pro
 
     from scheduler.formats.workloads import read_workload
     from scheduler.model.cluster import load_cluster
-    from scheduler.sim.simulator import load_goodput_model, simulate
+    from scheduler.sim.simulator import SimConfig, load_goodput_model, simulate
 
     cluster_obj = load_cluster(cluster)
     rows = []
     for path in workloads:
         work = read_workload(path)
-        model = load_goodput_model(profiles, applications=work.applications, gpu_types=cluster_obj.type_names)
+        model = load_goodput_model(profiles, applications=work.applications, gpu_types=cluster_obj.type_names,
+                                   step_times=SimConfig().step_times)
         for policy in policies:
             cpu0 = time.process_time()
             result = simulate(cluster_obj, work, policy, profiles=model)

@@ -3,7 +3,9 @@
 * :mod:`.online` — measured iteration times → goodput estimates and pair ratios (``colocate serve``);
 * :mod:`.pairs` — the pair-ratio belief: prior + samples, shrinkage, intervals (:class:`PairBelief`);
 * :mod:`.explore` — the exploration rule a policy plans with (:func:`planning_ratios`);
-* :mod:`.prior` — the δ predictor's model, the prior for every pair (:func:`build_prior`).
+* :mod:`.prior` — the δ predictor's model, the prior for every pair (:func:`build_prior`);
+* :mod:`.throughput` — the throughput belief fitted to the configurations a job has run (Sia's model);
+* :mod:`.belief` — the simulator's ``--belief``: what the policy starts from, kept apart from the truth.
 """
 
 from scheduler.learning.explore import ExploreConfig, planning_ratios

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 
 from scheduler.model.jobs import Job
-from scheduler.model.step_time import StepTimeModel, fit_step_time
+from scheduler.model.step_time import StepTimeModel, StepTimes, fit_step_time  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -256,16 +256,14 @@ class ProfileGoodputModel(GoodputModelBase):
     GRID_POINTS = 24
 
     def __init__(self, profiles: "pd.DataFrame", curves: "Mapping[str, GnsCurve] | None" = None,
-                 validation: "Mapping[str, ValidationCurves] | None" = None) -> None:
+                 validation: "Mapping[str, ValidationCurves] | None" = None, step_times: str = "fitted") -> None:
         self.profiles = profiles
         self.curves = dict(curves or {})
         # Sia's efficiency (curves at the job's own batch); without them, the initial batch's GNS curve
         self.validation = dict(validation or {})
-        self._models: dict[tuple[str, str], StepTimeModel] = {}
-        self._reference: dict[str, str | None] = {}
+        self.steps = StepTimes(profiles, step_times)  # true step times: fitted or interpolated
+        self._models: dict[tuple[str, str], StepTimeModel] = self.steps.models
         self._local_range: dict[tuple[str, str], tuple[float, float]] = {}
-        self._measured: dict[tuple[str, str, int, int, float], float] = {}
-        self._multi: set[tuple[str, str]] = set()
         self._table_cache: dict[tuple, tuple[object, "np.ndarray"]] = {}
         self._apps = set(profiles["application"].unique())
         self._grid_cache: dict[tuple, tuple[int, ...]] = {}
@@ -280,16 +278,7 @@ class ProfileGoodputModel(GoodputModelBase):
             for app, c in self.curves.items()
         }
         for (app, gpu), rows in profiles.groupby(["application", "gpu_type"], sort=False):
-            self._models[(app, gpu)] = fit_step_time(rows)
             self._local_range[(app, gpu)] = (float(rows["local_bsz"].min()), float(rows["local_bsz"].max()))
-            if (rows["num_gpus"] > 1).any():
-                self._multi.add((app, gpu))
-            means = rows.groupby(["num_gpus", "num_nodes", "local_bsz"])["step_time"].mean()
-            for (n, k, m), t in means.items():
-                self._measured[(app, gpu, int(n), int(k), round(float(m), 6))] = float(t)
-        for app in profiles["application"].unique():
-            multi = profiles[(profiles["application"] == app) & (profiles["num_gpus"] > 1)]
-            self._reference[app] = multi["gpu_type"].value_counts().index[0] if len(multi) else None
 
     def clear_caches(self) -> None:
         """Forget every memoised table, efficiency and estimate (they are recomputed on the next call)."""
@@ -309,22 +298,7 @@ class ProfileGoodputModel(GoodputModelBase):
         return self._local_range.get((application, gpu_type))
 
     def _step_times(self, app: str, gpu: str, local: "np.ndarray", n: int, k: int) -> "np.ndarray":
-        model = self._models[(app, gpu)]
-        if n > 1 and (app, gpu) not in self._multi:
-            ref = self._reference.get(app)
-            if ref is not None and ref != gpu:
-                ref_model = self._models[(app, ref)]
-                times = model.step_time(local, 1) * ref_model.step_time(local, n, k) / ref_model.step_time(local, 1)
-            else:
-                times = model.step_time(local, n, k)
-        else:
-            times = model.step_time(local, n, k)
-        times = np.array(times, dtype=float, copy=True).reshape(np.shape(local))
-        for idx, m in np.ndenumerate(local):
-            hit = self._measured.get((app, gpu, n, k, round(float(m), 6)))
-            if hit is not None:
-                times[idx] = hit
-        return times
+        return self.steps.step_time(app, gpu, local, n, k)
 
     def throughput(self, application: str, gpu_type: str, num_gpus: int, batch_size: int,
                    num_nodes: int = 1) -> float | None:
@@ -336,6 +310,14 @@ class ProfileGoodputModel(GoodputModelBase):
             return None
         t = float(self._step_times(application, gpu_type, np.array([local]), num_gpus, num_nodes)[0])
         return batch_size / t
+
+    def grid_efficiency(self, job: Job) -> "tuple[np.ndarray, np.ndarray]":
+        """The global batches an estimate chooses among for ``job`` and its efficiency at each (read-only)."""
+        grid = self._batch_grid(job)
+        grid_arr = self._grid_arrays.get(grid)
+        if grid_arr is None:
+            grid_arr = self._grid_arrays[grid] = np.asarray(grid, dtype=float)
+        return grid_arr, self._grid_efficiency(job, grid, grid_arr)
 
     def _batch_grid(self, job: Job) -> tuple[int, ...]:
         key = (job.application, job.adaptive, job.batch_size, job.min_batch_size, job.max_batch_size)

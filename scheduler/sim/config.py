@@ -10,7 +10,8 @@ from common.errors import InputError
 from scheduler.learning.belief import parse_belief
 from scheduler.sim.job_model import SIA_RESTART_COST_S, SIA_RESTART_PENALTY_S, SIA_SLOWDOWN
 
-CHOICES = {"throughput": ("bootstrap", "oracle"), "batch": ("app-max", "workload"), "restart_on": ("shape", "gpus"),
+CHOICES = {"throughput": ("fitted", "bootstrap", "oracle"), "step_times": ("interpolated", "fitted"),
+           "batch": ("app-max", "workload"), "restart_on": ("shape", "gpus"),
            "efficiency": ("sia", "gns")}
 
 
@@ -26,7 +27,8 @@ class SimConfig:
     slowdown: Mapping[str, float] = field(default_factory=lambda: dict(SIA_SLOWDOWN))
     max_time_s: float = 60 * 86400.0
     log_allocations: bool = True
-    throughput: str = "bootstrap"
+    throughput: str = "fitted"
+    step_times: str = "interpolated"
     batch: str = "app-max"
     restart_on: str = "shape"
     efficiency: str = "sia"

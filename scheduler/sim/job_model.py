@@ -39,6 +39,7 @@ from scheduler.model.goodput import (
     estimate_arrays,
 )
 from scheduler.model.jobs import Job
+from scheduler.model.step_time import STEP_TIME_MODES
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.model.cluster import Cluster
@@ -430,7 +431,7 @@ def scaled_table(table: ColocationTable, strength: float) -> ColocationTable:
 
 @lru_cache(maxsize=4)
 def _load_profiles(path: str, applications: tuple[str, ...] | None, gpu_types: tuple[str, ...] | None,
-                   efficiency: str) -> GoodputModel:
+                   efficiency: str, step_times: str) -> GoodputModel:
     from scheduler.formats.profiles import is_sia_traces_dir, read_gns_curves, read_sia_profiles
     from scheduler.model.goodput import ProfileGoodputModel, read_validation_curves
 
@@ -438,21 +439,24 @@ def _load_profiles(path: str, applications: tuple[str, ...] | None, gpu_types: t
     if is_sia_traces_dir(p):
         profiles = read_sia_profiles(p, applications=applications, gpu_types=gpu_types)
         validation = read_validation_curves(p, applications) if efficiency == "sia" else None
-        return ProfileGoodputModel(profiles, read_gns_curves(p, applications=applications), validation)
-    return goodput_model_from_path(p)
+        return ProfileGoodputModel(profiles, read_gns_curves(p, applications=applications), validation, step_times)
+    model = goodput_model_from_path(p)
+    return model if step_times == "fitted" else ProfileGoodputModel(model.profiles, model.curves, step_times=step_times)
 
 
 EFFICIENCY_MODES = ("sia", "gns")
 
 
 def load_goodput_model(profiles: str | Path | None = None, applications: Sequence[str] | None = None,
-                       gpu_types: Sequence[str] | None = None, efficiency: str = "sia") -> GoodputModel:
+                       gpu_types: Sequence[str] | None = None, efficiency: str = "sia",
+                       step_times: str = "fitted") -> GoodputModel:
     """A :class:`scheduler.model.goodput.ProfileGoodputModel` from a profile CSV or Sia traces directory (default:
     Sia's traces in the shared data folder, else the bundled set), restricted to the given applications and GPU
     types, cached.
 
     ``efficiency``: ``"sia"`` reads every validation curve (efficiency at the job's own batch, as Sia's
-    simulator); ``"gns"``: the initial batch's gradient-noise curve only (Pollux's form).
+    simulator); ``"gns"``: the initial batch's gradient-noise curve only (Pollux's form). ``step_times``:
+    ``"fitted"`` (Pollux-form fit, measured points as measured) or ``"interpolated"`` (Sia's simulator's).
     """
     if efficiency not in EFFICIENCY_MODES:
         raise InputError(f"efficiency model {efficiency!r}", source="simulate", field="efficiency",
@@ -463,7 +467,10 @@ def load_goodput_model(profiles: str | Path | None = None, applications: Sequenc
                          valid="Sia's traces directory (<shared>/sia/traces) or a profile CSV")
     apps = tuple(sorted(applications)) if applications is not None else None
     types = tuple(sorted(gpu_types)) if gpu_types is not None else None
-    return _load_profiles(str(path.resolve()), apps, types, efficiency)
+    if step_times not in STEP_TIME_MODES:
+        raise InputError(f"step-time model {step_times!r}", source="simulate", field="step_times",
+                         valid=", ".join(STEP_TIME_MODES))
+    return _load_profiles(str(path.resolve()), apps, types, efficiency, step_times)
 
 
 __all__ = [

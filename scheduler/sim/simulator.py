@@ -57,6 +57,7 @@ from common.errors import InputError
 from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.formats.workloads import Workload, load_workload
 from scheduler.learning.belief import SimBelief, sim_belief
+from scheduler.learning.throughput import LearnedThroughputGoodput
 from scheduler.model.cluster import Cluster, load_cluster
 from scheduler.model.goodput import GoodputModel
 from scheduler.model.jobs import Job
@@ -121,8 +122,11 @@ class Simulator:
         self.adaptive = adaptive
         self.max_group_size = int(getattr(getattr(policy, "config", None), "max_group_size", 2))
         self.goodput = goodput if isinstance(goodput, AccumulatingGoodput) else AccumulatingGoodput(goodput)
-        learns = adaptive and config.throughput == "bootstrap"
-        self.belief: GoodputModel = BootstrapGoodput(self.goodput, cluster) if learns else self.goodput
+        self.belief: GoodputModel = self.goodput
+        if adaptive and config.throughput == "bootstrap":
+            self.belief = BootstrapGoodput(self.goodput, cluster)
+        elif adaptive and config.throughput == "fitted":
+            self.belief = LearnedThroughputGoodput(self.goodput, cluster)
         self.memory = MemoryModel(self.goodput, cluster) if config.memory else None
         self.colocation = self._policy_table(colocation)  # the truth: how fast pairs really run
         self.learner = self._belief(colocation)  # what the policy believes, when not the truth
@@ -149,7 +153,9 @@ class Simulator:
 
     # ------------------------------------------------------------------ what the policy sees
     def _max_gpus(self, application: str, job: str) -> int:
-        observed = self.belief.max_observed(job) if isinstance(self.belief, BootstrapGoodput) else None
+        belief = self.belief
+        learning = isinstance(belief, (BootstrapGoodput, LearnedThroughputGoodput))
+        observed = belief.max_observed(job) if learning else None  # type: ignore[attr-defined]
         key = (application, observed)
         if key not in self._caps:
             self._caps[key] = sia_max_gpus(self.goodput, self.cluster, application, observed)
@@ -339,8 +345,8 @@ class Simulator:
         m.run_s += u.run_s
         m.packed_s += u.packed_s
         m.gpu_s += a.num_gpus * times.gpu_share[m.spec.name]  # the GPUs split evenly among the members there
-        if u.run_s > 0 and isinstance(self.belief, BootstrapGoodput):
-            self.belief.record(m.spec.name, a.gpu_type, a.num_gpus)  # Sia learns from the steps a job ran
+        if u.run_s > 0:
+            self._learn(m, a, u.batch)
         if self.config.log_allocations:
             jp = placement.of(m.spec.name)
             run.alloc_rows.append({
@@ -352,6 +358,21 @@ class Simulator:
                 "packed_rate": u.packed if size > 1 else float("nan"), "restore_s": u.delay,
                 "progress": m.done / m.work,
             })
+
+    def _learn(self, st: JobState, a: Allocation, batch: int) -> None:
+        """Sia learns from the steps a job ran: the GPUs it used (bootstrap), or the configuration's measured
+        step and all-reduce times at the local batch it ran (fitted; a goodput model without step times, such as
+        a table, teaches nothing, so the belief stays the base model)."""
+        if isinstance(self.belief, BootstrapGoodput):
+            self.belief.record(st.spec.name, a.gpu_type, a.num_gpus)
+        elif isinstance(self.belief, LearnedThroughputGoodput) and batch > 0:
+            used = a.num_gpus if self.adaptive else min(st.spec.num_gpus, a.num_gpus)
+            local = self._local_batch(st, a, batch)
+            steps = getattr(self.goodput.inner, "steps", None)  # a profile model's true step and all-reduce times
+            if steps is None:
+                return
+            step, sync = steps.times(st.spec.application, a.gpu_type, local, used, a.num_nodes)
+            self.belief.learner.observe(st.spec.name, a.gpu_type, a.num_nodes, used, local, float(step), float(sync))
 
     def _retire(self, run: _Run, done: list[JobState]) -> None:
         for st in done:
@@ -431,7 +452,7 @@ def simulate(cluster: Cluster | str | Path, workload: Workload | str | Path, pol
         table = colocation
     if profiles is None or isinstance(profiles, (str, Path)):
         model = load_goodput_model(profiles, applications=work.applications, gpu_types=cluster_obj.type_names,
-                                   efficiency=cfg.efficiency)
+                                   efficiency=cfg.efficiency, step_times=cfg.step_times)
     else:
         model = profiles
     sim = Simulator(cluster_obj, work, policy, model, table, cfg, adaptive=is_adaptive)

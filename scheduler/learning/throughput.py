@@ -1,0 +1,250 @@
+"""Throughput learned from the configurations a job has run: one model for the simulator and the live server.
+
+A scheduler does not know how fast a job will run on a configuration it has never tried. It measures the step
+time (and the all-reduce time within it) of each configuration the job runs and fits the Pollux iteration-time
+model (OSDI'21 §3.2, :class:`scheduler.model.step_time.StepTimeModel`) to those points, per GPU type. This is what
+Sia (SOSP'23 §3.4) does, and how its simulator's scheduler sees jobs:
+
+* :func:`fit_observed` fits the model with the priors of Pollux's fit: the terms nothing has measured yet are
+  held at zero (no multi-GPU run: no all-reduce cost; no run over 2 GPUs: no cost growing with the count; one
+  local batch measured: half its time is taken as fixed cost), so the belief is optimistic about what it has
+  not tried and the scheduler tries it. Closed-form line fits and a grid for the overlap exponent keep it
+  cheap enough to refit every time a job runs a new configuration.
+* :class:`ThroughputLearner` holds the points (first measurement of each configuration) per job and GPU type
+  and refits a type only when it gained a point.
+* :class:`LearnedThroughputGoodput` is the policy's goodput model built on it: the fitted model on a GPU type
+  the job has run on, a projection (ratio of the two types' 1-GPU throughputs) from the first such type on
+  the others, and the base model's values for a job that has not run yet.
+
+The live server can feed the same learner with its measured iteration times (``observe``) and answer the
+policy with the same goodput model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from scheduler.model.goodput import EstimateArrays, GoodputEstimate, GoodputModel, GoodputModelBase, estimate_arrays
+from scheduler.model.jobs import Job
+from scheduler.model.step_time import StepTimeModel, linear_fit
+
+if TYPE_CHECKING:  # pragma: no cover
+    from scheduler.model.cluster import Cluster
+    from scheduler.model.configs import Configuration
+
+_FLOOR = 1e-8  # the value a time parameter takes when nothing measured it (a term held "at zero")
+_GAMMAS = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 10.0)
+
+
+def _step_times(model: StepTimeModel, local: np.ndarray, gpus: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """:meth:`StepTimeModel.step_time` for rows of shapes at once (``local``: shapes × batches)."""
+    grad = model.alpha_c + model.beta_c * local
+    extra = (gpus - 2)[:, None]
+    sync = np.where((nodes > 1)[:, None], model.alpha_n + model.beta_n * extra, model.alpha_r + model.beta_r * extra)
+    sync = np.maximum(sync, 0.0)
+    g = model.gamma
+    return np.where((gpus > 1)[:, None], (grad ** g + sync ** g) ** (1.0 / g), grad)
+
+
+def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """``y ≈ a + b·x`` with a, b ≥ the floor; one distinct x: the mean as a constant."""
+    if len(np.unique(x)) < 2:
+        return max(float(np.mean(y)), _FLOOR), _FLOOR
+    a, b = linear_fit(x, y)
+    return max(a, _FLOOR), max(b, _FLOOR)
+
+
+def _network(n: np.ndarray, sync: np.ndarray, where: np.ndarray) -> tuple[float, float]:
+    if not where.any():
+        return _FLOOR, _FLOOR
+    return _line((n[where] - 2).astype(float), sync[where])
+
+
+def fit_observed(num_nodes: Sequence[int], num_gpus: Sequence[int], local_bsz: Sequence[float],
+                 step_time: Sequence[float], sync_time: Sequence[float]) -> StepTimeModel:
+    """Fit :class:`StepTimeModel` to measured points, optimistic where nothing was measured (module docstring).
+
+    Compute time is a line in the local batch (one batch measured: half of it fixed cost); all-reduce time a
+    line in the GPU count inside one node and across nodes, each held at zero until measured, and across
+    nodes no less than inside one until measured; the overlap exponent γ is the one of a small grid that best
+    fits the log step times of the multi-GPU points."""
+    k, n = np.asarray(num_nodes, int), np.asarray(num_gpus, int)
+    m, step = np.asarray(local_bsz, float), np.asarray(step_time, float)
+    sync = np.clip(np.nan_to_num(np.asarray(sync_time, float)), 0.0, None)
+    compute = np.maximum(step - np.where(n > 1, sync, 0.0), _FLOOR)
+    if len(np.unique(m)) == 1:
+        alpha_c = float(np.mean(compute)) / 2
+        beta_c = max(alpha_c / float(m[0]), _FLOOR)
+    else:
+        alpha_c, beta_c = _line(m, compute)
+    alpha_r, beta_r = _network(n, sync, (k == 1) & (n > 1))
+    alpha_n, beta_n = _network(n, sync, k > 1)
+    if not (k > 1).any():
+        alpha_n, beta_n = max(alpha_n, 1.1 * alpha_r), max(beta_n, 1.1 * beta_r)
+    best = StepTimeModel(alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n, 1.0)
+    multi = n > 1
+    if multi.any():
+        errors = []
+        for gamma in _GAMMAS:
+            cand = StepTimeModel(alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n, gamma)
+            pred = _step_times(cand, m[multi][:, None], n[multi], k[multi])[:, 0]
+            errors.append(float(np.mean(np.log(pred / step[multi]) ** 2)) + 1e-3 * (gamma - 1) ** 2)
+        best = StepTimeModel(alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n, _GAMMAS[int(np.argmin(errors))])
+    return best
+
+
+Point = tuple[int, int, float]  # (num_nodes, num_gpus, local batch)
+
+
+class ThroughputLearner:
+    """Measured (step, sync) times per owner (a job), GPU type and configuration, and the fits on them."""
+
+    def __init__(self) -> None:
+        self.points: dict[str, dict[str, dict[Point, tuple[float, float]]]] = {}
+        self._fits: dict[tuple[str, str], tuple[int, StepTimeModel]] = {}
+        self.fits = 0  # how many fits were computed (a cost figure)
+
+    def observe(self, owner: str, gpu_type: str, num_nodes: int, num_gpus: int, local_bsz: float,
+                step_time: float, sync_time: float) -> bool:
+        """Record one measurement; True when the configuration is new (the first measurement is kept)."""
+        seen = self.points.setdefault(owner, {}).setdefault(gpu_type, {})
+        key = (int(num_nodes), int(num_gpus), round(float(local_bsz), 6))
+        if key in seen or not (step_time > 0 and math.isfinite(step_time)):
+            return False
+        seen[key] = (float(step_time), float(sync_time) if math.isfinite(sync_time) else 0.0)
+        return True
+
+    def gpu_types(self, owner: str) -> list[str]:
+        return list(self.points.get(owner, {}))
+
+    def max_gpus(self, owner: str) -> int:
+        return max((key[1] for seen in self.points.get(owner, {}).values() for key in seen), default=0)
+
+    def version(self, owner: str) -> int:
+        return sum(len(seen) for seen in self.points.get(owner, {}).values())
+
+    def model(self, owner: str, gpu_type: str) -> StepTimeModel | None:
+        seen = self.points.get(owner, {}).get(gpu_type)
+        if not seen:
+            return None
+        hit = self._fits.get((owner, gpu_type))
+        if hit is not None and hit[0] == len(seen):
+            return hit[1]
+        keys, values = list(seen), list(seen.values())
+        model = fit_observed([q[0] for q in keys], [q[1] for q in keys], [q[2] for q in keys],
+                             [v[0] for v in values], [v[1] for v in values])
+        self.fits += 1
+        self._fits[(owner, gpu_type)] = (len(seen), model)
+        return model
+
+    def forget(self, owner: str) -> None:
+        for gpu_type in self.points.pop(owner, {}):
+            self._fits.pop((owner, gpu_type), None)
+
+
+class LearnedThroughputGoodput(GoodputModelBase):
+    """The policy's goodput model on a :class:`ThroughputLearner` (see the module docstring).
+
+    ``inner`` is the base model: it gives the batch grid, the statistical efficiency, the local-batch limits
+    per GPU type, which shapes a job can run at all, and the values for a job never run. Answers are kept per
+    (job, number of points learned, efficiency, shapes), so a job that learned nothing new since the last round
+    costs a dictionary look-up."""
+
+    def __init__(self, inner: GoodputModel, cluster: Cluster, learner: ThroughputLearner | None = None) -> None:
+        self.inner = inner
+        self.cluster = cluster
+        self.learner = learner if learner is not None else ThroughputLearner()
+        self._ratio: dict[tuple[str, str, str], float | None] = {}
+        self._answers: dict[tuple, tuple[object, EstimateArrays]] = {}
+
+    def __getattr__(self, name: str) -> Any:  # curves, local_batch_range, ... of the base model
+        return getattr(self.inner, name)
+
+    def throughput(self, application: str, gpu_type: str, num_gpus: int, batch_size: int,
+                   num_nodes: int = 1) -> float | None:
+        return self.inner.throughput(application, gpu_type, num_gpus, batch_size, num_nodes)
+
+    def max_observed(self, job: str) -> int:
+        return self.learner.max_gpus(job)
+
+    def ratio(self, application: str, gpu_type: str, reference: str) -> float | None:
+        """``gpu_type``'s 1-GPU throughput at its largest local batch over ``reference``'s (Sia's ratio)."""
+        key = (application, gpu_type, reference)
+        if key not in self._ratio:
+            rates = []
+            for t in (gpu_type, reference):
+                span = self.inner.local_batch_range(application, t)  # type: ignore[attr-defined]
+                rate = self.inner.throughput(application, t, 1, int(span[1]), 1) if span else None
+                rates.append(rate if rate and rate > 0 else None)
+            self._ratio[key] = rates[0] / rates[1] if rates[0] and rates[1] else None
+        return self._ratio[key]
+
+    def estimate_arrays(self, job: Job, configs: Sequence[Configuration]) -> EstimateArrays:
+        types = self.learner.gpu_types(job.name)
+        if not types:
+            return estimate_arrays(self.inner, job, configs)
+        configs = configs if isinstance(configs, tuple) else tuple(configs)
+        base: Any = self.inner  # a profile model (or a wrapper of one): batch grid and efficiency
+        grid, eff = base.grid_efficiency(job)
+        key = (job.name, self.learner.version(job.name), eff.tobytes(), grid.tobytes(), id(configs))
+        hit = self._answers.get(key)
+        if hit is not None and hit[0] is configs:  # the entry keeps its tuple alive, so the id is not reused
+            return hit[1]
+        result = self._answer(job, configs, types, grid, eff)
+        if len(self._answers) > 16384:
+            self._answers.clear()
+        self._answers[key] = (configs, result)
+        return result
+
+    def _answer(self, job: Job, configs: tuple[Configuration, ...], types: Sequence[str], grid: np.ndarray,
+                eff: np.ndarray) -> EstimateArrays:
+        base = estimate_arrays(self.inner, job, configs)
+        out = [np.array(a, dtype=float, copy=True) for a in (base.goodput, base.batch_size, base.throughput,
+                                                             base.efficiency)]
+        reference = next(t.name for t in self.cluster if t.name in types)
+        per_node = self.cluster[reference].gpus_per_node
+        # each shape is answered by the fit of its own type, or of the reference type at the same GPU count
+        # (nodes of the reference type) times the ratio; shapes the job cannot run on (base) stay so
+        rows: dict[str, list[tuple[int, int, int, float]]] = {}
+        for i, c in enumerate(configs):
+            if not base.goodput[i] > 0:
+                continue
+            if c.gpu_type in types:
+                rows.setdefault(c.gpu_type, []).append((i, c.num_nodes, c.num_gpus, 1.0))
+                continue
+            ratio = self.ratio(job.application, c.gpu_type, reference)
+            if ratio is not None:
+                rows.setdefault(reference, []).append((i, math.ceil(c.num_gpus / per_node), c.num_gpus, ratio))
+        for gpu_type, members in rows.items():
+            model = self.learner.model(job.name, gpu_type)
+            span = self.inner.local_batch_range(job.application, gpu_type)  # type: ignore[attr-defined]
+            if model is None:
+                continue
+            idx, nodes, gpus, ratios = (np.array(col) for col in zip(*members))
+            local = grid[None, :] / gpus[:, None]
+            ok = local <= span[1] * (1 + 1e-9) if span else np.ones_like(local, dtype=bool)
+            throughput = np.where(ok, grid[None, :] / _step_times(model, local, gpus, nodes) * ratios[:, None], np.nan)
+            good = np.where(ok, throughput * eff[None, :], -np.inf)
+            best = np.argmax(good, axis=1)
+            at = np.arange(len(idx))
+            fine = np.isfinite(good[at, best])
+            for array, value in zip(out, (good[at, best], grid[best], throughput[at, best], eff[best])):
+                array[idx] = np.where(fine, value, np.nan)
+        for array in out:
+            array.setflags(write=False)  # shared between callers
+        return EstimateArrays(*out)
+
+    def estimate_many(self, job: Job, configs: Sequence[Configuration]) -> list[GoodputEstimate | None]:
+        return self.estimate_arrays(job, configs).to_list()
+
+    def estimate(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1) -> GoodputEstimate | None:
+        from scheduler.model.configs import Configuration
+
+        return self.estimate_arrays(job, (Configuration(gpu_type, num_nodes, num_gpus),)).at(0)
+
+
+__all__ = ["LearnedThroughputGoodput", "ThroughputLearner", "fit_observed"]

@@ -1,0 +1,42 @@
+"""Run our simulator on Sia's workloads under each (throughput belief, step-time model) pair and print one JSON
+line per run: average JCT, restarts and mean JCT per application (the figures set beside Sia's simulator in
+results/sim/fidelity/NOTES.md).
+
+Usage: PYTHONPATH=. python scripts/fidelity_variants.py WORKLOADS POLICIES VARIANTS
+  WORKLOADS  comma-separated, relative to <shared data>/sia/workloads, without .csv (philly/workload-1,...)
+  POLICIES   comma-separated (sia,gavel)
+  VARIANTS   comma-separated THROUGHPUT/STEP_TIMES pairs (fitted/interpolated,bootstrap/fitted,...)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from scheduler.formats.shared_data import shared_data_dir
+from scheduler.sim.simulator import SimConfig, simulate
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    root = shared_data_dir() / "sia" / "workloads"
+    for workload in argv[0].split(","):
+        for policy in argv[1].split(","):
+            for variant in argv[2].split(","):
+                throughput, step_times = variant.split("/")
+                started = time.time()
+                result = simulate("scheduler/examples/sia-64gpu.yaml", root / f"{workload}.csv", policy,
+                                  config=SimConfig(throughput=throughput, step_times=step_times))
+                per_app = result.jobs.groupby("application")["jct_s"].mean().round(0).to_dict()
+                print(json.dumps({"workload": workload, "policy": policy, "throughput": throughput,
+                                  "step_times": step_times, "avg_jct_h": result.summary["avg_jct_s"] / 3600,
+                                  "restarts": result.summary.get("restarts"),
+                                  "wall_s": round(time.time() - started, 1), "per_app_s": per_app}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
