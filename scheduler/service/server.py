@@ -139,9 +139,11 @@ class Server:
         self._cancel_queued()
         everyone = self.state.jobs()
         leaving = self._stop_cancelled_members(everyone)
-        rows = rounds.without(
+        active = rounds.without(
             [r for r in everyone if r.state in (QUEUED, RUNNING) and not r.cancel_requested], leaving)
-        rows = admission.screen(self.state, rows, self.cluster)  # invalid jobs fail, infeasible ones wait
+        rows = admission.screen(self.state, active, self.cluster)  # invalid jobs fail, infeasible ones wait
+        kept = {r.name for r in rows}
+        held_back = [r for r in active if r.name not in kept and r.state == QUEUED and not r.invalid]
         model, table = self.learned(everyone)
         now = time.time()
         previous = rounds.current_placement(rows)
@@ -159,7 +161,7 @@ class Server:
         self.request_stops(tuple(k for k in plan.stop if k not in self._stopping))
         started, self._pending = self.start_units(plan.start)
         enact_s, enact_cpu = time.perf_counter() - enacting, time.process_time() - enacting_cpu
-        reasons = waiting.reasons(rows, self.cluster, decision, placement, self._pending, table, policy_jobs,
+        reasons = waiting.reasons([*rows, *held_back], self.cluster, decision, placement, self._pending, table, policy_jobs,
                                   self.policy)
         number = int(self.state.meta("rounds") or 0) + 1
         total, total_cpu = time.perf_counter() - began, time.process_time() - began_cpu
