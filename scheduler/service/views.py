@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.learning.online import LearnedGoodputModel, learned_ratios
+from scheduler.learning.measured import SoloTimes, learned_ratios
 from scheduler.service.state import StateStore
 
 
@@ -33,8 +33,6 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
 def learned_view(state: StateStore) -> dict[str, Any]:
     """The learned tables: solo iteration times per configuration and pair ratios, with sample counts."""
     measurements = state.measurements()
-    specs = {r.name: r.spec for r in state.jobs()}
-    model = LearnedGoodputModel(measurements, specs)
     solo = [{**m, "samples_per_s": round(m["batch_size"] / m["iter_time_s"], 3)}
             for m in measurements if not m["partner_type"]]
-    return {"throughput": solo, "colocation": learned_ratios(measurements, model)}
+    return {"throughput": solo, "colocation": learned_ratios(measurements, SoloTimes(measurements))}
