@@ -392,14 +392,17 @@ class Server:
     def _start_unit(self, unit: rounds.Unit, rows: dict[str, JobRow]) -> int:
         from scheduler.service.groups import build_group, group_document
 
+        with self.state.transaction() as db:
+            number = int(self.state.meta("groups") or 0) + 1
+            db.set_meta("groups", str(number))
+        key = f"g{number:05d}"
         try:
+            # built outside any transaction (job directories, the executor's modules on a first start):
+            # submitters and readers never wait behind it; a server killed here only skipped a group number
+            with admission.unit_problems():  # a job its group cannot be built for fails, not the server
+                group = build_group(unit, rows, self.config)
+                doc = group_document(key, group, rows, self.config, self.state.dir)
             with self.state.transaction() as db:
-                number = int(self.state.meta("groups") or 0) + 1
-                db.set_meta("groups", str(number))
-                key = f"g{number:05d}"
-                with admission.unit_problems():  # a job its group cannot be built for fails, not the server
-                    group = build_group(unit, rows, self.config)
-                    doc = group_document(key, group, rows, self.config, self.state.dir)
                 db.put_group(key, self.executor.name, {"doc": doc, "handle": {}}, [s.job for s in unit])
                 for slot in unit:
                     before = rows[slot.job]
