@@ -10,8 +10,9 @@ the submitters);
 the jobs are ``sleep`` commands, so what loads the machine is the front door and the rounds. Prints wall
 seconds beside CPU seconds of every process (read by ``wait4``: on a shared machine the wall time includes
 waiting for a core) and the load average; ``python -c pass`` is timed as the floor. For the parallel phase
-it prints the CPU seconds the submitters, the ``jobs --json`` poller and the server spent, and that sum over
-the cores as the wall time an otherwise idle machine would need at least ("idle-equivalent").
+it prints the CPU seconds the submitters, the ``jobs --json`` poller (one call after another, the busiest
+dashboard) and the server spent, and their sum over the cores as the wall time an otherwise idle machine would
+need at least ("idle-equivalent"; with and without the poller, which alone keeps a core busy).
 """
 
 from __future__ import annotations
@@ -143,11 +144,12 @@ def _run_load(root: Path, state: Path, server: int, args: argparse.Namespace) ->
     server_cpu = _process_cpu(server) - server_before
     done.set()
     watcher.join()
-    cpu = sum(c for _, c in submits) + sum(c for _, c in polls) + server_cpu
+    submit_cpu, poll_cpu = sum(c for _, c in submits), sum(c for _, c in polls)
     print(f"{per * args.submitters} jobs from {args.submitters} parallel submitters, {args.batch} per call: "
-          f"{total:.1f} s wall; CPU: submitters {sum(c for _, c in submits):.1f} s "
-          f"({statistics.median(c for _, c in submits):.3f} s per call), poller {sum(c for _, c in polls):.1f} s, "
-          f"server {server_cpu:.1f} s; idle-equivalent {cpu / (CORES):.1f} s; {_load()}")
+          f"{total:.1f} s wall; CPU: submitters {submit_cpu:.1f} s ({statistics.median(c for _, c in submits):.3f} "
+          f"s per call), poller {poll_cpu:.1f} s, server {server_cpu:.1f} s; idle-equivalent on {CORES} cores: "
+          f"{(submit_cpu + server_cpu) / CORES:.1f} s, {(submit_cpu + server_cpu + poll_cpu) / CORES:.1f} s with "
+          f"the poller; {_load()}")
     if failures:
         print(f"{len(failures)} call(s) FAILED, e.g. {failures[0]}")
     _print("submit while they submit", submits)
