@@ -70,6 +70,37 @@ def test_probes_are_off_by_default_on_cpu_and_follow_the_flag() -> None:
     assert not probing_enabled(ProbeConfig(enabled=False), "cuda")
 
 
+def test_learned_marks_what_probes_measured_and_reads_damaged_records_as_none(tmp_path: Path) -> None:
+    import json
+
+    from scheduler.service.views import learned_view
+
+    state = StateStore(tmp_path / "state")
+    wrote: list[list[Any]] = [["tiny_cnn", "t4", 1, 16, ""], ["tiny_cnn", "t4", 1, 16, "tiny_cnn@16"],
+                              ["tiny_cnn", "t4", 1, 16, "tiny_cnn@16"]]
+    record = {"key": "p0001", "gpu_type": "t4", "type": "tiny_cnn@16", "partner_type": "tiny_cnn@16",
+              "state": DONE, "started_at": 1.0, "gpu_s": 12.5, "error": "", "wrote": wrote}
+    with state.transaction() as db:
+        for key, t in zip(wrote, (0.010, 0.018, 0.018)):
+            db.add_measurement(key[0], key[1], key[2], key[3], key[4], t)
+        db.add_measurement("resnet18", "t4", 1, 8, "", 0.05)  # measured by a run
+        db.set_meta("probes", json.dumps([record, {"key": 3}]))  # a damaged entry is left out
+    view = learned_view(state)
+    assert {m["application"]: m["source"] for m in view["throughput"]} == {"tiny_cnn": "probe", "resnet18": "run"}
+    assert [(r["source"], round(r["ratio_a"], 3)) for r in view["colocation"]] == [("probe", round(0.010 / 0.018, 3))]
+    assert [p["key"] for p in view["probes"]] == ["p0001"] and "wrote" not in view["probes"][0]
+    with state.transaction() as db:
+        db.add_measurement("tiny_cnn", "t4", 1, 16, "", 0.011)  # a later run of the job
+        db.set_meta("probes", json.dumps([record]))
+    assert {m["application"]: m["source"] for m in learned_view(state)["throughput"]}["tiny_cnn"] == "probe+run"
+    result = CliRunner().invoke(app, ["learned", "--state", str(state.dir)])
+    assert result.exit_code == 0 and "probe+run" in result.output and "p0001" in result.output, result.output
+    with state.transaction() as db:
+        db.set_meta("probes", "{not json")
+    assert learned_view(state)["probes"] == []
+    assert CliRunner().invoke(app, ["learned", "--state", str(state.dir)]).exit_code == 0
+
+
 def _server(tmp_path: Path, gpus: int, probe: ProbeConfig = SHORT) -> tuple[StateStore, Server]:
     state = StateStore(tmp_path / "state")
     cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": gpus, "memory_gb": 16}}})
@@ -147,18 +178,30 @@ def test_no_probe_runs_when_no_gpu_is_spare(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_probes_stop_with_the_server(tmp_path: Path) -> None:
-    from scheduler.executor.supervise import process_alive
+    import pandas as pd
 
-    state, server = _server(tmp_path, gpus=2)
+    from scheduler.executor.supervise import process_alive
+    from scheduler.formats.colocation_table import write_colocation_table
+    from scheduler.service.serve import serve_forever
+
+    cluster, table = tmp_path / "cluster.yaml", tmp_path / "table.csv"
+    cluster.write_text("gpu_types:\n  t4: {nodes: 1, gpus_per_node: 2, memory_gb: 16}\n")
+    write_colocation_table(pd.DataFrame([{"gpu_type": "t4", "type_a": "tiny_cnn", "type_b": "tiny_cnn",
+                                          "ratio_a": 0.7, "ratio_b": 0.7}]), table)
+    state = StateStore(tmp_path / "state")
+    state.submit(job_from_dict({"name": "a", **JOB}))
+    handles: list[dict[str, Any]] = []
+
+    def a_probe_started() -> bool:  # the server is stopped as soon as its first probe runs
+        handles.extend(p["handle"] for p in _probes(state) if "handle" in p)
+        return bool(handles)
+
     try:
-        state.submit(job_from_dict({"name": "a", **JOB}))
-        server.round()
-        recorded = _probes(state)[0]["handle"]  # the probe's supervisor
-        server.serve(lambda: True)  # the server ends at once: its probes end with it
+        serve_forever(cluster_path=cluster, state_dir=state.dir, backend="local", policy="fifo", round_s=0.5,
+                      colocation=table, device="cpu", probe=True, max_rounds=20, should_stop=a_probe_started)
         kinds = [e["kind"] for e in state.events() if e["kind"].startswith("probe")]
-        assert kinds == ["probe-started", "probe-interrupted"]
-        assert _probes(state) == [] and server.probes is not None and not server.probes.running()
-        wait_until(lambda: not process_alive(recorded["pid"], recorded["start_time"]), 30, "the probe killed")
+        assert kinds == ["probe-started", "probe-interrupted"] and [p["state"] for p in _probes(state)] == ["interrupted"]
+        wait_until(lambda: not process_alive(handles[0]["pid"], handles[0]["start_time"]), 30, "the probe killed")
     finally:
         kill_groups(state.dir)
 

@@ -60,11 +60,13 @@ def learned(
     console.print(solo)
     console.print(pairs)
     if view["probes"]:
+        from rich.text import Text
+
         probes = Table(title="automatic probes (colocate serve --probe)")
         for column in ("probe", "GPU type", "job type", "partner", "state", "GPU-s", "error"):
             probes.add_column(column)
         for p in view["probes"]:
-            gpu_s = f"{p['gpu_s']:.1f}" if p.get("gpu_s") is not None else "running"
+            gpu_s = f"{p['gpu_s']:.1f}" if isinstance(p.get("gpu_s"), (int, float)) else "running"
             probes.add_row(p["key"], p["gpu_type"], p["type"], p["partner_type"] or "–", p["state"], gpu_s,
-                           p["error"])
+                           Text(str(p.get("error", ""))))  # an error text is not markup
         console.print(probes)

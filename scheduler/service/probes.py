@@ -15,7 +15,8 @@ its GPU counts as busy while it runs (a unit the policy places there waits for i
 at most ``max_running`` at once, each killed after ``timeout_s``; all probes of a state directory together
 use at most ``budget_gpu_s`` GPU-seconds; a target (GPU type, job type, partner type) is tried once — a failed
 probe is recorded with its reason and a job type that failed is not probed again; probes end with the server
-(a probe a killed server left behind is killed by the next one and tried again). Jobs with only a
+(recorded as interrupted: the next server may try the target again; one a killed server left behind is killed
+by the next one). Jobs with only a
 ``command`` cannot be probed (the profiler runs zoo models): their first runs measure them.
 
 Records live in the ``meta`` table under ``probes`` (a JSON list: no schema change).
@@ -38,7 +39,7 @@ from scheduler.model.colocation import ColocationTable
 from scheduler.service.state import ACTIVE_STATES, JobRow, StateStore
 
 META_KEY = "probes"
-RUNNING, DONE, FAILED = "running", "done", "failed"
+RUNNING, DONE, FAILED, INTERRUPTED = "running", "done", "failed", "interrupted"
 Gpu = tuple[str, int, int]  # (GPU type, node within the type, GPU on the node)
 
 
@@ -87,6 +88,21 @@ class Target:
                 job_type(self.partner[0], self.partner[2]) if self.partner else "")
 
 
+_RECORD_KEYS = {"key": str, "gpu_type": str, "type": str, "partner_type": str, "state": str, "started_at": float}
+
+
+def load_records(text: str | None) -> list[dict[str, Any]]:
+    """The stored probe records; a damaged value (written behind the server's back) reads as no records."""
+    try:
+        records = json.loads(text or "[]")
+    except ValueError:
+        return []
+    if not isinstance(records, list):
+        return []
+    return [r for r in records if isinstance(r, dict) and all(isinstance(r.get(k), (t, int) if t is float else t)
+                                                              for k, t in _RECORD_KEYS.items())]
+
+
 def all_gpus(cluster: Cluster) -> list[Gpu]:
     return [(t.name, n, g) for t in cluster for n in range(t.nodes) for g in range(t.gpus_per_node)]
 
@@ -109,7 +125,7 @@ def plan_targets(rows: Sequence[JobRow], measurements: Sequence[Mapping[str, Any
     solo = {(m["application"], m["gpu_type"], int(m["batch_size"])) for m in measurements if not m["partner_type"]}
     paired = {(m["gpu_type"], job_type(m["application"], int(m["batch_size"])), m["partner_type"])
               for m in measurements if m["partner_type"]}
-    tried = {(r["gpu_type"], r["type"], r["partner_type"]) for r in records}
+    tried = {(r["gpu_type"], r["type"], r["partner_type"]) for r in records if r["state"] != INTERRUPTED}
     failed = {(r["gpu_type"], r["type"]) for r in records if r["state"] == FAILED}
     types = [(r.spec.app, r.spec.model, r.batch_size or r.spec.batch_size, r.spec.image_size, r.spec.gpu_types)
              for r in rows if r.state in ACTIVE_STATES and r.spec.model and not r.invalid and not r.cancel_requested
@@ -153,7 +169,7 @@ class ProbeManager:
         self.state, self.cluster, self.executor, self.config = state, cluster, executor, config
         self.device, self.sharing, self.threads, self.python = device, sharing, threads, python
         self.dir = state.dir / "probes"
-        self.records: list[dict[str, Any]] = json.loads(state.meta(META_KEY) or "[]")
+        self.records = load_records(state.meta(META_KEY))
         self._drop_leftovers()
 
     def running(self) -> list[dict[str, Any]]:
@@ -218,8 +234,8 @@ class ProbeManager:
         except Exception as err:  # the backend could not start it: recorded, not retried
             record.update(state=FAILED, error=f"start failed: {type(err).__name__}: {err}"[:300], gpu_s=0.0)
         self.records.append(record)
-        where = f"{gpu_type} node {gpu[1]} GPU {gpu[2]}"
-        self._save(("probe-started", f"{key}: {me}" + (f" with {partner_type}" if partner_type else "") + f" on {where}"))
+        what = f"{key}: {me}" + (f" with {partner_type}" if partner_type else "") + f" on {gpu_type} node {gpu[1]} GPU {gpu[2]}"
+        self._save(("probe-failed", f"{what}: {record['error']}") if record["state"] == FAILED else ("probe-started", what))
 
     # -- collecting --------------------------------------------------------------------------------------
     def poll(self) -> int:
@@ -272,11 +288,13 @@ class ProbeManager:
         self._forget_running("left behind by an earlier server")
 
     def _forget_running(self, why: str) -> None:
+        """Running records become ``interrupted``: their GPU time counts, their target may be tried again."""
         gone = self.running()
-        if not gone:
-            return
-        self.records = [r for r in self.records if r["state"] != RUNNING]
-        self._save(*[("probe-interrupted", f"{r['key']}: {why}") for r in gone])
+        now = time.time()
+        for r in gone:
+            r.update(state=INTERRUPTED, error=why, finished_at=now, gpu_s=round(now - r["started_at"], 3))
+        if gone:
+            self._save(*[("probe-interrupted", f"{r['key']}: {why}") for r in gone])
 
     def _save(self, *events: tuple[str, str], db: Any = None) -> None:
         if db is None:
@@ -306,6 +324,8 @@ def probe_samples(records: Sequence[Mapping[str, Any]]) -> dict[tuple[Any, ...],
     """Samples probes added per measurement key (application, GPU type, GPUs, batch, partner type)."""
     out: dict[tuple[Any, ...], int] = {}
     for r in records:
-        for key in r.get("wrote", ()):
-            out[tuple(key)] = out.get(tuple(key), 0) + 1
+        wrote = r.get("wrote")
+        for key in wrote if isinstance(wrote, list) else ():
+            if isinstance(key, list) and len(key) == 5:
+                out[tuple(key)] = out.get(tuple(key), 0) + 1
     return out

@@ -79,4 +79,8 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
         metrics = ServeMetrics()
         metrics.serve(metrics_port)
         server.on_round_end = metrics.update
-    server.serve(should_stop, max_rounds=max_rounds, on_round=on_round)
+    try:
+        server.serve(should_stop, max_rounds=max_rounds, on_round=on_round)
+    finally:
+        if server.probes is not None:
+            server.probes.shutdown()  # probes end with the server (groups of jobs run on)

@@ -16,6 +16,9 @@ Every round (``round_s`` after the previous one's enacting ended):
    cancelled member of a pair is stopped alone; its partner runs on. Each waiting job's reason is stored
    (:mod:`.waiting`).
 
+GPUs a round leaves idle may run an automatic probe of a never-measured job type (:mod:`.probes`; busy while it
+runs, collected between rounds).
+
 Every state change is one SQLite transaction (:mod:`.state`); groups run detached, so ``kill -9`` of the
 server loses nothing, and a restarted server polls the stored groups and carries on (re-adoption).
 """
@@ -115,19 +118,15 @@ class Server:
               on_round: Callable[[RoundStats], None] | None = None) -> None:
         """Run rounds until ``should_stop()`` (checked often) or ``max_rounds``."""
         done = 0
-        try:
-            while not should_stop() and (max_rounds is None or done < max_rounds):
-                stats = admission.guarded_round(self.round, self.state)
-                done += 1
-                if on_round is not None and stats is not None:
-                    on_round(stats)
-                ended = time.monotonic()  # the next round comes round_s after this one's enacting ended
-                while not should_stop() and time.monotonic() - ended < self.config.round_s:
-                    self.between_rounds()
-                    time.sleep(0.25)
-        finally:
-            if self.probes is not None:
-                self.probes.shutdown()  # probes end with the server (groups of jobs do not)
+        while not should_stop() and (max_rounds is None or done < max_rounds):
+            stats = admission.guarded_round(self.round, self.state)
+            done += 1
+            if on_round is not None and stats is not None:
+                on_round(stats)
+            ended = time.monotonic()  # the next round comes round_s after this one's enacting ended
+            while not should_stop() and time.monotonic() - ended < self.config.round_s:
+                self.between_rounds()
+                time.sleep(0.25)
 
     def between_rounds(self) -> None:
         """While stopped groups (or probes) free their GPUs: collect them, and start the units that waited."""

@@ -33,14 +33,12 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
 def learned_view(state: StateStore) -> dict[str, Any]:
     """The learned tables: solo iteration times per configuration and pair ratios, with sample counts; each
     with its ``source`` (``run``: measured while jobs ran, ``probe``: by automatic probes, or both); the probes."""
-    import json
-
-    from scheduler.service.probes import META_KEY, probe_samples
+    from scheduler.service.probes import META_KEY, load_records, probe_samples
 
     measurements = state.measurements()
     specs = {r.name: r.spec for r in state.jobs()}
     model = LearnedGoodputModel(measurements, specs)
-    probes = json.loads(state.meta(META_KEY) or "[]")
+    probes = load_records(state.meta(META_KEY))
     by_probe = probe_samples(probes)
 
     counts: dict[tuple[Any, ...], int] = {
