@@ -230,3 +230,22 @@ def test_a_failing_probe_is_recorded_once_and_not_retried(tmp_path: Path) -> Non
         if server.probes is not None:
             server.probes.shutdown()
         kill_groups(state.dir)
+
+
+@pytest.mark.slow
+def test_a_probe_a_killed_server_left_behind_is_killed_by_the_next_one(tmp_path: Path) -> None:
+    from scheduler.executor.supervise import process_alive
+
+    state, server = _server(tmp_path, gpus=2)
+    try:
+        state.submit(job_from_dict({"name": "a", **JOB}))
+        server.round()
+        handle = _probes(state)[0]["handle"]
+        server._lock.close()  # what kill -9 of the server leaves: its lock released, its probe still running
+        _, second = _server(tmp_path, gpus=2)
+        [probe] = _probes(state)
+        assert probe["state"] == "interrupted" and "earlier server" in probe["error"] and probe["gpu_s"] > 0
+        wait_until(lambda: not process_alive(handle["pid"], handle["start_time"]), 30, "the left-behind probe killed")
+        assert second.probes is not None and not second.probes.running()
+    finally:
+        kill_groups(state.dir)

@@ -197,7 +197,9 @@ class ProbeManager:
                                self.config)
         for target in targets:
             gpu = next((g for g in idle if g[0] == target.gpu_type), None)
-            if gpu is None or free <= 0:
+            if free <= 0:
+                break
+            if gpu is None:
                 continue
             idle.remove(gpu)
             self._start(target, gpu)
@@ -205,7 +207,7 @@ class ProbeManager:
         return slots - free
 
     def _start(self, target: Target, gpu: Gpu) -> None:
-        number = 1 + max((int(r["key"][1:]) for r in self.records), default=0)
+        number = 1 + max((int(r["key"][1:]) for r in self.records if r["key"][1:].isdigit()), default=0)
         key = f"p{number:04d}"
         directory = self.dir / key
         directory.mkdir(parents=True, exist_ok=True)
@@ -281,9 +283,13 @@ class ProbeManager:
         self._forget_running("stopped with the server")
 
     def _drop_leftovers(self) -> None:
-        """Probes a killed server left behind: kill them; their targets may be tried again."""
-        for record in self.running():
-            if "handle" in record:
+        """Probes a killed server left behind: one that ended meanwhile is collected as usual, the others are
+        killed (their targets may be tried again)."""
+        usable = [r for r in self.running() if isinstance(r.get("handle"), dict) and isinstance(r.get("doc"), dict)]
+        if len(usable) == len(self.running()):
+            self.poll()
+        for record in usable:
+            if record["state"] == RUNNING:
                 self.executor.release(record["handle"], record["doc"])
         self._forget_running("left behind by an earlier server")
 
