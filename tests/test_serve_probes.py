@@ -110,6 +110,17 @@ def _server(tmp_path: Path, gpus: int, probe: ProbeConfig = SHORT) -> tuple[Stat
     return state, server
 
 
+def _cleanup(state: StateStore, server: Server | None = None) -> None:
+    """Kill every group and probe a test left behind, by the handles the server stored (a group started a moment
+    ago may not have written its pid file yet, so ``kill_groups`` alone can miss it)."""
+    executor = server.executor if server is not None else make_executor("local")
+    if server is not None and server.probes is not None:
+        server.probes.shutdown()
+    for group in state.groups().values():
+        executor.release(group["handle"]["handle"], group["handle"]["doc"])
+    kill_groups(state.dir)
+
+
 def _probes(state: StateStore) -> list[dict[str, Any]]:
     import json
 
@@ -159,9 +170,7 @@ def test_a_never_measured_model_is_probed_on_a_spare_gpu_and_its_solo_and_pair_a
             ("tiny_cnn@16", "tiny_cnn@16", "measured")]
         assert pairs[0]["source"] in ("probe", "probe+run") and pairs[0]["ratio_a"] > 0
     finally:
-        if server.probes is not None:
-            server.probes.shutdown()
-        kill_groups(state.dir)
+        _cleanup(state, server)
 
 
 @pytest.mark.slow
@@ -173,7 +182,7 @@ def test_no_probe_runs_when_no_gpu_is_spare(tmp_path: Path) -> None:
             server.round()
         assert server.probes is not None and state.job("a").state == "running" and _probes(state) == []
     finally:
-        kill_groups(state.dir)
+        _cleanup(state, server)
 
 
 @pytest.mark.slow
@@ -203,7 +212,7 @@ def test_probes_stop_with_the_server(tmp_path: Path) -> None:
         assert kinds == ["probe-started", "probe-interrupted"] and [p["state"] for p in _probes(state)] == ["interrupted"]
         wait_until(lambda: not process_alive(handles[0]["pid"], handles[0]["start_time"]), 30, "the probe killed")
     finally:
-        kill_groups(state.dir)
+        _cleanup(state)
 
 
 @pytest.mark.slow
@@ -227,9 +236,7 @@ def test_a_failing_probe_is_recorded_once_and_not_retried(tmp_path: Path) -> Non
         assert kinds == ["probe-started", "probe-failed"]
         assert not [m for m in state.measurements() if m["num_gpus"] == 1 and m["partner_type"]]
     finally:
-        if server.probes is not None:
-            server.probes.shutdown()
-        kill_groups(state.dir)
+        _cleanup(state, server)
 
 
 @pytest.mark.slow
@@ -248,4 +255,4 @@ def test_a_probe_a_killed_server_left_behind_is_killed_by_the_next_one(tmp_path:
         wait_until(lambda: not process_alive(handle["pid"], handle["start_time"]), 30, "the left-behind probe killed")
         assert second.probes is not None and not second.probes.running()
     finally:
-        kill_groups(state.dir)
+        _cleanup(state, server)
