@@ -31,9 +31,18 @@ def plain(annotation: Any, parameter_info: Any) -> bool:
     return _plain_leaf(annotation) or annotation is bool
 
 
+# The Typer releases whose (private) conversion layer this was checked against; any other release keeps
+# Typer's own conversion unchanged (slower, never wrong): a new Typer cannot break the CLI through this module.
+CHECKED_TYPER = ((0, 29),)
+
+
 def install() -> None:
-    """Route plain parameters of Typer ≥ 0.29 (pydantic conversion) around pydantic; older Typer converts
-    through Click's types and is left alone."""
+    """Route plain parameters of the checked Typer releases (pydantic conversion) around pydantic; other
+    releases (older ones convert through Click's types) are left alone."""
+    import typer
+
+    if tuple(int(p) for p in typer.__version__.split(".")[:2] if p.isdigit()) not in CHECKED_TYPER:
+        return
     try:
         from typer import _coercion, core
         from typer._param_types import coerce_cli_path

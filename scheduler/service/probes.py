@@ -36,9 +36,9 @@ from scheduler.executor.plan import GpuGroup, JobLaunch
 from scheduler.learning.online import job_type
 from scheduler.model.cluster import Cluster
 from scheduler.model.colocation import ColocationTable
+from scheduler.service.probe_records import META_KEY, load_records
 from scheduler.service.state import ACTIVE_STATES, JobRow, StateStore
 
-META_KEY = "probes"
 RUNNING, DONE, FAILED, INTERRUPTED = "running", "done", "failed", "interrupted"
 Gpu = tuple[str, int, int]  # (GPU type, node within the type, GPU on the node)
 
@@ -86,21 +86,6 @@ class Target:
     def key(self) -> tuple[str, str, str]:
         return (self.gpu_type, job_type(self.app, self.batch),
                 job_type(self.partner[0], self.partner[2]) if self.partner else "")
-
-
-_RECORD_KEYS = {"key": str, "gpu_type": str, "type": str, "partner_type": str, "state": str, "started_at": float}
-
-
-def load_records(text: str | None) -> list[dict[str, Any]]:
-    """The stored probe records; a damaged value (written behind the server's back) reads as no records."""
-    try:
-        records = json.loads(text or "[]")
-    except ValueError:
-        return []
-    if not isinstance(records, list):
-        return []
-    return [r for r in records if isinstance(r, dict) and all(isinstance(r.get(k), (t, int) if t is float else t)
-                                                              for k, t in _RECORD_KEYS.items())]
 
 
 def all_gpus(cluster: Cluster) -> list[Gpu]:
@@ -324,14 +309,3 @@ def _observe(db: Any, record: Mapping[str, Any], run: Mapping[str, Any]) -> list
         db.add_measurement(*key, float(iter_time))
         wrote.append(key)
     return wrote
-
-
-def probe_samples(records: Sequence[Mapping[str, Any]]) -> dict[tuple[Any, ...], int]:
-    """Samples probes added per measurement key (application, GPU type, GPUs, batch, partner type)."""
-    out: dict[tuple[Any, ...], int] = {}
-    for r in records:
-        wrote = r.get("wrote")
-        for key in wrote if isinstance(wrote, list) else ():
-            if isinstance(key, list) and len(key) == 5:
-                out[tuple(key)] = out.get(tuple(key), 0) + 1
-    return out

@@ -33,7 +33,7 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
 def learned_view(state: StateStore) -> dict[str, Any]:
     """The learned tables: solo iteration times per configuration and pair ratios, with sample counts; each
     with its ``source`` (``run``: measured while jobs ran, ``probe``: by automatic probes, or both); the probes."""
-    from scheduler.service.probes import META_KEY, load_records, probe_samples
+    from scheduler.service.probe_records import META_KEY, load_records, probe_samples
 
     measurements = state.measurements()
     probes = load_records(state.meta(META_KEY))
