@@ -1,7 +1,8 @@
 """What learning pair ratios costs: `colocate` with each ``--belief`` beside `sia` and the truth-given run.
 
     python scripts/belief_sweep.py --out results/sim/belief [--workloads GLOB,...] [--loads 1,2]
-                                   [--beliefs truth,predicted,none,noisy:0.3] [--demo]
+                                   [--beliefs truth,predicted,none,noisy:0.3] [--demo] [--rerun BELIEFS]
+                                   [--throughput bootstrap --step-times fitted]
 
 Each (workload, load) runs `sia` and `colocate` once per belief on Sia's 64-GPU cluster with the bundled
 colocation table as the truth (the load sweep's setup, ``results/sim/load-sweep``); ``--demo`` adds the
@@ -25,12 +26,12 @@ WORKLOADS = "/work/shared/data/sia/workloads/philly/workload-1.csv,/work/shared/
 
 
 def run_one(cluster: Any, work: Any, policy: str, belief: str, out: Path, profiles: Any = None,
-            colocation: Any = None) -> dict:
+            colocation: Any = None, models: dict[str, str] | None = None) -> dict:
     from scheduler.sim.compare import code_version
     from scheduler.sim.simulator import SimConfig, simulate
 
     result = simulate(cluster, work, policy, colocation=colocation, profiles=profiles,
-                      config=SimConfig(belief=belief if policy != "sia" else "truth"))
+                      config=SimConfig(belief=belief if policy != "sia" else "truth", **(models or {})))
     result.meta["code"] = code_version()
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps({**result.to_json(), "meta": result.meta}, indent=2, default=str))
@@ -129,7 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--demo", action="store_true")
     parser.add_argument("--rerun", default=None,
                         help="Run only these beliefs (comma-separated); the other runs are read from their summary.json.")
+    parser.add_argument("--throughput", default=None,
+                        help="The simulator's throughput belief (default: SimConfig's; the runs of results/sim/belief "
+                             "were made with 'bootstrap', the default then).")
+    parser.add_argument("--step-times", default=None, help="True step times (default: SimConfig's; 'fitted' then).")
     args = parser.parse_args(argv)
+    models = {k: v for k, v in (("throughput", args.throughput), ("step_times", args.step_times)) if v is not None}
     rows = []
     for label, load, cluster, work, profiles, colocation in cases(args):
         for policy, belief in [("sia", "-"), *(("colocate", b) for b in args.beliefs.split(","))]:
@@ -141,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 row = {"policy": policy, "belief": belief if policy != "sia" else "-",
                        **{k: v for k, v in summary.items() if k != "meta"}}
             else:
-                row = run_one(cluster, work, policy, belief, where, profiles, colocation)
+                row = run_one(cluster, work, policy, belief, where, profiles, colocation, models)
             rows.append({"workload": label, "load": load, **row})
             print(f"{label} {name}: {row['avg_jct_s']:.0f} s, packed {row['packed_fraction']:.3f}, "
                   f"{row['wall_s']:.0f} s wall", flush=True)

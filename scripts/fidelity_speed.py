@@ -22,4 +22,5 @@ for rep in range(2):
             r = simulate(cl, work, "sia", profiles=model, config=SimConfig(throughput=tp, step_times=st))
             print(json.dumps({"rep": rep, "wl": wl, "variant": f"{tp}/{st}", "cpu_s": round(time.process_time() - c0, 2),
                               "wall_s": round(time.time() - w0, 2), "rounds": len(r.rounds),
-                              "policy_s": round(float(r.rounds["policy_s"].sum()), 2)}), flush=True)
+                              "policy_s": round(float(r.rounds["policy_s"].sum()), 2),
+                              "avg_jct_s": r.summary["avg_jct_s"], "restarts": r.summary["restarts"]}), flush=True)

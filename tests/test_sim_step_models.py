@@ -108,8 +108,31 @@ def test_learner_keeps_the_first_measurement_and_refits_only_on_new_points():
     assert learner.model("j", "a") is first and learner.fits == 1
     learner.observe("j", "b", 1, 2, 32, 0.3, 0.1)
     assert learner.gpu_types("j") == ["a", "b"] and learner.max_gpus("j") == 2 and learner.version("j") == 2
+    assert learner.knows("j", "b", 1, 2, 32.0) and not learner.knows("j", "b", 1, 4, 32.0)
     learner.forget("j")
     assert learner.gpu_types("j") == [] and learner.model("j", "a") is None
+
+
+def test_jobs_that_measured_the_same_points_share_one_fit_and_one_answer_bit_for_bit():
+    belief, _ = _belief()
+    configs = (Configuration("a", 1, 1), Configuration("a", 1, 4), Configuration("b", 1, 4), Configuration("b", 2, 8))
+    first, second = (Job(name, "x", adaptive=True, max_batch_size=256) for name in ("j1", "j2"))
+    for job in (first, second):
+        belief.learner.observe(job.name, "a", 1, 1, 32.0, 0.2, 0.0)
+        belief.learner.observe(job.name, "a", 1, 2, 32.0, 0.3, 0.08)
+    shared = belief.estimate_arrays(first, configs)
+    assert belief.estimate_arrays(second, configs) is shared and belief.learner.fits == 1
+    # what a belief that never saw the first job answers for the second: the same, to the last bit
+    alone, _ = _belief()
+    alone.learner.observe("j2", "a", 1, 1, 32.0, 0.2, 0.0)
+    alone.learner.observe("j2", "a", 1, 2, 32.0, 0.3, 0.08)
+    fresh = alone.estimate_arrays(second, configs)
+    for name in ("goodput", "batch_size", "throughput", "efficiency"):
+        assert np.array_equal(getattr(fresh, name), getattr(shared, name), equal_nan=True)
+    # once one of them measures something new it has its own fit and answer
+    belief.learner.observe("j2", "a", 1, 4, 32.0, 0.5, 0.25)
+    assert belief.estimate_arrays(second, configs) is not shared and belief.learner.fits == 2
+    assert belief.estimate_arrays(first, configs) is shared
 
 
 # ------------------------------------------------------------------ the policy's belief
@@ -180,6 +203,34 @@ def test_every_throughput_and_step_time_model_runs_and_the_old_pair_is_the_old_m
     old = SimConfig(throughput="bootstrap", step_times="fitted")
     model = load_goodput_model(TRACES, ["cifar10", "bert"], load_cluster(SIA64).type_names)
     assert simulate(SIA64, work, "sia", config=old, profiles=model).summary["avg_jct_s"] == jct[("bootstrap", "fitted")]
+
+
+@pytest.mark.sia_data
+def test_shared_fits_answers_and_skipped_remeasurements_change_no_simulation(monkeypatch):
+    """The memoised paths of the fitted belief (fits and answers shared between jobs, a configuration the
+    learner knows not measured again) against the plain ones: the same run, job by job and round by round."""
+    from scheduler.formats.workloads import read_workload
+
+    philly = read_workload(shared_data_dir() / "sia" / "workloads" / "philly" / "workload-1.csv")
+    work = philly.head(24)
+    fast = simulate(SIA64, work, "sia")
+    fitted = ThroughputLearner.model
+
+    def unshared_model(self, owner, gpu_type):
+        self._by_points.clear()
+        return fitted(self, owner, gpu_type)
+
+    def unshared_answer(self, job, configs, types, grid, eff):
+        models = {t: self.learner.model(job.name, t) for t in types}
+        return self._answer(job, configs, models, grid, eff, self.inner.estimate_arrays(job, configs))
+
+    monkeypatch.setattr(ThroughputLearner, "model", unshared_model)
+    monkeypatch.setattr(ThroughputLearner, "knows", lambda *_: False)
+    monkeypatch.setattr(LearnedThroughputGoodput, "_shared_answer", unshared_answer)
+    plain = simulate(SIA64, work, "sia")
+    assert fast.summary["avg_jct_s"] == plain.summary["avg_jct_s"] and fast.summary["restarts"] == plain.summary["restarts"]
+    pd.testing.assert_frame_equal(fast.jobs, plain.jobs)
+    pd.testing.assert_frame_equal(fast.allocations, plain.allocations)
 
 
 def test_simulate_refuses_an_unknown_step_time_model_in_one_line(tmp_path):

@@ -100,23 +100,35 @@ def fit_observed(num_nodes: Sequence[int], num_gpus: Sequence[int], local_bsz: S
 Point = tuple[int, int, float]  # (num_nodes, num_gpus, local batch)
 
 
+def _point(num_nodes: int, num_gpus: int, local_bsz: float) -> Point:
+    return (int(num_nodes), int(num_gpus), round(float(local_bsz), 6))
+
+
 class ThroughputLearner:
     """Measured (step, sync) times per owner (a job), GPU type and configuration, and the fits on them."""
 
     def __init__(self) -> None:
         self.points: dict[str, dict[str, dict[Point, tuple[float, float]]]] = {}
         self._fits: dict[tuple[str, str], tuple[int, StepTimeModel]] = {}
+        # fits by their inputs (points in the order measured): jobs of one application that ran the same
+        # configurations measured the same times, so most refits are another job's fit (a pure function)
+        self._by_points: dict[tuple, StepTimeModel] = {}
         self.fits = 0  # how many fits were computed (a cost figure)
 
     def observe(self, owner: str, gpu_type: str, num_nodes: int, num_gpus: int, local_bsz: float,
                 step_time: float, sync_time: float) -> bool:
         """Record one measurement; True when the configuration is new (the first measurement is kept)."""
         seen = self.points.setdefault(owner, {}).setdefault(gpu_type, {})
-        key = (int(num_nodes), int(num_gpus), round(float(local_bsz), 6))
+        key = _point(num_nodes, num_gpus, local_bsz)
         if key in seen or not (step_time > 0 and math.isfinite(step_time)):
             return False
         seen[key] = (float(step_time), float(sync_time) if math.isfinite(sync_time) else 0.0)
         return True
+
+    def knows(self, owner: str, gpu_type: str, num_nodes: int, num_gpus: int, local_bsz: float) -> bool:
+        """Whether the configuration was measured already (:meth:`observe` would keep the first measurement),
+        so a caller can skip measuring it again."""
+        return _point(num_nodes, num_gpus, local_bsz) in self.points.get(owner, {}).get(gpu_type, {})
 
     def gpu_types(self, owner: str) -> list[str]:
         return list(self.points.get(owner, {}))
@@ -134,10 +146,16 @@ class ThroughputLearner:
         hit = self._fits.get((owner, gpu_type))
         if hit is not None and hit[0] == len(seen):
             return hit[1]
-        keys, values = list(seen), list(seen.values())
-        model = fit_observed([q[0] for q in keys], [q[1] for q in keys], [q[2] for q in keys],
-                             [v[0] for v in values], [v[1] for v in values])
-        self.fits += 1
+        inputs = tuple(seen.items())
+        model = self._by_points.get(inputs)
+        if model is None:
+            keys, values = list(seen), list(seen.values())
+            model = fit_observed([q[0] for q in keys], [q[1] for q in keys], [q[2] for q in keys],
+                                 [v[0] for v in values], [v[1] for v in values])
+            self.fits += 1
+            if len(self._by_points) > 65536:
+                self._by_points.clear()
+            self._by_points[inputs] = model
         self._fits[(owner, gpu_type)] = (len(seen), model)
         return model
 
@@ -160,6 +178,7 @@ class LearnedThroughputGoodput(GoodputModelBase):
         self.learner = learner if learner is not None else ThroughputLearner()
         self._ratio: dict[tuple[str, str, str], float | None] = {}
         self._answers: dict[tuple, tuple[object, EstimateArrays]] = {}
+        self._shared: dict[tuple, tuple[object, EstimateArrays]] = {}
 
     def __getattr__(self, name: str) -> Any:  # curves, local_batch_range, ... of the base model
         return getattr(self.inner, name)
@@ -194,18 +213,35 @@ class LearnedThroughputGoodput(GoodputModelBase):
         hit = self._answers.get(key)
         if hit is not None and hit[0] is configs:  # the entry keeps its tuple alive, so the id is not reused
             return hit[1]
-        result = self._answer(job, configs, types, grid, eff)
+        result = self._shared_answer(job, configs, types, grid, eff)
         if len(self._answers) > 16384:
             self._answers.clear()
         self._answers[key] = (configs, result)
         return result
 
-    def _answer(self, job: Job, configs: tuple[Configuration, ...], types: Sequence[str], grid: np.ndarray,
-                eff: np.ndarray) -> EstimateArrays:
+    def _shared_answer(self, job: Job, configs: tuple[Configuration, ...], types: Sequence[str], grid: np.ndarray,
+                       eff: np.ndarray) -> EstimateArrays:
+        """:meth:`_answer`, kept by what it is a function of rather than by job: the base model's values, the
+        configurations, batch grid, efficiency and the fit of each GPU type learned. Jobs of one application
+        that measured the same points share their fits (:meth:`ThroughputLearner.model`), and so the answer."""
         base = estimate_arrays(self.inner, job, configs)
+        models = {t: self.learner.model(job.name, t) for t in types}
+        key = (job.application, id(configs), eff.tobytes(), grid.tobytes(), tuple(sorted(models.items())),
+               *(a.tobytes() for a in (base.goodput, base.batch_size, base.throughput, base.efficiency)))
+        hit = self._shared.get(key)
+        if hit is not None and hit[0] is configs:  # the entry keeps its tuple alive, so the id is not reused
+            return hit[1]
+        result = self._answer(job, configs, models, grid, eff, base)
+        if len(self._shared) > 16384:
+            self._shared.clear()
+        self._shared[key] = (configs, result)
+        return result
+
+    def _answer(self, job: Job, configs: tuple[Configuration, ...], models: dict[str, StepTimeModel | None],
+                grid: np.ndarray, eff: np.ndarray, base: EstimateArrays) -> EstimateArrays:
         out = [np.array(a, dtype=float, copy=True) for a in (base.goodput, base.batch_size, base.throughput,
                                                              base.efficiency)]
-        reference = next(t.name for t in self.cluster if t.name in types)
+        reference = next(t.name for t in self.cluster if t.name in models)
         per_node = self.cluster[reference].gpus_per_node
         # each shape is answered by the fit of its own type, or of the reference type at the same GPU count
         # (nodes of the reference type) times the ratio; shapes the job cannot run on (base) stay so
@@ -213,14 +249,14 @@ class LearnedThroughputGoodput(GoodputModelBase):
         for i, c in enumerate(configs):
             if not base.goodput[i] > 0:
                 continue
-            if c.gpu_type in types:
+            if c.gpu_type in models:
                 rows.setdefault(c.gpu_type, []).append((i, c.num_nodes, c.num_gpus, 1.0))
                 continue
             ratio = self.ratio(job.application, c.gpu_type, reference)
             if ratio is not None:
                 rows.setdefault(reference, []).append((i, math.ceil(c.num_gpus / per_node), c.num_gpus, ratio))
         for gpu_type, members in rows.items():
-            model = self.learner.model(job.name, gpu_type)
+            model = models[gpu_type]
             span = self.inner.local_batch_range(job.application, gpu_type)  # type: ignore[attr-defined]
             if model is None:
                 continue

@@ -103,6 +103,26 @@ def fit_step_time(rows: "pd.DataFrame") -> StepTimeModel:
 STEP_TIME_MODES = ("interpolated", "fitted")
 
 
+_TRIANGULATIONS: dict[tuple, Any] = {}  # by the points triangulated (a scipy triangulation is never modified)
+
+
+def _delaunay(pts: "np.ndarray") -> Any:
+    """(triangulation, points, simplices) of ``pts``, or False when they span no volume."""
+    from scipy.spatial import Delaunay
+    from threadpoolctl import threadpool_limits
+
+    # the point location's barycentric transforms (one 3×3 solve per simplex, made on the first query) go
+    # through scipy's own BLAS: starting its threads costs ~1 s of CPU on a 2-core machine, and one thread
+    # gives the same transforms bit for bit (BENCHMARKS.md, "Simulator speed with the fidelity models")
+    with threadpool_limits(limits=1, user_api="blas"):
+        try:
+            tri = Delaunay(pts)
+            tri.transform  # noqa: B018 (computed here, under the limit, rather than on the first query)
+        except Exception:  # degenerate rows (one GPU count, one node count): no hull to interpolate in
+            return False
+    return tri, pts, np.asarray(tri.simplices)
+
+
 class _Interpolator:
     """Step and sync times of one (application, GPU type) read off its profile rows by linear interpolation,
     the way Sia's simulator computes true step times (its ``Application.get_throughput``): a profiled
@@ -141,18 +161,20 @@ class _Interpolator:
         result = self._cache[key] = self._across(m, n, k)
         return result
 
+    def _triangulate(self) -> Any:
+        """(triangulation, points, simplices), or False when the rows span no volume; one per distinct set of
+        points in the process (a model reloaded for the next workload of a benchmark reuses it)."""
+        pts = self._points[["num_nodes", "num_gpus", "local_bsz"]].to_numpy(float)
+        key = (pts.shape, pts.tobytes())
+        if key not in _TRIANGULATIONS:
+            _TRIANGULATIONS[key] = _delaunay(pts)
+        return _TRIANGULATIONS[key]
+
     def _across(self, m: "np.ndarray", n: int, k: int) -> "tuple[np.ndarray, np.ndarray]":
         """Piecewise-linear over the Delaunay triangulation of the rows (what scipy's LinearNDInterpolator
         computes, with barycentric weights solved for the simplices hit only)."""
         if self._nd is None:
-            from scipy.spatial import Delaunay
-
-            pts = self._points[["num_nodes", "num_gpus", "local_bsz"]].to_numpy(float)
-            try:
-                tri = Delaunay(pts)
-                self._nd = (tri, pts, np.asarray(tri.simplices))
-            except Exception:  # degenerate rows (one GPU count, one node count): no hull to interpolate in
-                self._nd = False
+            self._nd = self._triangulate()
         if self._nd is False:
             nan = np.full(m.shape, np.nan)
             return nan, nan

@@ -369,8 +369,8 @@ class Simulator:
             used = a.num_gpus if self.adaptive else min(st.spec.num_gpus, a.num_gpus)
             local = self._local_batch(st, a, batch)
             steps = getattr(self.goodput.inner, "steps", None)  # a profile model's true step and all-reduce times
-            if steps is None:
-                return
+            if steps is None or self.belief.learner.knows(st.spec.name, a.gpu_type, a.num_nodes, used, local):
+                return  # the learner keeps a configuration's first measurement: no need to measure it again
             step, sync = steps.times(st.spec.application, a.gpu_type, local, used, a.num_nodes)
             self.belief.learner.observe(st.spec.name, a.gpu_type, a.num_nodes, used, local, float(step), float(sync))
 
