@@ -233,3 +233,16 @@ def _finite(value: Any) -> Any:
 def json_text(data: Any, **options: Any) -> str:
     """``json.dumps`` that writes real JSON: NaN and ±inf become ``null`` (Python would write ``NaN``)."""
     return json.dumps(_finite(data), allow_nan=False, **options)
+
+
+def stored_json(text: str | None, kind: type[dict] | type[list]) -> Any:
+    """A JSON value this program stored itself (a state database's meta entry): the value when it parses and is
+    a ``kind``, else an empty ``kind`` — a missing, damaged or older entry reads as nothing, never an error."""
+    if not text:
+        return kind()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return kind()
+    return data if isinstance(data, kind) else kind()
+

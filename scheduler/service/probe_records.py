@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from common.safe_load import stored_json
 
 META_KEY = "probes"  # the state's meta key holding the probe records (a JSON list)
 
@@ -14,13 +15,7 @@ _RECORD_KEYS = {"key": str, "gpu_type": str, "type": str, "partner_type": str, "
 
 def load_records(text: str | None) -> list[dict[str, Any]]:
     """The stored probe records; a damaged value (written behind the server's back) reads as no records."""
-    try:
-        records = json.loads(text or "[]")
-    except ValueError:
-        return []
-    if not isinstance(records, list):
-        return []
-    return [r for r in records if isinstance(r, dict) and all(isinstance(r.get(k), (t, int) if t is float else t)
+    return [r for r in stored_json(text, list) if isinstance(r, dict) and all(isinstance(r.get(k), (t, int) if t is float else t)
                                                               for k, t in _RECORD_KEYS.items())]
 
 

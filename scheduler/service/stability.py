@@ -20,12 +20,12 @@ that fits waits, so rigid jobs are never starved by adaptive ones (a pair counts
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from common.bounds import check_number
+from common.safe_load import stored_json
 
 ILP_POLICIES = ("colocate", "colocate-triples", "sia")
 
@@ -87,11 +87,5 @@ def fold_startup(startups: dict[str, list[float]], app: str, seconds: float) -> 
 
 def load_startups(text: str | None) -> dict[str, list[float]]:
     """The start-ups stored in the state's meta (a restarted server keeps what it measured)."""
-    if not text:
-        return {}
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return {}
-    return {str(k): [float(v[0]), int(v[1])] for k, v in data.items()
-            if isinstance(v, list) and len(v) == 2} if isinstance(data, dict) else {}
+    return {str(k): [float(v[0]), int(v[1])] for k, v in stored_json(text, dict).items()
+            if isinstance(v, list) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v)}

@@ -23,6 +23,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from common.safe_load import stored_json
 from scheduler.service.state import QUEUED, JobRow
 
 if TYPE_CHECKING:  # pragma: no cover  (``colocate jobs`` reads the reasons without importing the scheduler)
@@ -100,10 +101,4 @@ def dumps(reasons: dict[str, dict[str, str]]) -> str:
 
 def loads(text: str | None) -> dict[str, dict[str, str]]:
     """The stored reasons (empty when none or unreadable: an older state directory)."""
-    if not text:
-        return {}
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
+    return stored_json(text, dict)
