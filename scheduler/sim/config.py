@@ -11,8 +11,8 @@ from scheduler.learning.belief import parse_belief
 from scheduler.sim.job_model import SIA_RESTART_COST_S, SIA_RESTART_PENALTY_S, SIA_SLOWDOWN
 
 CHOICES = {"throughput": ("fitted", "bootstrap", "oracle"), "step_times": ("interpolated", "fitted"),
-           "batch": ("app-max", "workload"), "restart_on": ("shape", "gpus"),
-           "efficiency": ("sia", "gns")}
+           "batch": ("app-max", "workload"), "restart_on": ("placement", "shape", "gpus"),
+           "efficiency": ("sia", "gns"), "gavel_rounds": ("sia", "refill")}
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,9 @@ class SimConfig:
     throughput: str = "fitted"
     step_times: str = "interpolated"
     batch: str = "app-max"
-    restart_on: str = "shape"
+    restart_on: str = "placement"
     efficiency: str = "sia"
+    gavel_rounds: str = "sia"  # gavel's mechanism (scheduler.policies.gavel): Sia's held rounds, or refill
     memory: bool = True
     colocation_strength: float = 1.0
     belief: str = "truth"  # what packing policies believe about pairs (scheduler.learning.belief)
