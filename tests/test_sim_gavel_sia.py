@@ -30,14 +30,15 @@ def _round(policy: GavelPolicy, jobs: list[Job], t: float) -> set[str]:
 def test_sia_mechanism_holds_allocations_until_the_next_gavel_round():
     a, b, c = (Job(n, "a", arrival=0.0, num_gpus=1, batch_size=32) for n in "ABC")
     sia, refill = GavelPolicy(mechanism="sia"), GavelPolicy(mechanism="refill")
-    for policy in (sia, refill):
-        assert _round(policy, [a, b], 0.0) == {"A", "B"}
+    assert _round(sia, [a, b], 0.0) == set()  # Sia's first decision comes one round in
+    assert _round(refill, [a, b], 0.0) == {"A", "B"}
+    assert _round(sia, [a, b], 360.0) == {"A", "B"}
     # C arrives mid-round: Sia's Gavel makes it wait for the next round
-    assert _round(sia, [a, b, c], 60.0) == {"A", "B"}
+    assert _round(sia, [a, b, c], 420.0) == {"A", "B"}
     # A finished: Sia leaves its GPU idle until the round ends, the refill mechanism gives it to C
-    assert _round(sia, [b, c], 120.0) == {"B"}
+    assert _round(sia, [b, c], 480.0) == {"B"}
     assert _round(refill, [b, c], 120.0) == {"B", "C"}
-    assert _round(sia, [b, c], 360.0) == {"B", "C"}
+    assert _round(sia, [b, c], 720.0) == {"B", "C"}
 
 
 def _tie() -> tuple[list[Job], list[_Option]]:

@@ -34,7 +34,7 @@ combinations keep their GPUs and GPUs freed by finished jobs are refilled in pri
 fractions are the policy's own bookkeeping of its decisions. That is ``mechanism="refill"``.
 
 **Sia's mechanism** (``mechanism="sia"``, what Sia's simulator runs as "gavel" and the simulator's default,
-``SimConfig.gavel_rounds``): decisions only at multiples of ``round_s`` from time 0; in between every job keeps
+``SimConfig.gavel_rounds``): decisions only at multiples of ``round_s`` from time 0 (the first one round in); in between every job keeps
 exactly what it got, GPUs freed by finished jobs stay idle and arrivals wait for the next round. At a round
 each (job, type) is ranked by ``x_jt / f_jt`` with ``f_jt`` the job's seconds on ``t`` over all jobs' seconds on
 ``t`` (every job starts with half a round on every type, so nothing ranks infinite); entries the LP gives
@@ -197,7 +197,9 @@ class GavelPolicy:
             ok = False
         if ok:
             for x, o in zip(xs, options):
-                value = round(x.varValue or 0.0, 5)  # as Sia's simulator rounds the LP's answer
+                value = x.varValue or 0.0
+                if self.mechanism == "sia":  # as Sia's simulator rounds the LP's answer
+                    value = round(value, 5)
                 if value > 1e-6:
                     fractions[o.key] = value
         else:  # never leave a round without an answer: each job on its fastest type
@@ -287,7 +289,7 @@ class GavelPolicy:
         """This round's allocations under Sia's mechanism (module docstring): held between Gavel rounds."""
         live = {j.name for j in jobs}
         index = int(math.floor(context.time_s / self.round_s + 1e-9))
-        if index == self._last_round:
+        if index == self._last_round or index < 1:  # Sia's first decision comes one round after time 0
             self._held = {n: a for n, a in self._held.items() if n in live}
             return list(self._held.values())
         self._last_round = index
