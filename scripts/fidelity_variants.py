@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
         for policy in argv[1].split(","):
             for variant in argv[2].split(","):
                 names = ("throughput", "step_times", "gavel_rounds", "restart_on")
-                config = SimConfig(**dict(zip(names, variant.split("/"))))
+                config = SimConfig(**dict(zip(names, variant.split("/"))))  # type: ignore[arg-type]
                 started, cpu = time.time(), time.process_time()
                 result = simulate("scheduler/examples/sia-64gpu.yaml", root / f"{workload}.csv", policy, config=config)
                 by_app = result.jobs.groupby("application")

@@ -34,11 +34,14 @@ combinations keep their GPUs and GPUs freed by finished jobs are refilled in pri
 fractions are the policy's own bookkeeping of its decisions. That is ``mechanism="refill"``.
 
 **Sia's mechanism** (``mechanism="sia"``, what Sia's simulator runs as "gavel" and the simulator's default,
-``SimConfig.gavel_rounds``): decisions only at multiples of ``round_s`` from time 0 (the first one round in); in between every job keeps
-exactly what it got, GPUs freed by finished jobs stay idle and arrivals wait for the next round. At a round
-each (job, type) is ranked by ``x_jt / f_jt`` with ``f_jt`` the job's seconds on ``t`` over all jobs' seconds on
-``t`` (every job starts with half a round on every type, so nothing ranks infinite); entries the LP gives
-nothing rank 0 but still fill leftover GPUs, in arrival order. No job is pinned while restoring.
+``SimConfig.gavel_rounds``): decisions only at multiples of ``round_s`` from time 0 (the first one round in);
+in between every job keeps exactly what it got, GPUs freed by finished jobs stay idle and arrivals wait for
+the next round. At a round each (job, type) is ranked by ``x_jt / f_jt`` with ``f_jt`` the job's seconds on
+``t`` over all jobs' seconds on ``t`` (every job starts with half a round on every type, so nothing ranks
+infinite); entries the LP gives nothing rank 0 but still fill leftover GPUs, in arrival order. A job
+reserves exactly its GPUs, counted per type (the placement stage may split it over nodes), the LP's answer
+is an interior point of its optimal face (Sia's solver, ECOS, is an interior-point one) rounded to 5
+decimals, and no job is pinned while restoring.
 """
 
 from __future__ import annotations
