@@ -5,8 +5,8 @@ results/sim/fidelity/NOTES.md).
 Usage: PYTHONPATH=. python scripts/fidelity_variants.py WORKLOADS POLICIES VARIANTS
   WORKLOADS  comma-separated, relative to <shared data>/sia/workloads, without .csv (philly/workload-1,...)
   POLICIES   comma-separated (sia,gavel)
-  VARIANTS   comma-separated THROUGHPUT/STEP_TIMES[/GAVEL_ROUNDS[/RESTART_ON]] (fitted/interpolated,
-             bootstrap/fitted, fitted/interpolated/refill/shape, ...); omitted parts take SimConfig's defaults
+  VARIANTS   comma-separated THROUGHPUT/STEP_TIMES[/GAVEL_ROUNDS[/RESTART_ON[/SUBSTEPS]]] (fitted/interpolated,
+             bootstrap/fitted, fitted/interpolated/refill/shape/1, ...); omitted parts take SimConfig's defaults
 """
 
 from __future__ import annotations
@@ -27,8 +27,11 @@ def main(argv: list[str]) -> int:
     for workload in argv[0].split(","):
         for policy in argv[1].split(","):
             for variant in argv[2].split(","):
-                names = ("throughput", "step_times", "gavel_rounds", "restart_on")
-                config = SimConfig(**dict(zip(names, variant.split("/"))))  # type: ignore[arg-type]
+                names = ("throughput", "step_times", "gavel_rounds", "restart_on", "substeps")
+                parts: list = variant.split("/")
+                if len(parts) > 4:
+                    parts[4] = int(parts[4])
+                config = SimConfig(**dict(zip(names, parts)))
                 started, cpu = time.time(), time.process_time()
                 result = simulate("scheduler/examples/sia-64gpu.yaml", root / f"{workload}.csv", policy, config=config)
                 by_app = result.jobs.groupby("application")

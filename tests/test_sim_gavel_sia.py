@@ -107,3 +107,24 @@ def test_simulated_arrivals_wait_for_sias_gavel_round_and_not_with_refill():
                           config=SimConfig(gavel_rounds=mode))
         jct[mode] = result.jobs.set_index("job")["jct_s"]["C"]
     assert jct["sia"] > 300 > jct["refill"]  # C starts at the 360-s round, or as soon as A leaves
+
+
+class _Rising(TableGoodputModel):
+    """Goodput that grows with the job's progress, as statistical efficiency does over training."""
+
+    def estimate(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1) -> GoodputEstimate | None:
+        est = super().estimate(job, gpu_type, num_gpus, num_nodes)
+        return None if est is None else GoodputEstimate(est.batch_size, est.throughput * (1 + 9 * job.progress), 1.0)
+
+
+@pytest.mark.parametrize("model, faster", [(MODEL, False), (_Rising({("a", "g", 1): 1.0}), True)])
+def test_substeps_follow_a_rising_goodput_within_the_round(model, faster):
+    work = Workload("w", (WorkloadJob("A", "a", 0.0, 1, 32, work=600.0),))
+    jct = {n: simulate(cluster_from_dict(ONE_NODE), work, "fifo", profiles=model, config=SimConfig(substeps=n))
+           .jobs["jct_s"].iloc[0] for n in (1, 6)}
+    if faster:  # re-reading the rising goodput six times a round finishes sooner
+        assert jct[6] < 0.8 * jct[1]
+    else:  # a constant goodput gives the same answer either way
+        assert jct[6] == pytest.approx(jct[1])
+    with pytest.raises(InputError, match="substeps"):
+        SimConfig(substeps=0)

@@ -14,7 +14,9 @@ Each round (60 s by default, as in Sia) runs five named steps of :meth:`Simulato
    (``gavel_rounds="sia"``, :mod:`scheduler.policies.gavel`), whose rigid jobs may be split over nodes
    (``place(..., split=True)``); such a job runs on as many nodes as it was placed on.
 4. **progress** — jobs progress by their goodput on the allocation (throughput × statistical efficiency,
-   divided by the application's calibration slowdown), times their co-location ratio while packed; a pair
+   divided by the application's calibration slowdown), times their co-location ratio while packed; a job
+   alone re-reads its goodput ``substeps`` times a round (6 by default: its efficiency rises as it trains and
+   Sia's simulator re-reads it at every epoch boundary; 1 = once a round, the earlier model); a pair
    or group of three (:mod:`scheduler.sim.groups`) is integrated piecewise: the group's ratios while all
    compute, the pair's once one has finished or while it restores, solo rate alone. A group of three's
    ratios are predicted from its pairs (:meth:`scheduler.model.colocation.ColocationTable.triple_ratios`, the
@@ -200,6 +202,28 @@ class Simulator:
                                   f"{used}x{a.gpu_type} (batch {a.batch_size}) where it cannot run")
         return est.goodput / self.config.slowdown_of(st.spec.application), int(est.batch_size)
 
+    def _substepped_rate(self, st: JobState, a: Allocation, R: float) -> tuple[float, int]:
+        """The round's mean rate when the goodput is re-read ``substeps`` times over the round (Sia re-reads the
+        efficiency at every epoch boundary): the rate that makes the same progress, or finishes at the same time."""
+        delay = min(st.delay, R)
+        dt = (R - delay) / self.config.substeps
+        start, left, used = st.done, st.work - st.done, 0.0
+        rate, batch = self._rate(st, a)
+        try:
+            for _ in range(self.config.substeps):
+                rate, _b = self._rate(st, a)
+                if rate * dt >= left:
+                    used += left / rate
+                    left = 0.0
+                    break
+                st.done += rate * dt
+                left -= rate * dt
+                used += dt
+        finally:
+            st.done = start
+        progress = (st.work - start) - left
+        return (progress / used if used > 0 else rate), batch
+
     def _local_batch(self, st: JobState, a: Allocation, batch: int) -> float:
         limits = getattr(self.goodput.inner, "local_batch_range", None)
         span = limits(st.spec.application, a.gpu_type) if limits is not None else None
@@ -325,7 +349,7 @@ class Simulator:
                 shares["packed_jobs"] += len(members)
                 shares["triple_jobs"] += len(members) if len(members) == 3 else 0
             else:
-                rate, batch = self._rate(st, a)
+                rate, batch = self._rate(st, a) if self.config.substeps <= 1 else self._substepped_rate(st, a, R)
                 units = [Member(st, min(st.delay, R), rate, rate, st.work - st.done, batch=batch)]
             times = advance(units, R)
             if self.learner is not None and len(units) > 1 and all(u.packed_s > 0 for u in units):
