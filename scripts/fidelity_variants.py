@@ -5,7 +5,8 @@ results/sim/fidelity/NOTES.md).
 Usage: PYTHONPATH=. python scripts/fidelity_variants.py WORKLOADS POLICIES VARIANTS
   WORKLOADS  comma-separated, relative to <shared data>/sia/workloads, without .csv (philly/workload-1,...)
   POLICIES   comma-separated (sia,gavel)
-  VARIANTS   comma-separated THROUGHPUT/STEP_TIMES pairs (fitted/interpolated,bootstrap/fitted,...)
+  VARIANTS   comma-separated THROUGHPUT/STEP_TIMES[/GAVEL_ROUNDS[/RESTART_ON[/SUBSTEPS]]] (fitted/interpolated,
+             bootstrap/fitted, fitted/interpolated/refill/shape/1, ...); omitted parts take SimConfig's defaults
 """
 
 from __future__ import annotations
@@ -26,15 +27,22 @@ def main(argv: list[str]) -> int:
     for workload in argv[0].split(","):
         for policy in argv[1].split(","):
             for variant in argv[2].split(","):
-                throughput, step_times = variant.split("/")
-                started = time.time()
-                result = simulate("scheduler/examples/sia-64gpu.yaml", root / f"{workload}.csv", policy,
-                                  config=SimConfig(throughput=throughput, step_times=step_times))
-                per_app = result.jobs.groupby("application")["jct_s"].mean().round(0).to_dict()
-                print(json.dumps({"workload": workload, "policy": policy, "throughput": throughput,
-                                  "step_times": step_times, "avg_jct_h": result.summary["avg_jct_s"] / 3600,
+                names = ("throughput", "step_times", "gavel_rounds", "restart_on", "substeps")
+                parts: list = variant.split("/")
+                if len(parts) > 4:
+                    parts[4] = int(parts[4])
+                config = SimConfig(**dict(zip(names, parts)))
+                started, cpu = time.time(), time.process_time()
+                result = simulate("scheduler/examples/sia-64gpu.yaml", root / f"{workload}.csv", policy, config=config)
+                by_app = result.jobs.groupby("application")
+                print(json.dumps({"workload": workload, "policy": policy, **{k: getattr(config, k) for k in names},
+                                  "avg_jct_h": result.summary["avg_jct_s"] / 3600,
                                   "restarts": result.summary.get("restarts"),
-                                  "wall_s": round(time.time() - started, 1), "per_app_s": per_app}), flush=True)
+                                  "wall_s": round(time.time() - started, 1),
+                                  "cpu_s": round(time.process_time() - cpu, 1),
+                                  "per_app_s": by_app["jct_s"].mean().round(0).to_dict(),
+                                  "per_app_restarts": {k: int(v) for k, v in by_app["restarts"].sum().items()}}),
+                      flush=True)
     return 0
 
 

@@ -139,7 +139,7 @@ def _restart_sim(restart_on: str) -> tuple[Simulator, object]:
     return sim, run
 
 
-@pytest.mark.parametrize("restart_on, expected", [("shape", [0, 0, 1]), ("gpus", [0, 1, 2])])
+@pytest.mark.parametrize("restart_on, expected", [("placement", [0, 0, 1]), ("shape", [0, 0, 1]), ("gpus", [0, 1, 2])])
 def test_restart_rule_shape_versus_gpu_indices(restart_on, expected):
     sim, run = _restart_sim(restart_on)
     job = Job("A", "a")

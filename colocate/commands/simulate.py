@@ -120,9 +120,16 @@ def simulate_command(
     batch: str = typer.Option("app-max", "--batch",
                               help="app-max: adaptive jobs grow to the application's largest batch (Sia); "
                                    "workload: they run the batch the policy chose."),
-    restart_on: str = typer.Option("shape", "--restart-on",
-                                   help="shape: restart on a new GPU type or GPUs per node (Sia); gpus: on any "
-                                        "change of GPU indices."),
+    restart_on: str = typer.Option("placement", "--restart-on",
+                                   help="placement: restart on a new GPU type or GPUs on each node (Sia); shape: "
+                                        "on a new type, GPU count or node count; gpus: on any change of GPU indices."),
+    substeps: int = typer.Option(6, "--substeps",
+                                 help="Times a job alone re-reads its goodput per round (its efficiency rises with "
+                                      "progress; Sia re-reads it every epoch). 1: once per round (earlier)."),
+    gavel_rounds: str = typer.Option("sia", "--gavel-rounds",
+                                     help="gavel only. sia: Sia's simulator's mechanism (held 6-minute rounds, "
+                                          "exact GPUs split over nodes, interior LP point); refill: the earlier "
+                                          "work-conserving mechanism."),
     efficiency: str = typer.Option("sia", "--efficiency",
                                    help="sia: validation curves at the job's batch; gns: initial batch's GNS curve."),
     memory: bool = typer.Option(True, "--memory/--no-memory", help="Enforce pair memory (default on)."),
@@ -149,7 +156,7 @@ def simulate_command(
     options = _group_option(spec.name, max_group_size)
     config = SimConfig(round_s=round_s, seed=seed, throughput=throughput, batch=batch, restart_on=restart_on,
                        efficiency=efficiency, memory=memory, colocation_strength=strength, belief=belief,
-                       step_times=step_times)
+                       step_times=step_times, gavel_rounds=gavel_rounds, substeps=substeps)
     table = _colocation(colocation)
     cluster_obj = load_cluster(cluster)
     work = read_workload(workload)

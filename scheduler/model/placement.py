@@ -11,7 +11,10 @@ Rules, in order:
 3. Place the remaining units largest first: multi-node units take whole free nodes; single-node units take
    the fullest node that still fits them (best fit), on an aligned block of GPU indices when one is free
    (a size-4 job on GPUs 0-3 or 4-7), which keeps nodes unfragmented for later power-of-two jobs.
-4. If a unit does not fit because kept jobs fragmented the nodes, start that GPU type over without keeping
+4. With ``split=True`` (Sia's Gavel, which reserves exactly a rigid job's GPUs wherever they are free) a
+   unit that does not fit so, or whose size is not whole nodes, takes free GPUs node by node in index order
+   (``JobPlacement.layout``).
+5. If a unit does not fit because kept jobs fragmented the nodes, start that GPU type over without keeping
    anything. A unit that still does not fit (possible only when ``gpus_per_node`` is not a power of two) is
    reported in ``Placement.unplaced`` rather than silently dropped.
 
@@ -83,6 +86,24 @@ class _Pool:
             for n in nodes
         )
 
+    def fits_layout(self, nodes: tuple[int, ...], layout: tuple[tuple[int, ...], ...]) -> bool:
+        return all(self.fits_exact((n,), gs) for n, gs in zip(nodes, layout))
+
+    def find_split(self, size: int) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]] | None:
+        """``size`` free GPUs taken node by node in index order (Sia's Gavel hands out workers so)."""
+        nodes: list[int] = []
+        layout: list[tuple[int, ...]] = []
+        left = size
+        for n in range(self.type.nodes):
+            free = [g for g in range(self.type.gpus_per_node) if self.free[n][g]][:left]
+            if free:
+                nodes.append(n)
+                layout.append(tuple(free))
+                left -= len(free)
+            if left == 0:
+                return tuple(nodes), tuple(layout)
+        return None
+
     def find(self, size: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         per_node = self.type.gpus_per_node
         if size > per_node:
@@ -105,17 +126,22 @@ class _Pool:
         return (node,), tuple([g for g in range(per_node) if row[g]][:size])
 
 
-def _place_type(units: list[_Unit], gpu_type: GpuType, previous: Placement | None, keep: bool
-                ) -> tuple[dict[str, JobPlacement], list[_Unit]]:
+def _place_type(units: list[_Unit], gpu_type: GpuType, previous: Placement | None, keep: bool,
+                split: bool = False) -> tuple[dict[str, JobPlacement], list[_Unit]]:
     pool = _Pool(gpu_type)
     placed: dict[str, JobPlacement] = {}
     pending: list[_Unit] = []
 
-    def record(unit: _Unit, nodes: tuple[int, ...], gpus: tuple[int, ...]) -> None:
-        for n in nodes:
-            pool.take(n, gpus)
+    def record(unit: _Unit, nodes: tuple[int, ...], gpus: tuple[int, ...],
+               layout: tuple[tuple[int, ...], ...] = ()) -> None:
+        for n, gs in zip(nodes, layout or [gpus] * len(nodes)):
+            pool.take(n, gs)
+        if layout and len({gs for gs in layout}) == 1 and len(layout[0]) in (1, gpu_type.gpus_per_node):
+            gpus, layout = layout[0], ()  # an even layout is an ordinary placement
+        elif layout:
+            gpus = layout[0]
         for a in unit.members:
-            placed[a.job] = JobPlacement(a.job, a.gpu_type, nodes, gpus, a.partner, a.partners)
+            placed[a.job] = JobPlacement(a.job, a.gpu_type, nodes, gpus, a.partner, a.partners, layout)
 
     for unit in units:
         old = None
@@ -125,22 +151,28 @@ def _place_type(units: list[_Unit], gpu_type: GpuType, previous: Placement | Non
                 if jp is not None and jp.gpu_type == unit.gpu_type and jp.num_gpus == unit.num_gpus:
                     old = jp
                     break
-        if old is not None and pool.fits_exact(old.nodes, old.gpus):
+        if old is not None and old.layout and pool.fits_layout(old.nodes, old.layout):
+            record(unit, old.nodes, old.gpus, old.layout)
+        elif old is not None and not old.layout and pool.fits_exact(old.nodes, old.gpus):
             record(unit, old.nodes, old.gpus)
         else:
             pending.append(unit)
     failed: list[_Unit] = []
     for unit in sorted(pending, key=lambda u: (-u.num_gpus, u.key)):
         spot = pool.find(unit.num_gpus)
-        if spot is None:
+        if spot is not None:
+            record(unit, *spot)
+            continue
+        parts = pool.find_split(unit.num_gpus) if split else None
+        if parts is None:
             failed.append(unit)
         else:
-            record(unit, *spot)
+            record(unit, parts[0], parts[1][0], parts[1])
     return placed, failed
 
 
 def place(decision: RoundDecision | Iterable[Allocation], cluster: Cluster,
-          previous: Placement | None = None) -> Placement:
+          previous: Placement | None = None, split: bool = False) -> Placement:
     """Assign concrete nodes and GPU indices to every allocation (see the module docstring for the rules)."""
     allocations = decision.allocations if isinstance(decision, RoundDecision) else tuple(decision)
     units = _units(allocations)
@@ -150,9 +182,9 @@ def place(decision: RoundDecision | Iterable[Allocation], cluster: Cluster,
         of_type = [u for u in units if u.gpu_type == type_name]
         if not of_type:
             continue
-        got, failed = _place_type(of_type, gpu_type, previous, keep=True)
+        got, failed = _place_type(of_type, gpu_type, previous, keep=True, split=split)
         if failed:  # kept jobs fragmented the nodes: place this type from scratch
-            got, failed = _place_type(of_type, gpu_type, None, keep=False)
+            got, failed = _place_type(of_type, gpu_type, None, keep=False, split=split)
         placed.update(got)
         unplaced.extend(a.job for u in failed for a in u.members)
     unknown = [a.job for u in units if u.gpu_type not in cluster for a in u.members]

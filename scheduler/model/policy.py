@@ -34,6 +34,8 @@ class JobPlacement:
 
     A single-node job has one node; a multi-node job uses whole nodes, so ``gpus`` lists every GPU of a node.
     A packed job shares exactly these GPUs with ``partner`` (a group of three: with both ``partners``).
+    ``layout`` (set only by ``place(..., split=True)``, Sia's Gavel) lists the GPUs used on each node when
+    they differ from node to node; ``gpus`` then holds the first node's.
     """
 
     job: str
@@ -42,6 +44,7 @@ class JobPlacement:
     gpus: tuple[int, ...]
     partner: str | None = None
     partners: tuple[str, ...] = ()
+    layout: tuple[tuple[int, ...], ...] = ()
 
     @property
     def node(self) -> int:
@@ -50,10 +53,19 @@ class JobPlacement:
 
     @property
     def num_gpus(self) -> int:
-        return len(self.nodes) * len(self.gpus)
+        return sum(self.per_node)
+
+    @property
+    def per_node(self) -> tuple[int, ...]:
+        """GPUs used on each node, in node order (Sia's "placement")."""
+        if self.layout:
+            return tuple(len(g) for g in self.layout)
+        return (len(self.gpus),) * len(self.nodes)
 
     def slots(self) -> list[tuple[str, int, int]]:
         """Every ``(gpu_type, node, gpu)`` this job occupies."""
+        if self.layout:
+            return [(self.gpu_type, n, g) for n, gs in zip(self.nodes, self.layout) for g in gs]
         return [(self.gpu_type, n, g) for n in self.nodes for g in self.gpus]
 
 

@@ -31,11 +31,22 @@ rounds (since its jobs arrived) the combination has received on ``t`` (never rec
 greedily while capacity lasts, skipping combinations whose jobs are already placed; jobs in
 checkpoint-restore keep their GPUs first (as in Sia's simulator). Between Gavel rounds running
 combinations keep their GPUs and GPUs freed by finished jobs are refilled in priority order. The received
-fractions are the policy's own bookkeeping of its decisions.
+fractions are the policy's own bookkeeping of its decisions. That is ``mechanism="refill"``.
+
+**Sia's mechanism** (``mechanism="sia"``, what Sia's simulator runs as "gavel" and the simulator's default,
+``SimConfig.gavel_rounds``): decisions only at multiples of ``round_s`` from time 0 (the first one round in);
+in between every job keeps exactly what it got, GPUs freed by finished jobs stay idle and arrivals wait for
+the next round. At a round each (job, type) is ranked by ``x_jt / f_jt`` with ``f_jt`` the job's seconds on
+``t`` over all jobs' seconds on ``t`` (every job starts with half a round on every type, so nothing ranks
+infinite); entries the LP gives nothing rank 0 but still fill leftover GPUs, in arrival order. A job
+reserves exactly its GPUs, counted per type (the placement stage may split it over nodes), the LP's answer
+is an interior point of its optimal face (Sia's solver, ECOS, is an interior-point one) rounded to 5
+decimals, and no job is pinned while restoring.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +62,7 @@ from scheduler.policies.common import FreeGpus, Shape, current_shape, job_shapes
 
 Combo = tuple[str, ...]
 OBJECTIVES = ("max_sum_throughput", "max_min")
+MECHANISMS = ("refill", "sia")
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,7 @@ class GavelPolicy:
     epsilon: float = 1e-3
     round_s: float = 360.0
     time_limit_s: float = 60.0
+    mechanism: str = "refill"
     received_s: dict[tuple[Combo, str], float] = field(default_factory=dict)
     active_s: dict[str, float] = field(default_factory=dict)
     lp_solves: int = 0
@@ -83,10 +96,18 @@ class GavelPolicy:
     _round_start: float | None = field(default=None, repr=False)
     _cache_key: tuple = field(default=(), repr=False)
     _fractions: dict[tuple[Combo, str], float] = field(default_factory=dict, repr=False)
+    _job_time: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)  # Sia's bookkeeping
+    _type_time: dict[str, float] = field(default_factory=dict, repr=False)
+    _held: dict[str, Allocation] = field(default_factory=dict, repr=False)
+    _last_round: int | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ options
     def _options(self, jobs: Sequence[Job], cluster: Cluster, context: RoundContext) -> list[_Option]:
         singles = {j.name: job_shapes(j, cluster, context) for j in jobs}
+        if self.mechanism == "sia":  # Sia reserves exactly the job's GPUs, on as few nodes as they need
+            size = {j.name: j.num_gpus for j in jobs}
+            singles = {n: {t: (Shape(t, min(s.gpus, size[n]), s.nodes), e) for t, (s, e) in opts.items()}
+                       for n, opts in singles.items()}
         out = [_Option((j.name,), shape, (est,), (1.0,)) for j in jobs for shape, est in singles[j.name].values()]
         if not self.packing or context.colocation is None:
             return out
@@ -107,8 +128,21 @@ class GavelPolicy:
         if self.objective not in OBJECTIVES:
             raise InputError(f"gavel objective {self.objective!r}", source="policy options", field="objective",
                              valid=", ".join(OBJECTIVES))
+        if self.mechanism not in MECHANISMS:
+            raise InputError(f"gavel mechanism {self.mechanism!r}", source="policy options", field="mechanism",
+                             valid=", ".join(MECHANISMS))
+        if self.mechanism == "sia" and self.packing:
+            raise InputError("gavel mechanism 'sia' with packing", source="policy options", field="mechanism",
+                             valid="refill (Sia's simulator has no packed Gavel)")
 
     # ------------------------------------------------------------------ the LP
+    def _lp_options(self) -> dict[str, Any]:
+        """Sia's mechanism takes an interior point of the optimal face, as its interior-point solver (ECOS)
+        returns: jobs tied between types split their time rather than sit on one vertex."""
+        if self.mechanism != "sia":
+            return {}
+        return {"solver": "ipm", "run_crossover": "off", "presolve": "off"}
+
     def _objective(self, prob: Any, xs: list, options: list[_Option], norm: dict[str, list], served: list[str],
                    z: Any, slowdown: Mapping[str, float], apps: Mapping[str, str]) -> None:
         import pulp
@@ -160,13 +194,15 @@ class GavelPolicy:
         fractions: dict[tuple[Combo, str], float] = {}
         try:
             with native_stdout_to_devnull():  # pulp.HiGHS builds its own Highs; some versions log to stdout
-                prob.solve(pulp.HiGHS(msg=False, timeLimit=self.time_limit_s, threads=1))
+                prob.solve(pulp.HiGHS(msg=False, timeLimit=self.time_limit_s, threads=1, **self._lp_options()))
             ok = pulp.LpStatus.get(prob.status) == "Optimal"
         except pulp.PulpSolverError:
             ok = False
         if ok:
             for x, o in zip(xs, options):
                 value = x.varValue or 0.0
+                if self.mechanism == "sia":  # as Sia's simulator rounds the LP's answer
+                    value = round(value, 5)
                 if value > 1e-6:
                     fractions[o.key] = value
         else:  # never leave a round without an answer: each job on its fastest type
@@ -194,6 +230,9 @@ class GavelPolicy:
             self._cache_key = key
         by_key = {o.key: o for o in options}
         by_name = {j.name: j for j in jobs}
+        if self.mechanism == "sia":
+            chosen_sia = self._sia_round(jobs, cluster, context, by_key)
+            return make_decision(jobs, chosen_sia, self.name, time.perf_counter() - started, status="LP+priority")
         free = FreeGpus(cluster)
         chosen: dict[str, Allocation] = {}
         picked: list[_Option] = []
@@ -246,3 +285,40 @@ class GavelPolicy:
         for o in picked:
             self.received_s[o.key] = self.received_s.get(o.key, 0.0) + r
         return make_decision(jobs, chosen.values(), self.name, time.perf_counter() - started, status="LP+priority")
+
+    # ------------------------------------------------------------------ Sia's mechanism
+    def _sia_round(self, jobs: Sequence[Job], cluster: Cluster, context: RoundContext,
+                   by_key: Mapping[tuple[Combo, str], _Option]) -> list[Allocation]:
+        """This round's allocations under Sia's mechanism (module docstring): held between Gavel rounds."""
+        live = {j.name for j in jobs}
+        index = int(math.floor(context.time_s / self.round_s + 1e-9))
+        if index == self._last_round or index < 1:  # Sia's first decision comes one round after time 0
+            self._held = {n: a for n, a in self._held.items() if n in live}
+            return list(self._held.values())
+        self._last_round = index
+        half = self.round_s / 2
+        for j in jobs:
+            if j.name not in self._job_time:
+                self._job_time[j.name] = {t.name: half for t in cluster}
+                for t in cluster:
+                    self._type_time[t.name] = self._type_time.get(t.name, 0.0) + half
+        order = sorted(jobs, key=lambda j: (j.arrival, j.name))
+        queue = []
+        for t in cluster:
+            for j in order:
+                x = self._fractions.get(((j.name,), t.name), 0.0)
+                share = self._job_time[j.name][t.name] / self._type_time[t.name]
+                queue.append((x / share if x > 0 else 0.0, x, j, t.name))
+        queue.sort(key=lambda e: (e[0], e[1]), reverse=True)  # stable: ties keep type, then arrival order
+        free = {t.name: t.total_gpus for t in cluster}  # Sia counts GPUs; placement may split a job over nodes
+        chosen: dict[str, Allocation] = {}
+        for _rank, _x, j, name in queue:
+            o = by_key.get(((j.name,), name))
+            if j.name in chosen or o is None or o.shape.gpus > free[name]:
+                continue
+            free[name] -= o.shape.gpus
+            chosen[j.name] = single(j, o.shape, o.estimates[0])
+            self._job_time[j.name][name] += self.round_s
+            self._type_time[name] += self.round_s
+        self._held = chosen
+        return list(chosen.values())

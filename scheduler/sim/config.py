@@ -11,8 +11,8 @@ from scheduler.learning.belief import parse_belief
 from scheduler.sim.job_model import SIA_RESTART_COST_S, SIA_RESTART_PENALTY_S, SIA_SLOWDOWN
 
 CHOICES = {"throughput": ("fitted", "bootstrap", "oracle"), "step_times": ("interpolated", "fitted"),
-           "batch": ("app-max", "workload"), "restart_on": ("shape", "gpus"),
-           "efficiency": ("sia", "gns")}
+           "batch": ("app-max", "workload"), "restart_on": ("placement", "shape", "gpus"),
+           "efficiency": ("sia", "gns"), "gavel_rounds": ("sia", "refill")}
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,12 @@ class SimConfig:
     throughput: str = "fitted"
     step_times: str = "interpolated"
     batch: str = "app-max"
-    restart_on: str = "shape"
+    restart_on: str = "placement"
     efficiency: str = "sia"
+    gavel_rounds: str = "sia"  # gavel's mechanism (scheduler.policies.gavel): Sia's held rounds, or refill
+    # a job alone re-reads its goodput this many times a round, as Sia's simulator re-reads the efficiency at
+    # every epoch boundary (it rises with progress: a short job crosses ~17 epochs a round); 1 = the earlier model
+    substeps: int = 6
     memory: bool = True
     colocation_strength: float = 1.0
     belief: str = "truth"  # what packing policies believe about pairs (scheduler.learning.belief)
@@ -46,6 +50,9 @@ class SimConfig:
                 raise InputError(f"{name} {getattr(self, name)!r}", source="simulate", field=name,
                                  valid=", ".join(valid))
         parse_belief(self.belief)
+        if not (isinstance(self.substeps, int) and 1 <= self.substeps <= 600):
+            raise InputError(f"substeps {self.substeps!r}", source="--substeps", field="substeps",
+                             valid="an integer in [1, 600]")
         if not self.colocation_strength >= 0:
             raise InputError(f"colocation strength {self.colocation_strength}", source="simulate",
                              field="colocation_strength", valid="a number >= 0 (1 = the table as measured)")

@@ -107,7 +107,8 @@ def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[di
         "max_group_size": sim.max_group_size,
         "triple_ratios": TRIPLE_RATIOS if sim.max_group_size >= 3 else "none (pairs only)",
         "model": {k: getattr(sim.config, k) for k in ("throughput", "batch", "restart_on", "efficiency", "memory",
-                                                       "colocation_strength", "belief")},
+                                                       "colocation_strength", "belief", "gavel_rounds",
+                                                       "substeps")},
     }
     learner = getattr(sim, "learner", None)
     if learner is not None:

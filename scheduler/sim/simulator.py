@@ -7,12 +7,16 @@ Each round (60 s by default, as in Sia) runs five named steps of :meth:`Simulato
    objects that ``colocate schedule`` uses) and the placement stage (:func:`scheduler.model.placement.place`)
    assigns nodes/GPUs; the invariants of :mod:`scheduler.sim.checks` are checked on both.
 3. **apply** — a job whose resources changed pays its checkpoint-restore (no progress, GPUs held) and is
-   *pinned* while restoring. What counts as a change is Sia's rule by default (``restart_on="shape"``): a
-   new GPU type or number of GPUs per node, or new GPUs for a job that joins or leaves a pair or group of
-   three (Sia has no groups; a job moving onto or off shared GPUs must restart); ``"gpus"``: any change of
-   GPU indices.
+   *pinned* while restoring. What counts as a change is Sia's rule by default (``restart_on="placement"``):
+   a new GPU type or number of GPUs on any node, or new GPUs for a job that joins or leaves a pair or group
+   of three (Sia has no groups; a job moving onto or off shared GPUs must restart); ``"shape"``: a new type,
+   GPU count or node count; ``"gpus"``: any change of GPU indices. ``gavel`` runs Sia's mechanism by default
+   (``gavel_rounds="sia"``, :mod:`scheduler.policies.gavel`), whose rigid jobs may be split over nodes
+   (``place(..., split=True)``); such a job runs on as many nodes as it was placed on.
 4. **progress** — jobs progress by their goodput on the allocation (throughput × statistical efficiency,
-   divided by the application's calibration slowdown), times their co-location ratio while packed; a pair
+   divided by the application's calibration slowdown), times their co-location ratio while packed; a job
+   alone re-reads its goodput ``substeps`` times a round (6 by default: its efficiency rises as it trains and
+   Sia's simulator re-reads it at every epoch boundary; 1 = once a round, the earlier model); a pair
    or group of three (:mod:`scheduler.sim.groups`) is integrated piecewise: the group's ratios while all
    compute, the pair's once one has finished or while it restores, solo rate alone. A group of three's
    ratios are predicted from its pairs (:meth:`scheduler.model.colocation.ColocationTable.triple_ratios`, the
@@ -62,7 +66,7 @@ from scheduler.model.cluster import Cluster, load_cluster
 from scheduler.model.goodput import GoodputModel
 from scheduler.model.jobs import Job
 from scheduler.model.placement import Placement, place
-from scheduler.model.policy import Allocation, Policy, RoundContext, RoundDecision
+from scheduler.model.policy import Allocation, JobPlacement, Policy, RoundContext, RoundDecision
 from scheduler.sim.checks import SimulationError, check_placement, check_round
 from scheduler.sim.config import CHOICES, SimConfig
 from scheduler.sim.groups import group_members
@@ -198,6 +202,28 @@ class Simulator:
                                   f"{used}x{a.gpu_type} (batch {a.batch_size}) where it cannot run")
         return est.goodput / self.config.slowdown_of(st.spec.application), int(est.batch_size)
 
+    def _substepped_rate(self, st: JobState, a: Allocation, R: float) -> tuple[float, int]:
+        """The round's mean rate when the goodput is re-read ``substeps`` times over the round (Sia re-reads the
+        efficiency at every epoch boundary): the rate that makes the same progress, or finishes at the same time."""
+        delay = min(st.delay, R)
+        dt = (R - delay) / self.config.substeps
+        start, left, used = st.done, st.work - st.done, 0.0
+        rate, batch = self._rate(st, a)
+        try:
+            for _ in range(self.config.substeps):
+                rate, _b = self._rate(st, a)
+                if rate * dt >= left:
+                    used += left / rate
+                    left = 0.0
+                    break
+                st.done += rate * dt
+                left -= rate * dt
+                used += dt
+        finally:
+            st.done = start
+        progress = (st.work - start) - left
+        return (progress / used if used > 0 else rate), batch
+
     def _local_batch(self, st: JobState, a: Allocation, batch: int) -> float:
         limits = getattr(self.goodput.inner, "local_batch_range", None)
         span = limits(st.spec.application, a.gpu_type) if limits is not None else None
@@ -259,15 +285,17 @@ class Simulator:
         policy_s = time.perf_counter() - t0
         rigid = None if self.adaptive else {n: s.spec.num_gpus for n, s in run.active.items()}
         check_round(run.k, run.now, decision, list(views.values()), self.cluster, run.finished, rigid_sizes=rigid)
-        placement = place(decision, self.cluster, run.previous)
+        placement = place(decision, self.cluster, run.previous, split=getattr(self.policy, "mechanism", "") == "sia")
         check_placement(run.k, run.now, decision, placement)
         if decision.solver.fallback is not None:
             run.fallbacks += 1
         return views, decision, placement, policy_s
 
-    def _restart_key(self, a: Allocation, nodes: tuple[int, ...], gpus: tuple[int, ...]) -> tuple:
+    def _restart_key(self, a: Allocation, jp: JobPlacement) -> tuple:
         if self.config.restart_on == "gpus":
-            return (a.gpu_type, a.num_gpus, nodes, gpus)
+            return (a.gpu_type, a.num_gpus, jp.nodes, jp.gpus, jp.layout)
+        if self.config.restart_on == "placement":
+            return (a.gpu_type, jp.per_node)
         return (a.gpu_type, a.num_gpus, a.num_nodes)
 
     def _apply(self, run: _Run, decision: RoundDecision, placement: Placement) -> int:
@@ -284,7 +312,9 @@ class Simulator:
             if a is None or jp is None:
                 st.alloc, st.slot_key, st.slots, st.delay = None, None, None, 0.0
                 continue
-            key, slots = self._restart_key(a, jp.nodes, jp.gpus), (jp.nodes, jp.gpus)
+            if jp.layout:  # a job split over nodes (Sia's Gavel) runs on as many nodes as it was placed on
+                a = replace(a, num_nodes=len(jp.nodes))
+            key, slots = self._restart_key(a, jp), (jp.nodes, jp.gpus)
             # joining or leaving a pair or group onto other GPUs restarts the job (Sia has no groups)
             before = set(st.alloc.others) if st.alloc is not None else set()
             grouped = bool(a.others) or bool(before)
@@ -319,7 +349,7 @@ class Simulator:
                 shares["packed_jobs"] += len(members)
                 shares["triple_jobs"] += len(members) if len(members) == 3 else 0
             else:
-                rate, batch = self._rate(st, a)
+                rate, batch = self._rate(st, a) if self.config.substeps <= 1 else self._substepped_rate(st, a, R)
                 units = [Member(st, min(st.delay, R), rate, rate, st.work - st.done, batch=batch)]
             times = advance(units, R)
             if self.learner is not None and len(units) > 1 and all(u.packed_s > 0 for u in units):
@@ -441,6 +471,8 @@ def simulate(cluster: Cluster | str | Path, workload: Workload | str | Path, pol
     cluster_obj = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
     work = load_workload(workload)
     cfg = config if config is not None else SimConfig(round_s=round_s, seed=seed)
+    if policy_name == "gavel":  # the simulator's default is Sia's Gavel mechanism (SimConfig.gavel_rounds)
+        policy_options = {"mechanism": cfg.gavel_rounds, **dict(policy_options or {})}
     policy, is_adaptive, packs = resolve_policy(policy_name, cfg.seed, adaptive, policy_options)
     if isinstance(colocation, (str, Path)):
         table: ColocationTable | None = load_colocation_table(colocation)
