@@ -25,27 +25,17 @@ Each round (60 s by default, as in Sia) runs five named steps of :meth:`Simulato
    instant and its GPUs are free from the next round.
 5. **log** — one row per round (and per allocation).
 
-Fidelity to Sia's simulator (siasosp23/artifacts ``sia-simulator``), each the default with the alternative
-behind a :class:`SimConfig` option:
-
-* statistical efficiency from the validation curves at the job's own batch and epoch (``efficiency``,
-  chosen when the goodput model is loaded; ``"gns"``: the initial batch's gradient-noise curve);
-* adaptive jobs run at the batch that maximises their goodput up to the application's largest validated
-  batch (``batch="app-max"``), while the policy plans with the workload's batch as the limit, as Sia's
-  speedup functions do (``"workload"``: the job runs the batch the policy chose);
-* throughput learned online (``throughput="bootstrap"``, :class:`scheduler.sim.job_model.BootstrapGoodput`),
-  with Sia's GPU cap (:func:`scheduler.sim.job_model.sia_max_gpus`); ``"oracle"``: every profile known;
-* the ILP's restart penalty per application (:data:`scheduler.sim.job_model.SIA_RESTART_PENALTY_S`, reaching
-  the ILP as each job's ``restart_cost_s``); the simulated checkpoint-restore time and calibration slowdown
-  per application (:data:`~scheduler.sim.job_model.SIA_RESTART_COST_S`, :data:`~scheduler.sim.job_model.SIA_SLOWDOWN`).
+Fidelity to Sia's simulator (siasosp23/artifacts ``sia-simulator``): each modelled difference (statistical
+efficiency, batch choice, throughput belief, step times, restart penalties and costs, Gavel's rounds) is a
+:class:`SimConfig` option whose default is Sia's behaviour and whose alternative keeps the earlier one; the
+list with its measurements is ``docs/simulator-fidelity.md``.
 
 Memory (``memory=True``): every job has a per-GPU-type footprint at its local batch
 (:class:`scheduler.sim.job_model.MemoryModel`); the colocation table the policies read answers "no ratio" for
 pairs and groups of three that cannot fit, and the progress step checks every group it runs.
 
-Job length (work) is Sia's: the application's full reference curve (``max_progress × M0`` useful
-samples), unless the workload gives ``work`` or ``duration``. Deterministic for a seed. Results:
-:class:`scheduler.sim.result.SimulationResult`.
+Job length (work) is Sia's: the application's reference curve (``max_progress × M0`` useful samples) unless
+the workload gives ``work`` or ``duration``. Deterministic for a seed; results: :class:`.result.SimulationResult`.
 """
 
 from __future__ import annotations
