@@ -165,7 +165,7 @@ def test_a_pair_that_hurts_is_split_within_two_rounds_of_its_measurement(tmp_pat
             time.sleep(0.1)
         assert len([e for e in state.events() if " with " in e["detail"]]) == paired and not together()
         # split by the round's own solution: the pinned pair was released, not left to an infeasible ILP
-        assert decisions.fallbacks == [] and any(pinned for pinned in decisions.pinned_pairs)
+        assert decisions.fallbacks == [] and any(decisions.pinned_pairs)
     finally:
         kill_groups(state.dir)
 
