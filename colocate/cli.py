@@ -12,9 +12,8 @@ import sys
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
+from colocate import cli_params
 from common.errors import InputError
 
 # Order here is the order in `colocate --help`.
@@ -116,6 +115,7 @@ def _flags_show_no_type() -> None:
 
 
 _flags_show_no_type()
+cli_params.install()
 
 
 def main() -> None:
@@ -124,9 +124,14 @@ def main() -> None:
     try:
         (build_app((sys.argv[1],)) if light else __getattr__("app"))()  # standalone: usage errors exit 2
     except InputError as err:
+        from rich.console import Console  # only on the way out: a command that succeeds never pays for Rich
+        from rich.markup import escape
+
         Console(stderr=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:  # commands with work to resume say more before this
+        from rich.console import Console
+
         Console(stderr=True).print("interrupted", highlight=False)
         sys.exit(130)
 

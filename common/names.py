@@ -11,7 +11,6 @@ starting with a letter or digit, at most :data:`NAME_MAX` characters — and ref
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shlex
 from pathlib import Path
@@ -54,6 +53,8 @@ def safe_name(text: str, limit: int | None = 60, *, keep: str = "", empty: str =
     kept = re.sub("[^A-Za-z0-9_.\\-" + re.escape(keep) + "]+", "-", text).strip("-.")
     if text and kept == text and (limit is None or len(text) <= limit):
         return text
+    import hashlib  # only for names that need a digest: a submit of plain names skips the import
+
     digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     stem = kept or empty
     return f"{stem if limit is None else stem[:max(limit - 9, 1)]}-{digest}"

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import json
 import math
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from common.errors import InputError
 
@@ -49,51 +48,60 @@ def read_text(path: str | Path, *, field: str | None = None, what: str = "file")
                          field=field, valid="a UTF-8 text file") from None
 
 
-class _LimitedLoader(yaml.SafeLoader):
-    """SafeLoader that counts aliases and nesting while composing and refuses duplicate keys."""
+@lru_cache(maxsize=1)
+def _limited_loader() -> type:
+    """The loader class, built on first use: readers of JSON only (``colocate jobs``) never import yaml."""
+    import yaml
 
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._aliases = 0
-        self._depth = 0
+    class _LimitedLoader(yaml.SafeLoader):
+        """SafeLoader that counts aliases and nesting while composing and refuses duplicate keys."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            self._aliases += 1
-            if self._aliases > MAX_ALIASES:
-                raise _Refused(f"more than {MAX_ALIASES} YAML aliases (*name)", self.peek_event().start_mark)
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise _Refused(f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+        def __init__(self, stream: str) -> None:
+            super().__init__(stream)
+            self._aliases = 0
+            self._depth = 0
 
-    def get_single_node(self) -> Any:
-        node = super().get_single_node()
-        if node is not None and self._aliases and _expanded_size(node) > MAX_ALIAS_EXPANSION + _unique_size(node):
-            raise _Refused(f"aliases expand to more than {MAX_ALIAS_EXPANSION} values", node.start_mark)
-        return node
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                self._aliases += 1
+                if self._aliases > MAX_ALIASES:
+                    raise _Refused(f"more than {MAX_ALIASES} YAML aliases (*name)", self.peek_event().start_mark)
+            self._depth += 1
+            try:
+                if self._depth > MAX_DEPTH:
+                    raise _Refused(f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
 
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        if isinstance(node, yaml.MappingNode):
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":  # '<<' merges may be overridden
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    duplicate = key in seen
-                    seen.add(key)
-                except TypeError:  # unhashable key: the base class reports it
-                    continue
-                if duplicate:
-                    raise _Refused(f"duplicate key {str(key)[:60]!r}", key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)
+        def get_single_node(self) -> Any:
+            node = super().get_single_node()
+            if node is not None and self._aliases and _expanded_size(node) > MAX_ALIAS_EXPANSION + _unique_size(node):
+                raise _Refused(f"aliases expand to more than {MAX_ALIAS_EXPANSION} values", node.start_mark)
+            return node
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, yaml.MappingNode):
+                seen: set[Any] = set()
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":  # '<<' merges may be overridden
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        duplicate = key in seen
+                        seen.add(key)
+                    except TypeError:  # unhashable key: the base class reports it
+                        continue
+                    if duplicate:
+                        raise _Refused(f"duplicate key {str(key)[:60]!r}", key_node.start_mark)
+            return super().construct_mapping(node, deep=deep)
+
+    return _LimitedLoader
 
 
 def _children(node: Any) -> list[Any]:
+    import yaml
+
     if isinstance(node, yaml.MappingNode):
         return [n for pair in node.value for n in pair]
     if isinstance(node, yaml.SequenceNode):
@@ -135,8 +143,10 @@ class _Refused(Exception):
 
 def parse_yaml(text: str, *, source: str | Path, field: str | None = None) -> Any:
     """Parse YAML text with the limits of the module docstring."""
+    import yaml
+
     try:
-        return yaml.load(text, Loader=_LimitedLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_limited_loader())  # noqa: S506 - a SafeLoader subclass
     except _Refused as err:
         where = f" at line {err.mark.line + 1}" if err.mark is not None else ""
         raise InputError(f"refused{where}: {err}", source=source, field=field,

@@ -20,7 +20,8 @@ def learned(
     state: Path = typer.Option(..., "--state", help="State directory of the scheduler."),
     out: Path = typer.Option(None, "--out", "-o", help="Write the learned colocation table here (CSV)."),
 ) -> None:
-    """Show (or export) measured throughputs and pair ratios, with the number of samples behind each."""
+    """Show (or export) measured throughputs and pair ratios, with the number of samples behind each and their
+    source (run or probe), and the automatic probes."""
     from rich.table import Table
 
     from colocate.commands._output import console
@@ -43,17 +44,29 @@ def learned(
         console.print(f"wrote {len(frame)} pair(s) to {out}", highlight=False)
         return
     solo = Table(title="measured throughput (solo)")
-    for column in ("application", "GPU type", "GPUs", "batch", "iteration (s)", "samples/s", "samples"):
+    for column in ("application", "GPU type", "GPUs", "batch", "iteration (s)", "samples/s", "samples", "source"):
         solo.add_column(column)
     for m in view["throughput"]:
         solo.add_row(m["application"], m["gpu_type"], str(m["num_gpus"]), str(m["batch_size"]),
-                     f"{m['iter_time_s']:.4f}", f"{m['samples_per_s']:.1f}", str(m["count"]))
+                     f"{m['iter_time_s']:.4f}", f"{m['samples_per_s']:.1f}", str(m["count"]), m["source"])
     pairs = Table(title="learned colocation ratios t/t'")
-    for column in ("GPU type", "job a", "job b", "GPUs", "ratio a", "ratio b", "samples a", "samples b", "solo from"):
+    for column in ("GPU type", "job a", "job b", "GPUs", "ratio a", "ratio b", "samples a", "samples b", "solo from",
+                   "source"):
         pairs.add_column(column)
     for r in view["colocation"]:  # a pending row waits for its solo time: no ratio yet
         ratios = [f"{r[k]:.3f}" if r["solo_source"] == "measured" else "–" for k in ("ratio_a", "ratio_b")]
         pairs.add_row(r["gpu_type"], r["type_a"], r["type_b"], str(r["num_gpus"]), *ratios, str(r["n_a"]),
-                      str(r["n_b"]), r["solo_source"])
+                      str(r["n_b"]), r["solo_source"], r["source"])
     console.print(solo)
     console.print(pairs)
+    if view["probes"]:
+        from rich.text import Text
+
+        probes = Table(title="automatic probes (colocate serve --probe)")
+        for column in ("probe", "GPU type", "job type", "partner", "state", "GPU-s", "error"):
+            probes.add_column(column)
+        for p in view["probes"]:
+            gpu_s = f"{p['gpu_s']:.1f}" if isinstance(p.get("gpu_s"), (int, float)) else "running"
+            probes.add_row(p["key"], p["gpu_type"], p["type"], p["partner_type"] or "–", p["state"], gpu_s,
+                           Text(str(p.get("error", ""))))  # an error text is not markup
+        console.print(probes)

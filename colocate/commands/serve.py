@@ -34,6 +34,11 @@ def serve(
     min_run: float = typer.Option(None, "--min-run", help="Seconds a (re)started job keeps its allocation [max(round-s, "
                                                           "3 x its measured start-up)]."),
     metrics_port: int = typer.Option(None, "--metrics-port", help="Expose Prometheus metrics on 127.0.0.1:PORT."),
+    probe: bool = typer.Option(None, "--probe/--no-probe", help="Profile never-measured zoo job types briefly on "
+                                                                "spare GPUs (default: on with GPUs, off "
+                                                                "with --device cpu)."),
+    probe_budget: float = typer.Option(None, "--probe-budget", help="GPU-seconds all probes of this state directory "
+                                                                    "may use [3600]."),
 ) -> None:
     """Run packed, adaptive jobs: every round the policy decides, the executor enacts only the changes."""
     from colocate.commands._output import error_console
@@ -56,4 +61,4 @@ def serve(
                   colocation=colocation, profiles=profiles, address=address, device=device, sharing=sharing,
                   restart_cost=restart_cost, time_limit=time_limit, grace=grace, threads=threads,
                   max_rounds=max_rounds, should_stop=lambda: stop["now"], on_round=on_round, min_run=min_run,
-                  metrics_port=metrics_port)
+                  metrics_port=metrics_port, probe=probe, probe_budget=probe_budget)

@@ -26,7 +26,6 @@ the environment of every job as ``COLOCATE_JOB``, ``COLOCATE_BATCH_SIZE``, ... (
 
 from __future__ import annotations
 
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,12 +34,12 @@ from typing import Any, TypeGuard
 from common.bounds import MAX_BATCH, MAX_GPUS
 from common.errors import InputError
 from common.names import NAME_RULE, is_safe_name, safe_name, shown  # noqa: F401  (safe_name: re-exported)
+from common.placeholders import PLACEHOLDERS, VALID, check_placeholders  # noqa: F401  (PLACEHOLDERS: re-exported)
 from profiler.gpu.sharing import SHARING_MODES, sharing_mode_names  # noqa: F401  (SHARING_MODES: re-exported)
 from scheduler.formats.allocation_file import read_allocation_file
 from scheduler.model.applications import APPLICATION_MODELS
 from scheduler.model.cluster import MAX_GPUS_PER_NODE
 
-PLACEHOLDERS = ("job", "batch_size", "num_gpus", "gpu_type", "partner", "node", "gpus")
 DEFAULT_IMAGE_SIZE = 32
 
 
@@ -180,23 +179,8 @@ def load_commands(path: Path) -> dict[str, str]:
         if not isinstance(value, str) or not value.strip():
             raise InputError(f"{shown(value)} is not a command", source=path, field=str(key)[:40],
                              valid="a non-empty shell command string")
-        _check_placeholders(value, source=str(path), field=str(key))
+        check_placeholders(value, source=str(path), field=str(key))
     return {str(k): str(v) for k, v in data.items()}
-
-
-def _check_placeholders(command: str, *, source: str, field: str) -> None:
-    try:
-        names = [name for _, name, _, _ in string.Formatter().parse(command) if name is not None]
-    except ValueError as err:
-        raise InputError(f"bad placeholder syntax ({err})", source=source, field=field,
-                         valid="{" + "}, {".join(PLACEHOLDERS) + "}; {{ and }} for literal braces") from None
-    for name in names:
-        if name not in PLACEHOLDERS:
-            raise InputError(f"unknown placeholder {{{name}}}", source=source, field=field,
-                             valid="{" + "}, {".join(PLACEHOLDERS) + "}; {{ and }} for literal braces")
-
-
-check_placeholders = _check_placeholders  # public name for other readers of commands (job files)
 
 
 def load_plan(
@@ -318,12 +302,12 @@ def _resolve_job(
     elif fields["command"] is not None:
         template, template_source, template_field = fields["command"], source, f"{where}.command"
     if template is not None:
-        _check_placeholders(template, source=template_source, field=template_field)
+        check_placeholders(template, source=template_source, field=template_field)
         try:
             return replace(base, command=template.format_map(values))
         except (KeyError, IndexError, ValueError) as err:
             raise InputError(f"cannot fill in the command ({err})", source=template_source, field=template_field,
-                             valid="{" + "}, {".join(PLACEHOLDERS) + "}; {{ and }} for literal braces") from None
+                             valid=VALID) from None
     if application is None:
         raise InputError(f"job {name!r}: nothing to run (no application, no command)", source=source,
                          field=f"{where}.application",

@@ -1,6 +1,7 @@
 """What the scheduler learns while it runs — one module for the live server and the simulator.
 
 * :mod:`.online` — measured iteration times → goodput estimates and pair ratios (``colocate serve``);
+* :mod:`.measured` — the measured solo times and learned pair ratios as shown (no numpy: ``jobs --json``);
 * :mod:`.pairs` — the pair-ratio belief: prior + samples, shrinkage, intervals (:class:`PairBelief`);
 * :mod:`.explore` — the exploration rule a policy plans with (:func:`planning_ratios`);
 * :mod:`.prior` — the δ predictor's model, the prior for every pair (:func:`build_prior`);

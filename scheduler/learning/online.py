@@ -20,13 +20,13 @@ per application, GPU type, GPU count, batch and partner type; :mod:`scheduler.se
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig
+from scheduler.learning.measured import job_type, learned_ratios, solo_times  # noqa: F401  (re-exported)
 from scheduler.learning.pairs import DEFAULT_PAIRS, PairBelief, PairConfig, chain_priors, table_prior
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import (
@@ -47,11 +47,6 @@ if TYPE_CHECKING:  # pragma: no cover
 # Prior step-time model (seconds) for an application with no profile: a small CNN on one GPU. Only its shape
 # matters once the job has run once — measurements rescale it (see LearnedGoodputModel.calibration).
 PRIOR = StepTimeModel(alpha_c=0.02, beta_c=0.0005, alpha_r=0.005, beta_r=0.002, gamma=1.0)
-
-
-def job_type(application: str, batch_size: int) -> str:
-    """The colocation-table key of an application at a global batch size."""
-    return f"{application}@{batch_size}"
 
 
 class JobLimits(Protocol):
@@ -87,11 +82,7 @@ class LearnedGoodputModel(GoodputModelBase):
                  base: GoodputModel | None = None) -> None:
         self.base = base
         self.specs = dict(specs)
-        self.solo: dict[tuple[str, str, int, int], tuple[float, int]] = {}
-        for m in measurements:
-            if not m["partner_type"]:
-                self.solo[(m["application"], m["gpu_type"], int(m["num_gpus"]), int(m["batch_size"]))] = (
-                    float(m["iter_time_s"]), int(m["count"]))
+        self.solo = solo_times(measurements)
         self._calibration: dict[tuple[str, str | None], float] = {}
         self._measured_apps = {key[0] for key in self.solo}
         self._calibrate()
@@ -177,43 +168,6 @@ class LearnedGoodputModel(GoodputModelBase):
             throughput = np.where(banned, np.nan, throughput)
         goodput = throughput * arrays.efficiency
         return EstimateArrays(goodput, np.where(np.isnan(goodput), np.nan, batch), throughput, arrays.efficiency)
-
-
-def learned_ratios(measurements: Sequence[Mapping[str, Any]], model: LearnedGoodputModel,
-                   config: PairConfig = DEFAULT_PAIRS) -> list[dict[str, Any]]:
-    """One row per measured pair: ratios ``t/t'`` of both members, their sample counts and solo sources.
-
-    A ratio is learned only against a *measured* solo time of the same configuration (application, GPU
-    type, GPU count, batch): a row whose solo is not measured yet is ``pending`` (ratios None, never
-    learned from; ratios None) — the model's guess of a solo time is no yardstick. Ratios are bounded to
-    [``config.min_ratio``, ``config.max_ratio``].
-    """
-    coloc = {(m["application"], m["gpu_type"], int(m["num_gpus"]), int(m["batch_size"]), m["partner_type"]): m
-             for m in measurements if m["partner_type"] and "+" not in m["partner_type"]}  # pairs (the table's rows)
-    rows: dict[tuple[str, str, str, int], dict[str, Any]] = {}
-    for (app, gpu, n, batch, partner_type), m in coloc.items():
-        me = job_type(app, batch)
-        partner_app, _, partner_batch = partner_type.rpartition("@")
-        other = coloc.get((partner_app, gpu, n, int(partner_batch), me))
-        if other is None or (gpu, partner_type, me, n) in rows:
-            continue  # the partner's side is not measured yet, or this pair is already done
-        ratio_a = _ratio(model, app, gpu, n, batch, float(m["iter_time_s"]), config)
-        ratio_b = _ratio(model, partner_app, gpu, n, int(partner_batch), float(other["iter_time_s"]), config)
-        known = not (math.isnan(ratio_a) or math.isnan(ratio_b))
-        rows[(gpu, me, partner_type, n)] = {
-            "gpu_type": gpu, "type_a": me, "type_b": partner_type, "num_gpus": n,
-            "ratio_a": ratio_a if known else None, "ratio_b": ratio_b if known else None,  # None: strict JSON
-            "n_a": int(m["count"]), "n_b": int(other["count"]),
-            "solo_source": "measured" if known else "pending"}
-    return list(rows.values())
-
-
-def _ratio(model: LearnedGoodputModel, app: str, gpu: str, n: int, batch: int, coloc_time: float,
-           config: PairConfig) -> float:
-    hit = model.measured(app, gpu, n, batch)
-    if hit is None or not hit[0] > 0 or not coloc_time > 0:
-        return math.nan
-    return config.bound(hit[0] / coloc_time)
 
 
 def pair_belief(base: ColocationTable | None, rows: Sequence[Mapping[str, Any]], *, predicted: bool = True,

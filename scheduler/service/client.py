@@ -19,7 +19,8 @@ from scheduler.service.state import FINAL_STATES, StateStore
 def submit_jobs(job_files: list[Path] | list[str], state_dir: str | Path, cluster_path: str | Path | None = None
                 ) -> list[str]:
     """Validate every job file (against ``cluster_path``, else the cluster the last server recorded), then
-    queue them in order: a bad file queues none of them. Returns the names."""
+    queue them in order in one transaction: a bad file (or a name already used) queues none of them.
+    Returns the names."""
     gpus = None
     if cluster_path is not None:
         from scheduler.model.cluster import load_cluster
@@ -31,7 +32,7 @@ def submit_jobs(job_files: list[Path] | list[str], state_dir: str | Path, cluste
         cluster = gpus if gpus is not None else known_cluster(store)
         for spec, f in specs:
             check_feasible(spec, cluster, source=str(f))
-        return [store.submit(spec, source=str(f)) for spec, f in specs]
+        return store.submit_many([(spec, str(f)) for spec, f in specs])
     finally:
         store.close()
 

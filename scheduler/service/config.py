@@ -6,6 +6,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.service.probes import ProbeConfig
 from scheduler.service.stability import StabilityConfig
 
 
@@ -24,3 +25,4 @@ class ServeConfig:
     log_every: int = 50
     python: str = sys.executable
     stability: StabilityConfig = field(default_factory=StabilityConfig)  # minimum run, restarts, fairness
+    probe: ProbeConfig = field(default_factory=ProbeConfig)  # automatic probes of never-measured job types

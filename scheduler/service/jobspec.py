@@ -44,6 +44,7 @@ from typing import Any
 from common.bounds import MAX_BATCH, MAX_GPUS, check_number
 from common.errors import InputError
 from common.names import NAME_RULE, check_name, shown
+from common.placeholders import check_placeholders
 
 MAX_JOB_FILE_BYTES = 64 * 1024  # a job file is a dozen lines
 MAX_COMMAND_CHARS = 4096  # a command template, and the command once filled in
@@ -146,8 +147,6 @@ def check_command(template: str, values: list[dict[str, Any]], *, source: str, f
     """Refuse a command template the server could not fill in or store: unknown placeholders, format specs
     that do not fit the values (``{job:d}``), huge or nested widths (``{batch_size:>2000000000}``), or a
     result longer than :data:`MAX_COMMAND_CHARS` — each ``values`` dict is one representative filling."""
-    from scheduler.executor.plan import check_placeholders
-
     valid = FIELDS["command"]
     if len(template) > MAX_COMMAND_CHARS:
         raise InputError(f"{len(template)} characters", source=source, field=field, valid=valid)

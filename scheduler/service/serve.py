@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from common.errors import InputError
@@ -10,6 +11,7 @@ from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.formats.profiles import load_goodput_model
 from scheduler.service import admission
 from scheduler.service.config import ServeConfig
+from scheduler.service.probes import ProbeConfig
 from scheduler.service.server import RoundStats, Server
 from scheduler.service.stability import StabilityConfig
 from scheduler.service.state import StateStore
@@ -21,7 +23,8 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
                   time_limit: float | None = None, grace: float = 30.0, threads: int = 1,
                   max_rounds: int | None = None, should_stop: Callable[[], bool] = lambda: False,
                   on_round: Callable[[RoundStats], None] | None = None, min_run: float | None = None,
-                  metrics_port: int | None = None) -> None:
+                  metrics_port: int | None = None, probe: bool | None = None,
+                  probe_budget: float | None = None) -> None:
     """Validate the options of ``colocate serve``, build the server and run its rounds."""
     import uuid
 
@@ -36,11 +39,15 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
               (threads >= 1, "--threads", threads, "an integer >= 1"),
               (max_rounds is None or max_rounds >= 1, "--max-rounds", max_rounds, "an integer >= 1"),
               (metrics_port is None or 1 <= metrics_port <= 65535, "--metrics-port", metrics_port,
-               "a TCP port in 1..65535")]
+               "a TCP port in 1..65535"),
+              (probe_budget is None or probe_budget >= 0, "--probe-budget", probe_budget, "GPU-seconds >= 0")]
     for ok, name, value, valid in checks:
         if not ok:
             raise InputError(f"{value!r}", field=name, valid=valid)
     stability = StabilityConfig(min_run_s=min_run)
+    probes = ProbeConfig(enabled=probe)
+    if probe_budget is not None:
+        probes = replace(probes, budget_gpu_s=probe_budget)
     spec = policy_spec(policy)
     options: dict[str, Any] = {}
     for value, key, flag in ((restart_cost, "restart_cost_s", "--restart-cost"), (time_limit, "time_limit_s",
@@ -63,7 +70,7 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
     admission.record_cluster(state, cluster)  # submit refuses what this cluster can never run
     executor = make_executor(backend, address=address, instance=instance)
     config = ServeConfig(round_s=round_s, policy=spec.name, policy_options=options, device=device, sharing=sharing,
-                         threads=threads, stop_grace_s=grace, stability=stability)
+                         threads=threads, stop_grace_s=grace, stability=stability, probe=probes)
     server = Server(state, cluster, executor, config, profiles=base, colocation=table)
     server.acquire()
     if metrics_port is not None:
@@ -72,4 +79,8 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
         metrics = ServeMetrics()
         metrics.serve(metrics_port)
         server.on_round_end = metrics.update
-    server.serve(should_stop, max_rounds=max_rounds, on_round=on_round)
+    try:
+        server.serve(should_stop, max_rounds=max_rounds, on_round=on_round)
+    finally:
+        if server.probes is not None:
+            server.probes.shutdown()  # probes end with the server (groups of jobs run on)

@@ -16,6 +16,9 @@ Every round (``round_s`` after the previous one's enacting ended):
    cancelled member of a pair is stopped alone; its partner runs on. Each waiting job's reason is stored
    (:mod:`.waiting`).
 
+GPUs a round leaves idle may run an automatic probe of a never-measured job type (:mod:`.probes`; busy while it
+runs, collected between rounds).
+
 Every state change is one SQLite transaction (:mod:`.state`); groups run detached, so ``kill -9`` of the
 server loses nothing, and a restarted server polls the stored groups and carries on (re-adoption).
 """
@@ -39,6 +42,7 @@ from scheduler.model.goodput import GoodputModel
 from scheduler.model.jobs import Job
 from scheduler.service import admission, rounds, waiting
 from scheduler.service.config import ServeConfig
+from scheduler.service.probes import ProbeManager, probing_enabled
 from scheduler.service.stability import fold_startup, hurting_members, load_startups, pinned_jobs
 from scheduler.service.state import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobRow, StateStore
 
@@ -85,6 +89,7 @@ class Server:
         self._startups = load_startups(state.meta("startup_s"))  # application -> [mean start-up s, count]
         self._startups_changed = False
         self.on_round_end: Callable[[Server, RoundStats], None] | None = None  # e.g. metrics
+        self.probes: ProbeManager | None = None  # automatic probes (:mod:`.probes`), made by acquire()
 
     # -- lifetime ----------------------------------------------------------------------------------------
     def acquire(self) -> None:
@@ -101,6 +106,10 @@ class Server:
         handle.write(f"{os.getpid()}\n")
         handle.flush()
         self._lock = handle
+        if probing_enabled(self.config.probe, self.config.device):
+            self.probes = ProbeManager(self.state, self.cluster, self.executor, self.config.probe,
+                                       device=self.config.device, sharing=self.config.sharing,
+                                       threads=self.config.threads, python=self.config.python)
         adopted = self.state.groups()
         with self.state.transaction() as db:
             db.set_meta("server_pid", str(os.getpid()))
@@ -121,7 +130,9 @@ class Server:
                 time.sleep(0.25)
 
     def between_rounds(self) -> None:
-        """While stopped groups free their GPUs: collect them, and start the units that waited for them."""
+        """While stopped groups (or probes) free their GPUs: collect them, and start the units that waited."""
+        if self.probes is not None and self.probes.running():
+            self.probes.poll()
         if not self._stopping and not self._pending:
             return
         self.collect()
@@ -161,6 +172,9 @@ class Server:
         enacting, enacting_cpu = time.perf_counter(), time.process_time()
         self.request_stops(tuple(k for k in plan.stop if k not in self._stopping))
         started, self._pending = self.start_units(plan.start)
+        if self.probes is not None:  # GPUs this round left idle may measure a never-measured job type
+            self.probes.poll()
+            self.probes.after_round(self.state.jobs(), table, (g for u in self._pending for g in rounds.unit_gpus(u)))
         enact_s, enact_cpu = time.perf_counter() - enacting, time.process_time() - enacting_cpu
         reasons = waiting.reasons([*rows, *held_back], self.cluster, decision, placement, self._pending, table, policy_jobs,
                                   self.policy)
@@ -387,7 +401,7 @@ class Server:
         started, deferred = 0, []
         everyone = self.state.jobs()
         rows = {r.name: r for r in everyone}
-        busy = rounds.busy_gpus(everyone)
+        busy = rounds.busy_gpus(everyone) | (self.probes.busy() if self.probes is not None else set())
         for unit in units:
             if any(rows[s.job].cancel_requested or rows[s.job].state not in (QUEUED, RUNNING) for s in unit):
                 continue  # cancelled or ended meanwhile: the next round decides again
@@ -401,14 +415,17 @@ class Server:
     def _start_unit(self, unit: rounds.Unit, rows: dict[str, JobRow]) -> int:
         from scheduler.service.groups import build_group, group_document
 
+        with self.state.transaction() as db:
+            number = int(self.state.meta("groups") or 0) + 1
+            db.set_meta("groups", str(number))
+        key = f"g{number:05d}"
         try:
+            # built outside any transaction (job directories, the executor's modules on a first start):
+            # submitters and readers never wait behind it; a server killed here only skipped a group number
+            with admission.unit_problems():  # a job its group cannot be built for fails, not the server
+                group = build_group(unit, rows, self.config)
+                doc = group_document(key, group, rows, self.config, self.state.dir)
             with self.state.transaction() as db:
-                number = int(self.state.meta("groups") or 0) + 1
-                db.set_meta("groups", str(number))
-                key = f"g{number:05d}"
-                with admission.unit_problems():  # a job its group cannot be built for fails, not the server
-                    group = build_group(unit, rows, self.config)
-                    doc = group_document(key, group, rows, self.config, self.state.dir)
                 db.put_group(key, self.executor.name, {"doc": doc, "handle": {}}, [s.job for s in unit])
                 for slot in unit:
                     before = rows[slot.job]

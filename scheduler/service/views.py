@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.learning.online import LearnedGoodputModel, learned_ratios
+from scheduler.learning.measured import SoloTimes, learned_ratios
 from scheduler.service.state import StateStore
 
 
@@ -31,10 +31,30 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
 
 
 def learned_view(state: StateStore) -> dict[str, Any]:
-    """The learned tables: solo iteration times per configuration and pair ratios, with sample counts."""
+    """The learned tables: solo iteration times per configuration and pair ratios, with sample counts; each
+    with its ``source`` (``run``: measured while jobs ran, ``probe``: by automatic probes, or both); the probes."""
+    from scheduler.service.probe_records import META_KEY, load_records, probe_samples
+
     measurements = state.measurements()
-    specs = {r.name: r.spec for r in state.jobs()}
-    model = LearnedGoodputModel(measurements, specs)
-    solo = [{**m, "samples_per_s": round(m["batch_size"] / m["iter_time_s"], 3)}
+    probes = load_records(state.meta(META_KEY))
+    by_probe = probe_samples(probes)
+
+    counts: dict[tuple[Any, ...], int] = {
+        (m["application"], m["gpu_type"], m["num_gpus"], m["batch_size"], m["partner_type"]): int(m["count"])
+        for m in measurements}
+
+    def source(*keys: tuple[Any, ...]) -> str:
+        probed = sum(by_probe.get(k, 0) for k in keys)
+        return "run" if not probed else "probe" if probed >= sum(counts.get(k, 0) for k in keys) else "probe+run"
+
+    solo = [{**m, "samples_per_s": round(m["batch_size"] / m["iter_time_s"], 3),
+             "source": source((m["application"], m["gpu_type"], m["num_gpus"], m["batch_size"], ""))}
             for m in measurements if not m["partner_type"]]
-    return {"throughput": solo, "colocation": learned_ratios(measurements, model)}
+    pairs = []
+    for r in learned_ratios(measurements, SoloTimes(measurements)):
+        (app_a, _, batch_a), (app_b, _, batch_b) = r["type_a"].rpartition("@"), r["type_b"].rpartition("@")
+        keys = ((app_a, r["gpu_type"], r["num_gpus"], int(batch_a), r["type_b"]),
+                (app_b, r["gpu_type"], r["num_gpus"], int(batch_b), r["type_a"]))
+        pairs.append({**r, "source": source(*keys)})
+    shown = [{k: v for k, v in p.items() if k not in ("doc", "handle", "wrote", "members")} for p in probes]
+    return {"throughput": solo, "colocation": pairs, "probes": shown}

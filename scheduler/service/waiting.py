@@ -4,7 +4,7 @@
 code                          meaning
 ============================  =======================================================================
 ``no-gpu-type``               no GPU type of the cluster (of its ``gpu_types``) has ``min_gpus`` GPUs
-``gpus-freeing``              allocated; its GPUs are still held by a group that is stopping
+``gpus-freeing``              allocated; its GPUs are still held by a group that is stopping, or a probe
 ``unplaced``                  allocated, but no node had its GPUs free together (fragmentation)
 ``resume-cost``               GPUs are free, but resuming it (it was stopped before) costs its restart
                               factor, more than it would gain now
@@ -48,7 +48,7 @@ def reasons(rows: Sequence[JobRow], cluster: Cluster, decision: RoundDecision | 
         if row.state != QUEUED:
             continue
         if row.name in freeing:
-            code, text = "gpus-freeing", "its GPUs are still held by a group that is stopping"
+            code, text = "gpus-freeing", "its GPUs are still held by a group that is stopping, or a probe"
         elif row.name in unplaced:
             code, text = "unplaced", "allocated, but no node had its GPUs free together"
         elif row.name in allocated:
