@@ -1,6 +1,6 @@
 """A live run of `colocate serve`'s learning with no colocation table: 8 jobs of 3 model types on 4 logical GPUs.
 
-    python scripts/live_explore.py --policy colocate|sia [--steps 150] [--round-s 3] [--p 1.0]
+    python scripts/live_explore.py [--policy colocate|sia] [--steps 150] [--scale-steps] [--round-s 3] [--p 1.0]
 
 The local backend on the CPU (real training processes of the built-in models, logical GPUs), no
 ``--colocation``: the prior and the exploration rule decide which pairs to try. Prints the mean JCT, the
@@ -16,11 +16,18 @@ import tempfile
 import time
 from pathlib import Path
 
+MODELS = ("tiny_cnn", "resnet18", "vgg11")
+# Steps per model relative to --steps, so the three types run for similar times on a CPU (alone, batch 8:
+# tiny_cnn ≈ 0.025 s/step, vgg11 ≈ 0.5 s, resnet18 ≈ 1.1 s): a pair is then measured on both members
+# before either ends, which a 60-step tiny_cnn job (done within a round) never is.
+STEP_SCALE = {"tiny_cnn": 20.0, "resnet18": 1.0, "vgg11": 2.0}
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", default="colocate")
-    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--steps", type=int, default=150, help="Steps per job (resnet18's with --scale-steps).")
+    parser.add_argument("--scale-steps", action="store_true", help="Scale steps per model (STEP_SCALE).")
     parser.add_argument("--round-s", type=float, default=3.0)
     parser.add_argument("--p", type=float, default=None, help="The ILP's goodput power (default: the policy's).")
     parser.add_argument("--timeout-s", type=float, default=900.0)
@@ -28,7 +35,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from scheduler.executor.registry import make_executor
     from scheduler.model.cluster import cluster_from_dict
-    from scheduler.policies import make_policy
     from scheduler.service.jobspec import job_from_dict
     from scheduler.service.server import ServeConfig, Server
     from scheduler.service.state import StateStore
@@ -37,14 +43,14 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="live-explore-"))
     state = StateStore(root / "state")
     cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 4, "memory_gb": 16}}})
-    server = Server(state, cluster, make_executor("local"), ServeConfig(round_s=args.round_s, device="cpu",
-                                                                        policy=args.policy, stop_grace_s=10))
-    if args.p is not None:
-        server.policy = make_policy(args.policy, p=args.p)
+    options = {"p": args.p} if args.p is not None else {}  # on top of serve's own ILP options (λ, restarts)
+    server = Server(state, cluster, make_executor("local"), ServeConfig(
+        round_s=args.round_s, device="cpu", policy=args.policy, policy_options=options, stop_grace_s=10))
     server.acquire()
-    models = ("tiny_cnn", "resnet18", "vgg11")
     for i in range(8):
-        state.submit(job_from_dict({"name": f"j{i}", "model": models[i % 3], "steps": args.steps, "batch_size": 8}))
+        model = MODELS[i % 3]
+        steps = max(1, round(args.steps * STEP_SCALE[model] if args.scale_steps else args.steps))
+        state.submit(job_from_dict({"name": f"j{i}", "model": model, "steps": steps, "batch_size": 8}))
     began = time.monotonic()
     try:
         while time.monotonic() - began < args.timeout_s:
@@ -62,9 +68,18 @@ def main(argv: list[str] | None = None) -> int:
     pairs = sum(1 for r in rows for e in state.events(r.name) if " with " in e["detail"])
     print(f"policy {args.policy} (p={args.p}): {len(done)}/8 completed, mean JCT {jct:.1f} s, "
           f"restarts {sum(r.restarts for r in rows)}, pair starts {pairs}, wall {time.monotonic() - began:.0f} s")
-    for r in learned_view(state)["colocation"]:
-        print(f"  learned {r['gpu_type']} {r['type_a']} + {r['type_b']}: {r['ratio_a']:.3f} / {r['ratio_b']:.3f} "
+    for e in state.events():
+        if " with " in e["detail"]:
+            print(f"  {e['kind']} {e['job']}: {e['detail']}")
+    view = learned_view(state)
+    for m in view["throughput"]:
+        print(f"  solo {m['application']}@{m['batch_size']} on {m['num_gpus']}×{m['gpu_type']}: "
+              f"{m['iter_time_s']:.4f} s/step (n {m['count']})")
+    for r in view["colocation"]:  # a pending row waits for its solo time: no ratio yet
+        ratios = (f"{r['ratio_a']:.3f} / {r['ratio_b']:.3f}" if r["solo_source"] == "measured" else "– / –")
+        print(f"  learned {r['gpu_type']} {r['type_a']} + {r['type_b']}: {ratios} "
               f"(n {r['n_a']}/{r['n_b']}, solo {r['solo_source']})")
+    print(f"  state: {state.dir}")
     return 0
 
 

@@ -1,12 +1,16 @@
-"""A short live run of ``colocate serve`` (local backend, 8 logical GPUs) per policy: JCTs, restarts, pairs.
+"""A short live run of ``colocate serve`` (8 logical GPUs by default) per policy: JCTs, restarts, pairs.
 
     PYTHONPATH=$PWD python scripts/live_run.py [--policies colocate sia] [--jobs 24] [--round-s 2]
+        [--backend local|ray] [--nodes 2] [--gpus-per-node 4]
 
 The jobs are a sleep-based trainer that follows the checkpoint-restore contract (so the CPU of a shared
 machine is not what is measured): three applications of different lengths, rigid on 1 or 2 GPUs or adaptive
 (1–4 GPUs), a step taking ``base / num_gpus`` seconds, 1.6× longer when it shares its GPUs (an interference
 that packing still pays for: each member keeps 0.625 of its speed). Jobs arrive one every ``--gap`` seconds.
-Prints one row per policy: mean and max JCT, makespan, restarts, jobs that ran in a pair, learned pairs.
+Prints one row per policy: mean and max JCT, makespan, restarts, jobs that ran in a pair, distinct pairs
+formed, and the pair rows of ``colocate learned`` (measured against measured solo times; pending ones
+in brackets); the learned rows go to stderr. ``--backend ray`` starts a Ray cluster here (``--nodes`` nodes of
+``--gpus-per-node`` logical GPUs with ``accelerator_type:T4``) and runs the server on it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 TRAINER = textwrap.dedent("""
@@ -58,19 +63,22 @@ def _specs(count: int, script: Path) -> list[dict[str, object]]:
 def run_policy(policy: str, args: argparse.Namespace, root: Path) -> dict[str, float]:
     from scheduler.service.jobspec import job_from_dict
     from scheduler.service.state import StateStore
+    from scheduler.service.views import learned_view
 
     script = root / "trainer.py"
     script.write_text(TRAINER)
     cluster = root / "cluster.yaml"
-    cluster.write_text("gpu_types:\n  t4: {nodes: 2, gpus_per_node: 4, memory_gb: 16}\n")
+    cluster.write_text(f"gpu_types:\n  t4: {{nodes: {args.nodes}, gpus_per_node: {args.gpus_per_node}, "
+                       "memory_gb: 16}\n")
     state_dir = root / policy
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    backend = ["--backend", "ray", "--address", args.address] if args.backend == "ray" else ["--backend", "local"]
     server = subprocess.Popen([sys.executable, "-m", "colocate.cli", "serve", "--cluster", str(cluster), "--state",
-                               str(state_dir), "--backend", "local", "--device", "cpu", "--policy", policy,
+                               str(state_dir), *backend, "--device", "cpu", "--policy", policy,
                                "--round-s", str(args.round_s), "--grace", "10"], env=env, cwd=REPO,
                               stdout=subprocess.DEVNULL, stderr=(root / f"{policy}.log").open("wb"))
     time.sleep(2.0)
-    state = StateStore(state_dir)
+    state = StateStore(state_dir, lock_wait_s=60.0)  # a loaded machine can hold a round's transaction for seconds
     began = time.time()
     try:
         for spec in _specs(args.jobs, script):
@@ -83,16 +91,35 @@ def run_policy(policy: str, args: argparse.Namespace, root: Path) -> dict[str, f
         server.terminate()
         server.wait(timeout=120)
         _kill_groups(state_dir)
+        if args.backend == "ray":
+            _kill_actors()
     rows = state.jobs()
     done = [r for r in rows if r.state == "completed" and r.finished_at]
     jcts = [r.finished_at - r.submitted_at for r in done]  # type: ignore[operator]
-    paired = {e["job"] for e in state.events() if e["kind"] in ("started", "restarted", "repacked", "resized", "moved")
-              and " with " in e["detail"]}
+    starts = [e for e in state.events() if e["kind"] in ("started", "restarted", "repacked", "resized", "moved")
+              and " with " in e["detail"]]
+    paired = {e["job"] for e in starts}
+    pairs = {frozenset((e["job"], e["detail"].split(" with ")[1].split(",")[0])) for e in starts}
+    stops: dict[str, int] = {}  # why jobs were stopped: leaving a pair, joining one, resized or moved alone
+    last: dict[str, str] = {}
+    for e in state.events():
+        if e["kind"] in ("started", "restarted", "repacked", "resized", "moved"):
+            if e["kind"] != "started":
+                was, now = " with " in last.get(e["job"], ""), " with " in e["detail"]
+                why = "split" if was and not now else "joined" if now and not was else "re-paired" if now else "alone"
+                stops[why] = stops.get(why, 0) + 1
+            last[e["job"]] = e["detail"]
+    print(f"  {policy} restarts by kind: {stops}", file=sys.stderr)
+    learned = learned_view(state)["colocation"]
+    measured = [r for r in learned if r["solo_source"] == "measured"]
+    for r in measured:
+        print(f"  {policy} learned {r['type_a']} + {r['type_b']}: {r['ratio_a']:.3f} / {r['ratio_b']:.3f} "
+              f"(n {r['n_a']}/{r['n_b']})", file=sys.stderr)
     return {"completed": len(done), "jobs": len(rows), "mean_jct": statistics.mean(jcts) if jcts else float("nan"),
             "max_jct": max(jcts, default=float("nan")),
             "makespan": max((r.finished_at or began) for r in done) - began if done else float("nan"),
-            "restarts": sum(r.restarts for r in rows), "paired": len(paired),
-            "learned_pairs": sum(1 for m in state.measurements() if m["partner_type"])}
+            "restarts": sum(r.restarts for r in rows), "paired": len(paired), "pairs": len(pairs),
+            "learned_pairs": len(measured), "pending_pairs": len(learned) - len(measured)}
 
 
 def _kill_groups(state: Path) -> None:
@@ -107,6 +134,31 @@ def _kill_groups(state: Path) -> None:
             os.kill(recorded["pid"], signal.SIGKILL)
 
 
+def _kill_actors() -> None:
+    """The server's group actors are detached: they outlive it."""
+    import ray
+
+    from scheduler.executor.ray_backend import NAMESPACE
+
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if actor["namespace"] == NAMESPACE:
+            ray.kill(ray.get_actor(actor["name"], namespace=NAMESPACE))
+
+
+def _ray_cluster(args: argparse.Namespace) -> Any:
+    """A Ray cluster on this machine: ``--nodes`` nodes of ``--gpus-per-node`` logical GPUs of type t4."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    node = {"num_cpus": 1, "num_gpus": args.gpus_per_node, "resources": {"accelerator_type:T4": 1}}
+    nodes = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    for _ in range(args.nodes - 1):
+        nodes.add_node(**node)
+    ray.init(address=nodes.address, log_to_driver=False)
+    args.address = nodes.address
+    return nodes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policies", nargs="+", default=["colocate", "sia"])
@@ -114,14 +166,26 @@ def main() -> None:
     parser.add_argument("--round-s", type=float, default=2.0)
     parser.add_argument("--gap", type=float, default=1.0)
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--backend", choices=("local", "ray"), default="local",
+                        help="ray: a Ray cluster started here with logical GPUs (accelerator_type:T4)")
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--gpus-per-node", type=int, default=4)
     args = parser.parse_args()
-    print("| policy | completed | mean JCT s | max JCT s | makespan s | restarts | jobs run in a pair | learned pairs |")
-    print("|---|---|---|---|---|---|---|---|")
+    nodes = _ray_cluster(args) if args.backend == "ray" else None
+    print("| policy | completed | mean JCT s | max JCT s | makespan s | restarts | jobs run in a pair | pairs formed "
+          "| learned pair rows (pending) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for policy in args.policies:
         with tempfile.TemporaryDirectory(prefix=f"colocate-live-{policy}-") as tmp:
             r = run_policy(policy, args, Path(tmp))
         print(f"| {policy} | {r['completed']}/{r['jobs']} | {r['mean_jct']:.1f} | {r['max_jct']:.1f} | "
-              f"{r['makespan']:.1f} | {r['restarts']} | {r['paired']} | {r['learned_pairs']} |", flush=True)
+              f"{r['makespan']:.1f} | {r['restarts']} | {r['paired']} | {r['pairs']} | {r['learned_pairs']} "
+              f"({r['pending_pairs']}) |", flush=True)
+    if nodes is not None:
+        import ray
+
+        ray.shutdown()
+        nodes.shutdown()
 
 
 if __name__ == "__main__":

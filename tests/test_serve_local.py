@@ -117,13 +117,12 @@ def test_with_no_table_a_pair_is_tried_from_the_prior_and_its_measured_ratios_ar
 
     from colocate.cli import app
     from scheduler.formats.colocation_table import load_colocation_table
-    from scheduler.policies import make_policy
 
     script = tmp_path / "train.py"
     script.write_text(CONTRACT)
-    state, server = _server(tmp_path)  # one GPU, no --colocation: the prior and the exploration rule decide
-    # p = 1 (sum of goodputs): with Sia's p = -0.5 the ILP never puts two jobs on one lone GPU, whatever the ratios
-    server.policy = make_policy("colocate", p=1.0)
+    # one GPU, no --colocation, serve's default policy (p = -0.5 with λ = 2, StabilityConfig): the prior and the
+    # exploration rule plan the pair, and a waiting job's λ makes sharing the lone GPU worth more than waiting
+    state, server = _server(tmp_path)
     try:
         state.submit(job_from_dict({"name": "a", "command": f"python {script}", "application": "mine",
                                     "steps": 300, "batch_size": 4}))

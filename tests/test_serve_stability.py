@@ -9,10 +9,11 @@ from common.errors import InputError
 from scheduler.ilp import IlpConfig, PackingPolicy
 from scheduler.ilp.columns import restart_factor
 from scheduler.model.cluster import cluster_from_dict
+from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import TableGoodputModel
 from scheduler.model.jobs import Job
 from scheduler.model.policy import RoundContext
-from scheduler.service.stability import StabilityConfig, fold_startup, load_startups, pinned_jobs
+from scheduler.service.stability import StabilityConfig, fold_startup, hurting_members, load_startups, pinned_jobs
 
 CLUSTER = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 2, "memory_gb": 16}}})
 # an adaptive job that scales well: 2 GPUs give 1.9x
@@ -66,6 +67,47 @@ def test_a_fresh_adaptive_job_does_not_grow_while_a_job_that_fits_waits() -> Non
     decided = _decide(_serve_policy("sia"), jobs)
     assert len(decided) == 2 and all(n == (1,) for n in decided.values())
 
+
+def test_with_serves_fairness_the_prior_packs_two_waiting_jobs_on_a_lone_gpu() -> None:
+    from scheduler.learning.online import policy_table, round_job_types
+
+    one_gpu = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})
+    model = TableGoodputModel({("tiny_cnn", "t4", 1): 300.0, ("resnet18", "t4", 1): 8.0})
+    jobs = [Job("a", "tiny_cnn", 0.0, batch_size=8), Job("b", "resnet18", 1.0, batch_size=8)]
+    # what a round plans with when no table is given: the δ predictor's prior, explored optimistically
+    table = policy_table(None, [], round_job_types(["t4"], [("tiny_cnn", 8), ("resnet18", 8)]))
+    planned = table.lookup("t4", *jobs)
+    assert planned is not None and 1.05 <= sum(planned) and max(planned) <= 0.95
+    context = RoundContext(model, colocation=table)
+    packed = _serve_policy().allocate(jobs, one_gpu, context)  # Σ G^-0.5 with λ = 2: both jobs get a share
+    assert {(a.job, a.partner) for a in packed.allocations} == {("a", "b"), ("b", "a")}
+    # Sia's simulator λ = 1.1: one job alone is worth more than the pair, the other waits
+    alone = PackingPolicy(IlpConfig(mip_gap=0.0)).allocate(jobs, one_gpu, context)
+    assert len(alone.allocations) == 1 and alone.allocations[0].partner is None
+    # and once GPUs are free, the pair is split: alone each is worth more than sharing
+    two = _serve_policy().allocate(jobs, CLUSTER, context)
+    assert {a.partner for a in two.allocations} == {None} and len(two.allocations) == 2
+
+
+def test_pinned_pairs_keep_their_partners_in_a_fresh_policy() -> None:
+    # four pairs within their minimum run, pairs not next to each other in the seeding order (a restarted
+    # server: no earlier round to seed them from)
+    four = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 4, "memory_gb": 16}}})
+    partner = {f"j{i}": f"j{(i + 4) % 8}" for i in range(8)}
+    jobs = [Job(f"j{i}", "app", 0.0, batch_size=32, age_s=30.0, current_gpu_type="t4", current_num_gpus=1,
+                current_partner=partner[f"j{i}"], pinned=True) for i in range(8)]
+    table = ColocationTable.from_rows([("t4", "app", "app", 0.7, 0.7)])
+    decision = _serve_policy().allocate(jobs, four, RoundContext(MODEL, colocation=table))
+    assert decision.solver.fallback is None
+    assert {(a.job, a.partner) for a in decision.allocations} == set(partner.items())
+
+
+def test_members_of_a_pair_measured_to_hurt_are_not_held() -> None:
+    table = ColocationTable.from_rows([("t4", "app@32", "app@32", 0.0, 0.0), ("t4", "app", "other", 0.7, 0.6)])
+    hurt = [Job("a", "app", batch_size=32), Job("b", "app", batch_size=32)]
+    fine = [Job("c", "app", batch_size=32), Job("d", "other", batch_size=16)]
+    assert hurting_members([("t4", hurt), ("t4", fine)], table) == {"a", "b"}
+    assert hurting_members([("t4", hurt)], None) == set()
 
 def test_a_resume_pays_its_restart_factor_but_never_below_the_floor() -> None:
     many = Job("b", "app", 0.0, num_gpus=1, batch_size=32, age_s=10.0, restarts=20)

@@ -57,7 +57,8 @@ Keeping it small
 ----------------
 All compatible pairs would be O(|J|²·|C|) variables (Gavel's packed LP: 1,837 s at 1,024 jobs). Instead:
 
-1. *Seed*: each job's ``top_k`` partners from the compatibility graph (:func:`pair_candidates`).
+1. *Seed*: each job's ``top_k`` partners from the compatibility graph (:func:`pair_candidates`), and every
+   pair running together with a pinned member (:func:`held_pairs`: a pinned job may keep its partner).
 2. *Price* (column generation, :func:`price_pair_columns`): solve the LP relaxation, read the duals ``y_i``
    (constraint 1) and ``μ_t`` (constraint 2), and add, per job, the ``top_k`` partners whose pair column
    has negative reduced cost ``w(ρ_i G_ic) − y_i + w(ρ_k G_kc) − y_k − n_c μ_t``. For one configuration

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from scheduler.ilp.candidates import pair_candidates
+from scheduler.ilp.candidates import held_pairs, pair_candidates
 from scheduler.ilp.columns import JobColumns, Shapes, add_pair_columns, job_options, shape_for, shapes_for
 from scheduler.ilp.config import IlpConfig
 from scheduler.ilp.objective import Objective
@@ -145,6 +145,7 @@ def _build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
             candidates = set()
         if warm is not None:
             candidates |= warm.seed_groups(problem, 2)  # type: ignore[arg-type]
+        candidates |= held_pairs(jobs)
         add_pair_columns(problem, sorted(candidates), options, colocation, cfg)
         if cfg.max_group_size >= 3:
             triples = set(all_triples(jobs, options, configs_t) if cfg.pair_candidates == "all"

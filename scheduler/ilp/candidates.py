@@ -87,6 +87,20 @@ def pair_candidates(jobs: Sequence[Job], options: Sequence["JobColumns"], config
 
 
 
+def held_pairs(jobs: Sequence[Job]) -> set[tuple[int, int]]:
+    """Pairs running together now with a pinned member: always a candidate, since a pinned job may keep its
+    partner but gets no other column. Without it, seeds and pricing (which skips pinned jobs) can miss the
+    pair, and two pinned partners on one GPU leave the round infeasible (the greedy fallback then splits
+    what was to be held)."""
+    index = {job.name: i for i, job in enumerate(jobs)}
+    out = set()
+    for i, job in enumerate(jobs):
+        k = index.get(job.current_partner or "")
+        if k is not None and k != i and jobs[k].current_partner == job.name and (job.pinned or jobs[k].pinned):
+            out.add((min(i, k), max(i, k)))
+    return out
+
+
 def _class_graph(jobs: Sequence[Job], classes: dict[tuple[str, str], list[int]], colocation: "ColocationTable",
                  cfg: IlpConfig) -> "Any":
     """networkx graph of job classes; an edge (weight = best ratio sum) where some GPU type makes the pair pay."""

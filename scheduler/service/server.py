@@ -39,10 +39,11 @@ from scheduler.learning.online import LearnedGoodputModel, job_type, learned_rat
 from scheduler.model.cluster import Cluster
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import GoodputModel
+from scheduler.model.jobs import Job
 from scheduler.service import admission, rounds, waiting
 from scheduler.service.config import ServeConfig
 from scheduler.service.probes import ProbeManager, probing_enabled
-from scheduler.service.stability import fold_startup, load_startups, pinned_jobs
+from scheduler.service.stability import fold_startup, hurting_members, load_startups, pinned_jobs
 from scheduler.service.state import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobRow, StateStore
 
 WARMUP_STEPS = 3  # steps of a fresh process not measured (the trainer's own warm-up)
@@ -160,7 +161,7 @@ class Server:
         previous = rounds.current_placement(rows)
         context = RoundContext(goodput=model, time_s=now, colocation=table, previous_placement=previous,
                                round_duration_s=self.config.round_s)
-        policy_jobs = rounds.policy_jobs(rows, now, self._held(rows, now))
+        policy_jobs = rounds.policy_jobs(rows, now, self._held(rows, now, table))
         decided, decided_cpu = time.perf_counter(), time.process_time()
         decision = self.policy.allocate(policy_jobs, self.cluster, context) if rows else None
         policy_s, policy_cpu = time.perf_counter() - decided, time.process_time() - decided_cpu
@@ -191,14 +192,22 @@ class Server:
             self.on_round_end(self, stats)
         return stats
 
-    def _held(self, rows: list[JobRow], now: float) -> set[str]:
-        """Running jobs within their minimum run (or still warming up): the policy keeps them where they are."""
+    def _held(self, rows: list[JobRow], now: float, table: ColocationTable | None) -> set[str]:
+        """Running jobs within their minimum run (or still warming up): the policy keeps them where they are,
+        unless their group is now known to hurt (``table`` plans it infeasible)."""
         groups = self.state.groups()
-        running = [(r.name, r.spec.app, groups[r.group_key]["created_at"], r.sample_step is not None)
-                   for r in rows if r.state == RUNNING and r.group_key in groups and r.group_key not in self._stopping]
+        live = [r for r in rows if r.state == RUNNING and r.group_key in groups and r.group_key not in self._stopping]
+        running = [(r.name, r.spec.app, groups[r.group_key]["created_at"], r.sample_step is not None) for r in live]
         startups = {app: mean for app, (mean, _) in self._startups.items()}
-        return pinned_jobs(running, now, self.config.stability, self.config.round_s, startups,
+        held = pinned_jobs(running, now, self.config.stability, self.config.round_s, startups,
                            self.config.start_timeout_s)
+        members: dict[str, list[JobRow]] = {}
+        for r in live:
+            if r.name in held and r.others:
+                members.setdefault(r.group_key or "", []).append(r)
+        shared = [(g[0].gpu_type or "", [Job(r.name, r.spec.app, batch_size=r.batch_size) for r in g])
+                  for g in members.values()]
+        return held - hurting_members(shared, table)
 
     def _stop_cancelled_members(self, everyone: list[JobRow]) -> set[str]:
         """Cancelled running jobs: a whole group is stopped; a member of a pair is stopped alone (its partner

@@ -6,7 +6,8 @@ run a step. Three rules keep decisions stable (docs/serve-live.md):
 
 1. **Minimum run.** A job that (re)started keeps its allocation (the policy sees it *pinned*) until it has run
    ``min_run_s`` and is past its warm-up; by default ``min_run_s = max(round_s, 3 × start-up)``, the start-up
-   being the measured time from a group's start to its job's first measured steps (per application).
+   being the measured time from a group's start to its job's first measured steps (per application). The
+   members of a pair measured to hurt are not held (:func:`hurting_members`): it is split at once.
 2. **A change must pay for its restarts.** Every job a change moves pays Sia's restart factor
    ``max(T − N·S, 0) / (T + S)`` (T: seconds since its first start, N: its restarts, S: the restart cost);
    a stopped job pays it again to resume (at least ``resume_floor``, so idle GPUs are still used).
@@ -20,12 +21,14 @@ that fits waits, so rigid jobs are never starved by adaptive ones (a pair counts
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from common.bounds import check_number
 from common.safe_load import stored_json
+from scheduler.model.colocation import ColocationTable
+from scheduler.model.jobs import Job
 
 ILP_POLICIES = ("colocate", "colocate-triples", "sia")
 
@@ -77,6 +80,23 @@ def pinned_jobs(running: Sequence[tuple[str, str, float, bool]], now: float, con
         if ran < config.min_run(round_s, startups.get(app)) or (not warm and ran < start_timeout_s):
             held.add(name)
     return held
+
+
+def hurting_members(groups: Iterable[tuple[str, Sequence[Job]]], table: ColocationTable | None) -> set[str]:
+    """Members of running groups ``(GPU type, members)`` that the round's table plans as infeasible — a pair
+    measured to hurt (:func:`scheduler.learning.explore.hurts`). They are not held: the minimum run protects
+    the cost of a start, not a group known to do less than one job alone, which is split in the round that
+    learns it (held, two partners on one GPU would have no feasible column)."""
+    out: set[str] = set()
+    if table is None:
+        return out
+    for gpu_type, members in groups:
+        for i, a in enumerate(members):
+            for b in members[i + 1:]:
+                ratios = table.lookup(gpu_type, a, b)
+                if ratios is not None and min(ratios) <= 0:
+                    out.update(m.name for m in members)
+    return out
 
 
 def fold_startup(startups: dict[str, list[float]], app: str, seconds: float) -> None:
