@@ -501,6 +501,13 @@ def test_pair_move_rule_charges_the_member_with_lower_goodput() -> None:
     assert pair_move_values(a, b, c, 2.0, 1.0, 25.0) == pytest.approx((2.0, rb))
     elsewhere = b.with_state(current_num_gpus=c.num_gpus * 2)  # b pays R through G already
     assert pair_move_values(a, elsewhere, c, 1.0, 2.0, 25.0) == (1.0, 2.0)
+    # serve's rule (a group is restarted whole): every member running here pays; one elsewhere already did
+    assert pair_move_values(a, b, c, 1.0, 2.0, 25.0, every_member=True) == pytest.approx((ra, 2.0 * rb))
+    assert pair_move_values(a, elsewhere, c, 1.0, 2.0, 25.0, every_member=True) == pytest.approx((ra, 2.0))
+    waiting = b.with_state(current_gpu_type=None, current_num_gpus=0)  # a running job taking a waiting partner
+    assert pair_move_values(a, waiting, c, 1.0, 2.0, 25.0, every_member=True) == pytest.approx((ra, 2.0))
+    partners = (a.with_state(current_partner="b"), b.with_state(current_partner="a"))
+    assert pair_move_values(*partners, c, 1.0, 2.0, 25.0, every_member=True) == (1.0, 2.0)
 
 
 def test_ilp_config_rejects_p_zero() -> None:
@@ -678,3 +685,18 @@ def test_broken_selections_and_decisions_raise_named_errors() -> None:
                            SolverInfo("none", "ok", 0, 0))
     with pytest.raises(InvalidDecision, match="not paired back"):
         check_decision(lonely, jobs, cluster)
+
+
+def test_group_move_rule_for_three_charges_all_but_the_stayer_or_every_member_for_serve() -> None:
+    from scheduler.ilp.triples import group_move_values
+
+    c = configurations(tiny_cluster())[0]
+    here = {"current_gpu_type": c.gpu_type, "current_num_gpus": c.num_gpus}
+    a, b = Job("a", "x", age_s=1000, restarts=1, **here), Job("b", "y", age_s=500, restarts=2, **here)
+    new = Job("n", "z")  # not running: pays nothing
+    ra, rb = restart_factor(a, 25.0), restart_factor(b, 25.0)
+    assert group_move_values([a, b, new], c, [2.0, 1.0, 1.0], 25.0) == pytest.approx((2.0, rb, 1.0))
+    assert group_move_values([a, b, new], c, [2.0, 1.0, 1.0], 25.0, every_member=True) == pytest.approx(
+        (2.0 * ra, rb, 1.0))
+    alone = group_move_values([a, new, Job("m", "z")], c, [2.0, 1.0, 1.0], 25.0, every_member=True)
+    assert alone == pytest.approx((2.0 * ra, 1.0, 1.0))  # the one running job is restarted by the new group

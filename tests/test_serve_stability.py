@@ -196,3 +196,28 @@ def test_bad_serve_options_are_input_errors_naming_the_flag(tmp_path, flag: str,
     cluster.write_text("gpu_types:\n  t4: {nodes: 1, gpus_per_node: 1, memory_gb: 16}\n")
     with pytest.raises(InputError, match=flag.replace("_", "-")):
         serve_forever(cluster_path=cluster, state_dir=tmp_path / "state", backend="local", **{flag: value})
+
+
+def _pair_or_not(options: dict, age_s: float) -> dict[str, tuple[str, ...]]:
+    from scheduler.model.colocation import ColocationTable
+
+    one_gpu = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})
+    table = ColocationTable({("t4", "app", "app"): (0.7, 0.7)})
+    running = Job("a", "app", 0.0, num_gpus=1, batch_size=32, age_s=age_s, current_gpu_type="t4",
+                  current_num_gpus=1)
+    waiting = Job("b", "app", 0.0, num_gpus=1, batch_size=32)
+    policy = PackingPolicy(IlpConfig(mip_gap=0.0, **options))
+    decision = policy.allocate([running, waiting], one_gpu, RoundContext(MODEL, colocation=table))
+    return {a.job: tuple(a.others) for a in decision.allocations}
+
+
+def test_a_young_running_job_is_not_restarted_to_take_a_partner_because_serve_restarts_whole_groups() -> None:
+    serve = StabilityConfig().ilp_options("colocate")
+    assert serve["charge_partner_changes"] is True
+    # Sia's move rule (only a member that moves pays): the job 10 s into its run takes the partner, and serve
+    # would restart it for that
+    assert _pair_or_not({**serve, "charge_partner_changes": False}, age_s=10.0) == {"a": ("b",), "b": ("a",)}
+    # serve's rule: it pays its restart factor (10 / 35 of its goodput survives), so the pair does not pay yet
+    assert _pair_or_not(serve, age_s=10.0) == {"a": ()}
+    # a job that has run long loses little to the restart: the pair is formed
+    assert _pair_or_not(serve, age_s=1000.0) == {"a": ("b",), "b": ("a",)}

@@ -10,7 +10,8 @@ run a step. Three rules keep decisions stable (docs/serve-live.md):
    members of a pair measured to hurt are not held (:func:`hurting_members`): it is split at once.
 2. **A change must pay for its restarts.** Every job a change moves pays Sia's restart factor
    ``max(T − N·S, 0) / (T + S)`` (T: seconds since its first start, N: its restarts, S: the restart cost);
-   a stopped job pays it again to resume (at least ``resume_floor``, so idle GPUs are still used).
+   a stopped job pays it again to resume (at least ``resume_floor``, so idle GPUs are still used); a new
+   partner restarts every member of the group (serve starts a group whole), so each member pays it.
 3. **Ties keep what runs.** A running job's current configuration counts ``1 + keep_bonus`` times its goodput.
 
 Fairness: the round objective is Sia's ``Σ G^p`` with ``p = −0.5`` and a penalty ``λ`` per waiting job. With
@@ -42,6 +43,7 @@ class StabilityConfig:
     keep_bonus: float = 0.02  # IlpConfig.keep_bonus: ties keep what runs
     charge_resumes: bool = True  # IlpConfig.charge_resumes: resuming a stopped job pays its restart factor
     resume_floor: float = 0.5  # IlpConfig.resume_floor
+    charge_partner_changes: bool = True  # IlpConfig.charge_partner_changes: a new partner restarts both members
     lambda_unallocated: float = 2.0  # IlpConfig.lambda_unallocated: waiting jobs come before growing ones
 
     def __post_init__(self) -> None:
@@ -57,6 +59,7 @@ class StabilityConfig:
         if policy not in ILP_POLICIES:
             return {}
         return {"keep_bonus": self.keep_bonus, "charge_resumes": self.charge_resumes,
+                "charge_partner_changes": self.charge_partner_changes,
                 "resume_floor": self.resume_floor, "lambda_unallocated": self.lambda_unallocated}
 
     def min_run(self, round_s: float, startup_s: float | None) -> float:
