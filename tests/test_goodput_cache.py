@@ -213,3 +213,79 @@ def test_split_table_answers_as_the_per_configuration_split_test(sizes_a: dict[i
     fresh_a, fresh_b = columns(sizes_a), columns(sizes_b)
     got = Objective.of(cfg).column_weight((va, vb)) >= _best_split({}, fresh_a, fresh_b, c, CONFIGS, cfg)
     assert got == expected
+
+
+@SETTINGS
+@given(job=jobs, c=st.sampled_from(CONFIGS), cap=st.sampled_from([None, 4.0, 16.0, 64.0]),
+       other=st.floats(min_value=0.0, max_value=1.0))
+def test_memoised_accumulating_answers_equal_the_unmemoised_ones(job: Job, c: Configuration, cap: float | None,
+                                                                 other: float) -> None:
+    """The simulator's re-reads (estimate, and the micro-batched rate under a partner's memory cap) kept by the
+    profile model's state key answer as computing them afresh, after a job of the same epoch warmed the memo."""
+    warm, plain = models()
+    fast, slow = AccumulatingGoodput(warm), AccumulatingGoodput(plain)
+    slow._memo._key_of = None  # no memo: every call computed
+    curves = warm.validation[job.application]
+    epoch = curves.epoch(job.progress)
+    lo = 0.0 if epoch == 0 else float(curves.boundaries[epoch - 1])
+    hi = float(curves.boundaries[epoch]) if epoch < len(curves.boundaries) - 1 else lo + 1.0
+    twin = job.with_state(name="twin", progress=lo + other * (hi - lo))
+    if curves.epoch(twin.progress) == epoch:
+        fast.estimate(twin, c.gpu_type, c.num_gpus, c.num_nodes)
+        fast.accumulated(twin, c.gpu_type, c.num_gpus, c.num_nodes, cap)
+    for _ in range(2):  # the first call fills the memo (unless the twin did), the second reads it
+        plain.clear_caches()
+        assert fast.estimate(job, c.gpu_type, c.num_gpus, c.num_nodes) == slow.estimate(
+            job, c.gpu_type, c.num_gpus, c.num_nodes)
+        plain.clear_caches()
+        assert fast.accumulated(job, c.gpu_type, c.num_gpus, c.num_nodes, cap) == slow.accumulated(
+            job, c.gpu_type, c.num_gpus, c.num_nodes, cap)
+
+
+def test_a_model_without_validation_curves_keeps_no_memo() -> None:
+    """Without Sia's curves the efficiency moves with the progress itself: nothing may be kept by epoch."""
+    warm, _ = models()
+    bare = ProfileGoodputModel(warm.profiles, warm.curves)
+    acc = AccumulatingGoodput(bare)
+    job = Job("j", "cifar10", batch_size=4096, adaptive=False, progress=10.0)
+    assert bare.state_key(job) is None
+    acc.estimate(job, "t4", 1)
+    acc.accumulated(job, "t4", 1, 1, 8.0)
+    assert not acc._memo._answers
+
+
+@given(progress=st.one_of(st.floats(min_value=-1.0, max_value=3e6), st.just(float("nan"))),
+       app=st.sampled_from(APPS))
+def test_epoch_by_bisect_is_numpys_search(progress: float, app: str) -> None:
+    curves = models()[0].validation[app]
+    expected = min(int(np.searchsorted(curves.boundaries, progress, side="right")), len(curves.boundaries) - 1)
+    assert curves.epoch(progress) == expected
+    for b in curves.boundaries[:5]:  # on a boundary: past it, as searchsorted's right side
+        assert curves.epoch(float(b)) == min(int(np.searchsorted(curves.boundaries, b, side="right")),
+                                             len(curves.boundaries) - 1)
+
+
+def test_triangulating_with_the_profiles_answers_as_triangulating_on_first_query() -> None:
+    """Interpolated step times between profiled rows are the same whether the rows were triangulated when
+    the profiles were read (what :class:`StepTimes` does now) or on the first query."""
+    from scheduler.model import step_time
+
+    warm, _ = models()
+    rows = warm.profiles[(warm.profiles["application"] == "bert") & (warm.profiles["gpu_type"] == "t4")]
+    local = np.array([4.0, 5.5, 7.5, 12.0])
+    saved = dict(step_time._TRIANGULATIONS)
+    try:
+        step_time._TRIANGULATIONS.clear()
+        lazy = step_time._Interpolator(rows)
+        lazy_answer = lazy.times(local, 10, 5)  # 10 GPUs on 5 nodes: no profiled line, so across the rows
+        step_time._TRIANGULATIONS.clear()
+        eager = step_time._Interpolator(rows)
+        eager.prepare()
+        assert eager._nd is not None
+        eager_answer = eager.times(local, 10, 5)
+    finally:
+        step_time._TRIANGULATIONS.clear()
+        step_time._TRIANGULATIONS.update(saved)
+    for a, b in zip(lazy_answer, eager_answer):
+        np.testing.assert_array_equal(a, b)
+    assert not np.isnan(lazy_answer[0]).any()

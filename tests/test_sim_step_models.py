@@ -207,9 +207,11 @@ def test_every_throughput_and_step_time_model_runs_and_the_old_pair_is_the_old_m
 
 @pytest.mark.sia_data
 def test_shared_fits_answers_and_skipped_remeasurements_change_no_simulation(monkeypatch):
-    """The memoised paths of the fitted belief (fits and answers shared between jobs, a configuration the
-    learner knows not measured again) against the plain ones: the same run, job by job and round by round."""
+    """The memoised paths of the fitted belief (fits, answers and which fit answers each shape shared between
+    jobs, a configuration the learner knows not measured again) and of the simulator's goodput re-reads (kept
+    by the profile model's state key) against the plain ones: the same run, job by job and round by round."""
     from scheduler.formats.workloads import read_workload
+    from scheduler.model.state_memo import StateMemo
 
     philly = read_workload(shared_data_dir() / "sia" / "workloads" / "philly" / "workload-1.csv")
     work = philly.head(24)
@@ -222,11 +224,13 @@ def test_shared_fits_answers_and_skipped_remeasurements_change_no_simulation(mon
 
     def unshared_answer(self, job, configs, types, grid, eff):
         models = {t: self.learner.model(job.name, t) for t in types}
+        self._plans.clear()
         return self._answer(job, configs, models, grid, eff, self.inner.estimate_arrays(job, configs))
 
     monkeypatch.setattr(ThroughputLearner, "model", unshared_model)
     monkeypatch.setattr(ThroughputLearner, "knows", lambda *_: False)
     monkeypatch.setattr(LearnedThroughputGoodput, "_shared_answer", unshared_answer)
+    monkeypatch.setattr(StateMemo, "__call__", lambda self, compute, job, *rest: compute(job, *rest))
     plain = simulate(SIA64, work, "sia")
     assert fast.summary["avg_jct_s"] == plain.summary["avg_jct_s"] and fast.summary["restarts"] == plain.summary["restarts"]
     pd.testing.assert_frame_equal(fast.jobs, plain.jobs)

@@ -179,6 +179,7 @@ class LearnedThroughputGoodput(GoodputModelBase):
         self._ratio: dict[tuple[str, str, str], float | None] = {}
         self._answers: dict[tuple, tuple[object, EstimateArrays]] = {}
         self._shared: dict[tuple, tuple[object, EstimateArrays]] = {}
+        self._plans: dict[tuple, tuple[object, dict[str, tuple[np.ndarray, ...]]]] = {}
 
     def __getattr__(self, name: str) -> Any:  # curves, local_batch_range, ... of the base model
         return getattr(self.inner, name)
@@ -241,26 +242,11 @@ class LearnedThroughputGoodput(GoodputModelBase):
                 grid: np.ndarray, eff: np.ndarray, base: EstimateArrays) -> EstimateArrays:
         out = [np.array(a, dtype=float, copy=True) for a in (base.goodput, base.batch_size, base.throughput,
                                                              base.efficiency)]
-        reference = next(t.name for t in self.cluster if t.name in models)
-        per_node = self.cluster[reference].gpus_per_node
-        # each shape is answered by the fit of its own type, or of the reference type at the same GPU count
-        # (nodes of the reference type) times the ratio; shapes the job cannot run on (base) stay so
-        rows: dict[str, list[tuple[int, int, int, float]]] = {}
-        for i, c in enumerate(configs):
-            if not base.goodput[i] > 0:
-                continue
-            if c.gpu_type in models:
-                rows.setdefault(c.gpu_type, []).append((i, c.num_nodes, c.num_gpus, 1.0))
-                continue
-            ratio = self.ratio(job.application, c.gpu_type, reference)
-            if ratio is not None:
-                rows.setdefault(reference, []).append((i, math.ceil(c.num_gpus / per_node), c.num_gpus, ratio))
-        for gpu_type, members in rows.items():
+        for gpu_type, (idx, nodes, gpus, ratios) in self._plan(job.application, configs, models, base).items():
             model = models[gpu_type]
             span = self.inner.local_batch_range(job.application, gpu_type)  # type: ignore[attr-defined]
             if model is None:
                 continue
-            idx, nodes, gpus, ratios = (np.array(col) for col in zip(*members))
             local = grid[None, :] / gpus[:, None]
             ok = local <= span[1] * (1 + 1e-9) if span else np.ones_like(local, dtype=bool)
             throughput = np.where(ok, grid[None, :] / _step_times(model, local, gpus, nodes) * ratios[:, None], np.nan)
@@ -273,6 +259,35 @@ class LearnedThroughputGoodput(GoodputModelBase):
         for array in out:
             array.setflags(write=False)  # shared between callers
         return EstimateArrays(*out)
+
+    def _plan(self, application: str, configs: tuple[Configuration, ...], models: dict[str, StepTimeModel | None],
+              base: EstimateArrays) -> dict[str, tuple[np.ndarray, ...]]:
+        """Which fit answers each shape: (shape index, nodes, GPUs, ratio) arrays per fitted GPU type; kept by
+        what it is a function of (application, shapes, types fitted, shapes the job can run on)."""
+        runs = base.goodput > 0
+        key = (application, id(configs), frozenset(models), runs.tobytes())
+        hit = self._plans.get(key)
+        if hit is not None and hit[0] is configs:  # the entry keeps its tuple alive, so the id is not reused
+            return hit[1]
+        reference = next(t.name for t in self.cluster if t.name in models)
+        per_node = self.cluster[reference].gpus_per_node
+        # each shape is answered by the fit of its own type, or of the reference type at the same GPU count
+        # (nodes of the reference type) times the ratio; shapes the job cannot run on (base) stay so
+        rows: dict[str, list[tuple[int, int, int, float]]] = {}
+        for i, c in enumerate(configs):
+            if not runs[i]:
+                continue
+            if c.gpu_type in models:
+                rows.setdefault(c.gpu_type, []).append((i, c.num_nodes, c.num_gpus, 1.0))
+                continue
+            ratio = self.ratio(application, c.gpu_type, reference)
+            if ratio is not None:
+                rows.setdefault(reference, []).append((i, math.ceil(c.num_gpus / per_node), c.num_gpus, ratio))
+        plan = {t: tuple(np.array(col) for col in zip(*members)) for t, members in rows.items()}
+        if len(self._plans) > 16384:
+            self._plans.clear()
+        self._plans[key] = (configs, plan)
+        return plan
 
     def estimate_many(self, job: Job, configs: Sequence[Configuration]) -> list[GoodputEstimate | None]:
         return self.estimate_arrays(job, configs).to_list()

@@ -39,6 +39,7 @@ from scheduler.model.goodput import (
     estimate_arrays,
 )
 from scheduler.model.jobs import Job
+from scheduler.model.state_memo import StateMemo
 from scheduler.model.step_time import STEP_TIME_MODES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -65,6 +66,9 @@ class AccumulatingGoodput(GoodputModelBase):
 
     def __init__(self, inner: GoodputModel) -> None:
         self.inner = inner
+        # answers kept by the profile model's state key of the job (application, batch limits, epoch) and the
+        # shape: the simulator re-reads one job on one shape several times a round (substeps); else no memo
+        self._memo = StateMemo(inner)
 
     def __getattr__(self, name: str) -> Any:  # curves, local_batch_range, applications, ...
         return getattr(self.inner, name)
@@ -76,6 +80,10 @@ class AccumulatingGoodput(GoodputModelBase):
     def accumulated(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int,
                     local_cap: float | None = None) -> GoodputEstimate | None:
         """The job's own batch run as micro-batches of at most the largest local batch (and ``local_cap``)."""
+        return self._memo(self._accumulated, job, gpu_type, num_gpus, num_nodes, local_cap)
+
+    def _accumulated(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int,
+                     local_cap: float | None) -> GoodputEstimate | None:
         if not job.batch_size:
             return None
         limits = getattr(self.inner, "local_batch_range", None)
@@ -96,10 +104,13 @@ class AccumulatingGoodput(GoodputModelBase):
         return GoodputEstimate(int(job.batch_size), est.throughput, eff)
 
     def estimate(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1) -> GoodputEstimate | None:
+        return self._memo(self._estimate, job, gpu_type, num_gpus, num_nodes)
+
+    def _estimate(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int) -> GoodputEstimate | None:
         est = self.inner.estimate(job, gpu_type, num_gpus, num_nodes)
         if est is not None or job.adaptive:
             return est
-        return self.accumulated(job, gpu_type, num_gpus, num_nodes)
+        return self._accumulated(job, gpu_type, num_gpus, num_nodes, None)
 
     def estimate_arrays(self, job: Job, configs: Sequence[Configuration]) -> EstimateArrays:
         arrays = estimate_arrays(self.inner, job, configs)
@@ -474,17 +485,7 @@ def load_goodput_model(profiles: str | Path | None = None, applications: Sequenc
 
 
 __all__ = [
-    "EFFICIENCY_MODES",
-    "MODEL_PARAMS_M",
-    "SIA_RESTART_COST_S",
-    "SIA_RESTART_PENALTY_S",
-    "SIA_SLOWDOWN",
-    "SIA_TARGET_BATCH",
-    "AccumulatingGoodput",
-    "BootstrapGoodput",
-    "MemoryCheckedTable",
-    "MemoryModel",
-    "load_goodput_model",
-    "scaled_table",
-    "sia_max_gpus",
+    "EFFICIENCY_MODES", "MODEL_PARAMS_M", "SIA_RESTART_COST_S", "SIA_RESTART_PENALTY_S", "SIA_SLOWDOWN",
+    "SIA_TARGET_BATCH", "AccumulatingGoodput", "BootstrapGoodput", "MemoryCheckedTable", "MemoryModel",
+    "load_goodput_model", "scaled_table", "sia_max_gpus",
 ]

@@ -200,8 +200,8 @@ class Simulator:
         start, left, used = st.done, st.work - st.done, 0.0
         rate, batch = self._rate(st, a)
         try:
-            for _ in range(self.config.substeps):
-                rate, _b = self._rate(st, a)
+            for step in range(self.config.substeps):
+                rate, _b = self._rate(st, a) if step else (rate, batch)  # step 0: the reading above
                 if rate * dt >= left:
                     used += left / rate
                     left = 0.0
