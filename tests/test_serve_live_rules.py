@@ -235,18 +235,3 @@ def test_metrics_are_scraped_from_the_port(tmp_path: Path) -> None:
     finally:
         http.shutdown()
         kill_groups(state.dir)
-
-
-def test_the_restart_cost_is_each_applications_measured_start_up_unless_fixed(tmp_path: Path) -> None:
-    from scheduler.service import rounds
-
-    state, server = _server(tmp_path, gpus=1, round_s=1.0)
-    state.submit(_job(tmp_path, "a", steps=10))
-    server._startups = {"mine": [3.5, 2]}  # what the server measured: (mean start-up s, count)
-    jobs = rounds.policy_jobs(state.jobs(), time.time(), (), server._restart_costs())
-    assert [j.restart_cost_s for j in jobs] == [3.5]  # S of Sia's restart factor: what a restart costs here
-    fixed = Server(StateStore(tmp_path / "fixed"), server.cluster, make_executor("local"),
-                   ServeConfig(round_s=1.0, device="cpu", policy_options={"restart_cost_s": 25.0}))
-    fixed._startups = {"mine": [3.5, 2]}
-    assert fixed._restart_costs() is None  # --restart-cost given: the policy's S for every job
-    assert [j.restart_cost_s for j in rounds.policy_jobs(state.jobs(), time.time())] == [None]

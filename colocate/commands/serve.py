@@ -25,9 +25,8 @@ def serve(
     device: str = typer.Option("auto", "--device", help="Built-in jobs train on: auto, cpu or cuda."),
     sharing: str = typer.Option("timeslice", "--sharing", help="How packed groups share their GPUs (a registered "
                                                                 "sharing mode: timeslice, mps)."),
-    restart_cost: float = typer.Option(None, "--restart-cost", help="Sia's restart cost S in seconds for every job "
-                                                                    "(ILP policies) [each application's measured "
-                                                                    "start-up; 25 until measured]."),
+    restart_cost: float = typer.Option(None, "--restart-cost", help="Sia's restart cost S in seconds (ILP policies) "
+                                                                    "[25]."),
     time_limit: float = typer.Option(None, "--time-limit", help="ILP time limit per round, seconds [10]."),
     grace: float = typer.Option(30.0, "--grace", help="Seconds a job has to checkpoint after SIGTERM."),
     threads: int = typer.Option(1, "--threads", help="CPU threads per built-in job process."),

@@ -38,13 +38,11 @@ class Slot:
 Unit = tuple[Slot, ...]  # sorted by job name
 
 
-def policy_jobs(rows: Sequence[JobRow], now: float, held: Collection[str] = (),
-                restart_costs: Mapping[str, float] | None = None) -> list[Job]:
+def policy_jobs(rows: Sequence[JobRow], now: float, held: Collection[str] = ()) -> list[Job]:
     """The policy's view of the active jobs (queued and running), in submission order.
 
     ``age_s`` is the time since the job's *first* start (Sia's T); ``held`` jobs are pinned to their current
-    configuration (the minimum run of :mod:`scheduler.service.stability`); ``restart_costs`` (application ->
-    seconds: the measured start-ups) is each job's restart cost S (none: the policy's own).
+    configuration (the minimum run of :mod:`scheduler.service.stability`).
     """
     jobs = []
     for row in rows:
@@ -58,8 +56,7 @@ def policy_jobs(rows: Sequence[JobRow], now: float, held: Collection[str] = (),
             age_s=max(now - row.started_at, 0.0) if row.started_at else 0.0, restarts=row.restarts,
             current_gpu_type=row.gpu_type if running else None, current_num_gpus=row.num_gpus if running else 0,
             current_partner=row.others[0] if running and row.others else None,
-            pinned=running and row.name in held,
-            restart_cost_s=(restart_costs or {}).get(spec.app)))
+            pinned=running and row.name in held))
     return jobs
 
 

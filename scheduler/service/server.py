@@ -161,7 +161,7 @@ class Server:
         previous = rounds.current_placement(rows)
         context = RoundContext(goodput=model, time_s=now, colocation=table, previous_placement=previous,
                                round_duration_s=self.config.round_s)
-        policy_jobs = rounds.policy_jobs(rows, now, self._held(rows, now, table), self._restart_costs())
+        policy_jobs = rounds.policy_jobs(rows, now, self._held(rows, now, table))
         decided, decided_cpu = time.perf_counter(), time.process_time()
         decision = self.policy.allocate(policy_jobs, self.cluster, context) if rows else None
         policy_s, policy_cpu = time.perf_counter() - decided, time.process_time() - decided_cpu
@@ -191,13 +191,6 @@ class Server:
         if self.on_round_end is not None:
             self.on_round_end(self, stats)
         return stats
-
-    def _restart_costs(self) -> dict[str, float] | None:
-        """Each application's restart cost S for the ILP: what its restarts measurably cost here (the mean
-        start-up: process, model build, checkpoint restore, first steps) — unless ``--restart-cost`` fixes S."""
-        if "restart_cost_s" in self.config.policy_options:
-            return None
-        return {app: mean for app, (mean, _) in self._startups.items()}
 
     def _held(self, rows: list[JobRow], now: float, table: ColocationTable | None) -> set[str]:
         """Running jobs within their minimum run (or still warming up): the policy keeps them where they are,
