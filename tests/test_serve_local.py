@@ -42,10 +42,11 @@ CONTRACT = textwrap.dedent("""
 """)
 
 
-def _server(tmp_path: Path) -> tuple[StateStore, Server]:
+def _server(tmp_path: Path, **options: float) -> tuple[StateStore, Server]:
     state = StateStore(tmp_path / "state")
     cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})
-    server = Server(state, cluster, make_executor("local"), ServeConfig(round_s=0.5, device="cpu", stop_grace_s=10))
+    config = ServeConfig(round_s=0.5, device="cpu", stop_grace_s=10, policy_options=dict(options))
+    server = Server(state, cluster, make_executor("local"), config)
     server.acquire()
     return state, server
 
@@ -121,8 +122,10 @@ def test_with_no_table_a_pair_is_tried_from_the_prior_and_its_measured_ratios_ar
     script = tmp_path / "train.py"
     script.write_text(CONTRACT)
     # one GPU, no --colocation, serve's default policy (p = -0.5 with λ = 2, StabilityConfig): the prior and the
-    # exploration rule plan the pair, and a waiting job's λ makes sharing the lone GPU worth more than waiting
-    state, server = _server(tmp_path)
+    # exploration rule plan the pair, and a waiting job's λ makes sharing the lone GPU worth more than waiting.
+    # Restarts of this trainer cost about a second (--restart-cost 1): joining the pair restarts the running
+    # job too, which with the default S = 25 s pays only after ~25 s of its run, longer than its 300 steps last
+    state, server = _server(tmp_path, restart_cost_s=1.0)
     try:
         state.submit(job_from_dict({"name": "a", "command": f"python {script}", "application": "mine",
                                     "steps": 300, "batch_size": 4}))
