@@ -43,6 +43,9 @@ class IlpConfig:
     ``charge_resumes``, ``resume_floor`` and ``keep_bonus`` make a live scheduler hold its decisions (``colocate
     serve`` turns them on; off by default so the simulator keeps Sia's restart semantics): resuming a job that
     was stopped costs its restart factor too, and a running job's current configuration wins ties.
+    ``feasibility_jump``: HiGHS's feasibility-jump heuristic in the MIP solves of the ``highs`` back-end (off
+    by default since 2026-11-24: every MIP starts from the LP rounding's incumbent, and on a round's small MIP
+    the heuristic was three quarters of HiGHS's time without improving a start in the Sia workloads).
     """
 
     p: float = _opt(-0.5, "Goodput power: -0.5 = Sia (fairness), 1 = sum of normalised goodputs.")
@@ -72,6 +75,8 @@ class IlpConfig:
                                   "ties keep what runs.")
     warm_start: bool = _opt(True, "Start each round's LP from the previous round's basis and groups "
                                   "(runs of many rounds: simulate, serve; a single round has none).")
+    feasibility_jump: bool = _opt(False, "Run HiGHS's feasibility-jump heuristic in the MIP solves (off: the "
+                                         "LP rounding already hands HiGHS an incumbent).")
 
     def __post_init__(self) -> None:
         # Finite, bounded numbers (NaN, inf and typos such as 1e12 refused); ranges are generous.
