@@ -36,6 +36,7 @@ class PricingData:
     graph: Any
     colocation: "ColocationTable | None"
     plan: list[tuple] | None = None
+    flat: Any = None        # _FlatPlan of plan, built at the round's first pricing pass
 
 
 def _pricing_plan(problem: RoundProblem, options: Sequence[JobColumns], configs: tuple[Configuration, ...],
@@ -80,6 +81,70 @@ def _pricing_plan(problem: RoundProblem, options: Sequence[JobColumns], configs:
 
 
 
+@dataclass(frozen=True)
+class _FlatPlan:
+    """The pricing plan laid out flat, so one pass scores every (class pair, configuration) entry at once.
+
+    Side A holds each entry's A members (entries contiguous, in plan order, ids ascending inside one),
+    side B the B members of entries whose classes differ. The member weights ``w(ρ G)`` do not depend on
+    the duals, so they are computed once per round: ``a_w0``/``a_w1`` are an A member's weight with the
+    entry's first/second ratio (a same-class pair costs its lower index with the first), ``b_w`` a B
+    member's with the second. Computed on arrays as the per-entry loop did (numpy's power is elementwise,
+    the same bits in any array), so every reduced cost is the same float.
+    """
+
+    a_job: np.ndarray
+    a_entry: np.ndarray
+    a_w0: np.ndarray
+    a_w1: np.ndarray
+    a_start: np.ndarray     # per entry: first A position
+    b_job: np.ndarray
+    b_entry: np.ndarray
+    b_w: np.ndarray
+    b_start: np.ndarray     # per entry: first B position (-1: same class)
+    count_a: np.ndarray
+    count_b: np.ndarray
+    same: np.ndarray        # bool per entry
+    gpus: np.ndarray        # per entry: the configuration's GPUs
+    type_of: np.ndarray     # per entry: index of its GPU type in cluster.type_names
+
+
+def _flat_plan(problem: RoundProblem, plan: list[tuple], weight: Any) -> _FlatPlan:
+    """:class:`_FlatPlan` of ``plan`` (kept on ``problem.pricing`` for the round's later passes)."""
+    data = problem.pricing
+    if data is not None and data.flat is not None:
+        return data.flat
+    types = {name: n for n, name in enumerate(problem.cluster.type_names)}
+    count_a = np.array([len(e[4]) for e in plan], dtype=np.int64)
+    same = np.array([e[0] == e[1] for e in plan], dtype=bool)
+    count_b = np.where(same, 0, np.array([len(e[6]) for e in plan], dtype=np.int64))
+    entries = np.arange(len(plan), dtype=np.int64)
+    empty = np.zeros(0)
+    a_g = np.concatenate([e[5] for e in plan]) if plan else empty
+    b_g = np.concatenate([e[7] for e in plan if e[0] != e[1]] or [empty])
+    r0 = np.array([e[3][0] for e in plan], dtype=float)
+    r1 = np.array([e[3][1] for e in plan], dtype=float)
+    a_entry, b_entry = np.repeat(entries, count_a), np.repeat(entries, count_b)
+    flat = _FlatPlan(
+        a_job=np.concatenate([e[4] for e in plan]).astype(np.int64) if plan else np.zeros(0, dtype=np.int64),
+        a_entry=a_entry, a_w0=np.asarray(weight(a_g * r0[a_entry]), dtype=float),
+        a_w1=np.asarray(weight(a_g * r1[a_entry]), dtype=float), a_start=np.cumsum(count_a) - count_a,
+        b_job=np.concatenate([e[6] for e in plan if e[0] != e[1]] or [np.zeros(0, dtype=np.int64)]).astype(np.int64),
+        b_entry=b_entry, b_w=np.asarray(weight(b_g * r1[b_entry]), dtype=float),
+        b_start=np.where(same, -1, np.cumsum(count_b) - count_b), count_a=count_a, count_b=count_b, same=same,
+        gpus=np.array([problem.configs[e[2]].num_gpus for e in plan], dtype=np.int64),
+        type_of=np.array([types[problem.configs[e[2]].gpu_type] for e in plan], dtype=np.int64))
+    if data is not None:
+        data.flat = flat
+    return flat
+
+
+def _ranks(count: np.ndarray) -> np.ndarray:
+    """0, 1, ..., count[e] − 1 for each entry e in turn."""
+    total = int(count.sum())
+    return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+
+
 def dual_ranked_partners(problem: RoundProblem, options: Sequence[JobColumns], configs: tuple[Configuration, ...],
                          colocation: "ColocationTable", graph: "object", cfg: IlpConfig,
                          prices: "tuple[np.ndarray, dict[str, float]]",
@@ -91,51 +156,70 @@ def dual_ranked_partners(problem: RoundProblem, options: Sequence[JobColumns], c
     fixed configuration and pair of classes (A, B) the ratios are fixed, so it separates into
     ``a_i + b_k + const``: the best pairs match A's jobs sorted by ``a`` with B's sorted by ``b``, rank
     by rank (any matching of the best ranks is equally good, and rank alignment keeps them disjoint).
-    That costs a sort per (configuration, class pair) instead of a pass over all job pairs. Each job then
-    keeps its ``top_k`` partners of most negative reduced cost. Because the minimum of ``a_i + b_k`` is
-    always a rank-aligned pair, an empty answer proves no pair column anywhere has negative reduced cost:
-    iterating this to the end solves the all-pairs LP relaxation exactly.
+    That costs a sort per (configuration, class pair) instead of a pass over all job pairs — done here
+    for every entry of the round's plan at once (:class:`_FlatPlan`). Each job then keeps its ``top_k``
+    partners of most negative reduced cost. Because the minimum of ``a_i + b_k`` is always a rank-aligned
+    pair, an empty answer proves no pair column anywhere has negative reduced cost: iterating this to the
+    end solves the all-pairs LP relaxation exactly.
     """
     y, mu = prices
-    jobs = problem.jobs
-    mem = [j.memory_gb for j in jobs]
-    cap_mem = {t.name: t.memory_gb for t in problem.cluster}
-    best: dict[int, list[tuple[float, int]]] = {}
-
     weight = Objective.of(cfg).member_weight
-    for a_key, b_key, ci, r, ia, ga, ib, gb in _pricing_plan(problem, options, configs, colocation, graph, cfg):
-        c = configs[ci]
-        ia0, ga0 = ia, ga  # job ids ascending, as planned
-        score_a = weight(ga * r[0]) - y[ia]
-        score_b = weight(gb * r[1]) - y[ib]
-        const = -c.num_gpus * mu.get(c.gpu_type, 0.0)
-        ia, score_a = ia[np.argsort(score_a, kind="stable")], np.sort(score_a, kind="stable")
-        ib, score_b = ib[np.argsort(score_b, kind="stable")], np.sort(score_b, kind="stable")
-        if a_key == b_key:  # same class: pair neighbouring ranks (0,1), (1,2), (2,3), ...
-            # a table may give the two copies of one job type different ratios (the column's first
-            # member, the lower index, gets ratio_a): cost each pair with its real orientation
-            left, right = ia[:-1], ia[1:]
-            lo, hi = np.minimum(left, right), np.maximum(left, right)
-            g_lo = ga0[np.searchsorted(ia0, lo)]
-            g_hi = ga0[np.searchsorted(ia0, hi)]
-            cost = weight(g_lo * r[0]) - y[lo] + weight(g_hi * r[1]) - y[hi] + const
-            left, right = lo, hi
-        else:  # rank r of A with ranks r and r+1 of B (two partners each, still nearly disjoint)
-            m = min(len(ia), len(ib))
-            left = np.concatenate([ia[:m], ia[:m - 1] if m > 1 else ia[:0]])
-            right = np.concatenate([ib[:m], ib[1:m]])
-            cost = np.concatenate([score_a[:m] + score_b[:m], score_a[:m - 1] + score_b[1:m]]) + const
-        keep = cost < -1e-9
-        for i, k, value in zip(left[keep], right[keep], cost[keep]):
-            i, k = int(i), int(k)
-            if exclude is not None and (min(i, k), max(i, k)) in exclude:
-                continue  # already a candidate: do not let it use up one of the job's top-k slots
-            mem_i, mem_k = mem[i], mem[k]
-            if mem_i is not None and mem_k is not None:
-                if mem_i + mem_k + 2 * cfg.context_memory_gb > cap_mem[c.gpu_type]:
-                    continue
-            best.setdefault(i, []).append((float(value), k))
-            best.setdefault(k, []).append((float(value), i))
+    plan = _pricing_plan(problem, options, configs, colocation, graph, cfg)
+    flat = _flat_plan(problem, plan, weight)
+    mu_t = np.array([mu.get(t, 0.0) for t in problem.cluster.type_names], dtype=float)
+    const = -flat.gpus * mu_t[flat.type_of]
+    # each entry's members in increasing score, ties in id order (a stable sort per entry, as one lexsort)
+    score_a = flat.a_w0 - y[flat.a_job]
+    order_a = np.lexsort((score_a, flat.a_entry))
+    job_a, score_a = flat.a_job[order_a], score_a[order_a]
+    score_b = flat.b_w - y[flat.b_job]
+    order_b = np.lexsort((score_b, flat.b_entry))
+    job_b, score_b = flat.b_job[order_b], score_b[order_b]
+    # different classes: rank r of A with ranks r and r+1 of B (two partners each, still nearly disjoint)
+    diff = np.nonzero(~flat.same)[0]
+    m = np.minimum(flat.count_a[diff], flat.count_b[diff])
+    e1, e2 = np.repeat(diff, m), np.repeat(diff, np.maximum(m - 1, 0))
+    pa1, pb1 = flat.a_start[e1] + _ranks(m), flat.b_start[e1] + _ranks(m)
+    pa2 = flat.a_start[e2] + _ranks(np.maximum(m - 1, 0))
+    pb2 = flat.b_start[e2] + _ranks(np.maximum(m - 1, 0)) + 1
+    # same class: neighbouring ranks (0,1), (1,2), ...; a table may give the two copies of one job type
+    # different ratios (the column's first member, the lower index, gets ratio_a): cost each pair with its
+    # real orientation
+    sc = np.nonzero(flat.same)[0]
+    n_sc = np.maximum(flat.count_a[sc] - 1, 0)
+    e3 = np.repeat(sc, n_sc)
+    left_pos = flat.a_start[e3] + _ranks(n_sc)
+    left, right = job_a[left_pos], job_a[left_pos + 1]
+    lo_first = left < right
+    lo_pos = order_a[np.where(lo_first, left_pos, left_pos + 1)]
+    hi_pos = order_a[np.where(lo_first, left_pos + 1, left_pos)]
+    lo, hi = np.minimum(left, right), np.maximum(left, right)
+    cost3 = flat.a_w0[lo_pos] - y[lo] + flat.a_w1[hi_pos] - y[hi] + const[e3]
+    left_all = np.concatenate([job_a[pa1], job_a[pa2], lo])
+    right_all = np.concatenate([job_b[pb1], job_b[pb2], hi])
+    cost = np.concatenate([score_a[pa1] + score_b[pb1] + const[e1], score_a[pa2] + score_b[pb2] + const[e2], cost3])
+    entry = np.concatenate([e1, e2, e3])
+    keep = cost < -1e-9
+    return _top_partners(problem, cfg, left_all[keep].tolist(), right_all[keep].tolist(), cost[keep].tolist(),
+                         flat.type_of[entry[keep]].tolist(), exclude)
+
+
+def _top_partners(problem: RoundProblem, cfg: IlpConfig, left: list[int], right: list[int], cost: list[float],
+                  type_of: list[int], exclude: "set[tuple[int, ...]] | None") -> set[tuple[int, int]]:
+    """Each job's ``top_k`` partners of most negative reduced cost among the pairs found (memory-feasible,
+    not excluded), as sorted index pairs. The answer depends only on the pairs found, not their order."""
+    mem = [j.memory_gb for j in problem.jobs]
+    cap_mem = [t.memory_gb for t in problem.cluster]
+    best: dict[int, list[tuple[float, int]]] = {}
+    for i, k, value, t in zip(left, right, cost, type_of):
+        if exclude is not None and (min(i, k), max(i, k)) in exclude:
+            continue  # already a candidate: do not let it use up one of the job's top-k slots
+        mem_i, mem_k = mem[i], mem[k]
+        if mem_i is not None and mem_k is not None:
+            if mem_i + mem_k + 2 * cfg.context_memory_gb > cap_mem[t]:
+                continue
+        best.setdefault(i, []).append((value, k))
+        best.setdefault(k, []).append((value, i))
     pairs: set[tuple[int, int]] = set()
     for i, found in best.items():
         chosen: list[int] = []
@@ -147,8 +231,6 @@ def dual_ranked_partners(problem: RoundProblem, options: Sequence[JobColumns], c
         for k in chosen:
             pairs.add((min(i, k), max(i, k)))
     return pairs
-
-
 
 
 def price_reserved_singles(problem: RoundProblem, y: np.ndarray, mu: dict[str, float], per_job: int = 2
