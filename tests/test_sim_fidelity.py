@@ -268,6 +268,7 @@ def test_sia_log_summary_reads_the_last_round(tmp_path):
     assert (s["jobs"], s["completed"], s["restarts"]) == (2, 2, 3)
     assert s["avg_jct_h"] == pytest.approx(1.5)
     assert s["per_app_jct_s"] == {"a": 3600.0, "b": 7200.0}
+    assert s["per_app_restarts"] == {"a": 2, "b": 1}
     from common.errors import InputError
 
     (tmp_path / "bad.log").write_text("{not json\n")

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from common.errors import InputError
 from scheduler.formats.shared_data import shared_data_dir
 from scheduler.formats.workloads import Workload, WorkloadJob
 from scheduler.learning.throughput import LearnedThroughputGoodput, ThroughputLearner, fit_observed
@@ -137,12 +138,32 @@ def test_jobs_that_measured_the_same_points_share_one_fit_and_one_answer_bit_for
 
 # ------------------------------------------------------------------ the policy's belief
 
-def _belief():
+def _belief(blind_first_run: bool = False):
     rows = pd.concat([_rows("a"), _rows("b", model=StepTimeModel(0.1, 0.004, 0.02, 0.004, 0.08, 0.01))])
     cluster = cluster_from_dict({"gpu_types": {"a": {"nodes": 2, "gpus_per_node": 4, "memory_gb": 16},
                                                "b": {"nodes": 2, "gpus_per_node": 4, "memory_gb": 16}}})
     inner = AccumulatingGoodput(ProfileGoodputModel(rows, step_times="interpolated"))
-    return LearnedThroughputGoodput(inner, cluster), inner
+    return LearnedThroughputGoodput(inner, cluster, blind_first_run=blind_first_run), inner
+
+
+def test_a_blind_belief_values_a_never_run_job_alike_everywhere_until_it_ran():
+    blind, inner = _belief(blind_first_run=True)
+    profiled, _ = _belief()
+    job = Job("j", "x", adaptive=True, max_batch_size=256)
+    configs = (Configuration("a", 1, 1), Configuration("b", 1, 1), Configuration("a", 1, 4))
+    truth = inner.estimate_arrays(job, configs)
+    assert truth.goodput[0] != pytest.approx(truth.goodput[1])  # the profiles tell the types apart ...
+    before = blind.estimate_arrays(job, configs)
+    assert np.all(before.goodput == truth.goodput.min())  # ... the blind belief does not
+    assert np.array_equal(before.batch_size, truth.batch_size) and np.array_equal(before.throughput, truth.throughput)
+    again = blind.estimate_arrays(job, configs)
+    assert np.array_equal(again.goodput, before.goodput)  # nothing learned, nothing changes
+    assert np.allclose(profiled.estimate_arrays(job, configs).goodput, truth.goodput)
+    for belief in (blind, profiled):
+        belief.learner.observe("j", "a", 1, 1, 32.0, 0.2, 0.0)
+    after = blind.estimate_arrays(job, configs)  # once it ran, the fit and its projection, as without blindness
+    assert np.allclose(after.goodput, profiled.estimate_arrays(job, configs).goodput)
+    assert after.goodput[0] != pytest.approx(after.goodput[1])
 
 
 def test_belief_is_the_base_model_until_the_job_ran_then_the_fit_and_its_projection():
@@ -203,6 +224,21 @@ def test_every_throughput_and_step_time_model_runs_and_the_old_pair_is_the_old_m
     old = SimConfig(throughput="bootstrap", step_times="fitted")
     model = load_goodput_model(TRACES, ["cifar10", "bert"], load_cluster(SIA64).type_names)
     assert simulate(SIA64, work, "sia", config=old, profiles=model).summary["avg_jct_s"] == jct[("bootstrap", "fitted")]
+
+
+@pytest.mark.sia_data
+def test_first_run_blind_is_the_default_and_profiled_starts_a_job_where_the_profiles_say():
+    work = Workload("two", (WorkloadJob("cifar10-0", "cifar10", 0.0, 1, 256),
+                            WorkloadJob("bert-1", "bert", 30.0, 1, 12)))
+    assert SimConfig().first_run == "blind"
+    blind = simulate(SIA64, work, "sia")
+    profiled = simulate(SIA64, work, "sia", config=SimConfig(first_run="profiled"))
+    first = profiled.allocations.sort_values("time_s").groupby("job").first()
+    assert set(first.gpu_type) == {"dgx-ext"}  # the fastest type in Sia's profiles, known before the first run
+    assert blind.summary["avg_jct_s"] != profiled.summary["avg_jct_s"]
+    assert blind.meta["model"]["first_run"] == "blind" and profiled.meta["model"]["first_run"] == "profiled"
+    with pytest.raises(InputError, match="first_run"):
+        SimConfig(first_run="oracle")
 
 
 @pytest.mark.sia_data

@@ -114,6 +114,10 @@ def simulate_command(
                                    help="fitted: a step-time model fitted to the configurations each job ran (Sia); "
                                         "bootstrap: profiles of the GPU types a job ran on, projected to the "
                                         "others; oracle: every profile known."),
+    first_run: str = typer.Option("blind", "--first-run",
+                                  help="fitted throughput only. blind: a job never run looks alike on one GPU of "
+                                       "every type (Sia's simulator; it migrates once measured); profiled: the "
+                                       "profiles' values (earlier)."),
     step_times: str = typer.Option("interpolated", "--step-times",
                                    help="True step times: interpolated from the profile rows (Sia's simulator) "
                                         "or fitted (Pollux-form fit, measured points as measured)."),
@@ -154,7 +158,7 @@ def simulate_command(
         prepare_out_dir(out)
     spec = policy_spec(policy)
     options = _group_option(spec.name, max_group_size)
-    config = SimConfig(round_s=round_s, seed=seed, throughput=throughput, batch=batch, restart_on=restart_on,
+    config = SimConfig(round_s=round_s, seed=seed, throughput=throughput, first_run=first_run, batch=batch, restart_on=restart_on,
                        efficiency=efficiency, memory=memory, colocation_strength=strength, belief=belief,
                        step_times=step_times, gavel_rounds=gavel_rounds, substeps=substeps)
     table = _colocation(colocation)

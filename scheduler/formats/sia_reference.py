@@ -20,8 +20,8 @@ from common.errors import InputError
 
 
 def summarize_sia_log(path: str | Path) -> dict[str, Any]:
-    """Jobs, completed, average / p99 JCT (s and h), restarts and mean JCT per application of one Sia
-    simulator log."""
+    """Jobs, completed, average / p99 JCT (s and h), restarts, and mean JCT and restarts per application of one
+    Sia simulator log."""
     p = Path(path)
     last = None
     try:
@@ -41,9 +41,11 @@ def summarize_sia_log(path: str | Path) -> dict[str, Any]:
                    dtype=float)
     restarts = int(sum(j.get("num_restarts") or 0 for j in jobs))
     per_app: dict[str, list[float]] = {}
+    per_app_restarts: dict[str, int] = {}
     for j in jobs:  # Sia names jobs <application>-<index>
+        app = str(j["name"]).rsplit("-", 1)[0]
+        per_app_restarts[app] = per_app_restarts.get(app, 0) + int(j.get("num_restarts") or 0)
         if j.get("completion_time") is not None:
-            app = str(j["name"]).rsplit("-", 1)[0]
             per_app.setdefault(app, []).append(j["completion_time"] - j["submission_time"])
     return {
         "log": str(p), "jobs": len(jobs), "completed": len(jct), "time_s": record.get("timestamp"),
@@ -52,6 +54,7 @@ def summarize_sia_log(path: str | Path) -> dict[str, Any]:
         "p99_jct_h": float(np.percentile(jct, 99) / 3600) if len(jct) else float("nan"),
         "restarts": restarts,
         "per_app_jct_s": {app: round(float(np.mean(v)), 1) for app, v in sorted(per_app.items())},
+        "per_app_restarts": dict(sorted(per_app_restarts.items())),
     }
 
 

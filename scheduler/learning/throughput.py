@@ -14,7 +14,9 @@ Sia (SOSP'23 §3.4) does, and how its simulator's scheduler sees jobs:
   and refits a type only when it gained a point.
 * :class:`LearnedThroughputGoodput` is the policy's goodput model built on it: the fitted model on a GPU type
   the job has run on, a projection (ratio of the two types' 1-GPU throughputs) from the first such type on
-  the others, and the base model's values for a job that has not run yet.
+  the others, and for a job that has not run yet either the base model's values or, with
+  ``blind_first_run``, one GPU of every type valued alike (Sia's simulator reads no throughput before a
+  job's first run: where it starts is the solver's pick, and it migrates once a fit says where it runs best).
 
 The live server can feed the same learner with its measured iteration times (``observe``) and answer the
 policy with the same goodput model.
@@ -170,16 +172,20 @@ class LearnedThroughputGoodput(GoodputModelBase):
     ``inner`` is the base model: it gives the batch grid, the statistical efficiency, the local-batch limits
     per GPU type, which shapes a job can run at all, and the values for a job never run. Answers are kept per
     (job, number of points learned, efficiency, shapes), so a job that learned nothing new since the last round
-    costs a dictionary look-up."""
+    costs a dictionary look-up. ``blind_first_run``: a job never run is valued alike on every shape it can run
+    (:meth:`_blind`) rather than by the base model."""
 
-    def __init__(self, inner: GoodputModel, cluster: Cluster, learner: ThroughputLearner | None = None) -> None:
+    def __init__(self, inner: GoodputModel, cluster: Cluster, learner: ThroughputLearner | None = None,
+                 blind_first_run: bool = False) -> None:
         self.inner = inner
+        self.blind_first_run = blind_first_run
         self.cluster = cluster
         self.learner = learner if learner is not None else ThroughputLearner()
         self._ratio: dict[tuple[str, str, str], float | None] = {}
         self._answers: dict[tuple, tuple[object, EstimateArrays]] = {}
         self._shared: dict[tuple, tuple[object, EstimateArrays]] = {}
         self._plans: dict[tuple, tuple[object, dict[str, tuple[np.ndarray, ...]]]] = {}
+        self._blinded: dict[int, tuple[EstimateArrays, EstimateArrays]] = {}
 
     def __getattr__(self, name: str) -> Any:  # curves, local_batch_range, ... of the base model
         return getattr(self.inner, name)
@@ -206,7 +212,8 @@ class LearnedThroughputGoodput(GoodputModelBase):
     def estimate_arrays(self, job: Job, configs: Sequence[Configuration]) -> EstimateArrays:
         types = self.learner.gpu_types(job.name)
         if not types:
-            return estimate_arrays(self.inner, job, configs)
+            base = estimate_arrays(self.inner, job, configs)
+            return self._blind(base) if self.blind_first_run else base
         configs = configs if isinstance(configs, tuple) else tuple(configs)
         base: Any = self.inner  # a profile model (or a wrapper of one): batch grid and efficiency
         grid, eff = base.grid_efficiency(job)
@@ -219,6 +226,25 @@ class LearnedThroughputGoodput(GoodputModelBase):
             self._answers.clear()
         self._answers[key] = (configs, result)
         return result
+
+    def _blind(self, base: EstimateArrays) -> EstimateArrays:
+        """A never-run job's estimates with every runnable shape's goodput set to the lowest of them: nothing
+        tells the types apart yet (its GPU cap keeps it to one GPU until it has run, ``sia_max_gpus``), as in
+        Sia's simulator, which values the scale-unit configuration of every type alike before a job's first
+        run. Batch, throughput and efficiency stay the base model's (how the job would run where placed)."""
+        hit = self._blinded.get(id(base))
+        if hit is not None and hit[0] is base:  # the same arrays in, the same arrays out (callers key on them)
+            return hit[1]
+        runs = base.goodput > 0
+        blind = base
+        if runs.any():
+            goodput = np.where(runs, float(base.goodput[runs].min()), base.goodput)
+            goodput.setflags(write=False)
+            blind = EstimateArrays(goodput, base.batch_size, base.throughput, base.efficiency)
+        if len(self._blinded) > 16384:
+            self._blinded.clear()
+        self._blinded[id(base)] = (base, blind)  # the entry keeps ``base`` alive, so its id is not reused
+        return blind
 
     def _shared_answer(self, job: Job, configs: tuple[Configuration, ...], types: Sequence[str], grid: np.ndarray,
                        eff: np.ndarray) -> EstimateArrays:

@@ -12,7 +12,8 @@ from scheduler.sim.job_model import SIA_RESTART_COST_S, SIA_RESTART_PENALTY_S, S
 
 CHOICES = {"throughput": ("fitted", "bootstrap", "oracle"), "step_times": ("interpolated", "fitted"),
            "batch": ("app-max", "workload"), "restart_on": ("placement", "shape", "gpus"),
-           "efficiency": ("sia", "gns"), "gavel_rounds": ("sia", "refill")}
+           "efficiency": ("sia", "gns"), "gavel_rounds": ("sia", "refill"),
+           "first_run": ("blind", "profiled")}
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,10 @@ class SimConfig:
     max_time_s: float = 60 * 86400.0
     log_allocations: bool = True
     throughput: str = "fitted"
+    # what the fitted belief says of a job that has never run: blind = one GPU of every type, all alike (Sia's
+    # simulator does not read a job's throughputs before its first run, so where it starts is arbitrary and the
+    # job migrates once measured); profiled = the profiles' values (the earlier behaviour)
+    first_run: str = "blind"
     step_times: str = "interpolated"
     batch: str = "app-max"
     restart_on: str = "placement"

@@ -120,7 +120,8 @@ class Simulator:
         if adaptive and config.throughput == "bootstrap":
             self.belief = BootstrapGoodput(self.goodput, cluster)
         elif adaptive and config.throughput == "fitted":
-            self.belief = LearnedThroughputGoodput(self.goodput, cluster)
+            self.belief = LearnedThroughputGoodput(self.goodput, cluster,
+                                                   blind_first_run=config.first_run == "blind")
         self.memory = MemoryModel(self.goodput, cluster) if config.memory else None
         self.colocation = self._policy_table(colocation)  # the truth: how fast pairs really run
         self.learner = self._belief(colocation)  # what the policy believes, when not the truth
