@@ -212,8 +212,8 @@ class LearnedThroughputGoodput(GoodputModelBase):
     def estimate_arrays(self, job: Job, configs: Sequence[Configuration]) -> EstimateArrays:
         types = self.learner.gpu_types(job.name)
         if not types:
-            base = estimate_arrays(self.inner, job, configs)
-            return self._blind(base) if self.blind_first_run else base
+            never_run = estimate_arrays(self.inner, job, configs)
+            return self._blind(never_run) if self.blind_first_run else never_run
         configs = configs if isinstance(configs, tuple) else tuple(configs)
         base: Any = self.inner  # a profile model (or a wrapper of one): batch grid and efficiency
         grid, eff = base.grid_efficiency(job)
