@@ -154,7 +154,8 @@ def test_a_blind_belief_values_a_never_run_job_alike_everywhere_until_it_ran():
     truth = inner.estimate_arrays(job, configs)
     assert truth.goodput[0] != pytest.approx(truth.goodput[1])  # the profiles tell the types apart ...
     before = blind.estimate_arrays(job, configs)
-    assert np.all(before.goodput == truth.goodput.min())  # ... the blind belief does not
+    assert np.allclose(before.goodput, truth.goodput.min(), rtol=2e-3)  # ... the blind belief does not,
+    assert before.goodput[0] == before.goodput[2] > before.goodput[1]  # but for its tie-break: first-listed type
     assert np.array_equal(before.batch_size, truth.batch_size) and np.array_equal(before.throughput, truth.throughput)
     again = blind.estimate_arrays(job, configs)
     assert np.array_equal(again.goodput, before.goodput)  # nothing learned, nothing changes

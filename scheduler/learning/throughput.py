@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from scheduler.model.configs import Configuration
 
 _FLOOR = 1e-8  # the value a time parameter takes when nothing measured it (a term held "at zero")
+BLIND_TIE_BREAK = 1e-3  # a never-run job's relative preference per place earlier in the cluster's type list
 _GAMMAS = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 10.0)
 
 
@@ -213,7 +214,7 @@ class LearnedThroughputGoodput(GoodputModelBase):
         types = self.learner.gpu_types(job.name)
         if not types:
             never_run = estimate_arrays(self.inner, job, configs)
-            return self._blind(never_run) if self.blind_first_run else never_run
+            return self._blind(never_run, configs) if self.blind_first_run else never_run
         configs = configs if isinstance(configs, tuple) else tuple(configs)
         base: Any = self.inner  # a profile model (or a wrapper of one): batch grid and efficiency
         grid, eff = base.grid_efficiency(job)
@@ -227,18 +228,26 @@ class LearnedThroughputGoodput(GoodputModelBase):
         self._answers[key] = (configs, result)
         return result
 
-    def _blind(self, base: EstimateArrays) -> EstimateArrays:
+    def _blind(self, base: EstimateArrays, configs: Sequence[Configuration]) -> EstimateArrays:
         """A never-run job's estimates with every runnable shape's goodput set to the lowest of them: nothing
         tells the types apart yet (its GPU cap keeps it to one GPU until it has run, ``sia_max_gpus``), as in
         Sia's simulator, which values the scale-unit configuration of every type alike before a job's first
-        run. Batch, throughput and efficiency stay the base model's (how the job would run where placed)."""
+        run. Batch, throughput and efficiency stay the base model's (how the job would run where placed).
+
+        The tie between types is broken explicitly, toward the type listed first in the cluster file
+        (:data:`BLIND_TIE_BREAK` per place in the list), not left to the solver: left to it, which type a
+        new job starts on moves with solver options and the run's mean JCT by ±2 %
+        (``results/sim/fidelity/NOTES.md``). Sia's simulator starts most new jobs on its first-listed type."""
         hit = self._blinded.get(id(base))
         if hit is not None and hit[0] is base:  # the same arrays in, the same arrays out (callers key on them)
             return hit[1]
         runs = base.goodput > 0
         blind = base
         if runs.any():
-            goodput = np.where(runs, float(base.goodput[runs].min()), base.goodput)
+            order = {t.name: i for i, t in enumerate(self.cluster)}
+            last = len(order) - 1
+            prefer = np.array([1.0 + BLIND_TIE_BREAK * (last - order.get(c.gpu_type, last)) for c in configs])
+            goodput = np.where(runs, float(base.goodput[runs].min()) * prefer, base.goodput)
             goodput.setflags(write=False)
             blind = EstimateArrays(goodput, base.batch_size, base.throughput, base.efficiency)
         if len(self._blinded) > 16384:
