@@ -233,4 +233,5 @@ def test_serve_explores_unknown_pairs_only_while_its_jobs_ask_for_every_gpu(tmp_
     store.submit(job_from_dict({**JOB, "name": "c", "min_gpus": 2}))
     _, busy = server.learned(store.jobs())  # they ask for all 4: unknown pairs planned optimistically
     assert calm is not None and busy is not None
-    assert sum(calm.lookup("t4", tiny, resnet)) < sum(busy.lookup("t4", tiny, resnet))
+    calm_ab, busy_ab = calm.lookup("t4", tiny, resnet), busy.lookup("t4", tiny, resnet)
+    assert calm_ab is not None and busy_ab is not None and sum(calm_ab) < sum(busy_ab)
