@@ -108,3 +108,14 @@ def test_a_calm_cluster_plans_unknown_pairs_without_optimism_unless_the_earlier_
     assert sum(planned[0.0]) > 1.2  # the earlier rule explores it anyway
     with pytest.raises(InputError):
         SimConfig(explore_contention=-0.5)
+
+
+def test_simulate_refuses_a_negative_explore_contention() -> None:
+    from typer.testing import CliRunner
+
+    from colocate.cli import app
+
+    args = ["simulate", "--cluster", "scheduler/data/cluster-default.yaml", "--workload",
+            "scheduler/examples/demo-workload.csv", "--policy", "colocate", "--belief", "none"]
+    bad = CliRunner().invoke(app, [*args, "--explore-contention", "-1"])  # the CLI's main prints it as one line
+    assert isinstance(bad.exception, InputError) and bad.exception.field == "contention", bad.output
