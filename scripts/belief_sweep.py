@@ -2,7 +2,7 @@
 
     python scripts/belief_sweep.py --out results/sim/belief [--workloads GLOB,...] [--loads 1,2]
                                    [--beliefs truth,predicted,none,noisy:0.3] [--demo] [--rerun BELIEFS]
-                                   [--throughput bootstrap --step-times fitted]
+                                   [--throughput bootstrap --step-times fitted] [--explore-contention 0]
 
 Each (workload, load) runs `sia` and `colocate` once per belief on Sia's 64-GPU cluster with the bundled
 colocation table as the truth (the load sweep's setup, ``results/sim/load-sweep``); ``--demo`` adds the
@@ -26,7 +26,7 @@ WORKLOADS = "/work/shared/data/sia/workloads/philly/workload-1.csv,/work/shared/
 
 
 def run_one(cluster: Any, work: Any, policy: str, belief: str, out: Path, profiles: Any = None,
-            colocation: Any = None, models: dict[str, str] | None = None) -> dict:
+            colocation: Any = None, models: dict[str, Any] | None = None) -> dict:
     from scheduler.sim.compare import code_version
     from scheduler.sim.simulator import SimConfig, simulate
 
@@ -134,8 +134,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="The simulator's throughput belief (default: SimConfig's; the runs of results/sim/belief "
                              "were made with 'bootstrap', the default then).")
     parser.add_argument("--step-times", default=None, help="True step times (default: SimConfig's; 'fitted' then).")
+    parser.add_argument("--explore-contention", type=float, default=None,
+                        help="Learning beliefs explore only in rounds whose jobs ask for >= this x the GPUs "
+                             "(default: SimConfig's; 0 = in every round, the rule of results/sim/belief-defaults).")
     args = parser.parse_args(argv)
-    models = {k: v for k, v in (("throughput", args.throughput), ("step_times", args.step_times)) if v is not None}
+    models: dict[str, Any] = {k: v for k, v in (("throughput", args.throughput), ("step_times", args.step_times),
+                                                ("explore_contention", args.explore_contention)) if v is not None}
     rows = []
     for label, load, cluster, work, profiles, colocation in cases(args):
         for policy, belief in [("sia", "-"), *(("colocate", b) for b in args.beliefs.split(","))]:

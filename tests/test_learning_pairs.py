@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.errors import InputError
-from scheduler.learning.explore import ExploreConfig, hurts, planning_ratios
+from scheduler.learning.explore import ExploreConfig, contended, hurts, planning_ratios
 from scheduler.learning.pairs import PairBelief, PairConfig, table_prior
 from scheduler.model.colocation import ColocationTable
 
@@ -101,3 +101,37 @@ def test_the_prior_knows_every_pair_and_leave_pair_out_never_sees_the_pair() -> 
     assert out.ratios[("t4", "w", "w")] == (0.0, 0.0)  # memory facts are kept
     held = out.ratios[("t4", "z", "z")]
     assert held != (0.8, 0.8) and all(math.isfinite(r) and r > 0 for r in held)
+
+
+def test_exploration_is_load_aware_and_the_earlier_rule_explores_in_every_round() -> None:
+    calm, busy = [1, 1], [1, 1, 2]  # GPU counts the round's jobs ask for, on 4 GPUs
+    assert not contended(calm, 4) and contended(busy, 4)  # the default: >= 1x the GPUs
+    always = ExploreConfig(contention=0.0)
+    assert contended([], 4, always) and contended(calm, 4, always)
+    assert contended(calm, 4, ExploreConfig(contention=0.5)) and not contended([1], 4, ExploreConfig(contention=0.5))
+    belief = PairBelief(None)  # nothing known: 0.5 each
+    assert belief.planned("t4", "a", "b", explore=False) == (0.5, 0.5)  # calm: not worth trying (Σ 1)
+    assert sum(belief.planned("t4", "a", "b", explore=True)) > 1.2
+    measured = PairBelief(None)
+    measured.observe("t4", "a", "b", 0.3, 0.35)
+    assert measured.planned("t4", "a", "b", explore=False) == (0.0, 0.0)  # a pair that hurts splits in any round
+    table = belief.planning_table({"t4": ["a", "b"]}, explore=False)
+    assert table.ratios[("t4", "a", "b")] == (0.5, 0.5)
+    with pytest.raises(InputError) as info:
+        ExploreConfig(contention=-1)
+    assert info.value.field == "contention"
+
+
+def test_serve_plans_with_the_same_load_aware_rule() -> None:
+    from scheduler.learning.online import policy_table
+
+    types = {"t4": ["a", "b"]}
+    calm = policy_table(None, [], types, predicted=False, demands=[1, 1], gpus=4)
+    busy = policy_table(None, [], types, predicted=False, demands=[1, 1, 1, 1], gpus=4)
+    unsaid = policy_table(None, [], types, predicted=False)  # no demands given: explores (the earlier call)
+    earlier = policy_table(None, [], types, predicted=False, demands=[1, 1], gpus=4,
+                           explore=ExploreConfig(contention=0.0))
+    assert calm is not None and busy is not None and unsaid is not None and earlier is not None
+    assert calm.ratios[("t4", "a", "b")] == (0.5, 0.5)
+    assert sum(busy.ratios[("t4", "a", "b")]) > 1.2
+    assert unsaid.ratios == busy.ratios == earlier.ratios

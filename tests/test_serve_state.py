@@ -215,3 +215,23 @@ def test_executors_come_from_a_registry_behind_one_protocol() -> None:
     with pytest.raises(InputError) as info:
         make_executor("slurm")
     assert info.value.field == "--backend" and "local, ray" in str(info.value)
+
+
+def test_serve_explores_unknown_pairs_only_while_its_jobs_ask_for_every_gpu(tmp_path: Path) -> None:
+    from scheduler.executor.registry import make_executor
+    from scheduler.model.cluster import cluster_from_dict
+    from scheduler.model.jobs import Job
+    from scheduler.service.server import Server
+
+    store = StateStore(tmp_path)
+    cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 4, "memory_gb": 16}}})
+    server = Server(store, cluster, make_executor("local"))
+    tiny, resnet = Job("x", "tiny_cnn", batch_size=8), Job("y", "resnet18", batch_size=4)
+    store.submit(job_from_dict({**JOB, "name": "a"}))
+    store.submit(job_from_dict({**JOB, "name": "b", "model": "resnet18", "batch_size": 4}))
+    _, calm = server.learned(store.jobs())  # two 1-GPU jobs on 4 GPUs: the prior's means, no optimism
+    store.submit(job_from_dict({**JOB, "name": "c", "min_gpus": 2}))
+    _, busy = server.learned(store.jobs())  # they ask for all 4: unknown pairs planned optimistically
+    assert calm is not None and busy is not None
+    calm_ab, busy_ab = calm.lookup("t4", tiny, resnet), busy.lookup("t4", tiny, resnet)
+    assert calm_ab is not None and busy_ab is not None and sum(calm_ab) < sum(busy_ab)

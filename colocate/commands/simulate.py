@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -142,6 +143,10 @@ def simulate_command(
     belief: str = typer.Option("truth", "--belief",
                                help="What packing policies believe about pairs: truth (the table itself), none, "
                                     "predicted, table:FILE or noisy:SIGMA; all but truth learn as pairs run."),
+    explore_contention: Optional[float] = typer.Option(
+        None, "--explore-contention",
+        help="A learning --belief tries unknown pairs only in rounds whose jobs ask for >= this x the cluster's "
+             "GPUs (default 1); 0: in every round (the earlier rule)."),
 ) -> None:
     """Simulate a workload under one policy; print JCTs, makespan, GPU-hours, utilization, packing."""
     from common.bounds import check_number
@@ -161,6 +166,8 @@ def simulate_command(
     config = SimConfig(round_s=round_s, seed=seed, throughput=throughput, first_run=first_run, batch=batch, restart_on=restart_on,
                        efficiency=efficiency, memory=memory, colocation_strength=strength, belief=belief,
                        step_times=step_times, gavel_rounds=gavel_rounds, substeps=substeps)
+    if explore_contention is not None:
+        config = replace(config, explore_contention=explore_contention)
     table = _colocation(colocation)
     cluster_obj = load_cluster(cluster)
     work = read_workload(workload)

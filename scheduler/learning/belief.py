@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from common.errors import InputError
-from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig
+from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig, contended
 from scheduler.learning.pairs import PairBelief, table_prior
 from scheduler.model.colocation import ColocationTable
 
@@ -129,14 +129,19 @@ class SimBelief:
         self.belief = PairBelief(prior, explore=explore)
         self.keys = sorted(k for k in truth.ratios if k[1] <= k[2])  # the pairs that exist (the truth knows them)
         self.rows: list[dict[str, Any]] = []
-        self._view: tuple[int, ColocationTable] | None = None
+        self._views: dict[bool, tuple[int, ColocationTable]] = {}
 
-    def view(self) -> ColocationTable:
-        """The table the policy reads this round (rebuilt only when something was learned)."""
-        if self._view is None or self._view[0] != self.belief.version:
-            planned = ColocationTable.from_rows((gpu, a, b, *self.belief.planned(gpu, a, b)) for gpu, a, b in self.keys)
-            self._view = (self.belief.version, self.wrap(planned))
-        return self._view[1]
+    def view(self, jobs: Sequence[Job] = (), gpus: int = 0) -> ColocationTable:
+        """The table the policy reads this round, for its active ``jobs`` on ``gpus`` GPUs: optimistic only
+        when the round is contended (:func:`scheduler.learning.explore.contended`; no jobs given: contended).
+        Rebuilt only when something was learned."""
+        explore = not jobs or contended((j.num_gpus for j in jobs), gpus, self.belief.explore)
+        hit = self._views.get(explore)
+        if hit is None or hit[0] != self.belief.version:
+            planned = ColocationTable.from_rows((gpu, a, b, *self.belief.planned(gpu, a, b, explore))
+                                                for gpu, a, b in self.keys)
+            hit = self._views[explore] = (self.belief.version, self.wrap(planned))
+        return hit[1]
 
     def _truth_key(self, gpu: str, job_a: Job, job_b: Job) -> tuple[str, str] | None:
         """The table keys the truth answers the pair under (its own lookup order)."""
@@ -182,12 +187,12 @@ class SimBelief:
 
 
 def sim_belief(text: str, truth: ColocationTable | None, wrap: Callable[[ColocationTable], ColocationTable],
-               seed: int = 0) -> SimBelief | None:
+               seed: int = 0, explore: ExploreConfig = DEFAULT_EXPLORE) -> SimBelief | None:
     """The simulator's belief for ``--belief text`` (None: the policy reads the truth)."""
     spec = parse_belief(text)
     if not spec.learns or truth is None:
         return None
-    return SimBelief(spec, truth, wrap, seed)
+    return SimBelief(spec, truth, wrap, seed, explore)
 
 
 __all__ = ["BELIEFS", "BELIEF_COLUMNS", "BeliefSpec", "SimBelief", "noisy_table", "parse_belief", "prior_table",

@@ -11,11 +11,19 @@ A pair that hurts — measured (``n ≥ min_samples``) with the *upper* end of i
 (δ < 1 beyond its CI: the two jobs together do less than one alone) — is planned as infeasible (ratios 0),
 so every packing policy splits it in the next round. An infeasible pair (a ratio of 0 measured or given)
 stays infeasible.
+
+The optimism is *load-aware* (:func:`contended`): it pays only in a round whose jobs ask for at least
+:attr:`ExploreConfig.contention` × the cluster's GPUs (the sum of each job's stated GPU count, ``Job.num_gpus``:
+the trace's request in the simulator, ``min_gpus`` in ``serve``). In a calmer round every pair is planned at
+its shrunk mean, so a pair nobody has run (time-slicing, ``0.5`` each, or its prior) is not packed to be
+tried: at light load packing gains little and each exploration of an unknown pair costs its restarts.
+Measured pairs that pay are still packed, and harmful ones still split.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from common.errors import InputError
@@ -30,9 +38,12 @@ class ExploreConfig:
     max_planned_ratio: float = 0.95  # the bound on optimism: no member is planned faster than this
     min_samples: int = 1  # samples before a pair can be judged harmful
     enabled: bool = True  # False: plan with the shrunk means (no optimism), harmful pairs still split
+    # optimism only in rounds whose jobs ask for >= this × the cluster's GPUs (Σ Job.num_gpus / GPUs);
+    # 0: in every round (the rule before it was load-aware)
+    contention: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("z", "sigma"):
+        for name in ("z", "sigma", "contention"):
             if not getattr(self, name) >= 0:
                 raise InputError(f"{name} {getattr(self, name)}", source="explore", field=name, valid="a number >= 0")
         if not 0 < self.max_planned_ratio <= 1.5:
@@ -62,23 +73,35 @@ def hurts(measured_a: float, measured_b: float, samples: int, config: ExploreCon
     return upper < 1.0
 
 
+def contended(demands: Iterable[int], gpus: int, config: ExploreConfig = DEFAULT_EXPLORE) -> bool:
+    """Whether a round is loaded enough to explore: its jobs ask for >= ``config.contention`` × ``gpus``.
+
+    ``demands`` = each active job's stated GPU count (``Job.num_gpus``). Sia-style adaptive jobs scale out
+    to whatever is free, so busy GPUs say nothing about load; what the jobs asked for does.
+    """
+    if config.contention <= 0:
+        return True
+    return sum(demands) >= config.contention * max(gpus, 1)
+
+
 def planning_ratios(ratio_a: float, ratio_b: float, weight: float,
                     measured: tuple[float, float, int] | None = None,
-                    config: ExploreConfig = DEFAULT_EXPLORE) -> tuple[float, float]:
+                    config: ExploreConfig = DEFAULT_EXPLORE, explore: bool = True) -> tuple[float, float]:
     """The ratios a policy plans with for a pair believed at ``(ratio_a, ratio_b)`` with ``weight`` evidence.
 
     ``weight`` = prior weight + samples (the shrinkage's denominator); ``measured`` = the measured mean
-    ratios and their sample count, when the pair has run.
+    ratios and their sample count, when the pair has run; ``explore`` = False in a calm round
+    (:func:`contended`): the shrunk means, no optimism.
     """
     if ratio_a <= 0 or ratio_b <= 0:
         return 0.0, 0.0  # infeasible stays infeasible
     if measured is not None and hurts(*measured, config=config):
         return 0.0, 0.0  # split it: planned as infeasible until the evidence says otherwise
-    if not config.enabled:
+    if not config.enabled or not explore:
         return ratio_a, ratio_b
     bonus = math.exp(config.z * standard_error(weight, config))
     cap = config.max_planned_ratio
     return min(ratio_a * bonus, max(cap, ratio_a)), min(ratio_b * bonus, max(cap, ratio_b))
 
 
-__all__ = ["DEFAULT_EXPLORE", "ExploreConfig", "hurts", "planning_ratios", "standard_error"]
+__all__ = ["DEFAULT_EXPLORE", "ExploreConfig", "contended", "hurts", "planning_ratios", "standard_error"]

@@ -14,8 +14,9 @@ per application, GPU type, GPU count, batch and partner type; :mod:`scheduler.se
   counts behind them (a pair whose solo is not measured yet stays ``pending``); :func:`policy_table`
   folds them into the pair belief (:mod:`scheduler.learning.pairs`: the ``--colocation`` table, then the
   δ predictor, as the prior; shrinkage by sample counts) and plans every pair the round's jobs could form
-  by the exploration rule (:mod:`scheduler.learning.explore`). :func:`learned_table_frame` is the export,
-  in the colocation-table format ``colocate matrix``/``simulate``/``schedule``/``serve --colocation`` read.
+  by the exploration rule (:mod:`scheduler.learning.explore`; optimistic only in a contended round).
+  :func:`learned_table_frame` is the export, in the colocation-table format ``colocate matrix``/``simulate``/
+  ``schedule``/``serve --colocation`` read.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig
+from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig, contended
 from scheduler.learning.measured import job_type, learned_ratios, solo_times  # noqa: F401  (re-exported)
 from scheduler.learning.pairs import DEFAULT_PAIRS, PairBelief, PairConfig, chain_priors, table_prior
 from scheduler.model.colocation import ColocationTable
@@ -202,9 +203,12 @@ def _predicted_prior(base: ColocationTable | None) -> Any:
 
 def policy_table(base: ColocationTable | None, rows: Sequence[Mapping[str, Any]],
                  job_types: Mapping[str, Iterable[str]] | None = None, *, predicted: bool = True,
-                 explore: ExploreConfig = DEFAULT_EXPLORE) -> ColocationTable | None:
+                 explore: ExploreConfig = DEFAULT_EXPLORE, demands: Iterable[int] | None = None,
+                 gpus: int = 0) -> ColocationTable | None:
     """The table the next round reads: every pair of the waiting and running ``job_types`` (per GPU type) and
     every measured pair, planned by the exploration rule over the belief (prior + measurements, shrunk).
+    ``demands`` (each active job's GPU count, ``min_gpus``) on ``gpus`` GPUs: optimistic only when the round
+    is contended (:func:`scheduler.learning.explore.contended`, as in the simulator); None: always.
 
     With nothing measured and no job types asked about, the base table itself (the same object every round:
     the policy's per-table caches stay warm).
@@ -213,7 +217,8 @@ def policy_table(base: ColocationTable | None, rows: Sequence[Mapping[str, Any]]
     if not measured and not job_types:
         return base
     belief = pair_belief(base, measured, predicted=predicted, explore=explore)
-    return belief.planning_table(job_types or {})
+    busy = demands is None or contended(demands, gpus, explore)
+    return belief.planning_table(job_types or {}, busy)
 
 
 def round_job_types(gpu_types: Iterable[str], jobs: Iterable[tuple[str, int | None]]) -> dict[str, list[str]]:

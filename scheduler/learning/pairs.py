@@ -204,21 +204,23 @@ class PairBelief:
         return PairEstimate(est.ratio_b, est.ratio_a, est.weight, est.samples, measured, est.interval_b,
                             est.interval_a, est.source)
 
-    def planned(self, gpu: str, a: str, b: str) -> tuple[float, float]:
-        """What a policy plans with for the pair (:func:`scheduler.learning.explore.planning_ratios`)."""
+    def planned(self, gpu: str, a: str, b: str, explore: bool = True) -> tuple[float, float]:
+        """What a policy plans with for the pair (:func:`scheduler.learning.explore.planning_ratios`;
+        ``explore`` False in a calm round: no optimism)."""
         est = self.estimate(gpu, a, b)
         if not est.feasible:
             return 0.0, 0.0
         measured = (*est.measured, est.samples) if est.measured is not None else None
-        return planning_ratios(est.ratio_a, est.ratio_b, est.weight, measured, self.explore)
+        return planning_ratios(est.ratio_a, est.ratio_b, est.weight, measured, self.explore, explore)
 
-    def planning_table(self, job_types: Mapping[str, Iterable[str]]) -> ColocationTable:
-        """The table a policy reads: every pair of ``job_types[gpu]`` on each GPU type, plus every pair measured."""
+    def planning_table(self, job_types: Mapping[str, Iterable[str]], explore: bool = True) -> ColocationTable:
+        """The table a policy reads: every pair of ``job_types[gpu]`` on each GPU type, plus every pair measured
+        (``explore``: whether the round is contended, :func:`scheduler.learning.explore.contended`)."""
         keys: set[Key] = set(self.samples) | set(self.infeasible)
         for gpu, types in job_types.items():
             names = sorted(set(types))
             keys.update((gpu, a, b) for i, a in enumerate(names) for b in names[i:])
-        return ColocationTable.from_rows((gpu, a, b, *self.planned(gpu, a, b)) for gpu, a, b in sorted(keys))
+        return ColocationTable.from_rows((gpu, a, b, *self.planned(gpu, a, b, explore)) for gpu, a, b in sorted(keys))
 
     def measured_rows(self) -> list[dict[str, Any]]:
         """One row per measured pair: shrunk ratios, measured means, samples and 90 %-style intervals."""

@@ -240,9 +240,11 @@ class Server:
         """The goodput model and colocation table of this round, measurements on top of the priors."""
         measurements = self.state.measurements()
         model = LearnedGoodputModel(measurements, {r.name: r.spec for r in rows}, base=self.profiles)
-        active = [(r.spec.app, r.batch_size) for r in rows if r.state in (QUEUED, RUNNING)]
-        types = round_job_types(self.cluster.type_names, active)
-        return model, policy_table(self.colocation, learned_ratios(measurements, model), types)
+        active = [r for r in rows if r.state in (QUEUED, RUNNING)]
+        types = round_job_types(self.cluster.type_names, [(r.spec.app, r.batch_size) for r in active])
+        # unknown pairs are explored only while the jobs ask for the whole cluster (scheduler.learning.explore)
+        return model, policy_table(self.colocation, learned_ratios(measurements, model), types,
+                                   demands=[r.spec.min_gpus for r in active], gpus=self.cluster.total_gpus)
 
     def _cancel_queued(self) -> None:
         names = self.state.cancel_requested(QUEUED)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from common.errors import InputError
 from scheduler.learning.belief import parse_belief
+from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig
 from scheduler.sim.job_model import SIA_RESTART_COST_S, SIA_RESTART_PENALTY_S, SIA_SLOWDOWN
 
 CHOICES = {"throughput": ("fitted", "bootstrap", "oracle"), "step_times": ("interpolated", "fitted"),
@@ -44,6 +45,8 @@ class SimConfig:
     memory: bool = True
     colocation_strength: float = 1.0
     belief: str = "truth"  # what packing policies believe about pairs (scheduler.learning.belief)
+    # a learning belief explores only in rounds whose jobs ask for >= this × the GPUs; 0: always (earlier)
+    explore_contention: float = DEFAULT_EXPLORE.contention
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -55,12 +58,18 @@ class SimConfig:
                 raise InputError(f"{name} {getattr(self, name)!r}", source="simulate", field=name,
                                  valid=", ".join(valid))
         parse_belief(self.belief)
+        ExploreConfig(contention=self.explore_contention)  # validates it
         if not (isinstance(self.substeps, int) and 1 <= self.substeps <= 600):
             raise InputError(f"substeps {self.substeps!r}", source="--substeps", field="substeps",
                              valid="an integer in [1, 600]")
         if not self.colocation_strength >= 0:
             raise InputError(f"colocation strength {self.colocation_strength}", source="simulate",
                              field="colocation_strength", valid="a number >= 0 (1 = the table as measured)")
+
+    @property
+    def explore(self) -> ExploreConfig:
+        """The exploration rule's knobs for a learning ``belief``."""
+        return ExploreConfig(contention=self.explore_contention)
 
     def restart_cost(self, application: str) -> float:
         return float(self.restart_cost_s.get(application, self.default_restart_cost_s))

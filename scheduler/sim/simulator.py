@@ -124,7 +124,7 @@ class Simulator:
                                                    blind_first_run=config.first_run == "blind")
         self.memory = MemoryModel(self.goodput, cluster) if config.memory else None
         self.colocation = self._policy_table(colocation)  # the truth: how fast pairs really run
-        self.learner = self._belief(colocation)  # what the policy believes, when not the truth
+        self.learner = self._belief(colocation)  # what the policy believes (never the truth, if learning)
         self._caps: dict[tuple[str, int | None], int] = {}
         self.states = {j.name: initial_state(j, self.goodput, cluster, config.slowdown_of(j.application),
                                              workload.source) for j in workload.jobs}
@@ -135,7 +135,7 @@ class Simulator:
         if table is not None and self.config.colocation_strength != 1.0:
             table = scaled_table(table, self.config.colocation_strength)
         wrap = (lambda t: MemoryCheckedTable(t.ratios, self.memory)) if self.memory is not None else (lambda t: t)
-        return sim_belief(self.config.belief, table, wrap, self.config.seed)
+        return sim_belief(self.config.belief, table, wrap, self.config.seed, self.config.explore)
 
     def _policy_table(self, table: ColocationTable | None) -> ColocationTable | None:
         if table is None:
@@ -266,7 +266,7 @@ class Simulator:
     def _decide(self, run: _Run) -> tuple[dict[str, Job], RoundDecision, Placement, float]:
         self._k, self._now = run.k, run.now
         views = {st.spec.name: self._view(st, run.now) for st in run.active.values()}
-        table = self.learner.view() if self.learner is not None else self.colocation  # never the truth, if learning
+        table = self.learner.view(list(views.values()), self.cluster.total_gpus) if self.learner else self.colocation
         context = RoundContext(goodput=self.belief, time_s=run.now, colocation=table,
                                previous_placement=run.previous, round_duration_s=self.config.round_s,
                                extras={"seed": self.config.seed, "round": run.k,
