@@ -40,6 +40,17 @@ def models() -> tuple[ProfileGoodputModel, ProfileGoodputModel]:
     return (ProfileGoodputModel(profiles, curves, validation), ProfileGoodputModel(profiles, curves, validation))
 
 
+def same_epoch_twin(model: ProfileGoodputModel, job: Job, other: float) -> Job | None:
+    """Another job of the same application at a progress ``other`` of the way through ``job``'s epoch (so it
+    shares the memo's state key), or None when rounding puts it in another epoch."""
+    curves = model.validation[job.application]
+    epoch = curves.epoch(job.progress)
+    lo = 0.0 if epoch == 0 else float(curves.boundaries[epoch - 1])
+    hi = float(curves.boundaries[epoch]) if epoch < len(curves.boundaries) - 1 else lo + 1.0
+    twin = job.with_state(name="twin", progress=lo + other * (hi - lo))
+    return twin if curves.epoch(twin.progress) == epoch else None
+
+
 def plain_estimate(model: ProfileGoodputModel, job: Job, c: Configuration) -> GoodputEstimate | None:
     model.clear_caches()
     return model.estimate(job, c.gpu_type, c.num_gpus, c.num_nodes)
@@ -71,12 +82,8 @@ def test_memoised_estimates_equal_the_plain_per_configuration_path(job: Job, con
                                                                     other: float) -> None:
     warm, plain = models()
     # warm the caches with the same shapes as another tuple and another job of the same epoch
-    curves = warm.validation[job.application]
-    epoch = curves.epoch(job.progress)
-    lo = 0.0 if epoch == 0 else float(curves.boundaries[epoch - 1])
-    hi = float(curves.boundaries[epoch]) if epoch < len(curves.boundaries) - 1 else lo + 1.0
-    twin = job.with_state(name="twin", progress=lo + other * (hi - lo))
-    if curves.epoch(twin.progress) == epoch:
+    twin = same_epoch_twin(warm, job, other)
+    if twin is not None:
         warm.estimate_arrays(twin, list(configs))
     shapes = tuple(configs)
     first, again = warm.estimate_arrays(job, shapes), warm.estimate_arrays(job, shapes)
@@ -225,12 +232,8 @@ def test_memoised_accumulating_answers_equal_the_unmemoised_ones(job: Job, c: Co
     warm, plain = models()
     fast, slow = AccumulatingGoodput(warm), AccumulatingGoodput(plain)
     slow._memo._key_of = None  # no memo: every call computed
-    curves = warm.validation[job.application]
-    epoch = curves.epoch(job.progress)
-    lo = 0.0 if epoch == 0 else float(curves.boundaries[epoch - 1])
-    hi = float(curves.boundaries[epoch]) if epoch < len(curves.boundaries) - 1 else lo + 1.0
-    twin = job.with_state(name="twin", progress=lo + other * (hi - lo))
-    if curves.epoch(twin.progress) == epoch:
+    twin = same_epoch_twin(warm, job, other)
+    if twin is not None:
         fast.estimate(twin, c.gpu_type, c.num_gpus, c.num_nodes)
         fast.accumulated(twin, c.gpu_type, c.num_gpus, c.num_nodes, cap)
     for _ in range(2):  # the first call fills the memo (unless the twin did), the second reads it
