@@ -58,7 +58,7 @@ class SimConfig:
                 raise InputError(f"{name} {getattr(self, name)!r}", source="simulate", field=name,
                                  valid=", ".join(valid))
         parse_belief(self.belief)
-        ExploreConfig(contention=self.explore_contention)  # validates it
+        _ = self.explore  # builds the exploration knobs, which validates the contention
         if not (isinstance(self.substeps, int) and 1 <= self.substeps <= 600):
             raise InputError(f"substeps {self.substeps!r}", source="--substeps", field="substeps",
                              valid="an integer in [1, 600]")
