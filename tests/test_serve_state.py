@@ -108,6 +108,34 @@ def test_measurements_override_the_prior_and_calibrate_unmeasured_configurations
     assert learned.estimate(job, "v100", 1) is None  # not an allowed GPU type of the job
 
 
+def test_a_job_measured_at_its_batch_is_scaled_from_its_own_measurement_not_a_median_over_batches(
+        tmp_path: Path) -> None:
+    """Two jobs of one application at two batches, each off the prior by another factor: the 2-GPU estimate of
+    each keeps the prior's GPU scaling of its own 1-GPU rate (a median over both batches made the next GPU of
+    the faster-than-prior one look worse than the prior says: a resize it should make was not made)."""
+    from scheduler.model.jobs import Job
+
+    store = StateStore(tmp_path)
+    specs = {name: job_from_dict({**JOB, "name": name, "batch_size": b, "max_gpus": 2, "adaptive": False})
+             for name, b in (("small", 8), ("big", 32))}
+    prior = LearnedGoodputModel([], specs)
+    jobs = {"small": Job("small", "tiny_cnn", batch_size=8), "big": Job("big", "tiny_cnn", batch_size=32)}
+    gain = {name: prior.estimate(job, "t4", 2).throughput / prior.estimate(job, "t4", 1).throughput
+            for name, job in jobs.items()}
+    one_gpu = {"small": 8 / prior.estimate(jobs["small"], "t4", 1).throughput * 3.0,  # 3× slower than the prior
+               "big": 32 / prior.estimate(jobs["big"], "t4", 1).throughput / 2.0}  # 2× faster
+    rows = _measurements(store, [("tiny_cnn", "t4", 1, 8, "", one_gpu["small"]),
+                                 ("tiny_cnn", "t4", 1, 32, "", one_gpu["big"])])
+    learned = LearnedGoodputModel(rows, specs)
+    for name, job in jobs.items():
+        measured = learned.estimate(job, "t4", 1).throughput
+        assert measured == pytest.approx(job.batch_size / one_gpu[name])
+        assert learned.estimate(job, "t4", 2).throughput / measured == pytest.approx(gain[name])
+    assert learned.calibration("tiny_cnn", "t4", 16) == pytest.approx((1 / 3 + 2) / 2)  # a batch never measured
+    assert learned.calibration("tiny_cnn", "t4", 32) == pytest.approx(2.0)
+    assert learned.calibration("tiny_cnn", "v100", 32) == pytest.approx((1 / 3 + 2) / 2)  # per application
+
+
 def test_pair_measurements_become_ratios_with_their_sample_counts_and_an_exported_table(tmp_path: Path) -> None:
     from scheduler.model.jobs import Job
 

@@ -84,7 +84,7 @@ class LearnedGoodputModel(GoodputModelBase):
         self.base = base
         self.specs = dict(specs)
         self.solo = solo_times(measurements)
-        self._calibration: dict[tuple[str, str | None], float] = {}
+        self._calibration: dict[tuple[str, str | None, int | None], float] = {}
         self._measured_apps = {key[0] for key in self.solo}
         self._calibrate()
 
@@ -101,18 +101,28 @@ class LearnedGoodputModel(GoodputModelBase):
         return float(PRIOR.throughput(local, num_gpus, num_nodes))
 
     def _calibrate(self) -> None:
-        """Median ratio measured / unmeasured-model per (application, GPU type) and per application."""
-        ratios: dict[tuple[str, str | None], list[float]] = {}
+        """Median ratio measured / unmeasured-model per (application, GPU type, batch), per (application, GPU
+        type) and per application.
+
+        The batch level comes first because the model is trusted for how a rate scales with the GPU count, not
+        for how it scales with the batch: a job measured at its own batch is scaled from that measurement
+        alone, not from a median mixed with other batches' errors (which could make its next GPU look worse
+        than the model says, or better)."""
+        ratios: dict[tuple[str, str | None, int | None], list[float]] = {}
         for (app, gpu, n, batch), (iter_time, _) in self.solo.items():
             model = self._unmeasured(app, gpu, n, batch, 1)
             if model and iter_time > 0:
                 ratio = (batch / iter_time) / model
-                ratios.setdefault((app, gpu), []).append(ratio)
-                ratios.setdefault((app, None), []).append(ratio)
+                for key in ((app, gpu, batch), (app, gpu, None), (app, None, None)):
+                    ratios.setdefault(key, []).append(ratio)
         self._calibration = {key: float(np.median(values)) for key, values in ratios.items()}
 
-    def calibration(self, application: str, gpu_type: str) -> float:
-        return self._calibration.get((application, gpu_type), self._calibration.get((application, None), 1.0))
+    def calibration(self, application: str, gpu_type: str, batch_size: int | None = None) -> float:
+        """The factor on the unmeasured model's rate: the most specific measured level that exists."""
+        for key in ((application, gpu_type, batch_size), (application, gpu_type, None), (application, None, None)):
+            if key in self._calibration:
+                return self._calibration[key]
+        return 1.0
 
     def measured(self, application: str, gpu_type: str, num_gpus: int, batch_size: int) -> tuple[float, int] | None:
         """(mean iteration time, samples) of a solo configuration, when measured."""
@@ -124,7 +134,7 @@ class LearnedGoodputModel(GoodputModelBase):
         if hit is not None and hit[0] > 0:
             return batch_size / hit[0]
         value = self._unmeasured(application, gpu_type, num_gpus, batch_size, num_nodes)
-        return None if value is None else value * self.calibration(application, gpu_type)
+        return None if value is None else value * self.calibration(application, gpu_type, batch_size)
 
     def estimate(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1) -> GoodputEstimate | None:
         spec = self.specs.get(job.name)
@@ -155,8 +165,10 @@ class LearnedGoodputModel(GoodputModelBase):
             return super().estimate_arrays(job, configs)
         configs = configs if isinstance(configs, tuple) else tuple(configs)
         arrays = estimate_arrays(self.base, job, configs)
-        factor = np.array([self.calibration(job.application, c.gpu_type) for c in configs])
-        throughput, batch = arrays.throughput * factor, arrays.batch_size
+        batch = arrays.batch_size
+        factor = np.array([self.calibration(job.application, c.gpu_type, int(batch[i]) if batch[i] > 0 else None)
+                           for i, c in enumerate(configs)])
+        throughput = arrays.throughput * factor
         if job.application in self._measured_apps:
             for i, c in enumerate(configs):
                 hit = self.measured(job.application, c.gpu_type, c.num_gpus, int(batch[i])) if batch[i] > 0 else None
