@@ -119,6 +119,10 @@ def simulate_command(
                                   help="fitted throughput only. blind: a job never run looks alike on one GPU of "
                                        "every type (Sia's simulator; it migrates once measured); profiled: the "
                                        "profiles' values (earlier)."),
+    throughput_fit: str = typer.Option("pollux", "--throughput-fit",
+                                       help="fitted throughput only. pollux: Pollux's joint fit of the step-time "
+                                            "model to the points a job ran (Sia's scheduler); lines: a line per "
+                                            "term to its own measurement (earlier, more optimistic)."),
     step_times: str = typer.Option("interpolated", "--step-times",
                                    help="True step times: interpolated from the profile rows (Sia's simulator) "
                                         "or fitted (Pollux-form fit, measured points as measured)."),
@@ -163,7 +167,8 @@ def simulate_command(
         prepare_out_dir(out)
     spec = policy_spec(policy)
     options = _group_option(spec.name, max_group_size)
-    config = SimConfig(round_s=round_s, seed=seed, throughput=throughput, first_run=first_run, batch=batch, restart_on=restart_on,
+    config = SimConfig(round_s=round_s, seed=seed, throughput=throughput, first_run=first_run,
+                       throughput_fit=throughput_fit, batch=batch, restart_on=restart_on,
                        efficiency=efficiency, memory=memory, colocation_strength=strength, belief=belief,
                        step_times=step_times, gavel_rounds=gavel_rounds, substeps=substeps)
     if explore_contention is not None:

@@ -5,11 +5,12 @@ time (and the all-reduce time within it) of each configuration the job runs and 
 model (OSDI'21 §3.2, :class:`scheduler.model.step_time.StepTimeModel`) to those points, per GPU type. This is what
 Sia (SOSP'23 §3.4) does, and how its simulator's scheduler sees jobs:
 
-* :func:`fit_observed` fits the model with the priors of Pollux's fit: the terms nothing has measured yet are
-  held at zero (no multi-GPU run: no all-reduce cost; no run over 2 GPUs: no cost growing with the count; one
-  local batch measured: half its time is taken as fixed cost), so the belief is optimistic about what it has
-  not tried and the scheduler tries it. Closed-form line fits and a grid for the overlap exponent keep it
-  cheap enough to refit every time a job runs a new configuration.
+* :func:`~scheduler.learning.pollux_fit.fit_pollux` (the default) fits the model as Pollux's scheduler does: one
+  joint least-squares fit in log space with Pollux's priors (terms nothing has measured are held at zero), so
+  the measured configurations come out as measured and one multi-GPU count measured already makes more GPUs
+  cost more. :func:`fit_observed` (``--throughput-fit lines``, the earlier fit) fits each term to its own
+  measurement with the same priors: closed-form lines and a grid for the overlap exponent, more optimistic
+  about scaling out (the measured all-reduce time, not the whole step, is the network's cost).
 * :class:`ThroughputLearner` holds the points (first measurement of each configuration) per job and GPU type
   and refits a type only when it gained a point.
 * :class:`LearnedThroughputGoodput` is the policy's goodput model built on it: the fitted model on a GPU type
@@ -25,11 +26,12 @@ policy with the same goodput model.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from scheduler.learning.pollux_fit import fit_pollux
 from scheduler.model.goodput import EstimateArrays, GoodputEstimate, GoodputModel, GoodputModelBase, estimate_arrays
 from scheduler.model.jobs import Job
 from scheduler.model.step_time import StepTimeModel, linear_fit
@@ -110,7 +112,8 @@ def _point(num_nodes: int, num_gpus: int, local_bsz: float) -> Point:
 class ThroughputLearner:
     """Measured (step, sync) times per owner (a job), GPU type and configuration, and the fits on them."""
 
-    def __init__(self) -> None:
+    def __init__(self, fit: Callable[..., StepTimeModel] = fit_pollux) -> None:
+        self.fit = fit  # (nodes, GPUs, local batches, step times, sync times) -> StepTimeModel; fit_observed: lines
         self.points: dict[str, dict[str, dict[Point, tuple[float, float]]]] = {}
         self._fits: dict[tuple[str, str], tuple[int, StepTimeModel]] = {}
         # fits by their inputs (points in the order measured): jobs of one application that ran the same
@@ -153,7 +156,7 @@ class ThroughputLearner:
         model = self._by_points.get(inputs)
         if model is None:
             keys, values = list(seen), list(seen.values())
-            model = fit_observed([q[0] for q in keys], [q[1] for q in keys], [q[2] for q in keys],
+            model = self.fit([q[0] for q in keys], [q[1] for q in keys], [q[2] for q in keys],
                                  [v[0] for v in values], [v[1] for v in values])
             self.fits += 1
             if len(self._by_points) > 65536:

@@ -14,7 +14,7 @@ from scheduler.sim.job_model import SIA_RESTART_COST_S, SIA_RESTART_PENALTY_S, S
 CHOICES = {"throughput": ("fitted", "bootstrap", "oracle"), "step_times": ("interpolated", "fitted"),
            "batch": ("app-max", "workload"), "restart_on": ("placement", "shape", "gpus"),
            "efficiency": ("sia", "gns"), "gavel_rounds": ("sia", "refill"),
-           "first_run": ("blind", "profiled")}
+           "first_run": ("blind", "profiled"), "throughput_fit": ("pollux", "lines")}
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,10 @@ class SimConfig:
     # simulator does not read a job's throughputs before its first run, so where it starts is arbitrary and the
     # job migrates once measured); profiled = the profiles' values (the earlier behaviour)
     first_run: str = "blind"
+    # how the fitted belief fits a job's measured points: pollux = Pollux's joint fit (Sia's scheduler; measured
+    # step times come out as measured, one multi-GPU count measured makes more GPUs cost more); lines = a line
+    # per term to its own measurement (the earlier, more optimistic fit)
+    throughput_fit: str = "pollux"
     step_times: str = "interpolated"
     batch: str = "app-max"
     restart_on: str = "placement"

@@ -51,7 +51,8 @@ from common.errors import InputError
 from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.formats.workloads import Workload, load_workload
 from scheduler.learning.belief import SimBelief, sim_belief
-from scheduler.learning.throughput import LearnedThroughputGoodput
+from scheduler.learning.pollux_fit import fit_pollux
+from scheduler.learning.throughput import LearnedThroughputGoodput, ThroughputLearner, fit_observed
 from scheduler.model.cluster import Cluster, load_cluster
 from scheduler.model.goodput import GoodputModel
 from scheduler.model.jobs import Job
@@ -120,7 +121,8 @@ class Simulator:
         if adaptive and config.throughput == "bootstrap":
             self.belief = BootstrapGoodput(self.goodput, cluster)
         elif adaptive and config.throughput == "fitted":
-            self.belief = LearnedThroughputGoodput(self.goodput, cluster,
+            learner = ThroughputLearner(fit=fit_pollux if config.throughput_fit == "pollux" else fit_observed)
+            self.belief = LearnedThroughputGoodput(self.goodput, cluster, learner,
                                                    blind_first_run=config.first_run == "blind")
         self.memory = MemoryModel(self.goodput, cluster) if config.memory else None
         self.colocation = self._policy_table(colocation)  # the truth: how fast pairs really run
