@@ -1,5 +1,7 @@
-"""Pollux's joint fit of the step-time model to the points a job ran (scheduler.learning.pollux_fit), the
-simulator's default, against the earlier per-term line fit (``--throughput-fit lines``)."""
+"""What Sia's scheduler believes of a job it has run, as the simulator's fitted belief models it: Pollux's joint
+fit of the step-time model to the points the job ran (``--throughput-fit pollux`` against the earlier per-term
+line fit, ``lines``), and its statistical efficiency at other batches extrapolated from the gradient noise it
+measured (``--efficiency-belief extrapolated`` against the validation curves at every batch, ``curves``)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,11 @@ import pytest
 
 from common.errors import InputError
 from scheduler.learning.pollux_fit import FLOOR, _objective, fit_pollux
-from scheduler.learning.throughput import ThroughputLearner, fit_observed
+from scheduler.formats.shared_data import shared_data_dir
+from scheduler.learning.throughput import ThroughputLearner, fit_observed, pollux_efficiency
+from scheduler.model.goodput import ValidationCurves
 from scheduler.model.step_time import StepTimeModel
-from scheduler.sim.simulator import SimConfig
+from scheduler.sim.simulator import SimConfig, simulate
 
 # DeepSpeech2 on Sia's rtx nodes at local batch 20 (Sia's artifact traces, placements-rtx.csv): 1 and 4 GPUs
 # measured, the measured all-reduce time at 4 GPUs (0.053 s) far less than what 4 GPUs add to the step (0.316 s)
@@ -83,3 +87,44 @@ def test_the_learner_fits_with_pollux_unless_told_and_the_simulator_takes_the_fi
     assert learner.model("j", "rtx") == fit_observed(*ONE_AND_FOUR)
     with pytest.raises(InputError, match="throughput_fit"):
         SimConfig(throughput_fit="exact")
+
+
+# ------------------------------------------------------------------ the efficiency a scheduler believes
+
+def _curves() -> ValidationCurves:
+    """Two epochs, three validated batches; the noise grows relative to the signal with the batch (as in the
+    traces), so statistics measured at the smallest batch extrapolate to a lower efficiency at the others."""
+    return ValidationCurves("x", np.array([16.0, 32.0, 64.0]), np.array([5.0, 10.0]),
+                            sqr=np.array([[4.0, 3.0, 2.0], [1.0, 1.0, 1.0]]),
+                            var=np.array([[8.0, 12.0, 20.0], [0.5, 0.5, 0.5]]))
+
+
+def test_pollux_efficiency_agrees_with_the_curves_at_the_measured_batch_and_extrapolates_elsewhere():
+    curves = _curves()
+    sqr, var = curves.gradient_stats(0.0, 16.0)
+    assert (sqr, var) == (4.0, 8.0)
+    grid = np.array([16.0, 32.0, 64.0])
+    believed, true = pollux_efficiency(grid, sqr, var, 16.0), curves.efficiency(0.0, grid)
+    assert believed[0] == pytest.approx(true[0])
+    scale = grid / 16.0
+    assert believed == pytest.approx(((var + sqr) / (var / scale + sqr)) / scale)  # Pollux's formula
+    assert believed[2] < true[2]  # measured at 16, the job believes larger batches pay off less than they do
+    assert curves.gradient_stats(20.0, 48.0) == (1.0, 0.5)  # a later epoch, between validated batches
+    assert not believed.flags.writeable
+
+
+@pytest.mark.sia_data
+def test_the_simulator_measures_gradient_noise_where_a_job_runs_and_believes_its_extrapolation():
+    from scheduler.formats.workloads import read_workload
+
+    work = read_workload(shared_data_dir() / "sia" / "workloads" / "philly" / "workload-1.csv").head(24)
+    cluster = "scheduler/examples/sia-64gpu.yaml"
+    assert SimConfig().efficiency_belief == "extrapolated"
+    default = simulate(cluster, work, "sia", profiles=shared_data_dir() / "sia" / "traces")
+    curves = simulate(cluster, work, "sia", profiles=shared_data_dir() / "sia" / "traces",
+                      config=SimConfig(efficiency_belief="curves"))
+    assert default.meta["model"]["efficiency_belief"] == "extrapolated"
+    assert curves.meta["model"]["efficiency_belief"] == "curves"
+    assert default.summary["avg_jct_s"] != curves.summary["avg_jct_s"]
+    with pytest.raises(InputError, match="efficiency_belief"):
+        SimConfig(efficiency_belief="oracle")

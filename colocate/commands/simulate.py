@@ -123,6 +123,11 @@ def simulate_command(
                                        help="fitted throughput only. pollux: Pollux's joint fit of the step-time "
                                             "model to the points a job ran (Sia's scheduler); lines: a line per "
                                             "term to its own measurement (earlier, more optimistic)."),
+    efficiency_belief: str = typer.Option("extrapolated", "--efficiency-belief",
+                                          help="fitted throughput only. extrapolated: a job's efficiency at other "
+                                               "batches from the gradient noise it measured when it last ran "
+                                               "(Pollux's formula, Sia's scheduler); curves: the validation curves "
+                                               "at every batch (earlier)."),
     step_times: str = typer.Option("interpolated", "--step-times",
                                    help="True step times: interpolated from the profile rows (Sia's simulator) "
                                         "or fitted (Pollux-form fit, measured points as measured)."),
@@ -168,7 +173,8 @@ def simulate_command(
     spec = policy_spec(policy)
     options = _group_option(spec.name, max_group_size)
     config = SimConfig(round_s=round_s, seed=seed, throughput=throughput, first_run=first_run,
-                       throughput_fit=throughput_fit, batch=batch, restart_on=restart_on,
+                       throughput_fit=throughput_fit, efficiency_belief=efficiency_belief, batch=batch,
+                       restart_on=restart_on,
                        efficiency=efficiency, memory=memory, colocation_strength=strength, belief=belief,
                        step_times=step_times, gavel_rounds=gavel_rounds, substeps=substeps)
     if explore_contention is not None:

@@ -102,6 +102,19 @@ def fit_observed(num_nodes: Sequence[int], num_gpus: Sequence[int], local_bsz: S
     return best
 
 
+def pollux_efficiency(batch_sizes: np.ndarray, grad_sqr: float, grad_var: float, init_batch_size: float
+                      ) -> np.ndarray:
+    """Pollux's statistical efficiency at each global batch ``M`` from one measurement of the gradient's squared
+    norm and variance (OSDI'21 §3.1, as Sia's scheduler evaluates it): ``gain / scale`` with ``scale = M / M0``
+    and ``gain = (var + sqr) / (var / scale + sqr)``, at most 1 (read-only)."""
+    scale = np.maximum(np.asarray(batch_sizes, dtype=float), init_batch_size) / init_batch_size
+    denom = grad_var / scale + grad_sqr
+    gain = np.where(denom > 0, (grad_var + grad_sqr) / np.where(denom > 0, denom, 1.0), 1.0)
+    eff = np.minimum(gain / scale, 1.0)
+    eff.setflags(write=False)
+    return eff
+
+
 Point = tuple[int, int, float]  # (num_nodes, num_gpus, local batch)
 
 
@@ -120,6 +133,14 @@ class ThroughputLearner:
         # configurations measured the same times, so most refits are another job's fit (a pure function)
         self._by_points: dict[tuple, StepTimeModel] = {}
         self.fits = 0  # how many fits were computed (a cost figure)
+        # the gradient statistics (squared norm, variance) measured when the job last ran, and the initial batch
+        # they are relative to: what Pollux's efficiency extrapolates to other batches
+        self.gradients: dict[str, tuple[float, float, float]] = {}
+
+    def observe_gradient(self, owner: str, grad_sqr: float, grad_var: float, init_batch_size: float) -> None:
+        """Record the gradient statistics of the job's latest run (each run replaces the last, as in Sia)."""
+        if all(math.isfinite(v) for v in (grad_sqr, grad_var)) and init_batch_size > 0:
+            self.gradients[owner] = (float(grad_sqr), float(grad_var), float(init_batch_size))
 
     def observe(self, owner: str, gpu_type: str, num_nodes: int, num_gpus: int, local_bsz: float,
                 step_time: float, sync_time: float) -> bool:
@@ -166,6 +187,7 @@ class ThroughputLearner:
         return model
 
     def forget(self, owner: str) -> None:
+        self.gradients.pop(owner, None)
         for gpu_type in self.points.pop(owner, {}):
             self._fits.pop((owner, gpu_type), None)
 
@@ -177,11 +199,14 @@ class LearnedThroughputGoodput(GoodputModelBase):
     per GPU type, which shapes a job can run at all, and the values for a job never run. Answers are kept per
     (job, number of points learned, efficiency, shapes), so a job that learned nothing new since the last round
     costs a dictionary look-up. ``blind_first_run``: a job never run is valued alike on every shape it can run
-    (:meth:`_blind`) rather than by the base model."""
+    (:meth:`_blind`) rather than by the base model. ``extrapolate_efficiency``: a job's statistical efficiency at
+    every batch is :func:`pollux_efficiency` of the gradient statistics it measured when it last ran (as Sia's
+    scheduler believes it), not the base model's (the validation curves at each batch: what the job will see)."""
 
     def __init__(self, inner: GoodputModel, cluster: Cluster, learner: ThroughputLearner | None = None,
-                 blind_first_run: bool = False) -> None:
+                 blind_first_run: bool = False, extrapolate_efficiency: bool = False) -> None:
         self.inner = inner
+        self.extrapolate_efficiency = extrapolate_efficiency
         self.blind_first_run = blind_first_run
         self.cluster = cluster
         self.learner = learner if learner is not None else ThroughputLearner()
@@ -221,6 +246,9 @@ class LearnedThroughputGoodput(GoodputModelBase):
         configs = configs if isinstance(configs, tuple) else tuple(configs)
         base: Any = self.inner  # a profile model (or a wrapper of one): batch grid and efficiency
         grid, eff = base.grid_efficiency(job)
+        stats = self.learner.gradients.get(job.name) if self.extrapolate_efficiency else None
+        if stats is not None:
+            eff = pollux_efficiency(grid, *stats)
         key = (job.name, self.learner.version(job.name), eff.tobytes(), grid.tobytes(), id(configs))
         hit = self._answers.get(key)
         if hit is not None and hit[0] is configs:  # the entry keeps its tuple alive, so the id is not reused

@@ -193,6 +193,13 @@ class ValidationCurves:
         """``gain / scale`` with ``gain = (var + sqr) / (var / scale + sqr)``, ``scale = M / M0`` (≤ 1)."""
         return self.efficiency_at_epoch(self.epoch(progress), batch_size)
 
+    def gradient_stats(self, progress: float, batch_size: float) -> tuple[float, float]:
+        """(squared gradient norm, gradient variance) of the job's epoch at ``batch_size``, as Sia's simulator
+        measures them for a running job (``get_grad_stats``): interpolated between the validated batches."""
+        e = self.epoch(progress)
+        M = max(float(batch_size), float(self.batch_sizes[0]))
+        return float(np.interp(M, self.batch_sizes, self.sqr[e])), float(np.interp(M, self.batch_sizes, self.var[e]))
+
     def efficiency_at_epoch(self, e: int, batch_size: "np.ndarray | float") -> "np.ndarray":
         """:meth:`efficiency` with the epoch already known (the same at every progress inside it)."""
         M = np.maximum(np.asarray(batch_size, dtype=float), self.batch_sizes[0])

@@ -14,7 +14,8 @@ from scheduler.sim.job_model import SIA_RESTART_COST_S, SIA_RESTART_PENALTY_S, S
 CHOICES = {"throughput": ("fitted", "bootstrap", "oracle"), "step_times": ("interpolated", "fitted"),
            "batch": ("app-max", "workload"), "restart_on": ("placement", "shape", "gpus"),
            "efficiency": ("sia", "gns"), "gavel_rounds": ("sia", "refill"),
-           "first_run": ("blind", "profiled"), "throughput_fit": ("pollux", "lines")}
+           "first_run": ("blind", "profiled"), "throughput_fit": ("pollux", "lines"),
+           "efficiency_belief": ("extrapolated", "curves")}
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ class SimConfig:
     # step times come out as measured, one multi-GPU count measured makes more GPUs cost more); lines = a line
     # per term to its own measurement (the earlier, more optimistic fit)
     throughput_fit: str = "pollux"
+    # what the fitted belief takes as a job's statistical efficiency at other batches: extrapolated = Pollux's
+    # formula from the gradient statistics measured when the job last ran (Sia's scheduler); curves = the
+    # validation curves at every batch (the earlier belief: what the job will really see)
+    efficiency_belief: str = "extrapolated"
     step_times: str = "interpolated"
     batch: str = "app-max"
     restart_on: str = "placement"

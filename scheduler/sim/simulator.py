@@ -123,7 +123,8 @@ class Simulator:
         elif adaptive and config.throughput == "fitted":
             learner = ThroughputLearner(fit=fit_pollux if config.throughput_fit == "pollux" else fit_observed)
             self.belief = LearnedThroughputGoodput(self.goodput, cluster, learner,
-                                                   blind_first_run=config.first_run == "blind")
+                                                   blind_first_run=config.first_run == "blind",
+                                                   extrapolate_efficiency=config.efficiency_belief == "extrapolated")
         self.memory = MemoryModel(self.goodput, cluster) if config.memory else None
         self.colocation = self._policy_table(colocation)  # the truth: how fast pairs really run
         self.learner = self._belief(colocation)  # what the policy believes (never the truth, if learning)
@@ -390,6 +391,10 @@ class Simulator:
             self.belief.record(st.spec.name, a.gpu_type, a.num_gpus)
         elif isinstance(self.belief, LearnedThroughputGoodput) and batch > 0:
             used = a.num_gpus if self.adaptive else min(st.spec.num_gpus, a.num_gpus)
+            curves = getattr(self.goodput.inner, "validation", {}).get(st.spec.application)
+            if curves is not None:  # the gradient statistics it measured at the batch it ran, its epoch now
+                sqr, var = curves.gradient_stats(st.done / st.m0, batch)
+                self.belief.learner.observe_gradient(st.spec.name, sqr, var, curves.init_batch_size)
             local = self._local_batch(st, a, batch)
             steps = getattr(self.goodput.inner, "steps", None)  # a profile model's true step and all-reduce times
             if steps is None or self.belief.learner.knows(st.spec.name, a.gpu_type, a.num_nodes, used, local):
