@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from common.errors import InputError
-from scheduler.learning.pollux_fit import FLOOR, _objective, fit_pollux
 from scheduler.formats.shared_data import shared_data_dir
+from scheduler.learning.pollux_fit import FLOOR, _objective, fit_pollux
 from scheduler.learning.throughput import ThroughputLearner, fit_observed, pollux_efficiency
 from scheduler.model.goodput import ValidationCurves
 from scheduler.model.step_time import StepTimeModel
