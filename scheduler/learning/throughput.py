@@ -223,6 +223,23 @@ class LearnedThroughputGoodput(GoodputModelBase):
                    num_nodes: int = 1) -> float | None:
         return self.inner.throughput(application, gpu_type, num_gpus, batch_size, num_nodes)
 
+    def record_run(self, job: str, application: str, config: Configuration, local_bsz: float, batch_size: float,
+                   progress: float) -> None:
+        """What the job measured in a round on ``config``: its gradient statistics at the batch it ran and its
+        epoch now, and (first time only) the configuration's step and all-reduce times at its local batch, both
+        read from the base profile model (true step times, validation curves); a base model without them
+        teaches nothing."""
+        curves = getattr(self.inner, "validation", {}).get(application)
+        if curves is not None:
+            sqr, var = curves.gradient_stats(progress, batch_size)
+            self.learner.observe_gradient(job, sqr, var, curves.init_batch_size)
+        steps = getattr(self.inner, "steps", None)
+        c = config
+        if steps is None or self.learner.knows(job, c.gpu_type, c.num_nodes, c.num_gpus, local_bsz):
+            return  # the learner keeps a configuration's first measurement: no need to measure it again
+        step, sync = steps.times(application, c.gpu_type, local_bsz, c.num_gpus, c.num_nodes)
+        self.learner.observe(job, c.gpu_type, c.num_nodes, c.num_gpus, local_bsz, float(step), float(sync))
+
     def max_observed(self, job: str) -> int:
         return self.learner.max_gpus(job)
 

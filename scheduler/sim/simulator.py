@@ -54,6 +54,7 @@ from scheduler.learning.belief import SimBelief, sim_belief
 from scheduler.learning.pollux_fit import fit_pollux
 from scheduler.learning.throughput import LearnedThroughputGoodput, ThroughputLearner, fit_observed
 from scheduler.model.cluster import Cluster, load_cluster
+from scheduler.model.configs import Configuration
 from scheduler.model.goodput import GoodputModel
 from scheduler.model.jobs import Job
 from scheduler.model.placement import Placement, place
@@ -384,23 +385,14 @@ class Simulator:
             })
 
     def _learn(self, st: JobState, a: Allocation, batch: int) -> None:
-        """Sia learns from the steps a job ran: the GPUs it used (bootstrap), or the configuration's measured
-        step and all-reduce times at the local batch it ran (fitted; a goodput model without step times, such as
-        a table, teaches nothing, so the belief stays the base model)."""
+        """Sia learns from the steps a job ran: the GPUs it used (bootstrap), or what the configuration measured
+        (fitted: :meth:`LearnedThroughputGoodput.record_run`)."""
         if isinstance(self.belief, BootstrapGoodput):
             self.belief.record(st.spec.name, a.gpu_type, a.num_gpus)
         elif isinstance(self.belief, LearnedThroughputGoodput) and batch > 0:
             used = a.num_gpus if self.adaptive else min(st.spec.num_gpus, a.num_gpus)
-            curves = getattr(self.goodput.inner, "validation", {}).get(st.spec.application)
-            if curves is not None:  # the gradient statistics it measured at the batch it ran, its epoch now
-                sqr, var = curves.gradient_stats(st.done / st.m0, batch)
-                self.belief.learner.observe_gradient(st.spec.name, sqr, var, curves.init_batch_size)
-            local = self._local_batch(st, a, batch)
-            steps = getattr(self.goodput.inner, "steps", None)  # a profile model's true step and all-reduce times
-            if steps is None or self.belief.learner.knows(st.spec.name, a.gpu_type, a.num_nodes, used, local):
-                return  # the learner keeps a configuration's first measurement: no need to measure it again
-            step, sync = steps.times(st.spec.application, a.gpu_type, local, used, a.num_nodes)
-            self.belief.learner.observe(st.spec.name, a.gpu_type, a.num_nodes, used, local, float(step), float(sync))
+            self.belief.record_run(st.spec.name, st.spec.application, Configuration(a.gpu_type, a.num_nodes, used),
+                                   self._local_batch(st, a, batch), batch, st.done / st.m0)
 
     def _retire(self, run: _Run, done: list[JobState]) -> None:
         for st in done:
