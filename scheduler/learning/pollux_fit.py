@@ -22,6 +22,7 @@ more: both make the belief less optimistic about scaling out than line fits per 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -36,7 +37,12 @@ _START = np.array([0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1.0 + 1e-3])  # (α_c, β_c,
 _LOWER = np.array([FLOOR] * 6 + [1.0])
 _UPPER = np.array([np.inf] * 6 + [10.0])
 AC, BC, AN, BN, AR, BR, GAMMA = range(7)
-_BLAS: list[ThreadpoolController] = []  # made on the first fit (scanning the loaded libraries costs ~1 ms)
+
+
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """The loaded libraries' thread pools, scanned once (a scan costs ~1 ms, a fit ~3 ms)."""
+    return ThreadpoolController()
 
 
 def _objective(x: Sequence[float], points: Sequence[tuple[int, float, float, float, float]]
@@ -120,9 +126,7 @@ def fit_pollux(num_nodes: Sequence[int], num_gpus: Sequence[int], local_bsz: Seq
 
     # L-BFGS-B's vector work goes through scipy's BLAS: on 7 parameters its threads only spin (≈ 5 s of CPU per
     # simulation on a 2-core machine, the wall time unchanged); one thread gives the same iterates
-    if not _BLAS:
-        _BLAS.append(ThreadpoolController())
-    with _BLAS[0].limit(limits=1, user_api="blas"):
+    with _blas().limit(limits=1, user_api="blas"):
         result = minimize(objective, x0[free], jac=True, method="L-BFGS-B",
                           bounds=list(zip(lower[free], upper[free])), tol=1e-5)
     x = x0.copy()

@@ -32,7 +32,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scheduler.learning.pollux_fit import fit_pollux
-from scheduler.model.goodput import EstimateArrays, GoodputEstimate, GoodputModel, GoodputModelBase, estimate_arrays
+from scheduler.model.goodput import (
+    EstimateArrays,
+    GoodputEstimate,
+    GoodputModel,
+    GoodputModelBase,
+    estimate_arrays,
+    statistical_efficiency,
+)
 from scheduler.model.jobs import Job
 from scheduler.model.step_time import StepTimeModel, linear_fit
 
@@ -106,11 +113,10 @@ def pollux_efficiency(batch_sizes: np.ndarray, grad_sqr: float, grad_var: float,
                       ) -> np.ndarray:
     """Pollux's statistical efficiency at each global batch ``M`` from one measurement of the gradient's squared
     norm and variance (OSDI'21 §3.1, as Sia's scheduler evaluates it): ``gain / scale`` with ``scale = M / M0``
-    and ``gain = (var + sqr) / (var / scale + sqr)``, at most 1 (read-only)."""
-    scale = np.maximum(np.asarray(batch_sizes, dtype=float), init_batch_size) / init_batch_size
-    denom = grad_var / scale + grad_sqr
-    gain = np.where(denom > 0, (grad_var + grad_sqr) / np.where(denom > 0, denom, 1.0), 1.0)
-    eff = np.minimum(gain / scale, 1.0)
+    and ``gain = (var + sqr) / (var / scale + sqr)``, which is :func:`statistical_efficiency` with the noise
+    scale ``φ = M0 · var / sqr`` (read-only)."""
+    phi = init_batch_size * grad_var / grad_sqr if grad_sqr > 0 else float("inf")
+    eff = statistical_efficiency(batch_sizes, int(init_batch_size), phi)
     eff.setflags(write=False)
     return eff
 
