@@ -244,9 +244,10 @@ def test_first_run_blind_is_the_default_and_profiled_starts_a_job_where_the_prof
 
 @pytest.mark.sia_data
 def test_shared_fits_answers_and_skipped_remeasurements_change_no_simulation(monkeypatch):
-    """The memoised paths of the fitted belief (fits, answers and which fit answers each shape shared between
-    jobs, a configuration the learner knows not measured again) and of the simulator's goodput re-reads (kept
-    by the profile model's state key) against the plain ones: the same run, job by job and round by round."""
+    """The memoised paths of the fitted belief (fits, answers, step-time tables and which fit answers each shape
+    shared between jobs, a configuration the learner knows not measured again) and of the simulator's goodput
+    re-reads (kept by the profile model's state key, skipped inside one state) against the plain ones: the same
+    run, job by job and round by round."""
     from scheduler.formats.workloads import read_workload
     from scheduler.model.state_memo import StateMemo
 
@@ -267,7 +268,15 @@ def test_shared_fits_answers_and_skipped_remeasurements_change_no_simulation(mon
     monkeypatch.setattr(ThroughputLearner, "model", unshared_model)
     monkeypatch.setattr(ThroughputLearner, "knows", lambda *_: False)
     monkeypatch.setattr(LearnedThroughputGoodput, "_shared_answer", unshared_answer)
+    throughputs = LearnedThroughputGoodput._throughputs
+
+    def uncached_throughputs(self, *args):
+        self._rates.clear()
+        return throughputs(self, *args)
+
+    monkeypatch.setattr(LearnedThroughputGoodput, "_throughputs", uncached_throughputs)
     monkeypatch.setattr(StateMemo, "__call__", lambda self, compute, job, *rest: compute(job, *rest))
+    monkeypatch.setattr(StateMemo, "same_state", lambda self, job, other: False)  # every substep re-read
     plain = simulate(SIA64, work, "sia")
     assert fast.summary["avg_jct_s"] == plain.summary["avg_jct_s"] and fast.summary["restarts"] == plain.summary["restarts"]
     pd.testing.assert_frame_equal(fast.jobs, plain.jobs)

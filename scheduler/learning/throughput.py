@@ -220,6 +220,7 @@ class LearnedThroughputGoodput(GoodputModelBase):
         self._answers: dict[tuple, tuple[object, EstimateArrays]] = {}
         self._shared: dict[tuple, tuple[object, EstimateArrays]] = {}
         self._plans: dict[tuple, tuple[object, dict[str, tuple[np.ndarray, ...]]]] = {}
+        self._rates: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._blinded: dict[int, tuple[EstimateArrays, EstimateArrays]] = {}
 
     def __getattr__(self, name: str) -> Any:  # curves, local_batch_range, ... of the base model
@@ -336,9 +337,7 @@ class LearnedThroughputGoodput(GoodputModelBase):
             span = self.inner.local_batch_range(job.application, gpu_type)  # type: ignore[attr-defined]
             if model is None:
                 continue
-            local = grid[None, :] / gpus[:, None]
-            ok = local <= span[1] * (1 + 1e-9) if span else np.ones_like(local, dtype=bool)
-            throughput = np.where(ok, grid[None, :] / _step_times(model, local, gpus, nodes) * ratios[:, None], np.nan)
+            throughput, ok = self._throughputs(model, grid, gpus, nodes, ratios, span[1] if span else None)
             good = np.where(ok, throughput * eff[None, :], -np.inf)
             best = np.argmax(good, axis=1)
             at = np.arange(len(idx))
@@ -348,6 +347,22 @@ class LearnedThroughputGoodput(GoodputModelBase):
         for array in out:
             array.setflags(write=False)  # shared between callers
         return EstimateArrays(*out)
+
+    def _throughputs(self, model: StepTimeModel, grid: np.ndarray, gpus: np.ndarray, nodes: np.ndarray,
+                     ratios: np.ndarray, max_local: float | None) -> tuple[np.ndarray, np.ndarray]:
+        """The believed throughput of each shape (rows) at each batch of the grid (columns), NaN where the local
+        batch exceeds ``max_local``, and where it does not. Kept by its inputs: a job's efficiency moves every
+        epoch, its fit only when it runs a new configuration, and the step times are the costly part."""
+        key = (model, max_local, grid.tobytes(), gpus.tobytes(), nodes.tobytes(), ratios.tobytes())
+        hit = self._rates.get(key)
+        if hit is None:
+            local = grid[None, :] / gpus[:, None]
+            ok = local <= max_local * (1 + 1e-9) if max_local is not None else np.ones_like(local, dtype=bool)
+            rate = np.where(ok, grid[None, :] / _step_times(model, local, gpus, nodes) * ratios[:, None], np.nan)
+            if len(self._rates) > 16384:
+                self._rates.clear()
+            hit = self._rates[key] = (rate, ok)
+        return hit
 
     def _plan(self, application: str, configs: tuple[Configuration, ...], models: dict[str, StepTimeModel | None],
               base: EstimateArrays) -> dict[str, tuple[np.ndarray, ...]]:

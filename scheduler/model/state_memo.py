@@ -25,6 +25,14 @@ class StateMemo:
         self._key_of = model.state_key if isinstance(model, ProfileGoodputModel) else None
         self._answers: dict[tuple, object] = {}
 
+    def same_state(self, job: Job, other: Job) -> bool:
+        """Whether every answer about ``job`` is also the answer about ``other`` (both have a key, and it is
+        one key); False where nothing says so."""
+        if self._key_of is None:
+            return False
+        key = self._key_of(job)
+        return key is not None and key == self._key_of(other)
+
     def __call__(self, compute: Callable[..., T], job: Job, *rest: object) -> T:
         state = self._key_of(job) if self._key_of is not None else None
         if state is None:

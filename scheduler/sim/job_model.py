@@ -106,6 +106,11 @@ class AccumulatingGoodput(GoodputModelBase):
     def estimate(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1) -> GoodputEstimate | None:
         return self._memo(self._estimate, job, gpu_type, num_gpus, num_nodes)
 
+    def same_state(self, job: Job, other: Job) -> bool:
+        """Whether every estimate of ``job`` is the estimate of ``other`` too (one state key of the profile
+        model, e.g. one epoch of its validation curves); False where the model keys no states."""
+        return self._memo.same_state(job, other)
+
     def _estimate(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int) -> GoodputEstimate | None:
         est = self.inner.estimate(job, gpu_type, num_gpus, num_nodes)
         if est is not None or job.adaptive:

@@ -204,9 +204,11 @@ class Simulator:
         dt = (R - delay) / self.config.substeps
         start, left, used = st.done, st.work - st.done, 0.0
         rate, batch = self._rate(st, a)
+        probe = self._run_probe(st, a)[0]  # a round inside one state (epoch) of the model re-reads this rate
+        reread = not self.goodput.same_state(probe, probe.with_state(progress=min(st.work, start + rate * R) / st.m0))
         try:
             for step in range(self.config.substeps):
-                rate, _b = self._rate(st, a) if step else (rate, batch)  # step 0: the reading above
+                rate, _b = self._rate(st, a) if step and reread else (rate, batch)  # step 0: the reading above
                 if rate * dt >= left:
                     used += left / rate
                     left = 0.0
@@ -482,19 +484,7 @@ def simulate(cluster: Cluster | str | Path, workload: Workload | str | Path, pol
 
 
 __all__ = [
-    "CHOICES",
-    "SIA_RESTART_COST_S",
-    "SIA_RESTART_PENALTY_S",
-    "SIA_SLOWDOWN",
-    "SUMMARY_KEYS",
-    "AccumulatingGoodput",
-    "SimConfig",
-    "SimulationError",
-    "SimulationResult",
-    "Simulator",
-    "check_placement",
-    "check_round",
-    "load_goodput_model",
-    "resolve_policy",
-    "simulate",
+    "CHOICES", "SIA_RESTART_COST_S", "SIA_RESTART_PENALTY_S", "SIA_SLOWDOWN", "SUMMARY_KEYS", "AccumulatingGoodput",
+    "SimConfig", "SimulationError", "SimulationResult", "Simulator", "check_placement", "check_round",
+    "load_goodput_model", "resolve_policy", "simulate",
 ]
