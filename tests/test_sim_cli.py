@@ -124,6 +124,24 @@ def test_at_load_divides_arrival_times():
     assert work.at_load(1) is work
 
 
+def test_a_jittered_replicate_moves_each_arrival_inside_one_round_and_keeps_the_jobs():
+    from common.errors import InputError
+    from scheduler.formats.workloads import Workload, WorkloadJob
+
+    work = Workload("w", tuple(WorkloadJob(f"j{i}", "cifar10", 30.0 * i, 1 + i % 2, 64) for i in range(40)))
+    assert work.jittered(0) is work and work.jittered(3, spread_s=0) is work
+    one, again, other = work.jittered(1), work.jittered(1), work.jittered(2)
+    assert one == again and one != other and one.name == "w~r1"  # seeded: the same replicate every time
+    moved = {j.name: j for j in one.jobs}
+    shifts = [moved[j.name].arrival - j.arrival for j in work.jobs]
+    assert all(0 <= d < 60 for d in shifts) and len(set(shifts)) == len(shifts)
+    assert {(j.name, j.application, j.num_gpus, j.batch_size) for j in one.jobs} == \
+        {(j.name, j.application, j.num_gpus, j.batch_size) for j in work.jobs}
+    assert [j.arrival for j in one.jobs] == sorted(j.arrival for j in one.jobs)  # still in arrival order
+    with pytest.raises(InputError, match="seed"):
+        work.jittered(-1)
+
+
 @pytest.mark.slow
 def test_simulate_and_compare_with_groups_of_three(tmp_path):
     workload = tmp_path / "tiny.csv"

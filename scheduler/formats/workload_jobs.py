@@ -63,6 +63,24 @@ class Workload:
         jobs = tuple(replace(j, arrival=j.arrival / load) for j in self.jobs)
         return replace(self, jobs=jobs, name=f"{self.name}@{load:g}x")
 
+    def jittered(self, seed: int, spread_s: float = 60.0) -> "Workload":
+        """A replicate of the workload: every arrival moved later by a uniform draw in ``[0, spread_s)`` (seed 0:
+        the workload itself). A shift inside one scheduling round leaves the job mix and the load as they are;
+        the spread of results across replicates is how much one run's outcome depends on when, within a round,
+        its jobs happen to arrive (a simulated cluster is sensitive to that)."""
+        if not (isinstance(seed, int) and seed >= 0):
+            raise InputError(f"seed {seed!r}", source=self.source, field="seed", valid="an integer >= 0")
+        if not (spread_s >= 0 and math.isfinite(spread_s)):
+            raise InputError(f"spread {spread_s!r}", source=self.source, field="spread_s", valid="seconds >= 0")
+        if seed == 0 or spread_s == 0:
+            return self
+        import numpy as np
+
+        shifts = np.random.default_rng(seed).uniform(0.0, spread_s, len(self.jobs))
+        jobs = sorted((replace(j, arrival=j.arrival + float(d)) for j, d in zip(self.jobs, shifts)),
+                      key=lambda j: (j.arrival, j.name))
+        return replace(self, jobs=tuple(jobs), name=f"{self.name}~r{seed}")
+
     def to_rows(self) -> list[dict[str, object]]:
         rows = []
         for j in self.jobs:
