@@ -12,6 +12,14 @@ A pair that hurts — measured (``n ≥ min_samples``) with the *upper* end of i
 so every packing policy splits it in the next round. An infeasible pair (a ratio of 0 measured or given)
 stays infeasible.
 
+The optimism is for what nothing is known of (:attr:`ExploreConfig.optimism` ``"unknown"``, the default): a pair
+with neither a prior (a given table, the δ predictor) nor a measurement is planned at its upper bound, so it gets
+tried; a pair with a prior or a measurement is planned at its shrunk mean. Optimism over a prior overrides what the
+prior says, and optimism over a measurement re-tries a pair measured to gain little, each try costing both jobs
+a restart (the simulated Philly 2 at 2× load: with the δ predictor as prior, the interval's optimism kept
+re-forming pairs of long yolov3 jobs and lost two thirds of the truth-given gain; ``results/sim/belief-replicates``).
+``"all"`` is the earlier rule: every pair at its upper bound.
+
 The optimism is *load-aware* (:func:`contended`): it pays only in a round whose jobs ask for at least
 :attr:`ExploreConfig.contention` × the cluster's GPUs (the sum of each job's stated GPU count, ``Job.num_gpus``:
 the trace's request in the simulator, ``min_gpus`` in ``serve``). In a calmer round every pair is planned at
@@ -28,6 +36,8 @@ from dataclasses import dataclass
 
 from common.errors import InputError
 
+OPTIMISM = ("unknown", "all")  # which pairs the rule plans at their upper bound (module docstring)
+
 
 @dataclass(frozen=True)
 class ExploreConfig:
@@ -41,8 +51,13 @@ class ExploreConfig:
     # optimism only in rounds whose jobs ask for >= this × the cluster's GPUs (Σ Job.num_gpus / GPUs);
     # 0: in every round (the rule before it was load-aware)
     contention: float = 1.0
+    # which pairs are planned optimistically: "unknown" (no prior, never measured) or "all" (the earlier rule)
+    optimism: str = "unknown"
 
     def __post_init__(self) -> None:
+        if self.optimism not in OPTIMISM:
+            raise InputError(f"optimism {self.optimism!r}", source="explore", field="optimism",
+                             valid=", ".join(OPTIMISM))
         for name in ("z", "sigma", "contention"):
             if not getattr(self, name) >= 0:
                 raise InputError(f"{name} {getattr(self, name)}", source="explore", field=name, valid="a number >= 0")
@@ -86,22 +101,25 @@ def contended(demands: Iterable[int], gpus: int, config: ExploreConfig = DEFAULT
 
 def planning_ratios(ratio_a: float, ratio_b: float, weight: float,
                     measured: tuple[float, float, int] | None = None,
-                    config: ExploreConfig = DEFAULT_EXPLORE, explore: bool = True) -> tuple[float, float]:
+                    config: ExploreConfig = DEFAULT_EXPLORE, explore: bool = True, known: bool = False
+                    ) -> tuple[float, float]:
     """The ratios a policy plans with for a pair believed at ``(ratio_a, ratio_b)`` with ``weight`` evidence.
 
     ``weight`` = prior weight + samples (the shrinkage's denominator); ``measured`` = the measured mean
     ratios and their sample count, when the pair has run; ``explore`` = False in a calm round
-    (:func:`contended`): the shrunk means, no optimism.
+    (:func:`contended`): the shrunk means, no optimism; ``known``: the pair has a prior (or ``measured``), so
+    with ``config.optimism == "unknown"`` it is planned at its shrunk mean too.
     """
     if ratio_a <= 0 or ratio_b <= 0:
         return 0.0, 0.0  # infeasible stays infeasible
     if measured is not None and hurts(*measured, config=config):
         return 0.0, 0.0  # split it: planned as infeasible until the evidence says otherwise
-    if not config.enabled or not explore:
+    known = known or (measured is not None and measured[2] > 0)
+    if not config.enabled or not explore or (known and config.optimism == "unknown"):
         return ratio_a, ratio_b
     bonus = math.exp(config.z * standard_error(weight, config))
     cap = config.max_planned_ratio
     return min(ratio_a * bonus, max(cap, ratio_a)), min(ratio_b * bonus, max(cap, ratio_b))
 
 
-__all__ = ["DEFAULT_EXPLORE", "ExploreConfig", "contended", "hurts", "planning_ratios", "standard_error"]
+__all__ = ["DEFAULT_EXPLORE", "OPTIMISM", "ExploreConfig", "contended", "hurts", "planning_ratios", "standard_error"]

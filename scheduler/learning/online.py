@@ -189,7 +189,12 @@ def pair_belief(base: ColocationTable | None, rows: Sequence[Mapping[str, Any]],
     measured row (``learned_ratios``; pending rows are skipped) folded in with its sample count."""
     prior = table_prior(base)
     if predicted:
-        prior = chain_priors(prior, _predicted_prior(base))
+        predictor = _predicted_prior(base)
+
+        def predict(gpu: str, a: str, b: str) -> tuple[float, float, bool]:
+            return (*predictor(gpu, a, b), predictor.knows(gpu, a, b))  # a guess for unseen types: explored
+
+        prior = chain_priors(prior, predict)
     belief = PairBelief(prior, config, explore)
     for r in rows:
         if r["solo_source"] == "measured":

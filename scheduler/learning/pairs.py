@@ -31,7 +31,9 @@ from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig, planning_
 from scheduler.model.colocation import ColocationTable
 
 Key = tuple[str, str, str]  # (GPU type, job type a, job type b), a <= b
-PriorFn = Callable[[str, str, str], "tuple[float, float] | None"]  # (gpu, a, b) -> ratios in that order
+# (gpu, a, b) -> ratios in that order, optionally with whether the prior knows these two job types (False: a
+# generic guess, e.g. the predictor's mean for types it never saw); None when it has no answer
+PriorFn = Callable[[str, str, str], "tuple[float, float] | tuple[float, float, bool] | None"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class PairEstimate:
     interval_a: tuple[float, float]
     interval_b: tuple[float, float]
     source: str  # "measured", "prior", "unknown", "infeasible"
+    specific: bool = True  # a prior that knows both job types (False: a generic guess for types it never saw)
 
     @property
     def feasible(self) -> bool:
@@ -157,22 +160,23 @@ class PairBelief:
         self.version += 1
 
     # -- believing ---------------------------------------------------------------------------------------
-    def _prior(self, gpu: str, a: str, b: str) -> tuple[float, float, float, str]:
-        """(ratio a, ratio b, weight, source) before this pair's own samples."""
+    def _prior(self, gpu: str, a: str, b: str) -> tuple[float, float, float, str, bool]:
+        """(ratio a, ratio b, weight, source, specific) before this pair's own samples."""
         exact = application(a) != a or application(b) != b
         if exact:  # the same two applications at any batch: their learned belief is this pair's prior
             coarse = self.samples.get(_key(gpu, application(a), application(b))[0])
             if coarse is not None and coarse.n:
                 est = self.estimate(gpu, application(a), application(b))
-                return est.ratio_a, est.ratio_b, self.config.prior_weight, "prior"
+                return est.ratio_a, est.ratio_b, self.config.prior_weight, "prior", True
         hit = self.prior(gpu, a, b) if self.prior is not None else None
         if hit is not None:
-            ra, rb = hit
+            ra, rb = hit[0], hit[1]
+            specific = bool(hit[2]) if len(hit) > 2 else True  # type: ignore[misc]
             if ra <= 0 or rb <= 0:
-                return 0.0, 0.0, self.config.prior_weight, "infeasible"
-            return self.config.bound(ra), self.config.bound(rb), self.config.prior_weight, "prior"
+                return 0.0, 0.0, self.config.prior_weight, "infeasible", True
+            return self.config.bound(ra), self.config.bound(rb), self.config.prior_weight, "prior", specific
         u = self.config.unknown_ratio
-        return u, u, self.config.unknown_weight, "unknown"
+        return u, u, self.config.unknown_weight, "unknown", False
 
     def estimate(self, gpu: str, a: str, b: str) -> PairEstimate:
         """The shrunk belief about ``a`` sharing a GPU of type ``gpu`` with ``b`` (ratios in that order)."""
@@ -180,7 +184,7 @@ class PairBelief:
         first, second = key[1], key[2]
         if key in self.infeasible or _key(gpu, application(a), application(b))[0] in self.infeasible:
             return self._ordered(PairEstimate(0.0, 0.0, 0.0, 0, None, (0.0, 0.0), (0.0, 0.0), "infeasible"), swapped)
-        pa, pb, w0, source = self._prior(gpu, first, second)
+        pa, pb, w0, source, specific = self._prior(gpu, first, second)
         if source == "infeasible":
             return self._ordered(PairEstimate(0.0, 0.0, w0, 0, None, (0.0, 0.0), (0.0, 0.0), source), swapped)
         s = self.samples.get(key, _Samples())
@@ -193,7 +197,7 @@ class PairBelief:
         est = PairEstimate(
             self.config.bound(math.exp(mean_a)), self.config.bound(math.exp(mean_b)), weight, s.n, measured,
             (math.exp(mean_a - z * se), math.exp(mean_a + z * se)), (math.exp(mean_b - z * se), math.exp(mean_b + z * se)),
-            "measured" if s.n else source)
+            "measured" if s.n else source, specific)
         return self._ordered(est, swapped)
 
     @staticmethod
@@ -202,7 +206,7 @@ class PairBelief:
             return est
         measured = (est.measured[1], est.measured[0]) if est.measured is not None else None
         return PairEstimate(est.ratio_b, est.ratio_a, est.weight, est.samples, measured, est.interval_b,
-                            est.interval_a, est.source)
+                            est.interval_a, est.source, est.specific)
 
     def planned(self, gpu: str, a: str, b: str, explore: bool = True) -> tuple[float, float]:
         """What a policy plans with for the pair (:func:`scheduler.learning.explore.planning_ratios`;
@@ -211,7 +215,8 @@ class PairBelief:
         if not est.feasible:
             return 0.0, 0.0
         measured = (*est.measured, est.samples) if est.measured is not None else None
-        return planning_ratios(est.ratio_a, est.ratio_b, est.weight, measured, self.explore, explore)
+        known = est.source == "measured" or (est.source == "prior" and est.specific)
+        return planning_ratios(est.ratio_a, est.ratio_b, est.weight, measured, self.explore, explore, known=known)
 
     def planning_table(self, job_types: Mapping[str, Iterable[str]], explore: bool = True) -> ColocationTable:
         """The table a policy reads: every pair of ``job_types[gpu]`` on each GPU type, plus every pair measured

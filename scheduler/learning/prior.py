@@ -227,6 +227,12 @@ class TablePrior:
             hit = index.get(_application(job_type), index[UNKNOWN])
         return hit
 
+    def knows(self, gpu: str, a: str, b: str) -> bool:
+        """Whether the fit that answers for ``gpu`` saw both job types (exactly or by application); for a type
+        it never saw it answers with the model's mean, a generic guess."""
+        index = (self.fits.get(gpu) or self.fits[None])[1]
+        return all(self._index(index, t) != index[UNKNOWN] for t in (a, b))
+
     def __call__(self, gpu: str, a: str, b: str) -> tuple[float, float]:
         fitted, index = self.fits.get(gpu) or self.fits[None]
         va, vb = self._index(index, a), self._index(index, b)

@@ -56,6 +56,8 @@ class SimConfig:
     belief: str = "truth"  # what packing policies believe about pairs (scheduler.learning.belief)
     # a learning belief explores only in rounds whose jobs ask for >= this × the GPUs; 0: always (earlier)
     explore_contention: float = DEFAULT_EXPLORE.contention
+    # which pairs a learning belief plans optimistically: "unknown" (no prior, never run) or "all" (earlier)
+    explore_optimism: str = DEFAULT_EXPLORE.optimism
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -67,7 +69,7 @@ class SimConfig:
                 raise InputError(f"{name} {getattr(self, name)!r}", source="simulate", field=name,
                                  valid=", ".join(valid))
         parse_belief(self.belief)
-        _ = self.explore  # builds the exploration knobs, which validates the contention
+        _ = self.explore  # builds the exploration knobs, which validates the contention and the optimism
         if not (isinstance(self.substeps, int) and 1 <= self.substeps <= 600):
             raise InputError(f"substeps {self.substeps!r}", source="--substeps", field="substeps",
                              valid="an integer in [1, 600]")
@@ -78,7 +80,7 @@ class SimConfig:
     @property
     def explore(self) -> ExploreConfig:
         """The exploration rule's knobs for a learning ``belief``."""
-        return ExploreConfig(contention=self.explore_contention)
+        return ExploreConfig(contention=self.explore_contention, optimism=self.explore_optimism)
 
     def restart_cost(self, application: str) -> float:
         return float(self.restart_cost_s.get(application, self.default_restart_cost_s))

@@ -108,7 +108,8 @@ def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[di
         "triple_ratios": TRIPLE_RATIOS if sim.max_group_size >= 3 else "none (pairs only)",
         "model": {k: getattr(sim.config, k) for k in (
             "throughput", "throughput_fit", "efficiency_belief", "first_run", "step_times", "batch", "restart_on",
-            "efficiency", "memory", "colocation_strength", "belief", "gavel_rounds", "substeps", "explore_contention")},
+            "efficiency", "memory", "colocation_strength", "belief", "gavel_rounds", "substeps", "explore_contention",
+            "explore_optimism")},
     }
     learner = getattr(sim, "learner", None)
     if learner is not None:
