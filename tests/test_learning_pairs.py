@@ -62,6 +62,28 @@ def test_unknown_pairs_are_planned_optimistically_and_the_optimism_shrinks() -> 
     assert max(planning_ratios(0.94, 0.94, 0.1)) <= 0.95  # the optimism is bounded
 
 
+def test_optimism_is_for_pairs_nothing_specific_is_known_of_and_all_is_the_earlier_rule() -> None:
+    from scheduler.sim.config import SimConfig
+
+    given = table_prior(ColocationTable.from_rows([("t4", "a", "b", 0.55, 0.55)]))
+    assert PairBelief(given).planned("t4", "a", "b") == pytest.approx((0.55, 0.55))  # a prior: its mean
+    assert sum(PairBelief(given, explore=ExploreConfig(optimism="all")).planned("t4", "a", "b")) > 1.2
+    unknown, earlier = PairBelief(None), PairBelief(None, explore=ExploreConfig(optimism="all"))
+    assert sum(unknown.planned("t4", "x", "y")) > 1.2  # nothing known: worth trying
+    for belief in (unknown, earlier):
+        belief.observe("t4", "x", "y", 0.53, 0.53)
+    assert sum(unknown.planned("t4", "x", "y")) < 1.1  # measured: planned at what it measured, not tried again
+    assert sum(earlier.planned("t4", "x", "y")) > 1.15  # the earlier rule: still at the top of its interval
+    generic = PairBelief(lambda gpu, a, b: (0.55, 0.55, False))  # a prior's guess for types it never saw
+    assert not generic.estimate("t4", "a", "b").specific and sum(generic.planned("t4", "a", "b")) > 1.2
+    assert generic.planned("t4", "a", "b", explore=False) == pytest.approx((0.55, 0.55))
+    with pytest.raises(InputError) as info:
+        ExploreConfig(optimism="some")
+    assert info.value.field == "optimism"
+    with pytest.raises(InputError, match="optimism"):
+        SimConfig(explore_optimism="never")
+
+
 def test_a_pair_that_hurts_is_split_after_one_or_two_rounds_of_samples() -> None:
     optimistic = table_prior(ColocationTable.from_rows([("t4", "a", "b", 0.8, 0.8)]))
     belief = PairBelief(optimistic)
@@ -97,6 +119,8 @@ def test_the_prior_knows_every_pair_and_leave_pair_out_never_sees_the_pair() -> 
     assert 0.3 < ra < 0.7 and 0.4 < rb < 0.8
     new = prior("a100", "never", "seen")  # an unknown GPU type and job types: the pooled model's mean
     assert all(0.3 < r < 0.8 for r in new)
+    assert prior.knows("t4", "x", "z") and prior.knows("a100", "x", "y")  # seen types, on any GPU type
+    assert not prior.knows("t4", "x", "never") and not prior.knows("a100", "never", "seen")
     out = leave_pair_out_table(table)
     assert out.ratios[("t4", "w", "w")] == (0.0, 0.0)  # memory facts are kept
     held = out.ratios[("t4", "z", "z")]

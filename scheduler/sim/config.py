@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from common.errors import InputError
 from scheduler.learning.belief import parse_belief
-from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig
+from scheduler.learning.explore import DEFAULT_EXPLORE, OPTIMISM, ExploreConfig
 from scheduler.sim.job_model import SIA_RESTART_COST_S, SIA_RESTART_PENALTY_S, SIA_SLOWDOWN
 
 CHOICES = {"throughput": ("fitted", "bootstrap", "oracle"), "step_times": ("interpolated", "fitted"),
@@ -69,7 +69,10 @@ class SimConfig:
                 raise InputError(f"{name} {getattr(self, name)!r}", source="simulate", field=name,
                                  valid=", ".join(valid))
         parse_belief(self.belief)
-        _ = self.explore  # builds the exploration knobs, which validates the contention and the optimism
+        if self.explore_optimism not in OPTIMISM:
+            raise InputError(f"explore optimism {self.explore_optimism!r}", source="--explore-optimism",
+                             field="explore_optimism", valid=", ".join(OPTIMISM))
+        _ = self.explore  # builds the exploration knobs, which validates the contention
         if not (isinstance(self.substeps, int) and 1 <= self.substeps <= 600):
             raise InputError(f"substeps {self.substeps!r}", source="--substeps", field="substeps",
                              valid="an integer in [1, 600]")
