@@ -31,7 +31,7 @@ import numpy as np
 
 from common.errors import InputError
 from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig, contended
-from scheduler.learning.pairs import PairBelief, table_prior
+from scheduler.learning.pairs import PairBelief, PriorAnswer, table_prior
 from scheduler.model.colocation import ColocationTable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -120,7 +120,7 @@ class SimBelief:
         self.prior = prior_table(spec, truth, seed)
         given = table_prior(self.prior)
 
-        def prior(gpu: str, a: str, b: str) -> tuple[float, float] | None:
+        def prior(gpu: str, a: str, b: str) -> PriorAnswer | None:
             known = truth.ratios.get((gpu, a, b))
             if known is not None and (known[0] <= 0 or known[1] <= 0):
                 return 0.0, 0.0  # memory: known without trying

@@ -33,7 +33,8 @@ from scheduler.model.colocation import ColocationTable
 Key = tuple[str, str, str]  # (GPU type, job type a, job type b), a <= b
 # (gpu, a, b) -> ratios in that order, optionally with whether the prior knows these two job types (False: a
 # generic guess, e.g. the predictor's mean for types it never saw); None when it has no answer
-PriorFn = Callable[[str, str, str], "tuple[float, float] | tuple[float, float, bool] | None"]
+PriorAnswer = tuple[float, float] | tuple[float, float, bool]
+PriorFn = Callable[[str, str, str], "PriorAnswer | None"]
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def chain_priors(*priors: PriorFn | None) -> PriorFn | None:
     if not present:
         return None
 
-    def lookup(gpu: str, a: str, b: str) -> tuple[float, float] | None:
+    def lookup(gpu: str, a: str, b: str) -> PriorAnswer | None:
         for p in present:
             hit = p(gpu, a, b)
             if hit is not None:
@@ -171,7 +172,7 @@ class PairBelief:
         hit = self.prior(gpu, a, b) if self.prior is not None else None
         if hit is not None:
             ra, rb = hit[0], hit[1]
-            specific = bool(hit[2]) if len(hit) > 2 else True  # type: ignore[misc]
+            specific = bool(hit[2]) if len(hit) > 2 else True
             if ra <= 0 or rb <= 0:
                 return 0.0, 0.0, self.config.prior_weight, "infeasible", True
             return self.config.bound(ra), self.config.bound(rb), self.config.prior_weight, "prior", specific
@@ -242,4 +243,5 @@ class PairBelief:
         return rows
 
 
-__all__ = ["DEFAULT_PAIRS", "PairBelief", "PairConfig", "PairEstimate", "application", "chain_priors", "table_prior"]
+__all__ = ["DEFAULT_PAIRS", "PairBelief", "PairConfig", "PairEstimate", "PriorAnswer", "application", "chain_priors",
+           "table_prior"]
