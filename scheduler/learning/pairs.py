@@ -216,7 +216,7 @@ class PairBelief:
         if not est.feasible:
             return 0.0, 0.0
         measured = (*est.measured, est.samples) if est.measured is not None else None
-        known = est.source == "measured" or (est.source == "prior" and est.specific)
+        known = est.source == "prior" and est.specific  # a measured pair is known through ``measured``
         return planning_ratios(est.ratio_a, est.ratio_b, est.weight, measured, self.explore, explore, known=known)
 
     def planning_table(self, job_types: Mapping[str, Iterable[str]], explore: bool = True) -> ColocationTable:
