@@ -211,6 +211,28 @@ def test_the_simulator_learns_each_configuration_a_job_ran():
 
 
 @pytest.mark.sia_data
+@pytest.mark.parametrize("measure", ["each", "first"])
+def test_a_job_measures_every_batch_it_ran_in_a_round_or_only_the_first(measure):
+    """A cifar10 job crosses many epochs a round and its batch grows between them: Sia's simulator records a
+    point at each (``each``, the default); ``first`` keeps one point a round, at the batch the round began with."""
+    cluster = load_cluster(SIA64)
+    work = Workload("one", (WorkloadJob("cifar10-0", "cifar10", 0.0, 1, 256),))
+    policy, adaptive, _ = resolve_policy("sia")
+    sim = Simulator(cluster, work, policy, load_goodput_model(TRACES, ["cifar10"], cluster.type_names,
+                                                              step_times="interpolated"), None,
+                    SimConfig(measure_batches=measure), adaptive=adaptive)
+    result = sim.run()
+    assert SimConfig().measure_batches == "each" and result.meta["model"]["measure_batches"] == measure
+    rounds = result.allocations.groupby(["gpu_type", "num_nodes", "num_gpus"]).size()
+    points = pd.Series([(t, key[0], key[1]) for t, seen in sim.belief.learner.points["cifar10-0"].items()
+                        for key in seen]).value_counts()
+    more = [points[c] > rounds[c] for c in rounds.index]
+    assert any(more) if measure == "each" else not any(more)
+    with pytest.raises(InputError, match="measure_batches"):
+        SimConfig(measure_batches="last")
+
+
+@pytest.mark.sia_data
 def test_every_throughput_and_step_time_model_runs_and_the_old_pair_is_the_old_model():
     work = Workload("two", (WorkloadJob("cifar10-0", "cifar10", 0.0, 1, 256),
                             WorkloadJob("bert-1", "bert", 30.0, 1, 12)))

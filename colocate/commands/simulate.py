@@ -128,6 +128,10 @@ def simulate_command(
                                                "batches from the gradient noise it measured when it last ran "
                                                "(Pollux's formula, Sia's scheduler); curves: the validation curves "
                                                "at every batch (earlier)."),
+    measure_batches: str = typer.Option("each", "--measure-batches",
+                                        help="fitted throughput only. each: a job measures every batch it runs in a "
+                                             "round, its gradient noise at the last (Sia's simulator, a point per "
+                                             "epoch); first: the batch it began the round with (earlier)."),
     step_times: str = typer.Option("interpolated", "--step-times",
                                    help="True step times: interpolated from the profile rows (Sia's simulator) "
                                         "or fitted (Pollux-form fit, measured points as measured)."),
@@ -177,7 +181,8 @@ def simulate_command(
     spec = policy_spec(policy)
     options = _group_option(spec.name, max_group_size)
     config = SimConfig(round_s=round_s, seed=seed, throughput=throughput, first_run=first_run,
-                       throughput_fit=throughput_fit, efficiency_belief=efficiency_belief, batch=batch,
+                       throughput_fit=throughput_fit, efficiency_belief=efficiency_belief,
+                       measure_batches=measure_batches, batch=batch,
                        restart_on=restart_on,
                        efficiency=efficiency, memory=memory, colocation_strength=strength, belief=belief,
                        step_times=step_times, gavel_rounds=gavel_rounds, substeps=substeps)

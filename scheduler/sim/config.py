@@ -15,7 +15,7 @@ CHOICES = {"throughput": ("fitted", "bootstrap", "oracle"), "step_times": ("inte
            "batch": ("app-max", "workload"), "restart_on": ("placement", "shape", "gpus"),
            "efficiency": ("sia", "gns"), "gavel_rounds": ("sia", "refill"),
            "first_run": ("blind", "profiled"), "throughput_fit": ("pollux", "lines"),
-           "efficiency_belief": ("extrapolated", "curves")}
+           "efficiency_belief": ("extrapolated", "curves"), "measure_batches": ("each", "first")}
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,10 @@ class SimConfig:
     # formula from the gradient statistics measured when the job last ran (Sia's scheduler); curves = the
     # validation curves at every batch (the earlier belief: what the job will really see)
     efficiency_belief: str = "extrapolated"
+    # which of the batches a job ran in a round the fitted belief measures: each = every one, in order, the
+    # gradient noise at the last (Sia's simulator records a point at every epoch, and the batch changes between
+    # epochs); first = the batch it started the round with (the earlier model)
+    measure_batches: str = "each"
     step_times: str = "interpolated"
     batch: str = "app-max"
     restart_on: str = "placement"

@@ -107,9 +107,9 @@ def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[di
         "max_group_size": sim.max_group_size,
         "triple_ratios": TRIPLE_RATIOS if sim.max_group_size >= 3 else "none (pairs only)",
         "model": {k: getattr(sim.config, k) for k in (
-            "throughput", "throughput_fit", "efficiency_belief", "first_run", "step_times", "batch", "restart_on",
-            "efficiency", "memory", "colocation_strength", "belief", "gavel_rounds", "substeps", "explore_contention",
-            "explore_optimism")},
+            "throughput", "throughput_fit", "efficiency_belief", "measure_batches", "first_run", "step_times", "batch",
+            "restart_on", "efficiency", "memory", "colocation_strength", "belief", "gavel_rounds", "substeps",
+            "explore_contention", "explore_optimism")},
     }
     learner = getattr(sim, "learner", None)
     if learner is not None:

@@ -197,18 +197,22 @@ class Simulator:
                                   f"{used}x{a.gpu_type} (batch {a.batch_size}) where it cannot run")
         return est.goodput / self.config.slowdown_of(st.spec.application), int(est.batch_size)
 
-    def _substepped_rate(self, st: JobState, a: Allocation, R: float) -> tuple[float, int]:
+    def _substepped_rate(self, st: JobState, a: Allocation, R: float) -> tuple[float, int, tuple[int, ...]]:
         """The round's mean rate when the goodput is re-read ``substeps`` times over the round (Sia re-reads the
-        efficiency at every epoch boundary): the rate that makes the same progress, or finishes at the same time."""
+        efficiency at every epoch boundary): the rate that makes the same progress, or finishes at the same time;
+        the batch the round started with, and every batch it ran, in order."""
         delay = min(st.delay, R)
         dt = (R - delay) / self.config.substeps
         start, left, used = st.done, st.work - st.done, 0.0
         rate, batch = self._rate(st, a)
+        batches = [batch]
         probe = self._run_probe(st, a)[0]  # a round inside one state (epoch) of the model re-reads this rate
         reread = not self.goodput.same_state(probe, probe.with_state(progress=min(st.work, start + rate * R) / st.m0))
         try:
             for step in range(self.config.substeps):
-                rate, _b = self._rate(st, a) if step and reread else (rate, batch)  # step 0: the reading above
+                if step and reread:  # step 0 is the reading above
+                    rate, ran = self._rate(st, a)
+                    batches += [ran] if ran != batches[-1] else []
                 if rate * dt >= left:
                     used += left / rate
                     left = 0.0
@@ -219,7 +223,7 @@ class Simulator:
         finally:
             st.done = start
         progress = (st.work - start) - left
-        return (progress / used if used > 0 else rate), batch
+        return (progress / used if used > 0 else rate), batch, tuple(batches)
 
     def _local_batch(self, st: JobState, a: Allocation, batch: int) -> float:
         limits = getattr(self.goodput.inner, "local_batch_range", None)
@@ -346,8 +350,9 @@ class Simulator:
                 shares["packed_jobs"] += len(members)
                 shares["triple_jobs"] += len(members) if len(members) == 3 else 0
             else:
-                rate, batch = self._rate(st, a) if self.config.substeps <= 1 else self._substepped_rate(st, a, R)
-                units = [Member(st, min(st.delay, R), rate, rate, st.work - st.done, batch=batch)]
+                rate, batch, ran = self._substepped_rate(st, a, R) if self.config.substeps > 1 else (
+                    *self._rate(st, a), ())
+                units = [Member(st, min(st.delay, R), rate, rate, st.work - st.done, batch=batch, batches=ran)]
             times = advance(units, R)
             if self.learner is not None and len(units) > 1 and all(u.packed_s > 0 for u in units):
                 self.learner.observe(run.k, run.now, a.gpu_type, [views[u.state.spec.name] for u in units])
@@ -373,7 +378,7 @@ class Simulator:
         m.packed_s += u.packed_s
         m.gpu_s += a.num_gpus * times.gpu_share[m.spec.name]  # the GPUs split evenly among the members there
         if u.run_s > 0:
-            self._learn(m, a, u.batch)
+            self._learn(m, a, u.batches if self.config.measure_batches == "each" and u.batches else (u.batch,))
         if self.config.log_allocations:
             jp = placement.of(m.spec.name)
             run.alloc_rows.append({
@@ -386,15 +391,17 @@ class Simulator:
                 "progress": m.done / m.work,
             })
 
-    def _learn(self, st: JobState, a: Allocation, batch: int) -> None:
+    def _learn(self, st: JobState, a: Allocation, batches: tuple[int, ...]) -> None:
         """Sia learns from the steps a job ran: the GPUs it used (bootstrap), or what the configuration measured
-        (fitted: :meth:`LearnedThroughputGoodput.record_run`)."""
+        at each batch it ran, in order, its gradient noise at the last (fitted:
+        :meth:`LearnedThroughputGoodput.record_run`; Sia's simulator records a point at every epoch)."""
         if isinstance(self.belief, BootstrapGoodput):
             self.belief.record(st.spec.name, a.gpu_type, a.num_gpus)
-        elif isinstance(self.belief, LearnedThroughputGoodput) and batch > 0:
+        elif isinstance(self.belief, LearnedThroughputGoodput):
             used = a.num_gpus if self.adaptive else min(st.spec.num_gpus, a.num_gpus)
-            self.belief.record_run(st.spec.name, st.spec.application, Configuration(a.gpu_type, a.num_nodes, used),
-                                   self._local_batch(st, a, batch), batch, st.done / st.m0)
+            for batch in (b for b in batches if b > 0):
+                self.belief.record_run(st.spec.name, st.spec.application, Configuration(a.gpu_type, a.num_nodes,
+                                       used), self._local_batch(st, a, batch), batch, st.done / st.m0)
 
     def _retire(self, run: _Run, done: list[JobState]) -> None:
         for st in done:

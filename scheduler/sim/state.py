@@ -54,6 +54,7 @@ class Member:
     run_s: float = 0.0
     packed_s: float = 0.0
     batch: int = 0
+    batches: tuple[int, ...] = ()  # every batch it ran in the round, in order (a job alone re-reads its batch)
     ratios: Mapping[frozenset[str], float] = field(default_factory=dict)
 
     @property
