@@ -162,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="The simulator's throughput belief (default: SimConfig's; the runs of results/sim/belief "
                              "were made with 'bootstrap', the default then).")
     parser.add_argument("--step-times", default=None, help="True step times (default: SimConfig's; 'fitted' then).")
+    parser.add_argument("--measure-batches", default=None,
+                        help="each | first: which batches a job measures in a round (default: SimConfig's; 'first' "
+                             "is the model of results/sim/belief-replicates' top-level runs).")
     parser.add_argument("--explore-contention", type=float, default=None,
                         help="Learning beliefs explore only in rounds whose jobs ask for >= this x the GPUs "
                              "(default: SimConfig's; 0 = in every round, the rule of results/sim/belief-defaults).")
@@ -170,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                              "'all' is the rule of results/sim/belief-defaults).")
     args = parser.parse_args(argv)
     models: dict[str, Any] = {k: v for k, v in (("throughput", args.throughput), ("step_times", args.step_times),
+                                                ("measure_batches", args.measure_batches),
                                                 ("explore_contention", args.explore_contention),
                                                 ("explore_optimism", args.explore_optimism)) if v is not None}
     rows = []
