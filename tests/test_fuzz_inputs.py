@@ -371,9 +371,13 @@ def test_ctrl_c_prints_one_line_and_no_worker_traceback(tmp_path: Path) -> None:
 
     spec = write(tmp_path / "spec.yaml", SPEC.replace(b"repeats: 1", b"repeats: 20"))
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    # a shell without job control starts background commands with SIGINT ignored, and Python then installs no
+    # KeyboardInterrupt handler: give the command SIGINT's default, as a terminal would (else CI run in the
+    # background sees the campaign ignore Ctrl-C and finish)
     proc = subprocess.Popen([sys.executable, "-m", "colocate.cli", "profile", str(spec), "--out",
                              str(tmp_path / "res"), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, start_new_session=True)
+                            text=True, env=env, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (tmp_path / "res" / "runs.parquet").is_file():
         time.sleep(0.5)

@@ -112,7 +112,10 @@ def test_cli_ctrl_c_tears_everything_down(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "colocate.cli", "launch", str(allocation), "--commands", str(commands), "--device",
          "cpu", "--node", "h100:0", "--log-dir", str(log_dir), "--json", "--grace", "2"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        # SIGINT's default, as at a terminal: started from a shell without job control (CI in the background)
+        # the launcher would inherit SIGINT ignored and never see the Ctrl-C
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     # each shell writes its progress file before it starts its sleep: wait for both, not just the files
     while (len(list(log_dir.glob("*.progress.json"))) < 4 or len(processes_with_token(token)) < 9) \
