@@ -26,6 +26,8 @@ from typing import Any
 
 import pandas as pd
 
+from common.errors import InputError
+
 CLUSTER = "scheduler/examples/sia-64gpu.yaml"
 WORKLOADS = "/work/shared/data/sia/workloads/philly/workload-1.csv,/work/shared/data/sia/workloads/saturn/workload-1.csv"
 
@@ -176,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
                                                 ("measure_batches", args.measure_batches),
                                                 ("explore_contention", args.explore_contention),
                                                 ("explore_optimism", args.explore_optimism)) if v is not None}
+    try:  # a bad model option is refused before any run, in one line naming it
+        from scheduler.sim.simulator import SimConfig
+
+        SimConfig(**models)
+    except InputError as exc:
+        parser.error(str(exc))
     rows = []
     if args.replicates < 1:
         parser.error(f"--replicates {args.replicates}: valid is an integer >= 1")

@@ -63,7 +63,16 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    runs = load_runs([Path(d) for d in argv[1:]])
+    dirs = [Path(d) for d in argv[1:]]
+    missing = [str(d) for d in dirs if not d.is_dir()]
+    if missing:
+        print(f"error: not a results directory: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    runs = load_runs(dirs)
+    if runs.empty:
+        print(f"error: no ok runs in {', '.join(map(str, dirs))} (runs.parquet / runs.csv, status 'ok')",
+              file=sys.stderr)
+        return 2
     plot(runs, Path(argv[0]))
     summary = runs.groupby("mode")[[c for c, _ in PANELS]].median().round(1)
     print(summary.to_string())

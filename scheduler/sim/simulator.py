@@ -212,7 +212,8 @@ class Simulator:
             for step in range(self.config.substeps):
                 if step and reread:  # step 0 is the reading above
                     rate, ran = self._rate(st, a)
-                    batches += [ran] if ran != batches[-1] else []
+                    if ran != batches[-1]:
+                        batches.append(ran)
                 if rate * dt >= left:
                     used += left / rate
                     left = 0.0
@@ -378,7 +379,7 @@ class Simulator:
         m.packed_s += u.packed_s
         m.gpu_s += a.num_gpus * times.gpu_share[m.spec.name]  # the GPUs split evenly among the members there
         if u.run_s > 0:
-            self._learn(m, a, u.batches if self.config.measure_batches == "each" and u.batches else (u.batch,))
+            self._learn(m, a, u)
         if self.config.log_allocations:
             jp = placement.of(m.spec.name)
             run.alloc_rows.append({
@@ -391,10 +392,12 @@ class Simulator:
                 "progress": m.done / m.work,
             })
 
-    def _learn(self, st: JobState, a: Allocation, batches: tuple[int, ...]) -> None:
+    def _learn(self, st: JobState, a: Allocation, u: Member) -> None:
         """Sia learns from the steps a job ran: the GPUs it used (bootstrap), or what the configuration measured
         at each batch it ran, in order, its gradient noise at the last (fitted:
-        :meth:`LearnedThroughputGoodput.record_run`; Sia's simulator records a point at every epoch)."""
+        :meth:`LearnedThroughputGoodput.record_run`; Sia's simulator records a point at every epoch;
+        ``measure_batches="first"``: only the batch the round began with)."""
+        batches = u.batches if self.config.measure_batches == "each" and u.batches else (u.batch,)
         if isinstance(self.belief, BootstrapGoodput):
             self.belief.record(st.spec.name, a.gpu_type, a.num_gpus)
         elif isinstance(self.belief, LearnedThroughputGoodput):
