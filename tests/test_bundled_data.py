@@ -30,7 +30,7 @@ def test_bundle_is_small_and_every_csv_names_its_source() -> None:
     for f in csvs:
         first = f.read_text().splitlines()[0]
         assert first.startswith("# "), f
-        assert any(s in first for s in ("Apache-2.0", "Pollux", "Gavel")) or "MIT" in f.read_text()[:800], f
+        assert any(s in first for s in ("Apache-2.0", "Pollux", "Gavel", "measured by this project")) or "MIT" in f.read_text()[:800], f
     source = (bundled.DATA_DIR / "SOURCE.md").read_text()
     assert "Apache License 2.0" in source and "MIT" in source and "Stanford Future Data Systems" in source
 
@@ -118,3 +118,31 @@ def test_bundled_pollux_files_are_the_public_ones_byte_for_byte(shared_data: Pat
             text = (bundled.PROFILES_DIR / app / ours).read_text()
             body = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
             assert body == (traces / app / theirs).read_text()
+
+
+def test_measured_h100_tables_are_the_committed_results_keyed_as_jobs_ask(tmp_path: Path) -> None:
+    """The bundled H100 files are what ``build_measured`` writes from results/h100/matrices (not stale), without
+    the TF32 suffix, plus one row per pair of models that a job at an unmeasured batch matches."""
+    from scheduler.model.jobs import Job
+
+    written = bundled.build_measured(REPO / "results", tmp_path)
+    assert sorted(p.name for p in written) == ["colocation-h100-mps.csv", "colocation-h100-timeslice.csv"]
+    for path in written:
+        assert path.read_text() == (bundled.DATA_DIR / path.name).read_text(), path.name
+    mps, sliced = bundled.measured_table(("h100", "t4"), "mps"), bundled.measured_table(("h100",), "timeslice")
+    assert mps is not None and sliced is not None and bundled.measured_table(("t4",), "mps") is None
+    assert not any(":" in key[1] for key in mps.ratios)
+    r18, se = Job("a", "resnet18", batch_size=128), Job("b", "se_resnet18", batch_size=128)
+    assert sum(mps.lookup("h100", r18, se)) > 1.1 and sum(sliced.lookup("h100", r18, se)) < 1.0
+    odd = Job("c", "resnet18", batch_size=96)  # no batch 96 measured: the model row, one of the measured batches
+    assert mps.lookup("h100", odd, se) in [mps.lookup("h100", Job("x", "resnet18", batch_size=b),
+                                                      Job("y", "se_resnet18", batch_size=b)) for b in (64, 128, 256)]
+    assert all(sum(r) < 1.0 for key, r in sliced.ratios.items())  # time-sliced, no pair pays on an H100
+
+
+def test_the_simulators_default_table_holds_the_h100_mps_pairs() -> None:
+    from scheduler.formats.transfer import default_table
+
+    table, mps = default_table(), bundled.measured_table(("h100",), "mps")
+    assert mps is not None and {k: v for k, v in table.ratios.items() if k[0] == "h100"} == dict(mps.ratios)
+    assert {"t4", "v100", "aws", "rtx", "dgx-ext", "h100"} <= table.gpu_types

@@ -235,3 +235,53 @@ def test_metrics_are_scraped_from_the_port(tmp_path: Path) -> None:
     finally:
         http.shutdown()
         kill_groups(state.dir)
+
+
+@pytest.mark.parametrize(("sharing", "packed"), [("mps", True), ("timeslice", False)])
+def test_on_an_h100_serve_starts_from_the_pairs_measured_there_under_its_sharing_mode(
+        tmp_path: Path, sharing: str, packed: bool) -> None:
+    """ResNet-18 + SE-ResNet-18 at batch 128 was measured on an H100 at Σ t/t′ 1.22 under MPS and 0.90
+    time-sliced (results/h100): with no --colocation the first round packs them only with the MPS rows (the
+    decision is tested; the group itself runs time-sliced here, on the CPU)."""
+    from scheduler.service.serve import serve_colocation
+
+    table, origin = serve_colocation(None, ("h100",), sharing)
+    assert table is not None and f"h100 under {sharing}" in origin
+    state = StateStore(tmp_path / "state")
+    cluster = cluster_from_dict({"gpu_types": {"h100": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 80}}})
+    server = Server(state, cluster, make_executor("local"), ServeConfig(round_s=0.3, device="cpu"), colocation=table)
+    server.acquire()
+    try:
+        for name, model in (("a", "resnet18"), ("b", "se_resnet18")):
+            state.submit(_job(tmp_path, name, 100000, application=model, batch_size=128))
+        server.round()
+        running = [n for n in "ab" if state.job(n).state == "running"]
+        assert running == (["a", "b"] if packed else running[:1]) and len(running) == (2 if packed else 1)
+        assert (state.job("a").partner == "b") is packed
+    finally:
+        kill_groups(state.dir)
+
+
+def test_serve_names_where_its_pairs_come_from(tmp_path: Path) -> None:
+    from scheduler.service.serve import serve_colocation
+
+    table, origin = serve_colocation(None, ("t4",), "mps")
+    assert table is None and "δ predictor" in origin
+    own = tmp_path / "mine.csv"
+    own.write_text("gpu_type,type_a,type_b,ratio_a,ratio_b\nh100,x,y,0.7,0.7\n")
+    table, origin = serve_colocation(own, ("h100",), "mps")
+    assert origin == str(own) and table is not None and len(table) == 2  # the user's table alone, both orders
+
+
+def test_serve_refuses_mps_for_jobs_on_the_cpu_in_one_line(tmp_path: Path) -> None:
+    """Every packed group would fail at its start (MPS needs CUDA), and its jobs after three tries."""
+    from tests.serve_helpers import write_cluster
+    from tests.test_cli_stdout import colocate
+
+    cluster = write_cluster(tmp_path / "cluster.yaml", {"h100": 1})
+    done = colocate("serve", "--backend", "local", "--device", "cpu", "--sharing", "mps", "--cluster", str(cluster),
+                    "--state", str(tmp_path / "state"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr and done.stdout == ""
+    line = " ".join(done.stderr.split())
+    assert "'--sharing'" in line and "MPS needs a CUDA device" in line and "timeslice on the CPU" in line
+    assert not (tmp_path / "state").exists()  # refused before anything was created

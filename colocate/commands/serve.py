@@ -18,7 +18,9 @@ def serve(
     backend: str = typer.Option("ray", "--backend", help="ray (a Ray cluster; --address) or local (this node)."),
     policy: str = typer.Option("colocate", "--policy", help="Policy by name: colocate, sia, gavel, tiresias, fifo, ..."),
     round_s: float = typer.Option(60.0, "--round-s", help="Seconds between rounds."),
-    colocation: Path = typer.Option(None, "--colocation", help="Colocation table CSV (prior pair ratios)."),
+    colocation: Path = typer.Option(None, "--colocation", help="Colocation table CSV (prior pair ratios); "
+                                                          "default: the bundled measured pairs of the cluster's "
+                                                          "GPU types under --sharing (h100), if any."),
     profiles: Path = typer.Option(None, "--profiles", help="Throughput profiles (CSV or Sia traces dir); default: a prior "
                                                             "that measurements calibrate."),
     address: str = typer.Option(None, "--address", help="Ray cluster address (default: RAY_ADDRESS, else start one)."),
@@ -61,4 +63,5 @@ def serve(
                   colocation=colocation, profiles=profiles, address=address, device=device, sharing=sharing,
                   restart_cost=restart_cost, time_limit=time_limit, grace=grace, threads=threads,
                   max_rounds=max_rounds, should_stop=lambda: stop["now"], on_round=on_round, min_run=min_run,
-                  metrics_port=metrics_port, probe=probe, probe_budget=probe_budget)
+                  metrics_port=metrics_port, probe=probe, probe_budget=probe_budget,
+                  announce=lambda line: error_console.print(line, highlight=False, soft_wrap=True))

@@ -15,6 +15,10 @@ with attribution in each file's header (CSV ``#`` lines; the JSON file has a sid
   ``scheduler/simulation_throughputs.json``, MIT), scale factor 1 on K80/P100/V100 only.
 * ``colocation-default.csv`` — pair ratios for the bundled types transferred from those Gavel pairs
   (:mod:`scheduler.formats.transfer`; t4 ← P100, v100 ← V100).
+* ``colocation-<gpu>-<sharing>.csv`` — pair ratios this project measured on a GPU (today ``h100``, under ``mps``
+  and ``timeslice``), from ``results/<gpu>/matrices/colocation-<sharing>.csv`` (:func:`build_measured`).
+  ``colocate serve`` starts from the file of its ``--sharing`` mode on a cluster with that GPU type
+  (:func:`measured_table`); the simulator's default table holds the ``mps`` rows.
 * ``cluster-default.yaml`` — a 32-GPU two-type cluster over which ``colocate demo`` simulates.
 
 Licences and the derivation in full: ``scheduler/data/SOURCE.md``.
@@ -31,6 +35,7 @@ import statistics
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from scheduler.formats.bundled_files import (  # noqa: F401  (the paths and types are part of this module's API)
     CLUSTER_FILE,
@@ -39,10 +44,18 @@ from scheduler.formats.bundled_files import (  # noqa: F401  (the paths and type
     DERIVED_TYPES,
     GAVEL_FILE,
     GPU_MAP,
+    MEASURED_GPU_TYPES,
     MEASURED_TYPE,
     PROFILES_DIR,
     REFERENCE_GAVEL_TYPE,
+    SHARING_MODES,
+    measured_table_file,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from scheduler.model.colocation import ColocationTable
 
 POLLUX_APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 POLLUX = ("petuum/adaptdl osdi21-artifact @c793c7089bd3 simulator/traces/{app}/{name}; Apache-2.0, "
@@ -154,13 +167,80 @@ def build(shared: Path, out: Path = DATA_DIR) -> list[Path]:
     return written
 
 
+REPO_RESULTS = Path(__file__).resolve().parents[2] / "results"
+DEFAULT_PRECISION = "tf32"  # what PyTorch runs convolutions in on an Ampere or newer GPU unless told otherwise
+
+
+def scheduler_rows(frame: "pd.DataFrame") -> "pd.DataFrame":
+    """A measured colocation table (``colocate colocation-table``) keyed the way jobs ask for pairs.
+
+    * ``model@batch:tf32`` becomes ``model@batch``: a job of ``colocate serve`` names no precision, and on a GPU
+      PyTorch runs its convolutions in TF32 by default (other precisions keep their suffix).
+    * One row per pair of *models* is added (``resnet18``, ``se_resnet18``): the measured batch whose Σ ratio is
+      the median over the feasible batches (a real measurement, not an average), which a job at an unmeasured
+      batch size matches.
+    """
+    import pandas as pd
+
+    rows = frame.copy()
+    for col in ("type_a", "type_b"):
+        rows[col] = rows[col].astype(str).str.replace(f":{DEFAULT_PRECISION}", "", regex=False)
+    rows["source"] = "measured"
+    plain = rows[(rows["ratio_a"] > 0) & (rows["ratio_b"] > 0)
+                 & ~rows["type_a"].str.contains(":") & ~rows["type_b"].str.contains(":")]
+    models = [plain[c].str.partition("@")[0] for c in ("type_a", "type_b")]
+    per_model = []
+    for (a, b), group in plain.groupby(models, sort=True):
+        group = group.assign(_sum=group["ratio_a"] + group["ratio_b"]).sort_values(["_sum", "type_a"])
+        pick = group.iloc[(len(group) - 1) // 2].drop("_sum").copy()
+        pick["source"] = f"measured: {pick['type_a']}+{pick['type_b']} (median of {len(group)} batches)"
+        pick["type_a"], pick["type_b"] = a, b
+        per_model.append(pick)
+    return pd.concat([rows, pd.DataFrame(per_model)], ignore_index=True)
+
+
+def build_measured(results: Path = REPO_RESULTS, out: Path = DATA_DIR) -> list[Path]:
+    """Bundle ``results/<gpu>/matrices/colocation-<sharing>.csv`` (measured on that GPU) as
+    ``colocation-<gpu>-<sharing>.csv`` with :func:`scheduler_rows`' keys and a provenance header."""
+    from scheduler.formats.colocation_table import read_colocation_table, write_colocation_table
+
+    written = []
+    for gpu in MEASURED_GPU_TYPES:
+        for sharing in SHARING_MODES:
+            src = results / gpu / "matrices" / f"colocation-{sharing}.csv"
+            if not src.is_file():
+                continue
+            dst = out / measured_table_file(gpu, sharing).name
+            write_colocation_table(scheduler_rows(read_colocation_table(src)), dst)
+            note = [f"Pair ratios t/t' measured by this project on one {gpu.upper()} under {sharing} "
+                    f"(results/{gpu}/matrices/colocation-{sharing}.csv; results/{gpu}/REPORT.md: GPU, driver, torch).",
+                    "Job types without a precision ran in TF32; plain model names are the median batch of the pair.",
+                    "Regenerate: python -m scheduler.formats.bundled"]
+            dst.write_text(_header(note) + dst.read_text())
+            written.append(dst)
+    return written
+
+
+def measured_table(gpu_types: Sequence[str], sharing: str) -> "ColocationTable | None":
+    """The bundled measured pairs of the given GPU types under ``sharing``; None when none of them has any."""
+    from scheduler.formats.colocation_table import load_colocation_table
+    from scheduler.model.colocation import ColocationTable
+
+    files = [measured_table_file(g, sharing) for g in gpu_types if g in MEASURED_GPU_TYPES]
+    ratios: dict = {}
+    for f in files:
+        if f.is_file():
+            ratios.update(load_colocation_table(f).ratios)
+    return ColocationTable(ratios) if ratios else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m scheduler.formats.bundled [SHARED_DATA]``: rewrite ``scheduler/data`` from the public data folder."""
     from scheduler.formats.shared_data import shared_data_dir
 
     args = list(sys.argv[1:] if argv is None else argv)
     shared = Path(args[0]) if args else shared_data_dir()
-    files = build(shared)
+    files = build(shared) + build_measured()
     size = sum(f.stat().st_size for f in DATA_DIR.rglob("*") if f.is_file())
     print(f"wrote {len(files)} files; scheduler/data holds {size / 1e6:.2f} MB")
     return 0

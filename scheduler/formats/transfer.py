@@ -205,14 +205,30 @@ def transferred_table(gavel_json: str | Path, **options: object) -> "ColocationT
     return ColocationTable.from_frame(transferred_frame(gavel_json, **options))  # type: ignore[arg-type]
 
 
+def default_table_files() -> list[Path]:
+    """The files of the simulator's default table: the transferred tables of Sia's GPU types and of the bundled
+    types, and the pairs this project measured on a GPU under :data:`~scheduler.formats.bundled_files.SIMULATOR_SHARING`."""
+    from scheduler.formats.bundled_files import (
+        COLOCATION_FILE,
+        MEASURED_GPU_TYPES,
+        SIMULATOR_SHARING,
+        measured_table_file,
+    )
+
+    measured = [measured_table_file(gpu, SIMULATOR_SHARING) for gpu in MEASURED_GPU_TYPES]
+    return [DEFAULT_TABLE, COLOCATION_FILE, *(f for f in measured if f.is_file())]
+
+
 def default_table() -> "ColocationTable":
-    """The bundled transferred tables: Sia's GPU types (``scheduler/examples/colocation-sia-transferred.csv``)
-    and the bundled default types ``t4``/``v100`` (``scheduler/data/colocation-default.csv``)."""
-    from scheduler.formats.bundled_files import COLOCATION_FILE
+    """The union of :func:`default_table_files`: Sia's GPU types
+    (``scheduler/examples/colocation-sia-transferred.csv``), the bundled types ``t4``/``v100``
+    (``scheduler/data/colocation-default.csv``) and ``h100`` (``scheduler/data/colocation-h100-mps.csv``)."""
     from scheduler.model.colocation import ColocationTable
 
-    sia, ours = load_colocation_table(DEFAULT_TABLE), load_colocation_table(COLOCATION_FILE)
-    return ColocationTable({**sia.ratios, **ours.ratios})
+    ratios: dict[tuple[str, str, str], tuple[float, float]] = {}
+    for path in default_table_files():
+        ratios.update(load_colocation_table(path).ratios)
+    return ColocationTable(ratios)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

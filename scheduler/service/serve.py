@@ -17,6 +17,36 @@ from scheduler.service.stability import StabilityConfig
 from scheduler.service.state import StateStore
 
 
+def serve_colocation(colocation: Any, gpu_types: Any, sharing: str) -> tuple[Any, str]:
+    """The pair ratios the server starts from, and where they come from: the user's table (``--colocation``);
+    else the pairs this project measured on the cluster's GPU types under ``sharing``
+    (:func:`scheduler.formats.bundled.measured_table`); else none (the δ predictor's prior, learned online)."""
+    from scheduler.formats.bundled import measured_table
+
+    if colocation is not None:
+        return load_colocation_table(colocation), str(colocation)
+    table = measured_table(tuple(gpu_types), sharing)
+    if table is None:
+        return None, "no measured pairs for this cluster's GPU types; the δ predictor's prior, learned online"
+    return table, (f"the bundled pairs measured on {', '.join(sorted(table.gpu_types))} under {sharing} "
+                   f"({len(table.ratios) // 2} pairs), learned online")
+
+
+def check_sharing_device(sharing: str, device: str, backend: str) -> None:
+    """Refuse a sharing mode the jobs' device cannot run (``--sharing mps`` with jobs on the CPU): every packed
+    group would fail at its start, and its jobs with it. Jobs are on the CPU with ``--device cpu``, or with
+    ``auto`` on the local backend of a node without a GPU (a Ray cluster's workers decide for themselves)."""
+    from profiler.gpu.nvml import gpu_inventory
+    from profiler.gpu.sharing import sharing_mode, sharing_mode_names
+
+    on_cpu = device == "cpu" or (device == "auto" and backend == "local" and not gpu_inventory())
+    reason = sharing_mode(sharing).unavailable_reason("cpu") if on_cpu else None
+    if reason is not None:
+        usable = [m for m in sharing_mode_names() if sharing_mode(m).unavailable_reason("cpu") is None]
+        raise InputError(f"{sharing!r} with jobs on the CPU: {reason}", field="--sharing",
+                         valid=f"{', '.join(usable)} on the CPU; {sharing} with --device cuda (or auto on a GPU node)")
+
+
 def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", policy: str = "colocate",
                   round_s: float = 60.0, colocation: Any = None, profiles: Any = None, address: str | None = None,
                   device: str = "auto", sharing: str = "timeslice", restart_cost: float | None = None,
@@ -24,7 +54,7 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
                   max_rounds: int | None = None, should_stop: Callable[[], bool] = lambda: False,
                   on_round: Callable[[RoundStats], None] | None = None, min_run: float | None = None,
                   metrics_port: int | None = None, probe: bool | None = None,
-                  probe_budget: float | None = None) -> None:
+                  probe_budget: float | None = None, announce: Callable[[str], None] | None = None) -> None:
     """Validate the options of ``colocate serve``, build the server and run its rounds."""
     import uuid
 
@@ -44,6 +74,7 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
     for ok, name, value, valid in checks:
         if not ok:
             raise InputError(f"{value!r}", field=name, valid=valid)
+    check_sharing_device(sharing, device, backend)
     stability = StabilityConfig(min_run_s=min_run)
     probes = ProbeConfig(enabled=probe)
     if probe_budget is not None:
@@ -60,7 +91,9 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
         options[key] = value
     cluster = load_cluster(cluster_path)
     base = load_goodput_model(profiles) if profiles is not None else None
-    table = load_colocation_table(colocation) if colocation is not None else None
+    table, origin = serve_colocation(colocation, cluster.type_names, sharing)
+    if announce is not None:
+        announce(f"colocation: {origin}")
     state = StateStore(state_dir, lock_wait_s=60.0)  # the server outwaits a reader's lock
     instance = state.meta("instance")
     if instance is None:

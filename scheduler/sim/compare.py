@@ -272,15 +272,14 @@ def _setup(plan: ComparePlan) -> dict[str, str]:
 def write_comparison_report(plan: ComparePlan) -> Path:
     """report.md, summary.csv and plots from every run's logs; returns the report's path."""
     from common.safe_load import read_text
-    from scheduler.formats.bundled_files import COLOCATION_FILE
-    from scheduler.formats.transfer import DEFAULT_TABLE
+    from scheduler.formats.transfer import default_table_files
     from scheduler.policies import policy_spec
     from scheduler.report.comparison import colocation_provenance, write_report
 
     req = plan.request
     packing = any(policy_spec(p).packing for p in plan.names)
-    # the simulator's default table is the union of both bundled tables (scheduler.formats.transfer.default_table)
-    tables = [req.colocation] if req.colocation is not None else [DEFAULT_TABLE, COLOCATION_FILE]
+    # the simulator's default table is the union of the bundled tables (scheduler.formats.transfer.default_table)
+    tables = [req.colocation] if req.colocation is not None else default_table_files()
     notes = read_text(req.notes, field="--notes", what="notes file") if req.notes is not None else ""
     failed = failed_runs(plan)
     if failed:
