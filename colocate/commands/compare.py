@@ -49,7 +49,8 @@ def compare_command(
                                    help="Scale every pair's benefit Σr−1 (sensitivity: <1 weaker, >1 stronger)."),
     out: Path = typer.Option(..., "--out", "-o", help="Report directory, e.g. results/sim/NAME."),
     colocation: Path = typer.Option(None, "--colocation",
-                                    help="Colocation table CSV (default: the bundled table transferred from Gavel)."),
+                                    help="Colocation table CSV (default: the bundled tables, transferred from Gavel and "
+                                         "measured on the H100 under MPS)."),
     round_s: float = typer.Option(60.0, "--round", help="Round length in seconds."),
     seed: int = typer.Option(0, "--seed", help="Seed for randomised policies."),
     workers: Optional[int] = typer.Option(None, "--workers",

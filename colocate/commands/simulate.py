@@ -103,7 +103,8 @@ def simulate_command(
     colocation: Path = typer.Option(None, "--colocation",
                                     help="Colocation table CSV, or a results directory (e.g. from import-pairs) "
                                          "whose measured pairs become one (default for packing policies: the "
-                                         "bundled table transferred from Gavel's measurements)."),
+                                         "bundled tables: transferred from Gavel's measurements, and the "
+                                         "pairs measured on the H100 under MPS)."),
     round_s: float = typer.Option(60.0, "--round", help="Round length in seconds."),
     seed: int = typer.Option(0, "--seed", help="Seed (randomised policies such as gandiva)."),
     out: Path = typer.Option(None, "--out", "-o", help="Write jobs/rounds/allocations Parquet + summary.json here."),
