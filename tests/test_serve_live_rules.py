@@ -258,6 +258,10 @@ def test_on_an_h100_serve_starts_from_the_pairs_measured_there_under_its_sharing
         running = [n for n in "ab" if state.job(n).state == "running"]
         assert running == (["a", "b"] if packed else running[:1]) and len(running) == (2 if packed else 1)
         assert (state.job("a").partner == "b") is packed
+        if not packed:  # the waiting job says why, with the measured belief
+            waiting = next(n for n in "ab" if n not in running)
+            reason = server_reasons(state)[waiting]
+            assert reason["code"] == "would-hurt-partner" and "believed at Σ t/t′ 0.90" in reason["text"], reason
     finally:
         kill_groups(state.dir)
 
