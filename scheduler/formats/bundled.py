@@ -196,7 +196,10 @@ def scheduler_rows(frame: "pd.DataFrame") -> "pd.DataFrame":
         pick["source"] = f"measured: {pick['type_a']}+{pick['type_b']} (median of {len(group)} batches)"
         pick["type_a"], pick["type_b"] = a, b
         per_model.append(pick)
-    return pd.concat([rows, pd.DataFrame(per_model)], ignore_index=True)
+    out = pd.concat([rows, pd.DataFrame(per_model)], ignore_index=True)
+    ratios = [c for c in ("ratio_a", "ratio_b", "delta") if c in out]
+    out[ratios] = out[ratios].astype(float).round(6)  # far below the measurements' noise; stable across CSV parsers
+    return out
 
 
 def build_measured(results: Path = REPO_RESULTS, out: Path = DATA_DIR) -> list[Path]:
