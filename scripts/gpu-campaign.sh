@@ -54,7 +54,10 @@ echo "device $DEVICE ($GPU); campaign $NAME from $SPEC; results $DIR; budget ${B
 
 if [ "$DRY_RUN" = 1 ]; then
   $PY -m colocate.cli profile "$SPEC" --out "$DIR" --dry-run | tail -n 3 | tee -a "$OUT/summary.txt"
-  $PY -m colocate.cli bench profiler --estimate "$SPEC" --gpu "${GPU/cpu/h100}" | tee -a "$OUT/summary.txt"
+  # the estimate needs assumptions for the GPU type: a machine without one (a dry run elsewhere) uses the H100's
+  $PY -m colocate.cli bench profiler --estimate "$SPEC" --gpu "$GPU" 2>/dev/null | tee -a "$OUT/summary.txt" \
+    || { echo "(no estimate assumptions for $GPU: the H100's)" | tee -a "$OUT/summary.txt"
+         $PY -m colocate.cli bench profiler --estimate "$SPEC" --gpu h100 | tee -a "$OUT/summary.txt"; }
   exit 0
 fi
 

@@ -118,3 +118,18 @@ def test_the_gpu_window_script_packs_at_most_8_files_and_resumes(tmp_path: Path)
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert again.returncode == 0 and "this window: 0 runs" in summary
     assert "gpu tests: not run (not the first window" in summary  # later windows give the grid all the time
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("spec", "runs"), [("same-model-pairs", 90), ("bf16-transformers", 64)])
+def test_the_next_device_calls_specs_plan_and_estimate_on_a_machine_without_their_gpu(
+        tmp_path: Path, spec: str, runs: int) -> None:
+    """The specs queued for the next device call load, plan, and get the H100's estimate where the GPU has none."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this checks the fallback on a machine without a GPU")
+    done = _script(tmp_path, "--dry-run", "--spec", f"scripts/{spec}.yaml")
+    assert done.returncode == 0, done.stderr
+    assert f"{runs} runs (0 already done)" in done.stdout
+    assert "the H100's" in done.stdout and f"estimate for {spec} on one h100: {runs} runs" in done.stdout
