@@ -89,10 +89,15 @@ class ServeProcess:
         return self.log.read_text(errors="replace")[-3000:]
 
 
-def kill_groups(state: Path) -> None:
-    """Kill every group supervisor a test left behind (their jobs die with them)."""
+def kill_groups(state: Path, wait_s: float = 15.0) -> None:
+    """Kill every group supervisor a test left behind (their jobs die with them). A group started in the test's
+    last round may not have written its pid file yet: wait for it, or its supervisor and jobs outlive the test."""
     from scheduler.executor.supervise import process_alive, read_json
 
+    deadline = time.monotonic() + wait_s
+    groups = list((state / "runs").glob("g*.json"))
+    while any(not g.with_suffix(".pid").exists() for g in groups) and time.monotonic() < deadline:
+        time.sleep(0.05)
     for pid_file in (state / "runs").glob("*.pid"):
         recorded = read_json(pid_file)
         if recorded and process_alive(recorded["pid"], recorded["start_time"]):
