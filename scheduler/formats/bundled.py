@@ -226,15 +226,10 @@ def build_measured(results: Path = REPO_RESULTS, out: Path = DATA_DIR) -> list[P
 
 def measured_table(gpu_types: Sequence[str], sharing: str) -> "ColocationTable | None":
     """The bundled measured pairs of the given GPU types under ``sharing``; None when none of them has any."""
-    from scheduler.formats.colocation_table import load_colocation_table
-    from scheduler.model.colocation import ColocationTable
+    from scheduler.formats.colocation_table import load_colocation_tables
 
-    files = [measured_table_file(g, sharing) for g in gpu_types if g in MEASURED_GPU_TYPES]
-    ratios: dict = {}
-    for f in files:
-        if f.is_file():
-            ratios.update(load_colocation_table(f).ratios)
-    return ColocationTable(ratios) if ratios else None
+    files = [f for g in gpu_types if g in MEASURED_GPU_TYPES and (f := measured_table_file(g, sharing)).is_file()]
+    return load_colocation_tables(files) if files else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

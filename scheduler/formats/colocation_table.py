@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 from common.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterable
+
     import pandas as pd
 
     from scheduler.model.colocation import ColocationTable
@@ -113,3 +115,13 @@ def load_colocation_table(path: str | Path) -> "ColocationTable":
     from scheduler.model.colocation import ColocationTable
 
     return ColocationTable.from_frame(read_colocation_table(path))
+
+
+def load_colocation_tables(paths: "Iterable[str | Path]") -> "ColocationTable":
+    """Several colocation CSVs as one table; a pair in more than one file takes the last file's ratios."""
+    from scheduler.model.colocation import ColocationTable
+
+    ratios: dict[tuple[str, str, str], tuple[float, float]] = {}
+    for path in paths:
+        ratios.update(load_colocation_table(path).ratios)
+    return ColocationTable(ratios)

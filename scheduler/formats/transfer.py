@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 
 from common.errors import InputError
 from profiler.campaign.spec import parse_job_type
-from scheduler.formats.colocation_table import load_colocation_table
+from scheduler.formats.colocation_table import load_colocation_tables
 from scheduler.formats.gavel_format import parse_gavel_key, read_gavel_json
 from scheduler.model.applications import APPLICATION_MODELS
 
@@ -223,12 +223,7 @@ def default_table() -> "ColocationTable":
     """The union of :func:`default_table_files`: Sia's GPU types
     (``scheduler/examples/colocation-sia-transferred.csv``), the bundled types ``t4``/``v100``
     (``scheduler/data/colocation-default.csv``) and ``h100`` (``scheduler/data/colocation-h100-mps.csv``)."""
-    from scheduler.model.colocation import ColocationTable
-
-    ratios: dict[tuple[str, str, str], tuple[float, float]] = {}
-    for path in default_table_files():
-        ratios.update(load_colocation_table(path).ratios)
-    return ColocationTable(ratios)
+    return load_colocation_tables(default_table_files())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

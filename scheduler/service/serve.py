@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from common.errors import InputError
 from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.formats.profiles import load_goodput_model
+from scheduler.model.colocation import ColocationTable
 from scheduler.service import admission
 from scheduler.service.config import ServeConfig
 from scheduler.service.probes import ProbeConfig
@@ -17,7 +18,7 @@ from scheduler.service.stability import StabilityConfig
 from scheduler.service.state import StateStore
 
 
-def serve_colocation(colocation: Any, gpu_types: Any, sharing: str) -> tuple[Any, str]:
+def serve_colocation(colocation: Any, gpu_types: Sequence[str], sharing: str) -> tuple[ColocationTable | None, str]:
     """The pair ratios the server starts from, and where they come from: the user's table (``--colocation``);
     else the pairs this project measured on the cluster's GPU types under ``sharing``
     (:func:`scheduler.formats.bundled.measured_table`); else none (the δ predictor's prior, learned online)."""

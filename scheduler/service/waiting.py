@@ -83,19 +83,14 @@ def _unallocated(row: JobRow, cluster: Cluster, used: dict[str, int], allocated:
         me = jobs[row.name]
         partners = [(a, jobs[a.job]) for a in allocated.values() if a.gpu_type in types and a.job in jobs
                     and a.num_gpus == me.num_gpus and not a.others]
-        if partners and not any(_pays(table, a.gpu_type, me, other, beta) for a, other in partners):
-            known = [(sum(r), other.name) for a, other in partners if (r := table.lookup(a.gpu_type, me, other))]
+        known = [(sum(r), other.name) for a, other in partners if (r := table.lookup(a.gpu_type, me, other))]
+        if partners and not any(total >= 1.0 + beta for total, _ in known):
             best = (f"; the best, with {max(known)[1]}, is believed at Σ t/t′ {max(known)[0]:.2f}" if known
                     else "; none of the pairs is known")
             return "would-hurt-partner", (f"all {busy} GPU(s) busy; sharing with any of {len(partners)} running "
                                           f"job(s) is predicted to pay less than 1 + {beta:g}{best}")
     return "fair-share", (f"all {busy} GPU(s) busy with {len(allocated)} job(s) at their share; it starts when one "
                           "ends or a change pays for its restarts")
-
-
-def _pays(table: Any, gpu_type: str, a: Job, b: Job, beta: float) -> bool:
-    ratios = table.lookup(gpu_type, a, b)
-    return ratios is not None and sum(ratios) >= 1.0 + beta
 
 
 def dumps(reasons: dict[str, dict[str, str]]) -> str:
