@@ -172,6 +172,22 @@ def test_max_group_size_is_refused_for_policies_that_do_not_pack_groups(tmp_path
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("option", [("--colocation", "{bad}"), ("--colocation", "{missing}"),
+                                    ("--belief", "table:{bad}"), ("--belief", "table:{missing}")])
+def test_a_bad_table_is_refused_before_the_simulation_starts(tmp_path, option):
+    """Bad --colocation / --belief table:FILE: one line naming the file, exit 2, and no progress bar first."""
+    workload, bad = tmp_path / "tiny.csv", tmp_path / "bad.csv"
+    workload.write_text(TINY)
+    bad.write_text("name,time\nx,1\n")
+    flag, value = option[0], option[1].format(bad=bad, missing=tmp_path / "missing.csv")
+    proc = run_cli("simulate", "--cluster", str(CLUSTER), "--workload", str(workload), flag, value,
+                   "--profiles", str(PROFILES))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "jobs done" not in proc.stderr
+    assert ("bad.csv" if "{bad}" in option[1] else "missing.csv") in lines[0]
+
+
 def test_a_failed_simulation_is_reported_and_the_others_still_run(tmp_path, monkeypatch):
     """A run that stops on a broken invariant leaves failed.txt, is listed in the report and returned;
     the other runs finish and are reported; rerunning retries only the failed run."""

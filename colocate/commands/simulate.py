@@ -32,15 +32,30 @@ def _hours(seconds: float) -> str:
     return "–" if not math.isfinite(seconds) else f"{seconds / 3600:.2f} h"
 
 
-def _colocation(path: Path | None):  # -> ColocationTable | Path | None
-    """A results directory's measured pairs as a colocation table; a CSV path is passed on as it is."""
-    if path is None or not path.is_dir():
-        return path
+def _colocation(path: Path | None):  # -> ColocationTable | None
+    """The ``--colocation`` table, read before the simulation starts (a bad file is an error before any
+    progress): a CSV as it is, a results directory's measured pairs as a table."""
+    if path is None:
+        return None
+    if not path.is_dir():
+        from scheduler.formats.colocation_table import load_colocation_table
+
+        return load_colocation_table(path)
     from colocate.matrix import measured_colocation_table
     from colocate.results import load_results
     from scheduler.model.colocation import ColocationTable
 
     return ColocationTable.from_frame(measured_colocation_table(load_results(path)))
+
+
+def _check_belief_table(belief: str) -> None:
+    """``--belief table:FILE``: the file read once before the simulation starts, so a bad one is a one-line
+    error before any progress (the simulator reads it again as its prior)."""
+    from scheduler.learning.belief import parse_belief, read_belief_table
+
+    spec = parse_belief(belief)
+    if spec.kind == "table":
+        read_belief_table(spec)
 
 
 @contextmanager
@@ -192,6 +207,7 @@ def simulate_command(
     if explore_optimism is not None:
         config = replace(config, explore_optimism=explore_optimism)
     table = _colocation(colocation)
+    _check_belief_table(belief)
     cluster_obj = load_cluster(cluster)
     work = read_workload(workload)
     from scheduler.formats.profiles import check_workload

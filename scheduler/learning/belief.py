@@ -91,6 +91,16 @@ def noisy_table(truth: ColocationTable, sigma: float, seed: int) -> ColocationTa
     return ColocationTable.from_rows(rows)
 
 
+def read_belief_table(spec: BeliefSpec) -> ColocationTable:
+    """The colocation CSV of ``table:FILE``; a missing or bad file → InputError naming it."""
+    if not Path(str(spec.path)).is_file():
+        raise InputError("belief table not found", source=str(spec.path), field="--belief",
+                         valid="table:FILE with FILE a colocation CSV")
+    from scheduler.formats.colocation_table import load_colocation_table
+
+    return load_colocation_table(str(spec.path))
+
+
 def prior_table(spec: BeliefSpec, truth: ColocationTable, seed: int = 0) -> ColocationTable | None:
     """The table a belief starts from (None for ``none``)."""
     if spec.kind == "none":
@@ -100,12 +110,7 @@ def prior_table(spec: BeliefSpec, truth: ColocationTable, seed: int = 0) -> Colo
 
         return leave_pair_out_table(truth)
     if spec.kind == "table":
-        if not Path(str(spec.path)).is_file():
-            raise InputError("belief table not found", source=str(spec.path), field="--belief",
-                             valid="table:FILE with FILE a colocation CSV")
-        from scheduler.formats.colocation_table import load_colocation_table
-
-        return load_colocation_table(str(spec.path))
+        return read_belief_table(spec)
     if spec.kind == "noisy":
         return noisy_table(truth, spec.sigma, seed)
     raise InputError(f"{spec.kind!r} has no prior table", source="simulate", field="--belief", valid=", ".join(BELIEFS))
@@ -196,4 +201,4 @@ def sim_belief(text: str, truth: ColocationTable | None, wrap: Callable[[Colocat
 
 
 __all__ = ["BELIEFS", "BELIEF_COLUMNS", "BeliefSpec", "SimBelief", "noisy_table", "parse_belief", "prior_table",
-           "sim_belief"]
+           "read_belief_table", "sim_belief"]
