@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "simulate",
     "compare",
     "matrix",
+    "compare_gpus",
     "import_gavel",
     "export_gavel",
     "import_pairs",

@@ -257,3 +257,24 @@ def plot_kernel_histograms(kernels: pd.DataFrame, out_dir: str | Path) -> tuple[
             fig.suptitle(f"Per-{unit} {label}, {gpu_type} ({backend}){suffix}", fontsize=9)
             written.append(save_figure(fig, out / f"kernels_hist_{metric}_{gpu_type}_{backend}.png"))
     return written, notes
+
+
+def plot_gpu_comparison(pairs: pd.DataFrame, type_a: str, type_b: str, path: str | Path) -> Path:
+    """δ of each pair on ``type_a`` (x) against ``type_b`` (y), one colour per sharing-mode pairing: points off
+    the diagonal moved, points across a dashed line (δ = 1) are worth packing on one type only."""
+    fig, ax = plt.subplots(figsize=(5.5, 5.0))
+    for (mode_a, mode_b), group in pairs.groupby(["sharing_a", "sharing_b"], sort=True):
+        label = mode_a if mode_a == mode_b else f"{mode_a} / {mode_b}"
+        ax.scatter(group["delta_a"], group["delta_b"], s=18, alpha=0.75, label=label)
+    values = pd.concat([pairs["delta_a"], pairs["delta_b"]]).astype(float)
+    low, high = min(float(values.min()), 1.0) * 0.95, max(float(values.max()), 1.0) * 1.05
+    ax.plot([low, high], [low, high], color="grey", linewidth=0.8)
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+    ax.axvline(1.0, color="grey", linestyle="--", linewidth=0.8)
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    ax.set_xlabel(f"δ on {type_a}")
+    ax.set_ylabel(f"δ on {type_b}")
+    ax.set_title(f"pairs measured on both ({len(pairs)})")
+    ax.legend(title="sharing", fontsize=8)
+    return save_figure(fig, path)

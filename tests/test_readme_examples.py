@@ -174,3 +174,33 @@ def test_shared_data_example_names_data_that_exists(example: Example) -> None:
     for path in re.findall(r"\.\./shared/data/[^\s'\",)]+", example.code):
         resolved = str(base / path[len("../shared/data/"):])
         assert glob.glob(resolved), f"{example.name}: {path} not found under {base}"
+
+
+def python_blocks(document: Path) -> list[tuple[str, str]]:
+    """The ```` ```python ```` blocks of one Markdown file: (name, code)."""
+    lines, found, i = document.read_text().splitlines(), [], 0
+    while i < len(lines):
+        fence = FENCE.match(lines[i])
+        if fence is None or fence.group("lang") != "python":
+            i += 1
+            continue
+        start, body, i = i, [], i + 1
+        while i < len(lines) and lines[i].strip() != "```":
+            body.append(lines[i])
+            i += 1
+        found.append((f"{document.relative_to(REPO)}:{start + 1}", "\n".join(body) + "\n"))
+    return found
+
+
+PYTHON_BLOCKS = [block for document in [*DOCUMENTS, REPO / "ARCHITECTURE.md"] for block in python_blocks(document)]
+
+
+@pytest.mark.parametrize("name,code", PYTHON_BLOCKS, ids=[name for name, _ in PYTHON_BLOCKS])
+def test_python_example_parses_and_its_imports_resolve(name: str, code: str) -> None:
+    """Python examples are not run (they read results a user has), but each parses and imports what exists."""
+    import ast
+
+    tree = ast.parse(code, filename=name)
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            exec(compile(ast.Module(body=[node], type_ignores=[]), name, "exec"), {})
