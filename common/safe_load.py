@@ -10,12 +10,16 @@ inputs with a one-line :class:`~common.errors.InputError` naming the file:
 * YAML aliases beyond :data:`MAX_ALIASES`, or whose expansion adds more than :data:`MAX_ALIAS_EXPANSION`
   values (an "alias bomb": a few lines that expand to billions of values);
 * JSON ``NaN`` / ``Infinity`` (not JSON; Python's reader accepts them by default).
+
+YAML numbers with an exponent (``1e6``, ``1.5e3``) are numbers, as in YAML 1.2 (PyYAML follows YAML 1.1,
+where an exponent needs a dot and a sign, and these are strings).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,8 @@ MAX_TEXT_BYTES = 256 * 1024 * 1024  # traces run to tens of MB; a config of 256 
 MAX_DEPTH = 64
 MAX_ALIASES = 100
 MAX_ALIAS_EXPANSION = 10_000  # values that aliases may add when expanded
+# 1e6, 1.5e3, -2E-3, .5e1: YAML 1.2 floats with an exponent that YAML 1.1 (sign required, a dot) reads as strings
+_EXPONENT_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$")
 
 
 def read_text(path: str | Path, *, field: str | None = None, what: str = "file") -> str:
@@ -96,6 +102,9 @@ def _limited_loader() -> type:
                         raise _Refused(f"duplicate key {str(key)[:60]!r}", key_node.start_mark)
             return super().construct_mapping(node, deep=deep)
 
+    # YAML 1.2 floats: PyYAML resolves YAML 1.1, where `1e6` is a string, so `steps: 1e6` would be refused as
+    # "not a number"; numbers with an exponent read as numbers here, as every YAML 1.2 reader reads them
+    _LimitedLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+.0123456789"))
     return _LimitedLoader
 
 
