@@ -26,13 +26,12 @@ def demo_spec(device: str | None = None):  # -> CampaignSpec
     import dataclasses
     from importlib import resources
 
-    import yaml
-
+    from common.safe_load import parse_yaml
     from profiler.campaign.spec import spec_from_dict
     from profiler.gpu.mps import mps_unavailable_reason
 
     source = resources.files("colocate") / "examples" / "demo.yaml"
-    spec = spec_from_dict(yaml.safe_load(source.read_text()), source=str(source))
+    spec = spec_from_dict(parse_yaml(source.read_text(), source=str(source)), source=str(source))
     if device is None:
         import torch
 
