@@ -115,26 +115,58 @@ def _flags_show_no_type() -> None:
     TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
 
 
+def usage_error(err: Any) -> InputError:
+    """A Click usage error (an unknown option, a value of the wrong type, a missing argument) as the one-line
+    error every other bad input gets, pointing at the command's ``--help`` for what is valid."""
+    ctx = getattr(err, "ctx", None)
+    command = ctx.command_path if ctx is not None else "colocate"
+    return InputError(err.format_message().rstrip("."), source=command, valid=f"see '{command} --help'")
+
+
+def _click_error(err: BaseException, name: str) -> bool:
+    """Whether ``err`` is Click's exception ``name`` (or a subclass), from Click or the copy newer Typer releases
+    carry (``typer._click``): matched by name so that neither has to be imported to ask."""
+    return any(c.__name__ == name and c.__module__.split(".")[0] in ("click", "typer") for c in type(err).__mro__)
+
+
+def _say_error(err: InputError) -> None:
+    from rich.console import Console  # only on the way out: a command that succeeds never pays for Rich
+    from rich.markup import escape
+
+    Console(stderr=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
+
+
 _flags_show_no_type()
 cli_params.install()
 
 
 def main() -> None:
-    """Console-script entry point: click handles usage errors; input errors become one line, exit 2."""
+    """Console-script entry point. Bad input of any kind — a file, a value, a Click usage error (an unknown option,
+    a value of the wrong type: :func:`usage_error`) — is one line on stderr and exit status 2. Click runs outside
+    its standalone mode so that its usage errors reach here rather than being printed as a boxed panel."""
     light = len(sys.argv) > 1 and sys.argv[1] in LIGHT_COMMANDS and not {"--help", "-h"} & set(sys.argv[1:2])
     try:
-        (build_app((sys.argv[1],)) if light else __getattr__("app"))()  # standalone: usage errors exit 2
+        command = build_app((sys.argv[1],)) if light else __getattr__("app")
+        code = command(standalone_mode=False, prog_name="colocate")  # `python -m colocate.cli` says colocate too
     except InputError as err:
-        from rich.console import Console  # only on the way out: a command that succeeds never pays for Rich
-        from rich.markup import escape
-
-        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
+        _say_error(err)
         sys.exit(2)
     except KeyboardInterrupt:  # commands with work to resume say more before this
         from rich.console import Console
 
         Console(stderr=True).print("interrupted", highlight=False)
         sys.exit(130)
+    except Exception as err:
+        if _click_error(err, "NoArgsIsHelpError"):  # `colocate` alone: the help was printed as it was made
+            sys.exit(2)
+        if _click_error(err, "ClickException"):  # usage errors, and Click's others (a file it could not open)
+            _say_error(usage_error(err) if _click_error(err, "UsageError") else InputError(str(err)))
+            sys.exit(getattr(err, "exit_code", 2))
+        if _click_error(err, "Abort"):  # end of input at a prompt
+            sys.exit(1)
+        raise
+    if isinstance(code, int) and not isinstance(code, bool) and code:  # a command's typer.Exit(N)
+        sys.exit(code)
 
 
 if __name__ == "__main__":

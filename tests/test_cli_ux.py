@@ -1,5 +1,5 @@
-"""What a new user sees first: ``--version``, ``--help`` that shows flags as flags, and an error that names
-the GPU types without profiles — through the real console script."""
+"""What a new user sees first: ``--version``, ``--help`` that shows flags as flags, usage errors in one line,
+and an error that names the GPU types without profiles — through the real console script."""
 
 from __future__ import annotations
 
@@ -30,6 +30,23 @@ def test_help_shows_flags_without_a_value_type(monkeypatch) -> None:
     simulate_help = done.stdout
     assert re.search(r"--json\s+Print the summary", simulate_help)
     assert re.search(r"--out\s+-o\s+(<path>|PATH)", simulate_help)  # options that take a value keep their type
+
+
+def test_usage_errors_are_one_line_with_exit_2_and_no_args_still_prints_the_help(monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "60")  # narrow: the line must not be boxed or wrapped by Rich
+    cases = {("simulate", "--round", "abc"): "colocate simulate: Invalid value for '--round'",
+             ("simulate", "--nosuch"): "colocate simulate: No such option: --nosuch",
+             ("simulate",): "colocate simulate: Missing option '--cluster'",
+             ("nosuchcmd",): "colocate: No such command 'nosuchcmd'",
+             ("submit",): "Missing argument 'JOB.yaml...'"}
+    for args, message in cases.items():
+        done = colocate(*args)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1, (args, done.stderr)
+        assert lines[0].startswith("error: ") and message in lines[0] and "--help')" in lines[0], lines[0]
+        assert "Traceback" not in done.stderr and "╭" not in done.stderr
+    done = colocate()
+    assert done.returncode == 2 and "Usage: colocate" in done.stdout and "simulate" in done.stdout
 
 
 def test_simulate_names_the_cluster_types_without_bundled_profiles(tmp_path: Path, monkeypatch) -> None:
