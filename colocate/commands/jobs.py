@@ -54,6 +54,8 @@ def jobs(
     from colocate.commands._output import console
 
     def render() -> Any:
+        if not (state / "state.db").exists():  # a directory no server or submit has used (yet): say so
+            return _table([], f"none: {state} has no state.db yet (colocate serve or submit creates it)")
         return _table(job_views(store), f"{store.meta('rounds') or 0} rounds · last {store.meta('last_round') or '-'}")
 
     if not watch:
