@@ -113,6 +113,7 @@ def test_bad_load_point_is_a_one_line_error(tmp_path):
                    "--out", str(tmp_path / "o"))
     assert proc.returncode != 0
     assert "--loads" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "o").exists()  # a refused comparison leaves no empty report directory behind
 
 
 def test_at_load_divides_arrival_times():

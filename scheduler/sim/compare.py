@@ -177,14 +177,13 @@ def plan_comparison(req: CompareRequest) -> ComparePlan:
     from scheduler.formats.workloads import default_profiles_dir, read_workload
 
     cluster, names = _checked_inputs(req)
-    prepare_out_dir(req.out)
     files = expand_workloads(req.workloads)
     for f in files:  # fail fast on a malformed file, before any process starts
         check_workload(read_workload(f).jobs, cluster, req.profiles or default_profiles_dir(), f)
     if req.colocation is not None:
-
         load_colocation_table(req.colocation)
     load_points = parse_loads(req.loads)
+    prepare_out_dir(req.out)  # only once the inputs are good: a refused run leaves no empty report directory
     tasks: list[dict[str, Any]] = []
     for f in files:
         for load in load_points:
