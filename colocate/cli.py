@@ -120,7 +120,8 @@ def usage_error(err: Any) -> InputError:
     error every other bad input gets, pointing at the command's ``--help`` for what is valid."""
     ctx = getattr(err, "ctx", None)
     command = ctx.command_path if ctx is not None else "colocate"
-    return InputError(err.format_message().rstrip("."), source=command, valid=f"see '{command} --help'")
+    message = err.format_message().replace(" (env var: 'None')", "")  # Typer < 0.22 with Click >= 8.3 adds it
+    return InputError(message.rstrip("."), source=command, valid=f"see '{command} --help'")
 
 
 def _click_error(err: BaseException, name: str) -> bool:
