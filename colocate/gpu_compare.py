@@ -29,8 +29,6 @@ from colocate.results import ResultsSet, solo_table, split_job_type
 from common.errors import InputError
 
 MATCHES = ("job", "batch", "model")
-PAIR_COLUMNS = ("sharing_a", "sharing_b", "job_a", "job_b", "delta_a", "delta_b", "delta_diff", "sum_a", "sum_b",
-                "speed_a_on_a", "speed_b_on_a", "speed_a_on_b", "speed_b_on_b", "rows_a", "rows_b")
 
 
 @dataclass(frozen=True)
@@ -104,15 +102,16 @@ def _solo(results: ResultsSet, type_a: str, type_b: str, match: str) -> pd.DataF
 
 
 def _figures(pairs: pd.DataFrame, solo: pd.DataFrame, only: dict[str, int]) -> dict[str, Any]:
+    """The summary of a comparison with at least one common pair."""
     delta_a, delta_b = pairs["delta_a"].to_numpy(float), pairs["delta_b"].to_numpy(float)
     flips = pairs[(delta_a > 1) != (delta_b > 1)]
     rho = float(spearmanr(delta_a, delta_b).statistic) if len(pairs) >= 3 else math.nan
     return {
         "pairs": len(pairs), **only,
         "spearman_delta": None if math.isnan(rho) else round(rho, 4),
-        "mae_delta": round(float(np.mean(np.abs(delta_a - delta_b))), 4) if len(pairs) else None,
-        "mean_delta_diff": round(float(np.mean(delta_b - delta_a)), 4) if len(pairs) else None,
-        "mae_sum": round(float(np.mean(np.abs(pairs["sum_a"] - pairs["sum_b"]))), 4) if len(pairs) else None,
+        "mae_delta": round(float(np.mean(np.abs(delta_a - delta_b))), 4),
+        "mean_delta_diff": round(float(np.mean(delta_b - delta_a)), 4),
+        "mae_sum": round(float(np.mean(np.abs(pairs["sum_a"] - pairs["sum_b"]))), 4),
         "packing_pairs_a": int((delta_a > 1).sum()), "packing_pairs_b": int((delta_b > 1).sum()),
         "flips": [f"{r.job_a}+{r.job_b} ({r.sharing_a}/{r.sharing_b}): {r.delta_a:.3f} -> {r.delta_b:.3f}"
                   for r in flips.itertuples(index=False)],
@@ -148,7 +147,7 @@ def compare_gpu_types(results: ResultsSet, type_a: str, type_b: str, *, match: s
             "sum_b": both["sum_on_b"], "speed_a_on_a": both["speed_a_on_a"], "speed_b_on_a": both["speed_b_on_a"],
             "speed_a_on_b": both["speed_a_on_b"], "speed_b_on_b": both["speed_b_on_b"],
             "rows_a": both["rows_on_a"].astype(int), "rows_b": both["rows_on_b"].astype(int)}))
-    pairs = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=list(PAIR_COLUMNS))
+    pairs = pd.concat(tables, ignore_index=True)  # _mode_pairs gives at least one pairing of modes, or raises
     if pairs.empty:
         raise InputError(f"no pair measured on both {type_a} and {type_b} (matched by {match})",
                          source=results.label, field="--match",
@@ -166,8 +165,6 @@ def _image_size(results: ResultsSet, gpu_type: str) -> int | None:
     sizes = pd.to_numeric(results.runs.loc[results.runs["gpu_type"] == gpu_type, "image_size"], errors="coerce")
     sizes = sizes.dropna().unique()
     return int(sizes[0]) if len(sizes) == 1 else None
-
-
 
 
 def write_comparison(comparison: GpuComparison, out_dir: str | Path) -> list[Path]:

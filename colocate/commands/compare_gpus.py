@@ -45,8 +45,6 @@ def compare_gpus(
     from profiler.campaign.outdir import prepare_out_dir
 
     type_a, type_b = _two(types, "--types", "two different GPU types of the inputs, A,B")
-    if type_a == type_b:
-        raise InputError(f"the same GPU type twice ({type_a})", field="--types", valid="two different GPU types")
     modes = (None, None) if sharing is None else (
         _two(sharing, "--sharing", "MODE or MODE_A,MODE_B") if "," in sharing else (sharing, sharing))
     check_number(top, field="--top", low=0, high=100000, integer=True)
