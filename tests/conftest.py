@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_gpu)
         if "ray" in item.keywords and not has_ray:
             item.add_marker(skip_ray)
+
+
+@pytest.fixture(autouse=True)
+def _gpu_tests_take_turns(request: pytest.FixtureRequest) -> Iterator[None]:
+    """GPU tests start their own MPS daemons and fill the device, so they run one at a time: across the workers of
+    ``pytest -n`` (pytest-xdist) and across concurrent pytest processes, by an exclusive lock on one file."""
+    if "gpu" not in request.keywords:
+        yield
+        return
+    import fcntl
+    import tempfile
+
+    with open(Path(tempfile.gettempdir()) / "colocate-gpu-tests.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture(scope="session")
