@@ -95,3 +95,38 @@ def test_the_serve_lock_file_names_the_server_pid_and_a_second_server_keeps_it(t
     with pytest.raises(InputError, match="another colocate serve"):
         server().acquire()
     assert lock.read_text() == f"{os.getpid()}\n"
+
+
+def _commands(group, path=()):
+    import click
+
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from _commands(command, (*path, name))
+        else:
+            yield (*path, name), command
+
+
+def test_no_help_text_is_lost_to_rich_markup() -> None:
+    """Typer renders help through Rich markup, where ``[word ...]`` is a style tag that vanishes from the screen
+    (``Results directory [default: results/<name>]`` showed as ``Results directory .``): every command's and
+    option's help must read the same after markup, and defaults that are not values go in ``show_default``."""
+    import typer
+    from rich.text import Text
+
+    from colocate.cli import app
+
+    lost = []
+    for path, command in _commands(typer.main.get_group(app)):
+        texts = [command.help or ""] + [getattr(p, "help", None) or "" for p in command.params]
+        texts += [p.show_default for p in command.params if isinstance(getattr(p, "show_default", None), str)]
+        lost += [(" ".join(path), t) for t in texts if Text.from_markup(t).plain != t]
+    assert len(list(_commands(typer.main.get_group(app)))) > 20
+    assert not lost, lost
+
+
+def test_a_default_that_is_not_a_value_is_shown(monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    done = colocate("profile", "--help")
+    assert done.returncode == 0, done.stderr
+    assert "[default: (results/<name>)]" in done.stdout

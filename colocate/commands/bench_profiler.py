@@ -17,10 +17,10 @@ def register_bench(bench_app: typer.Typer) -> None:
 
 
 def bench_profiler(
-    spec_path: Path = typer.Option(None, "--spec", help="Campaign to time [default: the demo campaign]."),
-    device: str = typer.Option(None, "--device", help="cpu or cuda[:N] [default: cuda if available]."),
+    spec_path: Path = typer.Option(None, "--spec", help="Campaign to time.", show_default="the demo campaign"),
+    device: str = typer.Option(None, "--device", help="cpu or cuda[:N].", show_default="cuda if available"),
     model: str = typer.Option("resnet18", "--model", help="Job type model for the sampler-overhead runs."),
-    batch_size: int = typer.Option(None, "--batch", help="Batch size [default: the spec's first]."),
+    batch_size: int = typer.Option(None, "--batch", help="Batch size.", show_default="the spec's first"),
     pairs: int = typer.Option(3, "--pairs", help="On/off pairs of solo runs for the sampler overhead."),
     estimate: Path = typer.Option(None, "--estimate", help="Only estimate this campaign's wall time on one GPU "
                                   "from its protocol (runs nothing)."),

@@ -30,8 +30,8 @@ def compare_gpus(
                                    "resnet18@64:tf32) or model (the network; medians over batches)."),
     sharing: str = typer.Option(None, "--sharing",
                                 help="MODE for both types, or MODE_A,MODE_B (default: every mode both have)."),
-    out: Path = typer.Option(None, "--out", "-o", help="Directory for the CSVs, JSON and plot "
-                                                     "[default: RESULTS_DIR/gpu-compare]."),
+    out: Path = typer.Option(None, "--out", "-o", help="Directory for the CSVs, JSON and plot.",
+                                show_default="RESULTS_DIR/gpu-compare"),
     top: int = typer.Option(15, "--top", help="Pairs to print, the largest differences first (all: in the CSV)."),
 ) -> None:
     """Compare the pairs measured on two GPU types: δ on each, differences, pairs worth packing on one only."""

@@ -51,7 +51,7 @@ def _example(name: str) -> Path:
 
 def demo(
     out: Path = typer.Option(Path("results/demo"), "--out", "-o", help="Results directory."),
-    device: str = typer.Option(None, "--device", help="cpu or cuda[:N] [default: cuda if available]."),
+    device: str = typer.Option(None, "--device", help="cpu or cuda[:N].", show_default="cuda if available"),
     spec_path: Path = typer.Option(None, "--spec", help="Use this campaign instead of the embedded one."),
     skip_simulation: bool = typer.Option(False, "--skip-simulation", help="Stop after the matrices."),
 ) -> None:

@@ -13,7 +13,8 @@ def register(app: typer.Typer) -> None:
 
 def export_gavel(
     results_dirs: list[Path] = typer.Argument(..., metavar="RESULTS_DIR...", help="One or more results directories."),
-    out: Path = typer.Option(None, "--out", "-o", help="JSON file [default: RESULTS_DIR/gavel_throughputs.json]."),
+    out: Path = typer.Option(None, "--out", "-o", help="JSON file.",
+                               show_default="RESULTS_DIR/gavel_throughputs.json"),
     sharing: str = typer.Option(None, "--sharing", help="Sharing mode to export when the results hold several."),
     scale_factor: int = typer.Option(1, "--scale-factor", min=1, help="Scale factor written into the job keys."),
 ) -> None:

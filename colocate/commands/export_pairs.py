@@ -14,8 +14,8 @@ def register(app: typer.Typer) -> None:
 def export_pairs(
     results_dirs: list[Path] = typer.Argument(None, metavar="RESULTS_DIR...", help="Results directories."),
     gavel: list[Path] = typer.Option(None, "--gavel", help="Gavel throughput JSON (repeatable)."),
-    out: Path = typer.Option(None, "--out", "-o", help="CSV to write; the JSON goes beside it "
-                                                     "[default: RESULTS_DIR/pairs_export.csv]."),
+    out: Path = typer.Option(None, "--out", "-o", help="CSV to write; the JSON goes beside it.",
+                               show_default="RESULTS_DIR/pairs_export.csv"),
     gpu_type: list[str] = typer.Option(None, "--gpu-type", help="Only these GPU types (repeatable)."),
 ) -> None:
     """Write every measured pair with both jobs' solo and co-located figures, units and provenance."""

@@ -14,7 +14,8 @@ def register(app: typer.Typer) -> None:
 def import_gavel(
     file: Path = typer.Argument(..., metavar="FILE.json", help="Gavel throughput file (e.g. simulation_throughputs.json)."),
     out: Path = typer.Option(..., "--out", "-o", help="Results directory to write (runs/jobs Parquet + CSV, meta.json)."),
-    gpu_type: list[str] = typer.Option(None, "--gpu-type", help="Worker types to import (repeatable) [default: all]."),
+    gpu_type: list[str] = typer.Option(None, "--gpu-type", help="Worker types to import (repeatable).",
+                                        show_default="all"),
     scale_factor: int = typer.Option(1, "--scale-factor", min=1, help="Gavel scale factor (GPUs per job) to import."),
     matrices: bool = typer.Option(True, "--matrices/--no-matrices", help="Also write compatibility matrices to OUT/matrices."),
 ) -> None:

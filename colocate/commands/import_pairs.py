@@ -18,8 +18,8 @@ def import_pairs(
                                                             "e.g. --column job_a=model1."),
     columns: Path = typer.Option(None, "--columns", help="YAML: {columns: {canonical: theirs}, defaults: {...}}."),
     gpu_type: str = typer.Option(None, "--gpu-type", help="GPU type for rows without a gpu_type column."),
-    sharing: str = typer.Option(None, "--sharing", help="Sharing mode for rows without a sharing column "
-                                                        "[default: timeslice]."),
+    sharing: str = typer.Option(None, "--sharing", help="Sharing mode for rows without a sharing column.",
+                                 show_default="timeslice"),
     matrices: bool = typer.Option(True, "--matrices/--no-matrices", help="Also write compatibility matrices to "
                                                                         "OUT/matrices (at most 32 job types per GPU type)."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier import in OUT (its files are removed first)."),

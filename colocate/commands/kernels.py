@@ -13,7 +13,8 @@ def register(app: typer.Typer) -> None:
 
 def kernels(
     spec_path: Path = typer.Argument(..., metavar="SPEC.yaml", help="Campaign file: models, batch_sizes, image_size, device."),
-    out: Path = typer.Option(None, "--out", "-o", help="Results directory [default: results/<name>-kernels]."),
+    out: Path = typer.Option(None, "--out", "-o", help="Results directory.",
+                               show_default="results/<name>-kernels"),
     backend: str = typer.Option("torch", "--backend", help="torch (PyTorch profiler) or ncu (Nsight Compute, CUDA)."),
     iters: int = typer.Option(2, "--iters", min=1, help="Profiled iterations after warm-up."),
     force: bool = typer.Option(False, "--force", help="Profile job types already in kernels.parquet again."),

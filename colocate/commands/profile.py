@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
 
 def profile(
     spec_path: Path = typer.Argument(..., metavar="SPEC.yaml", help="Campaign file (see README)."),
-    out: Path = typer.Option(None, "--out", "-o", help="Results directory [default: results/<name>]."),
+    out: Path = typer.Option(None, "--out", "-o", help="Results directory.", show_default="results/<name>"),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the runs that would execute, run nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print per-cell results as JSON instead of a table."),
     backend: str = typer.Option("local", "--backend", help="local, or ray (needs the ray extra)."),

@@ -33,8 +33,8 @@ def serve(
     grace: float = typer.Option(30.0, "--grace", help="Seconds a job has to checkpoint after SIGTERM."),
     threads: int = typer.Option(1, "--threads", help="CPU threads per built-in job process."),
     max_rounds: int = typer.Option(None, "--max-rounds", help="Stop after this many rounds (default: until stopped)."),
-    min_run: float = typer.Option(None, "--min-run", help="Seconds a (re)started job keeps its allocation [max(round-s, "
-                                                          "3 x its measured start-up)]."),
+    min_run: float = typer.Option(None, "--min-run", help="Seconds a (re)started job keeps its allocation.",
+                                 show_default="max(--round-s, 3 x its measured start-up)"),
     metrics_port: int = typer.Option(None, "--metrics-port", help="Expose Prometheus metrics on 127.0.0.1:PORT."),
     probe: bool = typer.Option(None, "--probe/--no-probe", help="Profile never-measured zoo job types briefly on "
                                                                 "spare GPUs (default: on with GPUs, off "

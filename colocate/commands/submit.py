@@ -16,8 +16,8 @@ def submit(
                                            "command, steps or samples, batch size, GPUs, adaptive); several are "
                                            "validated first, then queued in order."),
     state: Path = typer.Option(..., "--state", help="State directory of the scheduler."),
-    cluster: Path = typer.Option(None, "--cluster", help="Cluster YAML to check the job against [default: the "
-                                                         "cluster the last colocate serve on --state recorded]."),
+    cluster: Path = typer.Option(None, "--cluster", help="Cluster YAML to check the job against.",
+                                 show_default="the cluster the last colocate serve on --state recorded"),
 ) -> None:
     """Queue jobs; prints each one's name. A job the cluster can never run is refused with the reason, and a bad
     file queues none of them."""
