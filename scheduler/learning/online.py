@@ -141,18 +141,22 @@ class LearnedGoodputModel(GoodputModelBase):
         if spec is not None and ((spec.gpu_types and gpu_type not in spec.gpu_types) or num_gpus < spec.min_gpus):
             return None
         best: GoodputEstimate | None = None
-        efficiency = getattr(self.base, "efficiency", None)
         for batch in batch_candidates(spec, job):
-            if batch < num_gpus:
-                continue
-            tput = self.throughput(job.application, gpu_type, num_gpus, batch, num_nodes)
-            if tput is None or tput <= 0:
-                continue
-            eff = float(efficiency(job, batch)) if efficiency is not None else 1.0
-            candidate = GoodputEstimate(batch, tput, eff)
-            if best is None or candidate.goodput > best.goodput:
+            candidate = self.at_batch(job, gpu_type, num_gpus, batch, num_nodes)
+            if candidate is not None and (best is None or candidate.goodput > best.goodput):
                 best = candidate
         return best
+
+    def at_batch(self, job: Job, gpu_type: str, num_gpus: int, batch: int,
+                 num_nodes: int = 1) -> GoodputEstimate | None:
+        """The job's estimate at one global batch (None where it cannot run so), whatever batch is best."""
+        if batch < num_gpus:
+            return None
+        tput = self.throughput(job.application, gpu_type, num_gpus, batch, num_nodes)
+        if tput is None or tput <= 0:
+            return None
+        efficiency = getattr(self.base, "efficiency", None)
+        return GoodputEstimate(batch, tput, float(efficiency(job, batch)) if efficiency is not None else 1.0)
 
 
     def estimate_arrays(self, job: Job, configs: Sequence[Configuration]) -> EstimateArrays:

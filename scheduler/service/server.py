@@ -35,12 +35,14 @@ from typing import Any
 
 from common.errors import InputError
 from scheduler.executor.base import Executor
+from scheduler.ilp.config import IlpConfig
 from scheduler.learning.online import LearnedGoodputModel, job_type, learned_ratios, policy_table, round_job_types
 from scheduler.model.cluster import Cluster
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import GoodputModel
 from scheduler.model.jobs import Job
 from scheduler.service import admission, rounds, waiting
+from scheduler.service.batch_hold import HeldBatchModel, batch_holds
 from scheduler.service.config import ServeConfig
 from scheduler.service.probes import ProbeManager, probing_enabled
 from scheduler.service.stability import fold_startup, hurting_members, load_startups, pinned_jobs
@@ -76,6 +78,8 @@ class Server:
         self.state, self.cluster, self.executor, self.config = state, cluster, executor, config
         self.profiles, self.colocation = profiles, colocation
         options = {**config.stability.ilp_options(config.policy), **config.policy_options}
+        # what a restart costs when a batch change must pay for one: the ILP's S, whatever the policy
+        self._restart_cost_s = float(options.get("restart_cost_s", IlpConfig().restart_cost_s))
         try:
             self.policy = make_policy(config.policy, **options)
         except TypeError as err:
@@ -159,9 +163,9 @@ class Server:
         model, table = self.learned(everyone)
         now = time.time()
         previous = rounds.current_placement(rows)
-        context = RoundContext(goodput=model, time_s=now, colocation=table, previous_placement=previous,
-                               round_duration_s=self.config.round_s)
         policy_jobs = rounds.policy_jobs(rows, now, self._held(rows, now, table))
+        context = RoundContext(goodput=self._batches_held(model, policy_jobs, rows), time_s=now, colocation=table,
+                               previous_placement=previous, round_duration_s=self.config.round_s)
         decided, decided_cpu = time.perf_counter(), time.process_time()
         decision = self.policy.allocate(policy_jobs, self.cluster, context) if rows else None
         policy_s, policy_cpu = time.perf_counter() - decided, time.process_time() - decided_cpu
@@ -208,6 +212,13 @@ class Server:
         shared = [(g[0].gpu_type or "", [Job(r.name, r.spec.app, batch_size=r.batch_size) for r in g])
                   for g in members.values()]
         return held - hurting_members(shared, table)
+
+    def _batches_held(self, model: LearnedGoodputModel, jobs: list[Job], rows: list[JobRow]) -> HeldBatchModel:
+        """The round's goodput model with running jobs' batches kept unless a change pays (:mod:`.batch_hold`)."""
+        live = [r for r in rows if r.state == RUNNING and r.group_key not in self._stopping]
+        holds = batch_holds(jobs, {r.name: r.batch_size for r in live if r.batch_size},
+                            {r.name: r.others for r in live}, self._restart_cost_s, self.config.stability.keep_bonus)
+        return HeldBatchModel(model, holds)
 
     def _stop_cancelled_members(self, everyone: list[JobRow]) -> set[str]:
         """Cancelled running jobs: a whole group is stopped; a member of a pair is stopped alone (its partner

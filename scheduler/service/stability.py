@@ -11,8 +11,11 @@ run a step. Three rules keep decisions stable (docs/serve-live.md):
 2. **A change must pay for its restarts.** Every job a change moves pays Sia's restart factor
    ``max(T − N·S, 0) / (T + S)`` (T: seconds since its first start, N: its restarts, S: the restart cost);
    a stopped job pays it again to resume (at least ``resume_floor``, so idle GPUs are still used); a new
-   partner restarts every member of the group (serve starts a group whole), so each member pays it.
+   partner restarts every member of the group (serve starts a group whole), so each member pays it, and so
+   does a member left alone on its GPU when its group is split.
 3. **Ties keep what runs.** A running job's current configuration counts ``1 + keep_bonus`` times its goodput.
+4. **A new batch pays for its restarts** too (:mod:`scheduler.service.batch_hold`): on its current GPUs a running
+   adaptive job keeps its batch unless the best batch's goodput gain pays for restarting its group.
 
 Fairness: the round objective is Sia's ``Σ G^p`` with ``p = −0.5`` and a penalty ``λ`` per waiting job. With
 ``λ = 2`` (the serve default, Sia's simulator uses 1.1) allocating a waiting job gains ``λ − G^−0.5 ≥ 1``
