@@ -221,3 +221,22 @@ def test_a_young_running_job_is_not_restarted_to_take_a_partner_because_serve_re
     assert _pair_or_not(serve, age_s=10.0) == {"a": ()}
     # a job that has run long loses little to the restart: the pair is formed
     assert _pair_or_not(serve, age_s=1000.0) == {"a": ("b",), "b": ("a",)}
+
+
+def _split_or_not(options: dict, age_s: float) -> dict[str, tuple[str, ...]]:
+    """Two jobs paired on one GPU of two (each at 0.7 of its speed): kept together or split onto both GPUs."""
+    table = ColocationTable({("t4", "app", "app"): (0.7, 0.7)})
+    pair = [Job(n, "app", 0.0, num_gpus=1, batch_size=32, age_s=age_s, current_gpu_type="t4", current_num_gpus=1,
+                current_partner=p) for n, p in (("a", "b"), ("b", "a"))]
+    decision = PackingPolicy(IlpConfig(mip_gap=0.0, **options)).allocate(pair, CLUSTER, RoundContext(MODEL, colocation=table))
+    return {a.job: tuple(a.others) for a in decision.allocations}
+
+
+def test_a_young_pair_is_not_split_because_the_member_that_stays_restarts_too() -> None:
+    serve = StabilityConfig().ilp_options("colocate")
+    # Sia's rule: only the member moving to the free GPU pays (40 / 65 of its goodput survives): split
+    assert _split_or_not({**serve, "charge_partner_changes": False}, age_s=40.0) == {"a": (), "b": ()}
+    # serve restarts the group, the member that stays included: both pay, and the pair runs on
+    assert _split_or_not(serve, age_s=40.0) == {"a": ("b",), "b": ("a",)}
+    # a pair that has run long loses little to the restarts: split, each alone at full speed
+    assert _split_or_not(serve, age_s=10_000.0) == {"a": (), "b": ()}

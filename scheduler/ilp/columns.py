@@ -181,6 +181,7 @@ def job_options(jobs: Sequence[Job], shapes: Shapes, configs: tuple[Configuratio
         G = np.where(is_current, G * (1.0 + cfg.keep_bonus), G)
     valid &= G > 0
     G = np.where(valid, G, 0.0)
+    G_alone = _split_values(jobs, G, is_current, factor, cfg)
     # dominance inside each GPU type: shapes are sorted by (type, size); lifting each type's values above
     # the previous types' lets one running maximum serve every segment
     lifted = G + shapes.type_of[None, :] * (G.max(axis=1)[:, None] + 1.0)
@@ -193,7 +194,7 @@ def job_options(jobs: Sequence[Job], shapes: Shapes, configs: tuple[Configuratio
     rows, cols = np.nonzero((keep | (valid & shapes.single_node[None, :])) & (raw > 0))
     # plain Python lists for the per-entry loop: indexing numpy scalars one by one costs more than the
     # estimates themselves
-    g_l = G[rows, cols].tolist()
+    g_l, alone_l = G[rows, cols].tolist(), G_alone[rows, cols].tolist()
     keep_l, single_l = keep[rows, cols].tolist(), shapes.single_node[cols].tolist()
     ci_l, row_l, col_l = shapes.reserved[cols].tolist(), rows.tolist(), cols.tolist()
     # each job's estimates as objects, built once per estimate arrays (the goodput model hands back the
@@ -201,14 +202,29 @@ def job_options(jobs: Sequence[Job], shapes: Shapes, configs: tuple[Configuratio
     estimates = [a.estimates for a in per_job]
     for n in range(len(row_l)):
         out = outs[row_l[n]]
-        entry = (g_l[n], estimates[row_l[n]][col_l[n]])
+        estimate = estimates[row_l[n]][col_l[n]]
         if keep_l[n]:
-            out.alone[ci_l[n]] = entry
+            out.alone[ci_l[n]] = (alone_l[n], estimate)
         if single_l[n]:
-            out.single[ci_l[n]] = entry
+            out.single[ci_l[n]] = (g_l[n], estimate)
     for out, is_pinned in zip(outs, pinned.tolist()):
         out.pinned = is_pinned
     return outs
+
+
+def _split_values(jobs: Sequence[Job], G: "np.ndarray", is_current: "np.ndarray", factor: "np.ndarray",
+                  cfg: IlpConfig) -> "np.ndarray":
+    """The values of running alone: ``G``, except that with ``charge_partner_changes`` a member of a running
+    group alone on its own GPUs pays its restart factor (at least ``resume_floor``, so a split still keeps one
+    job running): ``colocate serve`` restarts a group whose members change, the one that stays included.
+    Keeping the same group (the pair columns, from ``single``) stays uncharged."""
+    if not cfg.charge_partner_changes:
+        return G
+    grouped = np.array([job.is_running and job.current_partner is not None for job in jobs], dtype=bool)
+    if not grouped.any():
+        return G
+    split = grouped[:, None] & is_current
+    return np.where(split, G * np.maximum(factor, cfg.resume_floor)[:, None], G)
 
 
 def split_beats_pair(a: JobColumns, b: JobColumns, c: Configuration, configs: tuple[Configuration, ...],

@@ -68,9 +68,10 @@ class IlpConfig:
                                        "start, at least resume_floor) to resume; off: only running jobs' moves pay.")
     resume_floor: float = _opt(0.5, "Lowest restart factor a resume pays (charge_resumes): a job that waits "
                                     "can always take idle GPUs.")
-    charge_partner_changes: bool = _opt(False, "A change of partners restarts every member running on the GPUs "
-                                               "(each pays its restart factor), as serve enacts it; off: only the "
-                                               "member that moves pays (Sia's move rule).")
+    charge_partner_changes: bool = _opt(False, "A change of partners restarts every member running on the GPUs, "
+                                               "one left alone by a split included (each pays its restart factor), "
+                                               "as serve enacts it; off: only the member that moves pays (Sia's "
+                                               "move rule).")
     keep_bonus: float = _opt(0.0, "A running job's current configuration counts (1 + this) times its goodput: "
                                   "ties keep what runs.")
     warm_start: bool = _opt(True, "Start each round's LP from the previous round's basis and groups "
