@@ -1,16 +1,19 @@
 """A short live run of ``colocate serve`` (8 logical GPUs by default) per policy: JCTs, restarts, pairs.
 
     PYTHONPATH=$PWD python scripts/live_run.py [--policies colocate sia] [--jobs 24] [--round-s 2]
-        [--backend local|ray] [--nodes 2] [--gpus-per-node 4]
+        [--backend local|ray] [--nodes 2] [--gpus-per-node 4] [--batch-scaling free|flat]
 
 The jobs are a sleep-based trainer that follows the checkpoint-restore contract (so the CPU of a shared
 machine is not what is measured): three applications of different lengths, rigid on 1 or 2 GPUs or adaptive
 (1–4 GPUs), a step taking ``base / num_gpus`` seconds, 1.6× longer when it shares its GPUs (an interference
-that packing still pays for: each member keeps 0.625 of its speed). Jobs arrive one every ``--gap`` seconds.
-Prints one row per policy: mean and max JCT, makespan, restarts, jobs that ran in a pair, distinct pairs
-formed, and the pair rows of ``colocate learned`` (measured against measured solo times; pending ones
-in brackets); the learned rows go to stderr. ``--backend ray`` starts a Ray cluster here (``--nodes`` nodes of
-``--gpus-per-node`` logical GPUs with ``accelerator_type:T4``) and runs the server on it.
+that packing still pays for: each member keeps 0.625 of its speed). With ``--batch-scaling flat`` a step takes
+``batch / 16`` times longer, ±3 % at random, and targets are samples: samples/s are flat in the batch, as on a
+GPU that one job already fills, so the measured rates of neighbouring batches are within noise of each other.
+Jobs arrive one every ``--gap`` seconds. Prints one row per policy: mean and max JCT, makespan, restarts, jobs
+that ran in a pair, distinct pairs formed, and the pair rows of ``colocate learned`` (measured against measured
+solo times; pending ones in brackets); the learned rows and the restarts by kind and by event go to stderr.
+``--backend ray`` starts a Ray cluster here (``--nodes`` nodes of ``--gpus-per-node`` logical GPUs with ``accelerator_type:T4``)
+and runs the server on it.
 """
 
 from __future__ import annotations
@@ -28,35 +31,43 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 TRAINER = textwrap.dedent("""
-    import json, os, signal, time
+    import json, os, random, signal, time
     checkpoint, progress = os.environ["COLOCATE_CHECKPOINT"], os.environ["COLOCATE_PROGRESS_FILE"]
-    target = int(os.environ["COLOCATE_TARGET_STEPS"])
-    step = int(open(checkpoint).read()) if os.path.exists(checkpoint) else 0
+    batch, flat = int(os.environ["COLOCATE_BATCH_SIZE"]), bool(os.environ.get("FLAT"))
+    # free: a target in steps, 16 samples a step; flat: a target in samples, a batch of them a step
+    target = int(os.environ["COLOCATE_TARGET_SAMPLES" if flat else "COLOCATE_TARGET_STEPS"])
+    step, samples = map(int, open(checkpoint).read().split()) if os.path.exists(checkpoint) else (0, 0)
     restored, stop, t0 = step, [], time.time()
     signal.signal(signal.SIGTERM, lambda *args: stop.append(True))
     base = float(os.environ["BASE_S"]) * (1.6 if os.environ.get("COLOCATE_PARTNERS") else 1.0)
     time.sleep(1.0)  # start-up
-    while step < target and not stop:
+    while (samples if flat else step) < target and not stop:
         step += 1
-        time.sleep(base / int(os.environ["COLOCATE_NUM_GPUS"]))
+        samples += batch if flat else 16
+        # flat: a step takes batch / 16 times longer, ±3 %: samples/s flat in the batch, as on a GPU one job
+        # already fills (the measured rate at one batch is within noise of the rate at the next)
+        scale = batch / 16 * random.uniform(0.97, 1.03) if flat else 1.0
+        time.sleep(base * scale / int(os.environ["COLOCATE_NUM_GPUS"]))
         with open(progress + ".tmp", "w") as fh:
-            json.dump({"step": step, "samples": step * 16, "state": "running", "elapsed_s": time.time() - t0,
+            json.dump({"step": step, "samples": samples, "state": "running", "elapsed_s": time.time() - t0,
                        "restored_step": restored}, fh)
         os.replace(progress + ".tmp", progress)
-    open(checkpoint, "w").write(str(step))
+    open(checkpoint, "w").write(f"{step} {samples}")
 """)
 APPS = {"short": (0.05, 100), "medium": (0.05, 200), "long": (0.05, 300)}  # step seconds on 1 GPU, steps
 
 
-def _specs(count: int, script: Path) -> list[dict[str, object]]:
+def _specs(count: int, script: Path, batch_scaling: str = "free") -> list[dict[str, object]]:
     shapes = ({"min_gpus": 1}, {"min_gpus": 2, "max_gpus": 2},
               {"adaptive": True, "min_gpus": 1, "max_gpus": 4, "min_batch_size": 8, "max_batch_size": 64})
     specs = []
     for i in range(count):
         app = list(APPS)[i % 3]
         base, steps = APPS[app]
-        specs.append({"name": f"{app}-{i}", "command": f"BASE_S={base} exec {sys.executable} {script}",
-                      "application": app, "steps": steps, "batch_size": 16, **shapes[(i // 3) % 3]})
+        flat = batch_scaling == "flat"
+        target = {"samples": steps * 16} if flat else {"steps": steps}
+        specs.append({"name": f"{app}-{i}", "command": f"{'FLAT=1 ' if flat else ''}BASE_S={base} exec {sys.executable} {script}",
+                      "application": app, "batch_size": 16, **target, **shapes[(i // 3) % 3]})
     return specs
 
 
@@ -81,7 +92,7 @@ def run_policy(policy: str, args: argparse.Namespace, root: Path) -> dict[str, f
     state = StateStore(state_dir, lock_wait_s=60.0)  # a loaded machine can hold a round's transaction for seconds
     began = time.time()
     try:
-        for spec in _specs(args.jobs, script):
+        for spec in _specs(args.jobs, script, args.batch_scaling):
             state.submit(job_from_dict(spec))
             time.sleep(args.gap)
         deadline = time.time() + args.timeout
@@ -109,7 +120,11 @@ def run_policy(policy: str, args: argparse.Namespace, root: Path) -> dict[str, f
                 why = "split" if was and not now else "joined" if now and not was else "re-paired" if now else "alone"
                 stops[why] = stops.get(why, 0) + 1
             last[e["job"]] = e["detail"]
-    print(f"  {policy} restarts by kind: {stops}", file=sys.stderr)
+    events: dict[str, int] = {}  # what the server said of each restart: resized (GPUs or batch), moved, ...
+    for e in state.events():
+        if e["kind"] in ("restarted", "repacked", "resized", "moved"):
+            events[e["kind"]] = events.get(e["kind"], 0) + 1
+    print(f"  {policy} restarts by kind: {stops}; by event: {events}", file=sys.stderr)
     learned = learned_view(state)["colocation"]
     measured = [r for r in learned if r["solo_source"] == "measured"]
     for r in measured:
@@ -166,6 +181,8 @@ def main() -> None:
     parser.add_argument("--round-s", type=float, default=2.0)
     parser.add_argument("--gap", type=float, default=1.0)
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--batch-scaling", choices=("free", "flat"), default="free",
+                        help="free: a step takes as long at any batch; flat: batch / 16 times longer, ±3 %%")
     parser.add_argument("--backend", choices=("local", "ray"), default="local",
                         help="ray: a Ray cluster started here with logical GPUs (accelerator_type:T4)")
     parser.add_argument("--nodes", type=int, default=2)
