@@ -263,3 +263,16 @@ def test_serve_explores_unknown_pairs_only_while_its_jobs_ask_for_every_gpu(tmp_
     assert calm is not None and busy is not None
     calm_ab, busy_ab = calm.lookup("t4", tiny, resnet), busy.lookup("t4", tiny, resnet)
     assert calm_ab is not None and busy_ab is not None and sum(calm_ab) < sum(busy_ab)
+
+
+def test_learned_out_before_any_pair_is_learned_writes_nothing_and_exits_1(tmp_path: Path) -> None:
+    state = StateStore(tmp_path / "state")
+    state.submit(job_from_dict({"name": "a", "model": "tiny_cnn", "steps": 10, "batch_size": 8}))
+    with state.transaction() as db:  # a solo time alone: no pair to learn from
+        db.add_measurement("tiny_cnn", "t4", 1, 8, "", 0.01)
+    out = tmp_path / "learned.csv"
+    done = CliRunner().invoke(app, ["learned", "--state", str(state.dir), "--out", str(out)])
+    assert done.exit_code == 1 and "nothing written" in done.output, done.output
+    assert not out.exists()
+    shown = CliRunner().invoke(app, ["learned", "--state", str(state.dir)])  # the table view still shows the solo
+    assert shown.exit_code == 0 and "tiny_cnn" in shown.output, shown.output
