@@ -133,3 +133,21 @@ def test_the_next_device_calls_specs_plan_and_estimate_on_a_machine_without_thei
     assert done.returncode == 0, done.stderr
     assert f"{runs} runs (0 already done)" in done.stdout
     assert "the H100's" in done.stdout and f"estimate for {spec} on one h100: {runs} runs" in done.stdout
+
+
+def test_an_h200_fits_the_groups_an_h100_refuses_and_other_types_need_measured_solos() -> None:
+    from typer.testing import CliRunner
+
+    from colocate.cli import app
+    from profiler.campaign.estimate import assumptions_for
+
+    spec = load_spec(ROOT / "scripts" / "thesis-grid.yaml")
+    h100, h200 = (estimate_campaign(spec, assumptions_for(g)) for g in ("h100", "h200"))
+    assert h100.infeasible > 0 and h200.infeasible < h100.infeasible  # VGG triples at batch 256 need > 80 GB
+    assert assumptions_for("h200").achieved_tflops == assumptions_for("h100").achieved_tflops
+    done = CliRunner().invoke(app, ["bench", "profiler", "--estimate", str(ROOT / "scripts" / "thesis-grid.yaml"),
+                                    "--gpu", "h200"])
+    assert done.exit_code == 0 and "on one h200: 180 runs" in done.output, done.output
+    refused = CliRunner().invoke(app, ["bench", "profiler", "--estimate", str(ROOT / "scripts" / "thesis-grid.yaml"),
+                                       "--gpu", "a100"])
+    assert "valid: h100, h200, or --results" in str(refused.exception)  # InputError: main() prints it, exit 2

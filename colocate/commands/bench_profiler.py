@@ -65,12 +65,18 @@ def bench_profiler(
 def _print_estimate(spec_path: Path, gpu: str, results: Path | None, assume: list[str]) -> None:
     from colocate.commands._output import console
     from common.errors import InputError
-    from profiler.campaign.estimate import EstimateAssumptions, estimate_campaign, measured_solo_times
+    from profiler.campaign.estimate import (
+        GPU_ASSUMPTIONS,
+        EstimateAssumptions,
+        assumptions_for,
+        estimate_campaign,
+        measured_solo_times,
+    )
     from profiler.campaign.spec import load_spec
 
-    if gpu != "h100" and results is None:
+    if gpu not in GPU_ASSUMPTIONS and results is None:
         raise InputError(f"no estimate assumptions for GPU type '{gpu}'", field="--gpu",
-                         valid="h100, or --results DIR with solo times measured on that GPU")
+                         valid=f"{', '.join(GPU_ASSUMPTIONS)}, or --results DIR with solo times measured on that GPU")
     values = {}
     for item in assume:
         name, sep, value = item.partition("=")
@@ -78,7 +84,7 @@ def _print_estimate(spec_path: Path, gpu: str, results: Path | None, assume: lis
             raise InputError(f"'{item}' is not NAME=VALUE", field="--set", valid="e.g. process_start_s=6")
         values[name.strip()] = value.strip()
     try:
-        assumptions = EstimateAssumptions(gpu=gpu).with_values(values)
+        assumptions = assumptions_for(gpu).with_values(values)
     except ValueError as exc:
         raise InputError(str(exc), field="--set", valid="a field of EstimateAssumptions and a number >= 0") from None
     if results is not None:

@@ -89,6 +89,22 @@ class EstimateAssumptions:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
+# GPU types with assumptions of their own. The H200 has the H100 SXM's GH100 tensor cores at the same rates (NVIDIA's
+# H200 datasheet: equal TF32 and BF16 TFLOP/s) with 141 GB of HBM3e at 4.8 TB/s; the training rates are kept at the
+# H100's (the faster memory is not counted: the estimate errs long) and the usable memory is the ~139 GiB this
+# project's H200 device machines offer.
+GPU_ASSUMPTIONS: Mapping[str, EstimateAssumptions] = {
+    "h100": EstimateAssumptions(),
+    "h200": EstimateAssumptions(gpu="h200", memory_mib=139 * 1024),
+}
+
+
+def assumptions_for(gpu: str) -> EstimateAssumptions:
+    """The assumptions of a GPU type with its own (:data:`GPU_ASSUMPTIONS`), else the H100's under that name (for
+    estimates whose solo times are measured on that GPU: ``--results``)."""
+    return GPU_ASSUMPTIONS.get(gpu) or EstimateAssumptions(gpu=gpu)
+
+
 def _positive(name: str, text: str) -> float:
     try:
         value = float(text)
