@@ -53,6 +53,14 @@ Triple variables ``w_iklc`` join the pair variables: single-node ``c`` valid for
 ``Σ_x w(ρ_x G'_xc)``, it uses ``n_c`` GPUs once and sits in the three jobs' rows of (1). ``G'`` applies
 the move rule to every member running now on ``c``'s shape except the one of highest ``G``.
 
+Live options (``colocate serve``; off in the simulator, which keeps Sia's semantics)
+-----------------------------------------------------------------------------------
+* ``keep_bonus`` ``b``: a running job's current configuration counts ``G_ic · (1 + b)`` (ties keep what runs).
+* ``charge_resumes``: a queued job that ran before (``N_i > 0``) pays ``max(R_i, resume_floor)`` on every ``c``.
+* ``charge_partner_changes``: serve restarts a group whose members change, so in a pair (or triple) column
+  every member running now on ``c``'s shape pays ``M = R`` unless the column keeps its current group; and a
+  member of a running group alone on its current shape (a split) pays ``G_ic · max(R_i, resume_floor)``.
+
 Keeping it small
 ----------------
 All compatible pairs would be O(|J|²·|C|) variables (Gavel's packed LP: 1,837 s at 1,024 jobs). Instead:
