@@ -2,7 +2,7 @@
 
 A live round differs from a simulated one: a restart costs real seconds (process start, model build,
 checkpoint restore) that no goodput estimate shows, and a round may come before a job that just started has
-run a step. Three rules keep decisions stable (docs/serve-live.md):
+run a step. Four rules keep decisions stable (docs/serve-live.md):
 
 1. **Minimum run.** A job that (re)started keeps its allocation (the policy sees it *pinned*) until it has run
    ``min_run_s`` and is past its warm-up; by default ``min_run_s = max(round_s, 3 × start-up)``, the start-up
