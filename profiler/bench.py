@@ -18,8 +18,8 @@ from profiler.campaign.driver import run_campaign
 from profiler.campaign.runner import execute_run
 from profiler.campaign.spec import CampaignSpec
 from profiler.gpu.devices import resolve_device
+from profiler.gpu.sharing import SHARING_SOLO
 from profiler.measure.metrics import mean_ci
-from profiler.results.schema import SHARING_SOLO
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,8 @@ WORKLOADS = "/work/shared/data/sia/workloads/philly/workload-1.csv,/work/shared/
 def run_one(cluster: Any, work: Any, policy: str, belief: str, out: Path, profiles: Any = None,
             colocation: Any = None, models: dict[str, Any] | None = None) -> dict:
     from scheduler.sim.compare import code_version
-    from scheduler.sim.simulator import SimConfig, simulate
+    from scheduler.sim.config import SimConfig
+    from scheduler.sim.simulator import simulate
 
     result = simulate(cluster, work, policy, colocation=colocation, profiles=profiles,
                       config=SimConfig(belief=belief if policy != "sia" else "truth", **(models or {})))
@@ -65,7 +66,7 @@ def cases(args: argparse.Namespace) -> list[tuple[str, float, int, Any, Any, Any
         if args.demo:
             out.append(("demo@1x", 1.0, k, load_cluster(bundled.default_cluster()),
                         read_workload("scheduler/examples/demo-workload.csv").jittered(k),
-                        bundled.default_profiles_dir(), bundled.default_colocation()))
+                        bundled.bundled_profiles_dir(), bundled.default_colocation()))
     return out
 
 
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                                                 ("explore_contention", args.explore_contention),
                                                 ("explore_optimism", args.explore_optimism)) if v is not None}
     try:  # a bad model option is refused before any run, in one line naming it
-        from scheduler.sim.simulator import SimConfig
+        from scheduler.sim.config import SimConfig
 
         SimConfig(**models)
     except InputError as exc:

@@ -10,7 +10,9 @@ import time
 from scheduler.formats.shared_data import shared_data_dir
 from scheduler.formats.workloads import read_workload
 from scheduler.model.cluster import load_cluster
-from scheduler.sim.simulator import SimConfig, load_goodput_model, simulate
+from scheduler.sim.config import SimConfig
+from scheduler.sim.job_model import simulation_goodput_model
+from scheduler.sim.simulator import simulate
 
 WORKLOADS = ("philly/workload-1", "philly/workload-2", "saturn/workload-2")
 # the earlier behaviour is refill with the earlier restart rule; Sia's is the default pair
@@ -21,7 +23,7 @@ def main() -> None:
     cluster = load_cluster("scheduler/examples/sia-64gpu.yaml")
     for name in WORKLOADS:
         work = read_workload(shared_data_dir() / "sia" / "workloads" / f"{name}.csv")
-        model = load_goodput_model(None, applications=work.applications, gpu_types=cluster.type_names,
+        model = simulation_goodput_model(None, applications=work.applications, gpu_types=cluster.type_names,
                                    step_times="interpolated")
         for mode in ("refill", "sia", "refill", "sia"):
             cpu, wall = time.process_time(), time.perf_counter()

@@ -10,14 +10,16 @@ import time
 from scheduler.formats.shared_data import shared_data_dir
 from scheduler.formats.workloads import read_workload
 from scheduler.model.cluster import load_cluster
-from scheduler.sim.simulator import SimConfig, load_goodput_model, simulate
+from scheduler.sim.config import SimConfig
+from scheduler.sim.job_model import simulation_goodput_model
+from scheduler.sim.simulator import simulate
 
 
 def main() -> None:
     cluster = load_cluster("scheduler/examples/sia-64gpu.yaml")
     for name in ("philly/workload-1", "saturn/workload-1"):
         work = read_workload(shared_data_dir() / "sia" / "workloads" / f"{name}.csv")
-        model = load_goodput_model(None, applications=work.applications, gpu_types=cluster.type_names,
+        model = simulation_goodput_model(None, applications=work.applications, gpu_types=cluster.type_names,
                                    step_times="interpolated")
         for policy in ("sia", "gavel"):
             for substeps in (1, 6, 1, 6):

@@ -19,7 +19,8 @@ import time
 
 from scheduler.formats.shared_data import shared_data_dir
 from scheduler.formats.workloads import read_workload
-from scheduler.sim.simulator import SimConfig, simulate
+from scheduler.sim.config import SimConfig
+from scheduler.sim.simulator import simulate
 
 
 def main(argv: list[str]) -> int:

@@ -13,8 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from scheduler.formats.bundled import measured_table_file
-from scheduler.formats.bundled_files import SHARING_MODES
+from scheduler.formats.bundled_files import SHARING_MODES, measured_table_file
 from scheduler.formats.colocation_table import read_colocation_table, write_colocation_table
 from scheduler.formats.shared_data import gavel_throughputs_path
 from scheduler.formats.transfer import SIA_GPU_TO_GAVEL, transferred_frame

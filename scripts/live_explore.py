@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     from scheduler.model.cluster import cluster_from_dict
     from scheduler.service.jobspec import job_from_dict
     from scheduler.service.server import ServeConfig, Server
-    from scheduler.service.state import StateStore
+    from scheduler.service.store import StateStore
     from scheduler.service.views import learned_view
 
     root = Path(tempfile.mkdtemp(prefix="live-explore-"))

@@ -85,7 +85,7 @@ def test_default_colocation_table_covers_the_bundled_types() -> None:
 
 
 def test_without_shared_data_the_default_profiles_are_the_bundled_ones(monkeypatch, tmp_path) -> None:
-    from scheduler.formats.workloads import default_profiles_dir
+    from scheduler.formats.shared_data import default_profiles_dir
 
     monkeypatch.setenv("COLOCATE_SHARED_DATA", str(tmp_path / "absent"))
     assert default_profiles_dir() == bundled.PROFILES_DIR

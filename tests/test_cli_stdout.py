@@ -65,7 +65,7 @@ def test_new_highs_and_pulp_highs_print_nothing_on_stdout() -> None:
 
 @pytest.mark.parametrize("solver", ["highs", "pulp-highs", "cbc"])
 def test_schedule_json_is_json_with_every_solver(solver: str) -> None:
-    doc = json_stdout(colocate("schedule", *SMALL, "--solver", solver, "--json"))
+    doc = json_stdout(colocate("schedule", *SMALL, "--set", f"ilp.solver={solver}", "--json"))
     assert isinstance(doc, dict) and doc["allocations"] and doc["solver"]["status"]
 
 

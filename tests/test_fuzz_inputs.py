@@ -163,10 +163,12 @@ def test_schedule_inputs(tmp_path_factory: pytest.TempPathFactory, which: str, o
 
 
 @pytest.mark.parametrize("option, value", [("--p", "nan"), ("--p", "inf"), ("--restart-cost", "-1"),
-                                           ("--min-benefit", "nan"), ("--gap", "nan"), ("--time-limit", "1e12")])
+                                           ("--min-benefit", "nan"), ("--set", "ilp.mip_gap=nan"),
+                                           ("--time-limit", "1e12")])
 def test_schedule_options_out_of_range(tmp_path: Path, option: str, value: str) -> None:
     code, _, err = run_cli(*schedule_args(tmp_path), option, value)
-    assert code == 2 and option in err and len(err.strip().splitlines()) == 1
+    named = f"--set {value.partition('=')[0]}" if option == "--set" else option
+    assert code == 2 and named in err and len(err.strip().splitlines()) == 1
 
 
 WORKLOAD = (EXAMPLES / "demo-workload.csv").read_bytes().splitlines(keepends=True)
@@ -435,7 +437,7 @@ def test_safe_name_keeps_safe_names_and_never_merges_two(labels: list[str]) -> N
                                           ("time_limit_s", float("inf")), ("max_gpus_per_job", 0)])
 def test_ilp_config_refuses_unbounded_numbers(field: str, value: float) -> None:
     from common.errors import InputError
-    from scheduler.ilp import IlpConfig
+    from scheduler.ilp.config import IlpConfig
 
     with pytest.raises(InputError) as info:
         IlpConfig(**{field: value})

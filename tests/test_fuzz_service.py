@@ -37,7 +37,7 @@ def _server_builds(state: Path, name: str) -> None:
     from scheduler.service.groups import build_group, group_document
     from scheduler.service.rounds import Slot
     from scheduler.service.server import ServeConfig
-    from scheduler.service.state import StateStore
+    from scheduler.service.store import StateStore
 
     store = StateStore(state, create=False, readonly=True)
     row = store.job(name)
@@ -116,7 +116,7 @@ def test_infeasible_jobs_are_refused_with_the_reason(tmp_path: Path, change: dic
         if not extra:
             from scheduler.model.cluster import load_cluster
             from scheduler.service.admission import record_cluster
-            from scheduler.service.state import StateStore
+            from scheduler.service.store import StateStore
 
             record_cluster(StateStore(tmp_path / "state"), load_cluster(cluster))
         code, _, err = run_cli("submit", str(job), "--state", str(tmp_path / "state"), *extra)
@@ -279,7 +279,7 @@ def test_import_out_that_is_not_a_results_directory(tmp_path: Path, kind: str) -
 
 
 def test_matrices_for_too_many_job_types_are_refused_with_the_reason(tmp_path: Path) -> None:
-    from colocate.pairs_import import MAX_MATRIX_JOB_TYPES
+    from colocate.analysis.pairs_import import MAX_MATRIX_JOB_TYPES
 
     header = PAIRS.splitlines()[0].decode()
     rows = [f"m{i}@8,m{i + 1}@8,v100,0.1,0.1,0.5,0.5" for i in range(MAX_MATRIX_JOB_TYPES)]

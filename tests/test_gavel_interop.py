@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from analysis_fixtures import cpu_campaign  # noqa: F401  (session fixture)
 
-from colocate.gavel import export_gavel, gavel_job_type, gavel_results, import_gavel, load_inputs, write_import
-from colocate.results import group_table, load_results, solo_table
+from colocate.analysis.gavel import export_gavel, gavel_job_type, gavel_results, import_gavel, load_inputs, write_import
+from colocate.analysis.results import group_table, load_results, solo_table
 from common.errors import InputError
 
 ORACLE_P100 = Path(__file__).resolve().parent / "data" / "gavel_oracle_p100.json"
@@ -198,8 +198,8 @@ def test_cli_import_and_error_exit(gavel_path: Path, tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------------------
 # Any pair table in (import-pairs), the tidy CSV + JSON out (export-pairs)
 
-from colocate.pairs_export import export_pairs, tidy_pairs  # noqa: E402
-from colocate.pairs_import import PairColumns, import_pairs, load_column_map, parse_column_flags  # noqa: E402
+from colocate.analysis.pairs_export import export_pairs, tidy_pairs  # noqa: E402
+from colocate.analysis.pairs_import import PairColumns, import_pairs, load_column_map, parse_column_flags  # noqa: E402
 
 THEIR_TABLE = """# a colleague's measurements (speeds = t/t' and solo throughputs in iterations/s)
 model_1,model_2,gpu,mode,norm_1,norm_2,it_s_1,it_s_2,mem_1
@@ -345,7 +345,7 @@ def test_cli_import_pairs_feeds_matrix_predict_and_colocation_table(tmp_path: Pa
 
 
 def test_job_types_with_a_precision_suffix_split_and_import(tmp_path: Path) -> None:
-    from colocate.results import sort_job_types, split_job_type
+    from colocate.analysis.results import sort_job_types, split_job_type
 
     assert split_job_type("resnet50@64:bf16") == ("resnet50", 64)
     assert split_job_type("resnet50@64") == ("resnet50", 64)

@@ -31,10 +31,10 @@ SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 @lru_cache(maxsize=1)
 def models() -> tuple[ProfileGoodputModel, ProfileGoodputModel]:
     """(warm, plain): two models on the bundled Sia-format profiles with validation curves."""
-    from scheduler.formats.bundled import default_profiles_dir
+    from scheduler.formats.bundled import bundled_profiles_dir
     from scheduler.formats.profiles import read_gns_curves, read_sia_profiles
 
-    root = default_profiles_dir()
+    root = bundled_profiles_dir()
     profiles, curves = read_sia_profiles(root), read_gns_curves(root)
     validation = read_validation_curves(root)
     return (ProfileGoodputModel(profiles, curves, validation), ProfileGoodputModel(profiles, curves, validation))

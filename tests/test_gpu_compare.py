@@ -1,4 +1,4 @@
-"""``colocate compare-gpus``: pairs of two GPU types side by side (colocate.gpu_compare)."""
+"""``colocate compare-gpus``: pairs of two GPU types side by side (colocate.analysis.gpu_compare)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from colocate.gavel import load_inputs, write_import
-from colocate.gpu_compare import compare_gpu_types, match_key
-from colocate.pairs_export import tidy_pairs
-from colocate.pairs_import import PairColumns, import_pairs
+from colocate.analysis.gavel import load_inputs, write_import
+from colocate.analysis.gpu_compare import compare_gpu_types, match_key
+from colocate.analysis.pairs_export import tidy_pairs
+from colocate.analysis.pairs_import import PairColumns, import_pairs
 from common.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]

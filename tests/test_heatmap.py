@@ -7,8 +7,8 @@ import math
 import pandas as pd
 from matplotlib.patches import Rectangle
 
-from colocate.matrix import build_matrix
-from colocate.plots import draw_matrix, plot_matrix
+from colocate.analysis.matrix import build_matrix
+from colocate.analysis.plots import draw_matrix, plot_matrix
 
 
 def _pairs() -> pd.DataFrame:

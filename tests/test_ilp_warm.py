@@ -10,8 +10,11 @@ import pytest
 
 from scheduler.bench.rounds import next_round_jobs
 from scheduler.formats.profiles import load_goodput_model
-from scheduler.ilp import IlpConfig, PackingPolicy, build_problem, price_pair_columns, solve_problem
-from scheduler.ilp.solve import decision_from
+from scheduler.ilp.build import build_problem
+from scheduler.ilp.config import IlpConfig
+from scheduler.ilp.policy import PackingPolicy
+from scheduler.ilp.pricing import price_pair_columns
+from scheduler.ilp.solve import decision_from, solve_problem
 from scheduler.ilp.warm import BASIC, LOWER, UPPER, WarmStart, _repair_count
 from scheduler.model.cluster import Cluster, GpuType
 from scheduler.model.colocation import ColocationTable
@@ -48,7 +51,7 @@ def _priced(jobs, cluster, model, coloc, cfg, warm=None):
 def _all_pairs_lp(jobs, cluster, model, coloc) -> float:
     import highspy
 
-    from scheduler.ilp import highs_lp
+    from scheduler.ilp.highs import highs_lp
 
     problem = build_problem(jobs, cluster, model, coloc, IlpConfig(pair_candidates="all"))
     lp, _, _ = highs_lp(problem, minimise_form=True)
@@ -142,7 +145,7 @@ def test_scheduler_benchmark_reports_cold_and_warm_rounds_with_their_gaps(shared
     import scheduler.bench.scheduler as bench
 
     model = load_goodput_model(shared_data / "sia" / "traces")
-    coloc, _ = bench.default_colocation(None, bench.sia_cluster(64).type_names)
+    coloc, _ = bench.bench_colocation(None, bench.sia_cluster(64).type_names)
     monkeypatch.setattr(bench, "DENSE_BOUND_MAX_JOBS", 10)  # take the pricing bound's path
     rows = bench.run_case(64, 40, model, coloc, repeats=1, cfg=IlpConfig(), all_pairs_time_limit=30,
                           all_pairs_max_pairs=0, exact_time_limit=0, rounds=3, turnover=0.1)

@@ -114,7 +114,7 @@ def test_profile_kernels_on_cuda_has_occupancy_estimates() -> None:
 
 @pytest.mark.slow
 def test_kernel_plots_from_ncu_rows(tmp_path: Path) -> None:
-    from colocate.plots import kernel_averages, plot_kernel_averages, plot_kernel_histograms
+    from colocate.analysis.plots import kernel_averages, plot_kernel_averages, plot_kernel_histograms
     from profiler.kernels import kernel_frame
 
     rows = parse_ncu_csv(NCU_SAMPLE)

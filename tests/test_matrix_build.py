@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from analysis_fixtures import cpu_campaign  # noqa: F401  (session fixture)
 
-from colocate.gavel import gavel_results, load_inputs
-from colocate.matrix import build_matrices, build_matrix, measured_colocation_table, write_matrices
-from colocate.results import group_table, load_results
+from colocate.analysis.gavel import gavel_results, load_inputs
+from colocate.analysis.matrix import build_matrices, build_matrix, measured_colocation_table, write_matrices
+from colocate.analysis.results import group_table, load_results
 from common.errors import InputError
 from scheduler.formats.colocation_table import read_colocation_table
 

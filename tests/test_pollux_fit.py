@@ -16,7 +16,8 @@ from scheduler.learning.pollux_fit import FLOOR, _objective, fit_pollux
 from scheduler.learning.throughput import ThroughputLearner, fit_observed, pollux_efficiency
 from scheduler.model.goodput import ValidationCurves
 from scheduler.model.step_time import StepTimeModel
-from scheduler.sim.simulator import SimConfig, simulate
+from scheduler.sim.config import SimConfig
+from scheduler.sim.simulator import simulate
 
 # DeepSpeech2 on Sia's rtx nodes at local batch 20 (Sia's artifact traces, placements-rtx.csv): 1 and 4 GPUs
 # measured, the measured all-reduce time at 4 GPUs (0.053 s) far less than what 4 GPUs add to the step (0.316 s)

@@ -11,16 +11,10 @@ import pandas as pd
 import pytest
 from analysis_fixtures import cpu_campaign  # noqa: F401  (session fixture)
 
-from colocate.gavel import gavel_results
-from colocate.predict import (
-    PredictorConfig,
-    feature_matrix,
-    fit_ratio_model,
-    make_datasets,
-    predict_dataset,
-    soft_impute,
-)
-from colocate.predict_eval import (
+from colocate.analysis.gavel import gavel_results
+from colocate.analysis.results import load_results
+from colocate.prediction.predict import feature_matrix, make_datasets, predict_dataset
+from colocate.prediction.predict_eval import (
     METHODS,
     EvaluationResult,
     _summary,
@@ -28,9 +22,9 @@ from colocate.predict_eval import (
     evaluation_report,
     leave_one_pair_out,
 )
-from colocate.results import load_results
 from common.errors import InputError
 from scheduler.formats.colocation_table import MAX_RATIO, read_colocation_table, validate_colocation_table
+from scheduler.learning.prior import PredictorConfig, fit_ratio_model, soft_impute
 
 
 @pytest.fixture(scope="module")

@@ -51,11 +51,13 @@ def test_table_output_has_decision_and_solver_line() -> None:
 
 @pytest.mark.parametrize("extra, needle", [
     (["--p", "0"], "--p"),
-    (["--top-k", "-1"], "--top-k"),
+    (["--set", "ilp.top_k=-1"], "--set ilp.top_k"),
     (["--time-limit", "0"], "--time-limit"),
-    (["--solver", "gurobi"], "--solver"),
+    (["--set", "ilp.solver=gurobi"], "--set ilp.solver"),
+    (["--set", "ilp.no_such_knob=1"], "--set"),
+    (["--set", "ilp.top_k=3", "--set", "ilp.top_k=x"], "--set ilp.top_k"),
     (["--max-group-size", "4"], "--max-group-size"),
-    (["--gap", "1.5"], "--gap"),
+    (["--set", "ilp.mip_gap=1.5"], "--set ilp.mip_gap"),
     (["--colocation", "/no/such/file.csv"], "--colocation"),
 ])
 def test_bad_arguments_are_one_line_with_status_2(extra: list[str], needle: str) -> None:

@@ -8,8 +8,9 @@ import pytest
 
 from scheduler.formats.profiles import read_gns_curves, read_sia_profiles
 from scheduler.model.configs import Configuration
-from scheduler.model.goodput import ProfileGoodputModel, StepTimeModel, fit_step_time, statistical_efficiency
+from scheduler.model.goodput import ProfileGoodputModel, statistical_efficiency
 from scheduler.model.jobs import Job
+from scheduler.model.step_time import StepTimeModel, fit_step_time
 
 
 def synthetic_rows(model: StepTimeModel, gpu_type: str = "g", app: str = "app") -> pd.DataFrame:
@@ -67,12 +68,12 @@ def test_rigid_jobs_keep_their_batch_and_local_batch_must_fit() -> None:
 @pytest.mark.parametrize("source", ["bundled", pytest.param("sia", marks=pytest.mark.sia_data)])
 def test_sia_profiles_and_gns_curves(source: str, request: pytest.FixtureRequest) -> None:
     """Sia-format profiles: the bundled Pollux T4 set (+ derived V100), and Sia's own traces when present."""
-    from scheduler.formats.bundled import default_profiles_dir
+    from scheduler.formats.bundled import bundled_profiles_dir
 
     if source == "sia":
         traces, types = request.getfixturevalue("shared_data") / "sia" / "traces", {"aws", "dgx-ext"}
     else:
-        traces, types = default_profiles_dir(), {"t4", "v100"}
+        traces, types = bundled_profiles_dir(), {"t4", "v100"}
     frame = read_sia_profiles(traces, applications=["cifar10"], gpu_types=sorted(types))
     assert set(frame.gpu_type) == types
     assert frame.num_gpus.max() >= 16 and (frame.num_nodes > 1).any()

@@ -10,14 +10,11 @@ from dataclasses import replace
 import networkx as nx
 import pytest
 
-from scheduler.ilp import (
-    IlpConfig,
-    PackingPolicy,
-    build_problem,
-    greedy_selection,
-    pair_move_values,
-    restart_factor,
-)
+from scheduler.ilp.build import build_problem
+from scheduler.ilp.columns import pair_move_values, restart_factor
+from scheduler.ilp.config import IlpConfig
+from scheduler.ilp.policy import PackingPolicy
+from scheduler.ilp.rounding import greedy_selection
 from scheduler.model.cluster import Cluster, GpuType
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.configs import configurations
@@ -397,13 +394,14 @@ def test_time_limit_falls_back_without_dropping_the_round(monkeypatch: pytest.Mo
     # the greedy selection alone is feasible
     problem.check(greedy_selection(problem))
     # a solver that finds nothing in time: the round still gets a (greedy) decision
-    import scheduler.ilp as ilp
+    from scheduler.ilp.highs import RawResult
+    from scheduler.ilp.solve import BACKENDS
 
     def no_solution(problem, cfg):
-        return ilp.RawResult(None, "Time limit reached", False, None, 0)
+        return RawResult(None, "Time limit reached", False, None, 0)
 
-    for backend in ilp.BACKENDS:
-        monkeypatch.setitem(ilp.BACKENDS, backend, no_solution)
+    for backend in BACKENDS:
+        monkeypatch.setitem(BACKENDS, backend, no_solution)
     decision = PackingPolicy(IlpConfig(time_limit_s=1e-3)).allocate(jobs, cluster, context)
     check_decision(decision, jobs, cluster)
     assert decision.solver.fallback == "greedy"
@@ -415,12 +413,12 @@ def test_broken_highs_falls_back_to_cbc(monkeypatch: pytest.MonkeyPatch) -> None
     cluster, jobs, table, ratios, coloc = random_instance(4, 5)
     context = RoundContext(TableGoodputModel(table), colocation=coloc)
     reference = PackingPolicy(IlpConfig(mip_gap=0.0)).allocate(jobs, cluster, context)
-    import scheduler.ilp as ilp
+    from scheduler.ilp.solve import BACKENDS
 
     def broken(problem, cfg):
         raise RuntimeError("highspy crashed")
 
-    monkeypatch.setitem(ilp.BACKENDS, "highs", broken)
+    monkeypatch.setitem(BACKENDS, "highs", broken)
     decision = PackingPolicy(IlpConfig(mip_gap=0.0)).allocate(jobs, cluster, context)
     assert decision.solver.name.startswith("CBC")
     assert decision.objective == pytest.approx(reference.objective, rel=1e-7)
@@ -518,7 +516,7 @@ def test_ilp_config_rejects_p_zero() -> None:
 def _lp_value(problem) -> float:
     import highspy
 
-    from scheduler.ilp import highs_lp
+    from scheduler.ilp.highs import highs_lp
 
     lp, _, _ = highs_lp(problem)
     h = highspy.Highs()
@@ -531,7 +529,7 @@ def _lp_value(problem) -> float:
 @pytest.mark.parametrize("seed", range(3))
 def test_column_generation_reaches_the_all_pairs_lp(seed: int) -> None:
     """Pricing by rank-aligned reduced costs is exact: at convergence the LP equals the all-pairs LP."""
-    from scheduler.ilp import price_pair_columns
+    from scheduler.ilp.pricing import price_pair_columns
 
     rng = random.Random(50 + seed)
     cluster = Cluster({"a": GpuType("a", 2, 4, 40), "b": GpuType("b", 3, 2, 16)})
@@ -582,7 +580,7 @@ def test_held_back_singles_priced_in_give_the_same_lp_and_optimum(seed: int, mon
         monkeypatch.setattr(build, "RESERVE_ABOVE", 0)
         held = build_problem(jobs, cluster, model, coloc, cfg)
         assert held.reserved is not None and held.reserved.num_left > 0
-        from scheduler.ilp import price_pair_columns
+        from scheduler.ilp.pricing import price_pair_columns
         price_pair_columns(held, cfg)
         full = build_problem(jobs, cluster, model, coloc, replace(cfg, pricing_passes=0))
         if not packing:  # same columns in the end: the priced LP is the LP over every single
@@ -647,7 +645,7 @@ def test_a_triple_is_chosen_when_three_light_jobs_share_one_gpu() -> None:
 def test_column_generation_with_triples_reaches_the_all_groups_lp(seed: int) -> None:
     """Pricing pairs and triples by rank-aligned reduced costs, run to the end, gives the LP over every pair
     and every triple."""
-    from scheduler.ilp import price_pair_columns
+    from scheduler.ilp.pricing import price_pair_columns
 
     rng = random.Random(90 + seed)
     cluster = Cluster({"a": GpuType("a", 2, 4, 80), "b": GpuType("b", 3, 2, 40)})
@@ -673,7 +671,7 @@ def test_column_generation_with_triples_reaches_the_all_groups_lp(seed: int) -> 
 
 def test_broken_selections_and_decisions_raise_named_errors() -> None:
     """The runtime checks raise named exceptions (not ``assert``, which ``python -O`` removes)."""
-    from scheduler.ilp import InvalidSelection
+    from scheduler.ilp.problem import InvalidSelection
     from scheduler.model.policy import Allocation, InvalidDecision, RoundDecision, SolverInfo
 
     cluster, jobs, table, ratios, coloc = random_instance(3, 6)

@@ -50,7 +50,7 @@ def test_fragmentation_by_kept_jobs_is_undone() -> None:
     c = Cluster({"a": GpuType("a", 2, 4, 40)})
     previous = place([Allocation("s1", "a", 1, 1), Allocation("s2", "a", 1, 1)], c)
     # force the two single-GPU jobs onto different nodes, then ask for a whole node
-    from scheduler.model.placement import JobPlacement, Placement
+    from scheduler.model.policy import JobPlacement, Placement
 
     spread = Placement({"s1": JobPlacement("s1", "a", (0,), (0,)), "s2": JobPlacement("s2", "a", (1,), (0,))})
     result = place([Allocation("s1", "a", 1, 1), Allocation("s2", "a", 1, 1), Allocation("w", "a", 4, 1)], c,

@@ -7,7 +7,8 @@ import math
 from pathlib import Path
 
 from scheduler.executor.registry import make_executor
-from scheduler.ilp import IlpConfig, PackingPolicy
+from scheduler.ilp.config import IlpConfig
+from scheduler.ilp.policy import PackingPolicy
 from scheduler.learning.online import LearnedGoodputModel
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.jobs import Job
@@ -17,7 +18,7 @@ from scheduler.service.config import ServeConfig
 from scheduler.service.jobspec import job_from_dict
 from scheduler.service.server import Server
 from scheduler.service.stability import StabilityConfig
-from scheduler.service.state import StateStore
+from scheduler.service.store import StateStore
 from tests.serve_helpers import kill_groups
 from tests.test_serve_live_rules import _drive, _job  # the checkpoint-restore contract job and the round driver
 

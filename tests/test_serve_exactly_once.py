@@ -17,7 +17,7 @@ from scheduler.executor.supervise import EXIT_FILE, process_alive, read_json, sp
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.service.jobspec import job_from_dict
 from scheduler.service.server import ServeConfig, Server
-from scheduler.service.state import StateStore
+from scheduler.service.store import StateStore
 from tests.serve_helpers import kill_groups, wait_until
 from tests.test_serve_local import CONTRACT
 

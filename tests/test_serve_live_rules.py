@@ -17,7 +17,7 @@ from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.colocation import ColocationTable
 from scheduler.service.jobspec import job_from_dict
 from scheduler.service.server import ServeConfig, Server
-from scheduler.service.state import StateStore
+from scheduler.service.store import StateStore
 from tests.serve_helpers import kill_groups
 
 # Resume from the checkpoint, start up for $STARTUP s (an interpreter and model build), count to the target

@@ -17,7 +17,7 @@ from scheduler.model.colocation import ColocationTable
 from scheduler.service.jobspec import job_from_dict
 from scheduler.service.probes import DONE, FAILED, ProbeConfig, plan_targets, probing_enabled
 from scheduler.service.server import ServeConfig, Server
-from scheduler.service.state import StateStore
+from scheduler.service.store import StateStore
 from tests.serve_helpers import kill_groups, wait_until
 
 TABLE = ColocationTable.from_rows([("t4", "tiny_cnn", "tiny_cnn", 0.7, 0.7), ("t4", "tiny_cnn", "resnet18", 0.5, 0.4)])

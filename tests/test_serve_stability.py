@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from common.errors import InputError
-from scheduler.ilp import IlpConfig, PackingPolicy
 from scheduler.ilp.columns import restart_factor
+from scheduler.ilp.config import IlpConfig
+from scheduler.ilp.policy import PackingPolicy
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import TableGoodputModel
@@ -172,7 +173,7 @@ def test_submit_takes_several_files_and_a_bad_one_queues_none(tmp_path) -> None:
     from typer.testing import CliRunner
 
     from colocate.cli import app
-    from scheduler.service.state import StateStore
+    from scheduler.service.store import StateStore
 
     good = [tmp_path / f"g{i}.yaml" for i in range(3)]
     for i, path in enumerate(good):

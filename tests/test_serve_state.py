@@ -13,11 +13,12 @@ from colocate.cli import app
 from common.errors import InputError
 from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.learning.explore import ExploreConfig
-from scheduler.learning.online import LearnedGoodputModel, learned_ratios, learned_table_frame, policy_table
+from scheduler.learning.measured import learned_ratios
+from scheduler.learning.online import LearnedGoodputModel, learned_table_frame, policy_table
 from scheduler.model.colocation import ColocationTable
 from scheduler.service.jobspec import job_from_dict, load_job
 from scheduler.service.rounds import Slot, plan_changes
-from scheduler.service.state import QUEUED, StateStore
+from scheduler.service.store import QUEUED, StateStore
 
 JOB = {"name": "a", "model": "tiny_cnn", "steps": 100, "batch_size": 8}
 
@@ -201,11 +202,10 @@ def test_unchanged_groups_are_kept_changed_ones_stopped_and_new_units_started() 
 
 
 def test_a_group_of_three_is_one_unit_kept_while_unchanged_and_measured_against_its_group(tmp_path: Path) -> None:
-    from scheduler.model.placement import JobPlacement, Placement
-    from scheduler.model.policy import Allocation, RoundDecision, SolverInfo
+    from scheduler.model.policy import Allocation, JobPlacement, Placement, RoundDecision, SolverInfo
     from scheduler.service.rounds import current_placement, current_units, desired_units
     from scheduler.service.server import group_type
-    from scheduler.service.state import RUNNING
+    from scheduler.service.store import RUNNING
 
     members = ("a", "b", "c")
     others = {j: tuple(m for m in members if m != j) for j in members}

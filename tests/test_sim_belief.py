@@ -5,13 +5,15 @@ from __future__ import annotations
 import pytest
 
 from common.errors import InputError
-from scheduler.formats.workloads import Workload, WorkloadJob
-from scheduler.ilp import IlpConfig, PackingPolicy
+from scheduler.formats.workload_jobs import Workload, WorkloadJob
+from scheduler.ilp.config import IlpConfig
+from scheduler.ilp.policy import PackingPolicy
 from scheduler.learning.belief import noisy_table, parse_belief
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import TableGoodputModel
-from scheduler.sim.simulator import SimConfig, Simulator
+from scheduler.sim.config import SimConfig
+from scheduler.sim.simulator import Simulator
 
 GOODPUT = TableGoodputModel({("a", "g", 1): 10.0, ("b", "g", 1): 10.0})
 ONE_GPU = cluster_from_dict({"gpu_types": {"g": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})

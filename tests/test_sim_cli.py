@@ -10,12 +10,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from scheduler.formats.bundled import default_cluster, default_profiles_dir
-from scheduler.sim.simulator import SUMMARY_KEYS, simulate
+from scheduler.formats.bundled import bundled_profiles_dir, default_cluster
+from scheduler.sim.result import SUMMARY_KEYS
+from scheduler.sim.simulator import simulate
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER = default_cluster()
-PROFILES = default_profiles_dir()
+PROFILES = bundled_profiles_dir()
 TINY = "name,time,application,num_replicas,batch_size,work\n" \
        "cifar10-0,0,cifar10,1,128,300000\ncifar10-1,30,cifar10,2,256,400000\n" \
        "bert-2,60,bert,1,12,6000\ndeepspeech2-3,100,deepspeech2,1,20,40000\n"
@@ -117,7 +118,7 @@ def test_bad_load_point_is_a_one_line_error(tmp_path):
 
 
 def test_at_load_divides_arrival_times():
-    from scheduler.formats.workloads import Workload, WorkloadJob
+    from scheduler.formats.workload_jobs import Workload, WorkloadJob
 
     work = Workload("w", (WorkloadJob("a", "cifar10", 0.0), WorkloadJob("b", "cifar10", 600.0)))
     fast = work.at_load(2)
@@ -127,7 +128,7 @@ def test_at_load_divides_arrival_times():
 
 def test_a_jittered_replicate_moves_each_arrival_inside_one_round_and_keeps_the_jobs():
     from common.errors import InputError
-    from scheduler.formats.workloads import Workload, WorkloadJob
+    from scheduler.formats.workload_jobs import Workload, WorkloadJob
 
     work = Workload("w", tuple(WorkloadJob(f"j{i}", "cifar10", 30.0 * i, 1 + i % 2, 64) for i in range(40)))
     assert work.jittered(0) is work and work.jittered(3, spread_s=0) is work

@@ -8,14 +8,17 @@ from dataclasses import dataclass
 import pandas as pd
 import pytest
 
-from scheduler.formats.workloads import Workload, WorkloadJob
-from scheduler.ilp import IlpConfig, PackingPolicy
+from scheduler.formats.workload_jobs import Workload, WorkloadJob
+from scheduler.ilp.config import IlpConfig
+from scheduler.ilp.policy import PackingPolicy
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import TableGoodputModel
 from scheduler.model.policy import Allocation, RoundDecision, SolverInfo
 from scheduler.policies import POLICY_NAMES, make_policy
-from scheduler.sim.simulator import SimConfig, SimulationError, simulate
+from scheduler.sim.checks import SimulationError
+from scheduler.sim.config import SimConfig
+from scheduler.sim.simulator import simulate
 
 NO_COSTS = SimConfig(round_s=60.0, restart_cost_s={}, default_restart_cost_s=0.0, slowdown={})
 

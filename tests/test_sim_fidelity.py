@@ -10,25 +10,25 @@ import pandas as pd
 import pytest
 
 from scheduler.formats.shared_data import shared_data_dir
-from scheduler.formats.workloads import Workload, WorkloadJob
-from scheduler.ilp import restart_factor
+from scheduler.formats.workload_jobs import Workload, WorkloadJob
+from scheduler.ilp.columns import restart_factor
 from scheduler.model.cluster import cluster_from_dict, load_cluster
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import GoodputEstimate, read_validation_curves
 from scheduler.model.jobs import Job
-from scheduler.model.placement import JobPlacement, Placement
-from scheduler.model.policy import Allocation, RoundContext
+from scheduler.model.policy import Allocation, JobPlacement, Placement, RoundContext
 from scheduler.policies.common import Shape, make_decision
 from scheduler.policies.gavel import GavelPolicy, _Option
 from scheduler.sim.checks import SimulationError, check_group_memory
+from scheduler.sim.config import SimConfig
 from scheduler.sim.job_model import (
     MemoryCheckedTable,
     MemoryModel,
-    load_goodput_model,
     scaled_table,
     sia_max_gpus,
+    simulation_goodput_model,
 )
-from scheduler.sim.simulator import SimConfig, Simulator, resolve_policy, simulate
+from scheduler.sim.simulator import Simulator, resolve_policy, simulate
 
 # Fidelity to Sia's simulator is checked on Sia's own traces (its GPU types and validation curves), which
 # the project does not ship: these tests are paper reproduction, skipped without the shared data.
@@ -62,8 +62,8 @@ def test_efficiency_interpolates_the_validation_curves_at_the_batch_and_epoch():
 
 @needs_traces
 def test_sia_efficiency_charges_large_batches_less_than_the_initial_gns_curve():
-    sia = load_goodput_model(TRACES, ["cifar10"], ["dgx-ext"], efficiency="sia")
-    gns = load_goodput_model(TRACES, ["cifar10"], ["dgx-ext"], efficiency="gns")
+    sia = simulation_goodput_model(TRACES, ["cifar10"], ["dgx-ext"], efficiency="sia")
+    gns = simulation_goodput_model(TRACES, ["cifar10"], ["dgx-ext"], efficiency="gns")
     job = Job("j", "cifar10", progress=5000.0)
     assert float(sia.efficiency(job, 4096.0)) > float(gns.efficiency(job, 4096.0))
 
@@ -115,7 +115,7 @@ def test_new_jobs_start_on_one_gpu_and_at_most_double_each_round():
 @needs_traces
 def test_gpu_cap_is_twice_the_observed_and_at_most_64():
     cluster = load_cluster(SIA64)
-    model = load_goodput_model(TRACES, ["cifar10", "bert"], cluster.type_names)
+    model = simulation_goodput_model(TRACES, ["cifar10", "bert"], cluster.type_names)
     assert sia_max_gpus(model, cluster, "cifar10", 0) == 1
     assert sia_max_gpus(model, cluster, "cifar10", 3) == 6
     assert sia_max_gpus(model, cluster, "cifar10", 40) == 64
@@ -168,7 +168,7 @@ def test_views_carry_sias_penalty_per_application():
     work = Workload("w", (WorkloadJob("imagenet-0", "imagenet", 0.0, 1, 200),
                           WorkloadJob("bert-0", "bert", 0.0, 1, 12)))
     policy, adaptive, _ = resolve_policy("sia")
-    sim = Simulator(cluster, work, policy, load_goodput_model(TRACES, ["imagenet", "bert"], cluster.type_names),
+    sim = Simulator(cluster, work, policy, simulation_goodput_model(TRACES, ["imagenet", "bert"], cluster.type_names),
                     None, SimConfig(), adaptive=adaptive)
     views = {n: sim._view(st, 0.0) for n, st in sim.states.items()}
     assert views["imagenet-0"].restart_cost_s == 250 and views["bert-0"].restart_cost_s == 120
@@ -179,7 +179,7 @@ def test_views_carry_sias_penalty_per_application():
 @needs_traces
 def test_memory_model_lets_a_job_alone_fit_and_rejects_two_large_ones():
     cluster = load_cluster(SIA64)
-    memory = MemoryModel(load_goodput_model(TRACES, ["cifar10", "imagenet"], cluster.type_names), cluster)
+    memory = MemoryModel(simulation_goodput_model(TRACES, ["cifar10", "imagenet"], cluster.type_names), cluster)
     alone = memory.footprint_gb("cifar10", "rtx", 1024)
     assert alone + memory.context_gb == pytest.approx(11.0)
     assert not memory.group_fits("rtx", ("cifar10", 1024), ("cifar10", 1024))
@@ -194,7 +194,7 @@ def test_memory_model_lets_a_job_alone_fit_and_rejects_two_large_ones():
 @needs_traces
 def test_memory_checked_table_hides_pairs_that_cannot_fit():
     cluster = load_cluster(SIA64)
-    memory = MemoryModel(load_goodput_model(TRACES, ["imagenet"], cluster.type_names), cluster)
+    memory = MemoryModel(simulation_goodput_model(TRACES, ["imagenet"], cluster.type_names), cluster)
     table = MemoryCheckedTable(ColocationTable.from_rows([(t, "imagenet", "imagenet", 0.7, 0.7) for t in
                                                           cluster.type_names]).ratios, memory)
     big = Job("a", "imagenet", num_gpus=1, batch_size=200)

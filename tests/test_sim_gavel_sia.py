@@ -7,15 +7,16 @@ from __future__ import annotations
 import pytest
 
 from common.errors import InputError
-from scheduler.formats.workloads import Workload, WorkloadJob
+from scheduler.formats.workload_jobs import Workload, WorkloadJob
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.goodput import GoodputEstimate, TableGoodputModel
 from scheduler.model.jobs import Job
-from scheduler.model.placement import JobPlacement, Placement, place
-from scheduler.model.policy import Allocation, RoundContext
+from scheduler.model.placement import place
+from scheduler.model.policy import Allocation, JobPlacement, Placement, RoundContext
 from scheduler.policies.common import Shape, make_decision
 from scheduler.policies.gavel import GavelPolicy, _Option
-from scheduler.sim.simulator import SimConfig, Simulator, _Run, resolve_policy, simulate
+from scheduler.sim.config import SimConfig
+from scheduler.sim.simulator import Simulator, _Run, resolve_policy, simulate
 
 ONE_NODE = {"gpu_types": {"g": {"nodes": 1, "gpus_per_node": 2, "memory_gb": 16}}}
 MODEL = TableGoodputModel({("a", "g", 1): 1.0, ("a", "g", 2): 2.0})

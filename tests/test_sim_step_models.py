@@ -9,15 +9,16 @@ import pytest
 
 from common.errors import InputError
 from scheduler.formats.shared_data import shared_data_dir
-from scheduler.formats.workloads import Workload, WorkloadJob
+from scheduler.formats.workload_jobs import Workload, WorkloadJob
 from scheduler.learning.throughput import LearnedThroughputGoodput, ThroughputLearner, fit_observed
 from scheduler.model.cluster import cluster_from_dict, load_cluster
 from scheduler.model.configs import Configuration
 from scheduler.model.goodput import ProfileGoodputModel
 from scheduler.model.jobs import Job
 from scheduler.model.step_time import StepTimeModel, StepTimes
-from scheduler.sim.job_model import AccumulatingGoodput, load_goodput_model
-from scheduler.sim.simulator import SimConfig, Simulator, resolve_policy, simulate
+from scheduler.sim.config import SimConfig
+from scheduler.sim.job_model import AccumulatingGoodput, simulation_goodput_model
+from scheduler.sim.simulator import Simulator, resolve_policy, simulate
 
 TRUE = StepTimeModel(alpha_c=0.05, beta_c=0.002, alpha_r=0.02, beta_r=0.004, alpha_n=0.08, beta_n=0.01)
 
@@ -199,7 +200,7 @@ def test_the_simulator_learns_each_configuration_a_job_ran():
     cluster = load_cluster(SIA64)
     work = Workload("one", (WorkloadJob("cifar10-0", "cifar10", 0.0, 1, 256),))
     policy, adaptive, _ = resolve_policy("sia")
-    sim = Simulator(cluster, work, policy, load_goodput_model(TRACES, ["cifar10"], cluster.type_names,
+    sim = Simulator(cluster, work, policy, simulation_goodput_model(TRACES, ["cifar10"], cluster.type_names,
                                                               step_times="interpolated"), None, SimConfig(),
                     adaptive=adaptive)
     result = sim.run()
@@ -218,7 +219,7 @@ def test_a_job_measures_every_batch_it_ran_in_a_round_or_only_the_first(measure)
     cluster = load_cluster(SIA64)
     work = Workload("one", (WorkloadJob("cifar10-0", "cifar10", 0.0, 1, 256),))
     policy, adaptive, _ = resolve_policy("sia")
-    sim = Simulator(cluster, work, policy, load_goodput_model(TRACES, ["cifar10"], cluster.type_names,
+    sim = Simulator(cluster, work, policy, simulation_goodput_model(TRACES, ["cifar10"], cluster.type_names,
                                                               step_times="interpolated"), None,
                     SimConfig(measure_batches=measure), adaptive=adaptive)
     result = sim.run()
@@ -245,7 +246,7 @@ def test_every_throughput_and_step_time_model_runs_and_the_old_pair_is_the_old_m
     assert len({round(v, 3) for v in jct.values()}) > 1  # the knobs change what happens
     # the earlier behaviour: a goodput model loaded with fitted step times, the bootstrap belief
     old = SimConfig(throughput="bootstrap", step_times="fitted")
-    model = load_goodput_model(TRACES, ["cifar10", "bert"], load_cluster(SIA64).type_names)
+    model = simulation_goodput_model(TRACES, ["cifar10", "bert"], load_cluster(SIA64).type_names)
     assert simulate(SIA64, work, "sia", config=old, profiles=model).summary["avg_jct_s"] == jct[("bootstrap", "fitted")]
 
 
@@ -309,12 +310,12 @@ def test_simulate_refuses_an_unknown_step_time_model_in_one_line(tmp_path):
     import subprocess
     import sys
 
-    from scheduler.formats.bundled import default_cluster, default_profiles_dir
+    from scheduler.formats.bundled import bundled_profiles_dir, default_cluster
 
     workload = tmp_path / "w.csv"
     workload.write_text("name,time,application,num_replicas,batch_size,work\ncifar10-0,0,cifar10,1,128,300000\n")
     proc = subprocess.run([sys.executable, "-m", "colocate.cli", "simulate", "--cluster", str(default_cluster()),
-                           "--workload", str(workload), "--policy", "sia", "--profiles", str(default_profiles_dir()),
+                           "--workload", str(workload), "--policy", "sia", "--profiles", str(bundled_profiles_dir()),
                            "--step-times", "exact"], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "step_times" in proc.stderr and "interpolated, fitted" in proc.stderr and "Traceback" not in proc.stderr

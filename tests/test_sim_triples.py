@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.formats.workloads import Workload, WorkloadJob
-from scheduler.ilp import IlpConfig, PackingPolicy
+from scheduler.formats.workload_jobs import Workload, WorkloadJob
+from scheduler.ilp.config import IlpConfig
+from scheduler.ilp.policy import PackingPolicy
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.colocation import TRIPLE_RATIOS, ColocationTable
 from scheduler.model.goodput import TableGoodputModel
 from scheduler.model.jobs import Job
-from scheduler.model.placement import JobPlacement, Placement
-from scheduler.model.policy import Allocation, RoundDecision, SolverInfo
+from scheduler.model.policy import Allocation, JobPlacement, Placement, RoundDecision, SolverInfo
 from scheduler.policies import make_policy
 from scheduler.policies.common import make_decision
 from scheduler.sim.checks import SimulationError, check_group_memory, check_placement, check_round
+from scheduler.sim.config import SimConfig
 from scheduler.sim.job_model import MemoryCheckedTable, MemoryModel
-from scheduler.sim.simulator import SimConfig, Simulator, _Run, simulate
+from scheduler.sim.simulator import Simulator, _Run, simulate
 
 NO_COSTS = SimConfig(round_s=60.0, restart_cost_s={}, default_restart_cost_s=0.0, slowdown={})
 PAIRS = {("a", "b"): (0.8, 0.7), ("a", "c"): (0.9, 0.6), ("b", "c"): (0.75, 0.8)}

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from colocate.summary import format_ci
+from colocate.analysis.summary import format_ci
 
 console = Console()
 if not console.is_terminal:  # piped or captured: don't squeeze tables into 80 columns

@@ -19,9 +19,9 @@ def colocation_table(
     gpu_type: list[str] = typer.Option(None, "--gpu-type", help="Only these GPU types (repeatable)."),
 ) -> None:
     """Write measured pair ratios t/t' per GPU type (0 = infeasible) for `colocate schedule --colocation`."""
+    from colocate.analysis.gavel import load_inputs
+    from colocate.analysis.matrix import measured_colocation_table
     from colocate.commands._output import console
-    from colocate.gavel import load_inputs
-    from colocate.matrix import measured_colocation_table
 
     results = load_inputs(results_dirs or [], gavel or [], gpu_types=gpu_type or None)
     table = measured_colocation_table(results, sharing=sharing)

@@ -11,9 +11,7 @@ from typing import Any, Optional
 
 import typer
 
-from scheduler.sim.compare import expand_workloads, parse_loads, run_task, workload_label
-
-__all__ = ["compare_command", "expand_workloads", "parse_loads", "register", "run_task", "workload_label"]
+__all__ = ["compare_command", "register"]
 
 
 def register(app: typer.Typer) -> None:

@@ -37,9 +37,9 @@ def compare_gpus(
     """Compare the pairs measured on two GPU types: δ on each, differences, pairs worth packing on one only."""
     from rich.table import Table
 
+    from colocate.analysis.gavel import load_inputs
+    from colocate.analysis.gpu_compare import compare_gpu_types, write_comparison
     from colocate.commands._output import console
-    from colocate.gavel import load_inputs
-    from colocate.gpu_compare import compare_gpu_types, write_comparison
     from common.bounds import check_number
     from common.errors import InputError
     from profiler.campaign.outdir import prepare_out_dir

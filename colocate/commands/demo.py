@@ -56,10 +56,10 @@ def demo(
     skip_simulation: bool = typer.Option(False, "--skip-simulation", help="Stop after the matrices."),
 ) -> None:
     """Run the embedded default: campaign → compatibility matrix → simulated colocate vs sia comparison."""
+    from colocate.analysis.matrix import write_matrices
+    from colocate.analysis.results import load_results
+    from colocate.analysis.summary import cell_summary
     from colocate.commands._output import campaign_progress, console, summary_table
-    from colocate.matrix import write_matrices
-    from colocate.results import load_results
-    from colocate.summary import cell_summary
     from profiler.campaign.driver import run_campaign
 
     if spec_path is not None:
@@ -106,7 +106,7 @@ def run_demo_simulation(out: Path) -> Path:
         table.add_column(column, justify="right" if column != "policy" else "left")
     for policy in DEMO_POLICIES:
         result = simulate(cluster, workload, policy, colocation=bundled.default_colocation(), seed=0,
-                          profiles=bundled.default_profiles_dir())
+                          profiles=bundled.bundled_profiles_dir())
         result.write(out / "sim" / policy)
         s = result.summary
         table.add_row(policy, f"{s['completed']}/{s['jobs']}", f"{s['avg_jct_s'] / 3600:.2f}",

@@ -19,9 +19,10 @@ def export_gavel(
     scale_factor: int = typer.Option(1, "--scale-factor", min=1, help="Scale factor written into the job keys."),
 ) -> None:
     """Write solo and pair throughputs (steps/s) as Gavel's simulation_throughputs.json layout."""
+    from colocate.analysis.gavel import export_gavel as convert
+    from colocate.analysis.results import load_results
     from colocate.commands._output import console
-    from colocate.gavel import export_gavel as convert
-    from colocate.results import atomic_write_json, load_results
+    from common.files import atomic_write_json
 
     results = load_results(results_dirs)
     data = convert(results, sharing=sharing, scale_factor=scale_factor)

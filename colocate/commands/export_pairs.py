@@ -19,9 +19,9 @@ def export_pairs(
     gpu_type: list[str] = typer.Option(None, "--gpu-type", help="Only these GPU types (repeatable)."),
 ) -> None:
     """Write every measured pair with both jobs' solo and co-located figures, units and provenance."""
+    from colocate.analysis.gavel import load_inputs
+    from colocate.analysis.pairs_export import export_pairs as write
     from colocate.commands._output import console
-    from colocate.gavel import load_inputs
-    from colocate.pairs_export import export_pairs as write
     from common.errors import InputError
 
     if out is None:

@@ -22,9 +22,9 @@ def import_gavel(
     """Convert Gavel's solo and pair throughputs into our results schema ([0, 0] pairs become infeasible)."""
     from rich.table import Table
 
+    from colocate.analysis.gavel import import_gavel as convert
+    from colocate.analysis.gavel import write_import
     from colocate.commands._output import console
-    from colocate.gavel import import_gavel as convert
-    from colocate.gavel import write_import
     from profiler.campaign.outdir import prepare_out_dir
 
     prepare_out_dir(out)
@@ -38,8 +38,8 @@ def import_gavel(
                       str(counts["asymmetric_pairs"]))
     console.print(table)
     if matrices:
-        from colocate.matrix import write_matrices
-        from colocate.results import load_results
+        from colocate.analysis.matrix import write_matrices
+        from colocate.analysis.results import load_results
 
         outputs = write_matrices(load_results(out), out / "matrices")
         console.print(f"{len(outputs.matrices)} matrices (CSV + PNG) and graphs in {out / 'matrices'}/")

@@ -25,16 +25,16 @@ def import_pairs(
     force: bool = typer.Option(False, "--force", help="Replace an earlier import in OUT (its files are removed first)."),
 ) -> None:
     """Convert a pair table (solo and co-located times, or speeds t/t′) into our results schema."""
-    from colocate.commands._output import console
-    from colocate.gavel import write_import
-    from colocate.pairs_import import (
+    from colocate.analysis.gavel import write_import
+    from colocate.analysis.pairs_import import (
         PairColumns,
         check_matrix_size,
         load_column_map,
         parse_column_flags,
         prepare_results_dir,
     )
-    from colocate.pairs_import import import_pairs as convert
+    from colocate.analysis.pairs_import import import_pairs as convert
+    from colocate.commands._output import console
 
     prepare_results_dir(out, force=force, clear=False)  # before the conversion: a wrong --out fails at once
     mapping = load_column_map(columns) if columns is not None else PairColumns()
@@ -52,8 +52,8 @@ def import_pairs(
     console.print(f"{file} → {out}: {counts['rows']} pair rows ({counts['infeasible']} infeasible), "
                   f"{counts['job_types']} job types on {', '.join(imported.meta['gpu_types'])}")
     if matrices:
-        from colocate.matrix import write_matrices
-        from colocate.results import load_results
+        from colocate.analysis.matrix import write_matrices
+        from colocate.analysis.results import load_results
 
         written = write_matrices(load_results(out), out / "matrices")
         console.print(f"{len(written.matrices)} matrices (CSV + PNG) and graphs in {out / 'matrices'}/")

@@ -43,7 +43,7 @@ def jobs(
     watch: bool = typer.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),
 ) -> None:
     """Show every job of a scheduler instance."""
-    from scheduler.service.state import StateStore
+    from scheduler.service.store import StateStore
     from scheduler.service.views import job_views, learned_view
 
     store = StateStore(state, create=False, readonly=True)

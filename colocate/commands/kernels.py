@@ -23,8 +23,8 @@ def kernels(
     """Record every kernel (CPU: every operator) of two iterations per job type into kernels.parquet + plots."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from colocate.analysis.kernel_store import profile_spec_kernels
     from colocate.commands._output import console, error_console
-    from colocate.kernel_store import profile_spec_kernels
     from profiler.campaign.spec import load_spec
 
     spec = load_spec(spec_path)
@@ -44,12 +44,12 @@ def kernels(
     if table.empty:
         console.print(f"no kernel rows in {out}")
         return
-    from colocate.plots import kernel_averages
+    from colocate.analysis.plots import kernel_averages
 
     averages = kernel_averages(table)
     console.print(averages.to_string(index=False, float_format=lambda x: f"{x:.1f}"), highlight=False)
     if plots:
-        from colocate.plots import plot_kernel_averages, plot_kernel_histograms
+        from colocate.analysis.plots import plot_kernel_averages, plot_kernel_histograms
 
         bars, notes = plot_kernel_averages(table, out)
         hists, more = plot_kernel_histograms(table, out)

@@ -25,9 +25,9 @@ def learned(
     from rich.table import Table
 
     from colocate.commands._output import console
+    from profiler.campaign.outdir import refuse_state_target
     from scheduler.learning.online import learned_table_frame
-    from scheduler.service.state import StateStore
-    from scheduler.service.state_open import refuse_state_target
+    from scheduler.service.store import StateStore
     from scheduler.service.views import learned_view
 
     if out is not None:

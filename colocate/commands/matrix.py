@@ -25,9 +25,9 @@ def matrix(
     """Pivot measured pairs into job-type × job-type matrices per GPU type, sharing mode and batch size."""
     from rich.table import Table
 
+    from colocate.analysis.gavel import load_inputs
+    from colocate.analysis.matrix import METRICS, write_matrices
     from colocate.commands._output import console
-    from colocate.gavel import load_inputs
-    from colocate.matrix import METRICS, write_matrices
     from common.errors import InputError
 
     if metric not in METRICS:

@@ -57,9 +57,10 @@ def predict(
     ridge_lambda: float = typer.Option(1.0, "--ridge-lambda", min=0.0, help="Ridge penalty of the feature model."),
 ) -> None:
     """Predict t/t' (and δ) of every pair of measured job types per GPU type and sharing mode."""
-    from colocate.gavel import load_inputs
-    from colocate.predict import PredictorConfig, make_datasets
-    from colocate.results import choose_sharing
+    from colocate.analysis.gavel import load_inputs
+    from colocate.analysis.results import choose_sharing
+    from colocate.prediction.predict import make_datasets
+    from scheduler.learning.prior import PredictorConfig
 
     results = load_inputs(results_dirs or [], gavel or [], gpu_types=gpu_type or None)
     config = PredictorConfig(ridge_lambda=ridge_lambda, nuclear_lambda=nuclear_lambda)
@@ -88,7 +89,7 @@ def _fill(datasets: list, config, target: Path) -> None:  # noqa: ANN001 - Predi
     from rich.table import Table
 
     from colocate.commands._output import console
-    from colocate.predict import predict_dataset
+    from colocate.prediction.predict import predict_dataset
     from profiler.campaign.outdir import prepare_out_file
     from scheduler.formats.colocation_table import write_colocation_table
 
@@ -122,8 +123,8 @@ def _evaluate(datasets: list, config, report_dir: Path, results, results_dirs: l
     from rich.table import Table
 
     from colocate.commands._output import console, error_console
-    from colocate.predict_eval import evaluation_report, leave_one_pair_out, ties
-    from colocate.results import atomic_write_json
+    from colocate.prediction.predict_eval import evaluation_report, leave_one_pair_out, ties
+    from common.files import atomic_write_json
     from profiler.campaign.outdir import prepare_out_dir
 
     evaluations = []

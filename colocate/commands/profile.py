@@ -23,8 +23,8 @@ def profile(
     address: str = typer.Option(None, "--address", help="Ray cluster address for --backend ray."),
 ) -> None:
     """Measure solo and co-located iteration times; print δ per cell. Rerun the same command to resume."""
+    from colocate.analysis.summary import cell_summary
     from colocate.commands._output import console, error_console, summary_table
-    from colocate.summary import cell_summary
     from common.errors import InputError
     from profiler.campaign.cells import plan_runs
     from profiler.campaign.outdir import directory_lock

@@ -7,18 +7,17 @@ concrete nodes and GPUs (:mod:`scheduler.model.placement`); prints a table and t
 
 from __future__ import annotations
 
-import functools
-import inspect
-from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal, Optional, get_origin, get_type_hints
+from typing import Any, Optional
 
 import typer
 
+from colocate.cli_config import ConfigSpec, config_command
 from common.errors import InputError
 from scheduler.formats.allocation_file import allocation_document as decision_to_json
 from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.formats.profiles import load_goodput_model
+from scheduler.ilp.config import IlpConfig
 
 
 def register(app: typer.Typer) -> None:
@@ -28,7 +27,7 @@ def register(app: typer.Typer) -> None:
 def default_profiles_path(gpu_types: tuple[str, ...] = ()) -> Path | None:
     """Sia's traces (``$COLOCATE_SHARED_DATA/sia/traces`` or ``../shared/data`` beside us) if present, else the
     bundled profiles (also for a cluster of only bundled types)."""
-    from scheduler.formats.workloads import default_profiles_dir
+    from scheduler.formats.shared_data import default_profiles_dir
 
     candidate = default_profiles_dir(gpu_types)
     return candidate if candidate.is_dir() else None
@@ -68,7 +67,8 @@ def _check_inputs(jobs: list, cluster: Any, model: Any, jobs_path: Path) -> None
                              field=field, valid="a GPU count and batch size the profiles cover on some GPU type")
 
 
-def _schedule(
+@config_command(ConfigSpec("ilp", IlpConfig, panel="Round ILP"))
+def schedule(
     cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML: gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}."),
     jobs: Path = typer.Option(..., "--jobs", help="Jobs CSV (name,application[,num_gpus,adaptive,...])."),
     profiles: Optional[Path] = typer.Option(None, "--profiles", help="Throughput profiles: a CSV "
@@ -77,16 +77,16 @@ def _schedule(
     colocation: Optional[Path] = typer.Option(None, "--colocation", help="Colocation table CSV "
                                               "(gpu_type,type_a,type_b,ratio_a,ratio_b). Without it: no packing."),
     as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON instead of a table."),
-    **ilp_options: Any,
+    *,
+    ilp: IlpConfig,
 ) -> None:
     """Decide one round: GPU type, GPU count, batch size and co-location partner for every job."""
-    from scheduler.ilp import PackingPolicy
+    from scheduler.ilp.policy import PackingPolicy
     from scheduler.model.cluster import load_cluster
     from scheduler.model.jobs import load_jobs
     from scheduler.model.placement import place
     from scheduler.model.policy import RoundContext
 
-    config = ilp_config_from_options(ilp_options)
     the_cluster = load_cluster(cluster)
     the_jobs = load_jobs(jobs)
     if profiles is None:
@@ -97,7 +97,7 @@ def _schedule(
     model = load_goodput_model(profiles)
     _check_inputs(the_jobs, the_cluster, model, jobs)
     table = load_colocation_table(colocation) if colocation is not None else None
-    policy = PackingPolicy(config, name="colocate" if config.packing else "sia")
+    policy = PackingPolicy(ilp, name="colocate" if ilp.packing else "sia")
     decision = policy.allocate(the_jobs, the_cluster, RoundContext(goodput=model, colocation=table))
     placement = place(decision, the_cluster)
     if as_json:
@@ -106,60 +106,6 @@ def _schedule(
         typer.echo(json_text(decision_to_json(decision, placement), indent=2))
         return
     _print_table(decision, placement, the_jobs)
-
-
-def _ilp_fields() -> list[tuple[Any, Any, str]]:
-    """(dataclass field, Python type, command-line flag) of every IlpConfig knob."""
-    from scheduler.ilp import IlpConfig
-
-    hints = get_type_hints(IlpConfig)
-    out = []
-    for f in fields(IlpConfig):
-        flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-        kind = hints[f.name]
-        if get_origin(kind) is Literal:
-            kind = str  # the choices are checked (and listed in the error) by IlpConfig
-        out.append((f, kind, flag))
-    return out
-
-
-def ilp_parameters() -> list[inspect.Parameter]:
-    """Typer options for every IlpConfig field: defaults and help come from the dataclass, never restated."""
-    params = []
-    for f, kind, flag in _ilp_fields():
-        decls = [f"{flag}/--no-{flag[2:]}"] if kind is bool else [flag]
-        option = typer.Option(f.default, *decls, help=f.metadata.get("help"), show_default=True)
-        params.append(inspect.Parameter(f"ilp_{f.name}", inspect.Parameter.KEYWORD_ONLY, default=option,
-                                        annotation=kind))
-    return params
-
-
-def ilp_config_from_options(options: dict[str, Any]) -> Any:
-    """IlpConfig from the generated options; its own checks become one-line errors naming the flag."""
-    from scheduler.ilp import IlpConfig
-
-    flags = {f.name: flag for f, _, flag in _ilp_fields()}
-    values = {name[len("ilp_"):]: value for name, value in options.items() if name.startswith("ilp_")}
-    try:
-        return IlpConfig(**values)
-    except InputError as err:
-        raise InputError(err.detail, field=flags.get(err.field or "", err.field), valid=err.valid) from None
-
-
-def _with_ilp_options(func: Any) -> Any:
-    """``func`` with the generated IlpConfig options appended to its signature (Typer reads ``__signature__``)."""
-    base = [p for p in inspect.signature(func).parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    base = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in base]
-
-    @functools.wraps(func)
-    def wrapper(**kwargs: Any) -> None:
-        return func(**kwargs)
-
-    wrapper.__signature__ = inspect.Signature(base + ilp_parameters())  # type: ignore[attr-defined]
-    return wrapper
-
-
-schedule = _with_ilp_options(_schedule)
 
 
 def solver_line(info: Any) -> str:

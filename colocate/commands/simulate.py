@@ -41,8 +41,8 @@ def _colocation(path: Path | None):  # -> ColocationTable | None
         from scheduler.formats.colocation_table import load_colocation_table
 
         return load_colocation_table(path)
-    from colocate.matrix import measured_colocation_table
-    from colocate.results import load_results
+    from colocate.analysis.matrix import measured_colocation_table
+    from colocate.analysis.results import load_results
     from scheduler.model.colocation import ColocationTable
 
     return ColocationTable.from_frame(measured_colocation_table(load_results(path)))
@@ -188,7 +188,8 @@ def simulate_command(
     from scheduler.formats.workloads import read_workload
     from scheduler.model.cluster import load_cluster
     from scheduler.policies import policy_spec
-    from scheduler.sim.simulator import SimConfig, simulate
+    from scheduler.sim.config import SimConfig
+    from scheduler.sim.simulator import simulate
 
     check_number(round_s, field="--round", low=1, high=86400, valid="seconds in [1, 86400]")
     check_number(seed, field="--seed", low=0, high=2**32 - 1, integer=True)
@@ -211,7 +212,7 @@ def simulate_command(
     cluster_obj = load_cluster(cluster)
     work = read_workload(workload)
     from scheduler.formats.profiles import check_workload
-    from scheduler.formats.workloads import default_profiles_dir
+    from scheduler.formats.shared_data import default_profiles_dir
 
     check_workload(work.jobs, cluster_obj, profiles or default_profiles_dir(), work.source)
     with _progress_bar(f"{spec.name} on {work.name}", len(work), hidden=as_json) as on_round:

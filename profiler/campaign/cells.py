@@ -19,9 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from profiler.campaign.spec import CampaignSpec, parse_job_type, parse_job_type_full
-from profiler.gpu.sharing import sharing_label, sharing_mode
+from profiler.gpu.sharing import SHARING_SOLO, sharing_label, sharing_mode
 from profiler.measure.training import DEFAULT_PRECISION
-from profiler.results.schema import SHARING_SOLO
 
 KIND_BY_SIZE = {1: "solo", 2: "pair", 3: "triple"}
 

@@ -40,8 +40,9 @@ from profiler.campaign.spec import CampaignSpec
 from profiler.gpu.devices import DeviceTarget, resolve_device
 from profiler.gpu.mps import foreign_mps_processes, mps_unavailable_reason, reap_stale_daemons
 from profiler.gpu.nvml import compute_mode, compute_mode_problem, gpm_supported, nvml_status
+from profiler.gpu.sharing import SHARING_SOLO
 from profiler.measure.training import CUDNN_BENCHMARK
-from profiler.results.schema import SHARING_SOLO, STATUS_INFEASIBLE, STATUS_OK
+from profiler.results.schema import STATUS_INFEASIBLE, STATUS_OK
 from profiler.results.store import ResultsStore
 
 # Spec fields that change what a number means: a results directory holds one protocol only (and one GPU
@@ -246,7 +247,7 @@ def _profile_kernels_once(spec: CampaignSpec, store: ResultsStore, job: JobType,
         return None
     from concurrent.futures import ProcessPoolExecutor
 
-    from profiler.campaign.runner import worker_context
+    from profiler.campaign.pool import worker_context
 
     target = resolve_device(spec.device)
     with ProcessPoolExecutor(max_workers=1, mp_context=worker_context()) as pool:

@@ -51,7 +51,8 @@ from profiler.campaign.driver import (
 from profiler.campaign.runner import RunRecord, SoloBaseline, execute_run, not_run_record
 from profiler.campaign.spec import CampaignSpec
 from profiler.gpu.devices import DeviceTarget, resolve_device
-from profiler.results.schema import SHARING_SOLO, STATUS_SKIPPED
+from profiler.gpu.sharing import SHARING_SOLO
+from profiler.results.schema import STATUS_SKIPPED
 from profiler.results.store import ResultsStore
 
 # Ray's accelerator type names (ray.util.accelerators) for the project's short GPU type names where the

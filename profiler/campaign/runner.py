@@ -34,7 +34,7 @@ from typing import Any
 
 from common.errors import SharingUnavailable
 from profiler.campaign.cells import Cell, JobType, Run
-from profiler.campaign.pool import Worker, WorkerPool, worker_context
+from profiler.campaign.pool import Worker, WorkerPool
 from profiler.campaign.spec import CampaignSpec
 from profiler.gpu.devices import DeviceTarget
 from profiler.gpu.nvml import NvmlSampler, NvmlSummary, process_memory_mib
@@ -47,7 +47,7 @@ from profiler.results.schema import (
     STATUS_SKIPPED,
 )
 
-__all__ = ["RunRecord", "SoloBaseline", "execute_run", "not_run_record", "precheck", "worker_context"]
+__all__ = ["RunRecord", "SoloBaseline", "execute_run", "not_run_record", "precheck"]
 
 
 @dataclass(frozen=True)

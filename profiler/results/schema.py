@@ -9,8 +9,6 @@ repeats of one configuration. Times are seconds, memory MiB, utilizations percen
 
 from __future__ import annotations
 
-from profiler.gpu.sharing import SHARING_MODES, SHARING_SOLO  # noqa: F401  (the registry is their home)
-
 # Run status values.
 STATUS_OK = "ok"  # measured; delta and friends are set for groups
 STATUS_INFEASIBLE = "infeasible"  # out of memory (measured OOM or the memory pre-check); a result, not an error

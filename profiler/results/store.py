@@ -17,13 +17,12 @@ from typing import Any
 
 import pandas as pd
 
-from common.files import (  # noqa: F401  (mode: re-exported)
-    RESULT_FILE_MODE,
+from common.files import (
     atomic_write_json,
     atomic_write_table,
     parquet_available,
 )
-from profiler.results.schema import (  # noqa: F401  (file names: re-exported)
+from profiler.results.schema import (
     JOB_COLUMNS,
     JOBS_FILE,
     KERNEL_COLUMNS,

@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from scheduler.ilp import IlpConfig, build_problem, solve_problem
-from scheduler.ilp.solve import decision_from
+from scheduler.ilp.build import build_problem
+from scheduler.ilp.config import IlpConfig
+from scheduler.ilp.solve import decision_from, solve_problem
 from scheduler.ilp.warm import WarmStart
 from scheduler.model.cluster import Cluster
 from scheduler.model.colocation import ColocationTable

@@ -38,15 +38,15 @@ def _specs(num_jobs: int, seed: int, cluster: Any, model: Any) -> list[Any]:
 def run_serve_benchmark(num_jobs: int = 1000, rounds: int = 5, gpus: int = 64, seed: int = 0,
                         profiles: Path | None = None) -> dict[str, Any]:
     """Submit ``num_jobs`` jobs, run ``rounds`` rounds on the local backend; timings per round and medians."""
-    from scheduler.bench.scheduler import default_colocation, sia_cluster
+    from scheduler.bench.scheduler import bench_colocation, sia_cluster
     from scheduler.executor.registry import make_executor
-    from scheduler.formats.workloads import default_profiles_dir
+    from scheduler.formats.shared_data import default_profiles_dir
     from scheduler.service.server import ServeConfig, Server
-    from scheduler.service.state import StateStore
+    from scheduler.service.store import StateStore
 
     cluster = sia_cluster(gpus)
     model = load_goodput_model(profiles or default_profiles_dir())
-    table, _ = default_colocation(None, cluster.type_names)
+    table, _ = bench_colocation(None, cluster.type_names)
     with tempfile.TemporaryDirectory(prefix="colocate-bench-serve-") as tmp:
         state = StateStore(Path(tmp) / "state")
         for spec in _specs(num_jobs, seed, cluster, model):
@@ -74,38 +74,3 @@ def run_serve_benchmark(num_jobs: int = 1000, rounds: int = 5, gpus: int = 64, s
         "bookkeeping_cpu_s_max": max(s.bookkeeping_cpu_s for s in steady),
         "first_round_enact_s": stats[0].enact_s,
     }
-
-
-def register_bench(bench_app: Any) -> None:
-    """Add ``colocate bench serve`` to the bench sub-app."""
-    import typer
-
-    @bench_app.command("serve")
-    def serve_bench(
-        jobs: int = typer.Option(1000, "--jobs", help="Jobs submitted before the first round."),
-        rounds: int = typer.Option(5, "--rounds", help="Rounds to run (the first starts groups)."),
-        gpus: int = typer.Option(64, "--gpus", help="Cluster size: Sia's 64-GPU cluster scaled (a multiple of 64)."),
-        profiles: Path = typer.Option(None, "--profiles", help="Sia traces directory (default ../shared/data/sia/traces)."),
-    ) -> None:
-        """Round latency of colocate serve with many queued jobs: policy time vs bookkeeping."""
-        from rich.console import Console
-        from rich.table import Table
-
-        console = Console()
-
-        result = run_serve_benchmark(jobs, rounds, gpus, profiles=profiles)
-        table = Table(title=f"colocate serve · {result['jobs']} jobs · {result['gpus']} GPUs · "
-                            f"{result['running']} running after {rounds} rounds")
-        for column in ("round", "active jobs", "total (s)", "policy (s)", "bookkeeping (s)", "enacting (s)",
-                       "policy CPU (s)", "bookkeeping CPU (s)", "started", "stopped"):
-            table.add_column(column, justify="right")
-        for r in result["rounds"]:
-            table.add_row(str(r["round"]), str(r["active_jobs"]), f"{r['total_s']:.3f}", f"{r['policy_s']:.3f}",
-                          f"{r['bookkeeping_s']:.3f}", f"{r['enact_s']:.3f}", f"{r['policy_cpu_s']:.3f}",
-                          f"{r['bookkeeping_cpu_s']:.3f}", str(r["started"]), str(r["stopped"]))
-        console.print(table)
-        console.print(f"steady state (rounds 2+): median round {result['total_s_median']:.3f} s = policy "
-                      f"{result['policy_s_median']:.3f} s + bookkeeping {result['bookkeeping_s_median']:.3f} s "
-                      f"(max {result['bookkeeping_s_max']:.3f} s); CPU time: policy {result['policy_cpu_s_median']:.3f} s, "
-                      f"bookkeeping {result['bookkeeping_cpu_s_median']:.3f} s (max {result['bookkeeping_cpu_s_max']:.3f} s)",
-                      highlight=False)

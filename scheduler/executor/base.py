@@ -15,13 +15,63 @@ Handles survive the server: a restarted server passes a stored handle to :meth:`
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from scheduler.executor.command import RunSettings
+
 if TYPE_CHECKING:  # pragma: no cover
-    from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings
     from scheduler.executor.plan import GpuGroup, LaunchPlan
+
+
+STATE_RUNNING = "running"
+STATE_FINISHED = "finished"
+STATE_FAILED = "failed"
+STATE_STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """How the local executor runs and supervises jobs."""
+
+    run: RunSettings = field(default_factory=RunSettings)
+    log_dir: Path = Path("launch-logs")
+    duration_s: float | None = None  # stop every job after this long (None = until they end or Ctrl-C)
+    stop_grace_s: float = 10.0
+    python: str = sys.executable
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """One job as the launcher sees it right now."""
+
+    job: str
+    group: str
+    host: str
+    state: str  # running | finished | failed | stopped
+    step: int = 0
+    steps: int | None = None
+    samples_per_s: float | None = None
+    exit_code: int | None = None
+    log: str = ""
+    error: str = ""
+    node_id: str = ""  # the Ray node that ran it (Ray executor only)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class LaunchReport:
+    jobs: tuple[JobStatus, ...]
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.interrupted and all(j.state in (STATE_FINISHED, STATE_STOPPED) for j in self.jobs)
 
 
 @dataclass(frozen=True)

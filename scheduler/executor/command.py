@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from scheduler.executor.plan import JobLaunch
 
 TRAINER_MODULE = "scheduler.executor.train"
+# exec the job with PR_SET_PDEATHSIG set (kept across execve), without running Python code in a forked
+# child of a possibly multi-threaded launcher (a Ray worker, for one).
+PDEATHSIG_EXEC = ("import ctypes, os, signal, sys; ctypes.CDLL('libc.so.6').prctl(1, signal.SIGKILL); "
+                   "os.getppid() == int(sys.argv[1]) or sys.exit(1); os.execvp(sys.argv[2], sys.argv[2:])")
 
 
 @dataclass(frozen=True)

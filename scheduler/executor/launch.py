@@ -16,11 +16,11 @@ from pathlib import Path
 
 from common.bounds import MAX_SECONDS, check_number
 from common.errors import InputError
-from common.names import shown
+from common.names import safe_name, shown
 from profiler.gpu.sharing import sharing_mode_names
+from scheduler.executor.base import JobStatus, LaunchReport, LaunchSettings
 from scheduler.executor.command import RunSettings
-from scheduler.executor.local import JobStatus, LaunchReport, LaunchSettings
-from scheduler.executor.plan import LaunchPlan, load_plan, safe_name
+from scheduler.executor.plan import LaunchPlan, load_plan
 from scheduler.executor.registry import EXECUTOR_NAMES, make_executor
 
 BACKENDS = EXECUTOR_NAMES

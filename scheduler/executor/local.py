@@ -13,6 +13,7 @@ same JSON to ``$COLOCATE_PROGRESS_FILE``).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -21,69 +22,30 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from common.errors import InputError
+from common.names import safe_name
 from common.signals import sigterm_as_interrupt
 from profiler.gpu.sharing import sharing_mode
-from scheduler.executor.command import RunSettings, job_argv
-from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment, safe_name
+from scheduler.executor.base import (
+    STATE_FAILED,
+    STATE_FINISHED,
+    STATE_RUNNING,
+    STATE_STOPPED,
+    GroupPoll,
+    JobStatus,
+    LaunchReport,
+    LaunchSettings,
+)
+from scheduler.executor.command import PDEATHSIG_EXEC, job_argv
+from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment
+from scheduler.executor.supervise import group_files, signal_supervisor, spawn_supervisor, supervisor_alive
 from scheduler.executor.train import read_progress
 
 POLL_INTERVAL_S = 0.25
-# exec the job with PR_SET_PDEATHSIG set (kept across execve), without running Python code in a forked
-# child of a possibly multi-threaded launcher (a Ray worker, for one).
-_PDEATHSIG_EXEC = ("import ctypes, os, signal, sys; ctypes.CDLL('libc.so.6').prctl(1, signal.SIGKILL); "
-                   "os.getppid() == int(sys.argv[1]) or sys.exit(1); os.execvp(sys.argv[2], sys.argv[2:])")
-
-STATE_RUNNING = "running"
-STATE_FINISHED = "finished"
-STATE_FAILED = "failed"
-STATE_STOPPED = "stopped"
-
-
-@dataclass(frozen=True)
-class LaunchSettings:
-    """How the local executor runs and supervises jobs."""
-
-    run: RunSettings = field(default_factory=RunSettings)
-    log_dir: Path = Path("launch-logs")
-    duration_s: float | None = None  # stop every job after this long (None = until they end or Ctrl-C)
-    stop_grace_s: float = 10.0
-    python: str = sys.executable
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    """One job as the launcher sees it right now."""
-
-    job: str
-    group: str
-    host: str
-    state: str  # running | finished | failed | stopped
-    step: int = 0
-    steps: int | None = None
-    samples_per_s: float | None = None
-    exit_code: int | None = None
-    log: str = ""
-    error: str = ""
-    node_id: str = ""  # the Ray node that ran it (Ray executor only)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class LaunchReport:
-    jobs: tuple[JobStatus, ...]
-    interrupted: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return not self.interrupted and all(j.state in (STATE_FINISHED, STATE_STOPPED) for j in self.jobs)
-
 
 @dataclass
 class _Process:
@@ -134,7 +96,7 @@ def _start_job(job: JobLaunch, group: GpuGroup, settings: LaunchSettings, env: M
     handle = open(log_path, "ab")
     handle.write(f"# colocate launch: {job.name} on {group.where} ({group.sharing}); argv: {argv}\n".encode())
     handle.flush()
-    popen = subprocess.Popen([sys.executable, "-c", _PDEATHSIG_EXEC, str(os.getpid()), *argv], stdout=handle,
+    popen = subprocess.Popen([sys.executable, "-c", PDEATHSIG_EXEC, str(os.getpid()), *argv], stdout=handle,
                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env, start_new_session=True)
     return _Process(job, group, popen, log_path, progress_path, handle)
 
@@ -231,3 +193,33 @@ def run_groups(
     if on_progress:
         on_progress(list(report.jobs))
     return report
+
+
+class LocalExecutor:
+    """One node: groups run as processes here (``CUDA_VISIBLE_DEVICES`` = the group's GPUs unless on CPU)."""
+
+    name = "local"
+    runs_here = True
+
+    def check(self, plan: LaunchPlan, settings: LaunchSettings) -> None:
+        check_local(plan, settings)
+
+    def run(self, plan: LaunchPlan, settings: LaunchSettings,
+            on_progress: Callable[[list[JobStatus]], None] | None = None) -> LaunchReport:
+        return run_groups(plan.groups, settings, on_progress=on_progress)
+
+    def start(self, group: GpuGroup, doc: dict[str, Any]) -> dict[str, Any]:
+        if doc.get("gpu"):
+            doc = {**doc, "cuda_visible_devices": ",".join(physical_gpus(group))}
+        group_file = Path(doc["pid_file"]).with_suffix(".json")
+        group_file.write_text(json.dumps(doc))
+        return spawn_supervisor(group_file)
+
+    def poll(self, handle: dict[str, Any], doc: dict[str, Any]) -> GroupPoll | None:
+        return GroupPoll(supervisor_alive(doc, handle), group_files(doc))
+
+    def stop(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
+        signal_supervisor(doc, handle, signal.SIGTERM)
+
+    def release(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
+        signal_supervisor(doc, handle, signal.SIGKILL)  # its jobs die with it (PR_SET_PDEATHSIG)

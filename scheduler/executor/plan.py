@@ -33,9 +33,9 @@ from typing import Any, TypeGuard
 
 from common.bounds import MAX_BATCH, MAX_GPUS
 from common.errors import InputError
-from common.names import NAME_RULE, is_safe_name, safe_name, shown  # noqa: F401  (safe_name: re-exported)
-from common.placeholders import PLACEHOLDERS, VALID, check_placeholders  # noqa: F401  (PLACEHOLDERS: re-exported)
-from profiler.gpu.sharing import SHARING_MODES, sharing_mode_names  # noqa: F401  (SHARING_MODES: re-exported)
+from common.names import NAME_RULE, is_safe_name, safe_name, shown
+from common.placeholders import VALID, check_placeholders
+from profiler.gpu.sharing import sharing_mode_names
 from scheduler.formats.allocation_file import read_allocation_file
 from scheduler.model.applications import APPLICATION_MODELS
 from scheduler.model.cluster import MAX_GPUS_PER_NODE

@@ -1,7 +1,7 @@
 """Executors by name, all behind :class:`scheduler.executor.base.Executor` (like :mod:`scheduler.policies`).
 
 =========  =====================================================================================
-``local``  this node: processes, MPS per group when asked (:mod:`scheduler.executor.local_backend`)
+``local``  this node: processes, MPS per group when asked (:mod:`scheduler.executor.local`)
 ``ray``    a Ray cluster: one whole-GPU task or actor per group on a node of its GPU type
            (:mod:`scheduler.executor.ray_backend`; needs the ``ray`` extra)
 =========  =====================================================================================
@@ -28,7 +28,7 @@ class ExecutorSpec:
 
 
 def _local(**options: Any) -> Executor:
-    from scheduler.executor.local_backend import LocalExecutor
+    from scheduler.executor.local import LocalExecutor
 
     return LocalExecutor()
 

@@ -23,10 +23,10 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.names import comment_text
+from common.names import comment_text, safe_name
 from profiler.gpu.sharing import sharing_mode
 from scheduler.executor.command import TRAINER_MODULE, RunSettings, job_argv
-from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment, safe_name
+from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment
 
 PYTHON_VARIABLE = '"$PYTHON"'
 RENDEZVOUS_PORT = 29500

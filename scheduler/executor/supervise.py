@@ -101,7 +101,7 @@ def spawn_supervisor(group_file: Path, *, env: dict[str, str] | None = None,
     The jobs' exit and progress records of an earlier run are removed first, synchronously: the supervisor
     takes a while to start, and a poll in between must not read the last run's end as this run's.
     """
-    from scheduler.executor.local import _PDEATHSIG_EXEC
+    from scheduler.executor.command import PDEATHSIG_EXEC
 
     doc = json.loads(group_file.read_text())
     for job in doc["jobs"]:
@@ -111,7 +111,7 @@ def spawn_supervisor(group_file: Path, *, env: dict[str, str] | None = None,
             (Path(job["dir"]) / name).unlink(missing_ok=True)
     argv = [sys.executable, "-m", "scheduler.executor.supervise", str(group_file)]
     if die_with_parent:  # the same pid after exec, with a parent-death signal
-        argv = [sys.executable, "-c", _PDEATHSIG_EXEC, str(os.getpid()), *argv]
+        argv = [sys.executable, "-c", PDEATHSIG_EXEC, str(os.getpid()), *argv]
     log = open(group_file.with_suffix(".log"), "ab")
     full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
     with log:

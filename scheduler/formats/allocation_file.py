@@ -18,8 +18,7 @@ from common.errors import InputError
 from common.safe_load import load_json
 
 if TYPE_CHECKING:  # pragma: no cover
-    from scheduler.model.placement import Placement
-    from scheduler.model.policy import RoundDecision
+    from scheduler.model.policy import Placement, RoundDecision
 
 PRODUCER = "the output of colocate schedule --json"
 

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from scheduler.formats.bundled_files import (  # noqa: F401  (the paths and types are part of this module's API)
+from scheduler.formats.bundled_files import (
     CLUSTER_FILE,
     COLOCATION_FILE,
     DATA_DIR,
@@ -64,7 +64,7 @@ GAVEL = ("stanford-futuredata/gavel @c4fa40097339 scheduler/simulation_throughpu
          "Copyright (c) 2020 Stanford Future Data Systems")
 
 
-def default_profiles_dir() -> Path:
+def bundled_profiles_dir() -> Path:
     """The bundled profile set (a Sia-format traces directory with types ``t4`` and ``v100``)."""
     return PROFILES_DIR
 

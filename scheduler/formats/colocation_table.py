@@ -13,8 +13,8 @@ Columns::
 * Optional extra columns (``source``, ``delta``, ``n``, ...) are kept but ignored by the scheduler.
 
 The format lives with the scheduler, which reads these tables (:func:`read_colocation_table`, wrapped by
-``scheduler.model.colocation.ColocationTable``); the analysis layer (``colocate.matrix``, ``colocate.predict``)
-writes them from profiling campaigns with :func:`write_colocation_table`.
+``scheduler.model.colocation.ColocationTable``); the analysis layer (``colocate.analysis.matrix``,
+``colocate.prediction.predict``) writes them from profiling campaigns with :func:`write_colocation_table`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Gavel's throughput-file format (Narayanan et al., OSDI'20): job keys, job names and the file reader.
 
 The scheduler reads Gavel's files directly (``scheduler.formats.transfer``, ``scheduler.formats.workloads``) and the analysis
-layer converts them into results rows (``colocate.gavel``); both use these functions, so the format is read
-in one place. See :mod:`colocate.gavel` for the layout.
+layer converts them into results rows (``colocate.analysis.gavel``); both use these functions, so the format is read
+in one place. See :mod:`colocate.analysis.gavel` for the layout.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from pathlib import Path
 from common.bounds import MAX_BATCH, MAX_GPUS
 from common.errors import InputError
 from common.names import check_name, shown
-from scheduler.formats.shared_data import default_profiles_dir, gavel_throughputs_path, shared_data_dir
+from scheduler.formats.shared_data import gavel_throughputs_path
 from scheduler.formats.workload_jobs import OPTIONAL_COLUMNS, SIA_COLUMNS, Workload, WorkloadJob
 
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
@@ -395,11 +395,9 @@ def load_workload(workload: "Workload | str | Path") -> Workload:
     return workload if isinstance(workload, Workload) else read_workload(workload)
 
 
-__all__ = [
-    "Workload", "WorkloadJob", "read_workload", "load_workload", "read_sia_workload", "read_gavel_trace",
-    "read_philly", "poisson_workload", "rigid_batch", "shared_data_dir", "default_profiles_dir",
-    "SIA_BATCH_LIMITS", "PHILLY_CLASS_MIX", "PHILLY_GPU_MIX", "PHILLY_CLASS_APPS"
-]
+__all__ = ["read_workload", "load_workload", "read_sia_workload", "read_gavel_trace", "read_philly",
+    "poisson_workload", "rigid_batch", "SIA_BATCH_LIMITS", "PHILLY_CLASS_MIX", "PHILLY_GPU_MIX",
+    "PHILLY_CLASS_APPS"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -102,39 +102,3 @@ solution status is read as well as its model status: a time-limited run can repo
 reached" with an integer-feasible, not proven-optimal incumbent (used, and reported as such). When no
 feasible solution comes back, a greedy allocation is used, so a round always yields a decision.
 """
-
-from __future__ import annotations
-
-from scheduler.ilp.build import build_problem, gc_paused
-from scheduler.ilp.candidates import class_key, pair_candidates
-from scheduler.ilp.columns import (
-    JobColumns,
-    add_pair_columns,
-    job_options,
-    pair_move_values,
-    restart_factor,
-    split_beats_pair,
-)
-from scheduler.ilp.config import IlpConfig
-from scheduler.ilp.highs import RawResult, highs_lp, solve_highspy
-from scheduler.ilp.objective import Objective, beneficial_ratio
-from scheduler.ilp.policy import PackingPolicy, sia_policy
-from scheduler.ilp.pricing import PricingData, dual_ranked_partners, price_pair_columns
-from scheduler.ilp.problem import InvalidSelection, RoundProblem
-from scheduler.ilp.pulp_backend import solve_pulp
-from scheduler.ilp.rounding import greedy_selection
-from scheduler.ilp.solve import BACKENDS, SOLVER_NAMES, Solution, decision_from, solve_problem
-
-
-def column_weight(values, p: float, lam: float) -> float:
-    """``Objective(p, lam).column_weight(values)`` (kept for callers of the former single module)."""
-    return Objective(p, lam).column_weight(values)
-
-
-__all__ = [
-    "BACKENDS", "IlpConfig", "InvalidSelection", "JobColumns", "Objective", "PackingPolicy", "PricingData",
-    "RawResult", "RoundProblem", "SOLVER_NAMES", "Solution", "add_pair_columns", "beneficial_ratio", "build_problem",
-    "class_key", "column_weight", "decision_from", "dual_ranked_partners", "gc_paused", "greedy_selection",
-    "highs_lp", "job_options", "pair_candidates", "pair_move_values", "price_pair_columns", "restart_factor",
-    "sia_policy", "solve_highspy", "solve_problem", "solve_pulp", "split_beats_pair",
-]

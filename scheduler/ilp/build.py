@@ -141,8 +141,6 @@ def _build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
         # warm: last round's groups stand in for the graph's seeds, except for jobs new to this round
         only = warm.new_jobs(problem) if warm is not None and warm.rounds else None
         candidates, graph = pair_candidates(jobs, options, configs_t, colocation, cfg, only=only)
-        if not cfg.seed_partners and cfg.pair_candidates == "top-k" and cfg.pricing_passes > 0:
-            candidates = set()
         if warm is not None:
             candidates |= warm.seed_groups(problem, 2)  # type: ignore[arg-type]
         candidates |= held_pairs(jobs)

@@ -1,83 +1,74 @@
-"""The round ILP's knobs: one frozen dataclass, the single source of defaults, checks and CLI help.
+"""The round ILP's knobs: one frozen dataclass, the single source of their defaults, checks and help.
 
-Each field carries its command-line help in ``metadata`` (``colocate schedule`` builds its ILP options from
-these fields, so defaults and checks are never restated there).
+Each knob is a :func:`common.options.option`: the commands that solve rounds (``schedule``, ``simulate``,
+``serve``) generate their ILP options from these fields (:mod:`colocate.cli_config`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 from common.bounds import MAX_GPUS, check_number
 from common.errors import InputError
 from common.names import shown
+from common.options import option
 
 SOLVERS = ("highs", "pulp-highs", "cbc")
 CANDIDATE_MODES = ("top-k", "all")
 
 
-def _opt(default: Any, help: str, flag: str | None = None) -> Any:
-    """A field default with its command-line help (and flag, when it differs from --<name>)."""
-    return field(default=default, metadata={"help": help, "flag": flag})
-
-
 @dataclass(frozen=True)
 class IlpConfig:
-    """Knobs of the round ILP (all have the defaults used in the README and benchmarks).
+    """Knobs of the round ILP; the defaults are the ones the README and the benchmarks use.
 
-    ``p``: goodput power (Sia −0.5; must not be 0). ``lambda_unallocated``: penalty λ per unallocated job
-    (used when p < 0). ``restart_cost_s``: Sia's S. ``packing``: add group (pair, triple) variables.
-    ``max_group_size``: 2 (pairs) or 3 (pairs and triples). ``top_k``: partners per job, seeded from the
-    compatibility graph and added per pricing pass; ``min_benefit``: β, a group needs ``Σ ρ ≥ 1 + β``.
-    ``pair_candidates``: "top-k" (ours) or "all" (every compatible pair, as in Gavel's packed LP; for
-    comparisons). ``pricing_passes``: column-generation passes (0: seeds only); ``seed_partners``: start
-    from the graph's top-k partners (else from singles only). ``time_limit_s`` (pricing and solving
-    together; when it runs out the best incumbent, else the greedy selection, answers) and ``mip_gap`` (relative gap of the
-    objective; rounds of ≤ 5,000 variables use at most 0.01 %) always go to the solver. ``solver``:
-    "highs" (highspy), "pulp-highs" (HiGHS through PuLP) or "cbc" (through PuLP). ``max_gpus_per_job``
-    caps multi-node shapes of adaptive jobs (None: the job's own ``max_gpus`` or the cluster).
-    ``context_memory_gb``: per process CUDA context added when checking a group's memory. ``warm_start``:
-    a policy that runs many rounds starts each round's LP from the last one's basis, groups and priced-in
-    singles (:mod:`scheduler.ilp.warm`; the LP optimum is unchanged, only where the solver starts).
-    ``charge_resumes``, ``resume_floor`` and ``keep_bonus`` make a live scheduler hold its decisions (``colocate
-    serve`` turns them on; off by default so the simulator keeps Sia's restart semantics): resuming a job that
-    was stopped costs its restart factor too, and a running job's current configuration wins ties.
-    ``feasibility_jump``: HiGHS's feasibility-jump heuristic in the MIP solves of the ``highs`` back-end (off
-    by default since 2026-11-24: every MIP starts from the LP rounding's incumbent, and on a round's small MIP
-    the heuristic was three quarters of HiGHS's time without improving a start in the Sia workloads).
+    The objective (``p``, ``lambda_unallocated``, restart factors with ``restart_cost_s``) and the group
+    columns (``packing``, ``max_group_size``, ``top_k``, ``min_benefit``) are the model of
+    :mod:`scheduler.ilp`; ``time_limit_s`` and ``mip_gap`` always reach the solver (when time runs out the best
+    incumbent, else the greedy selection, answers). ``warm_start``: a policy that runs many rounds starts each
+    round's LP from the last one's basis, groups and priced-in singles (:mod:`scheduler.ilp.warm`; the optimum
+    is unchanged, only where the solver starts). ``charge_resumes``, ``resume_floor``,
+    ``charge_partner_changes`` and ``keep_bonus`` make a live scheduler hold its decisions (``colocate serve``
+    turns them on, :mod:`scheduler.service.config`; off here so the simulator keeps Sia's restart semantics).
     """
 
-    p: float = _opt(-0.5, "Goodput power: -0.5 = Sia (fairness), 1 = sum of normalised goodputs.")
-    lambda_unallocated: float = _opt(1.1, "Penalty per unallocated job (p < 0).", "--lambda")
-    restart_cost_s: float = _opt(25.0, "Sia's restart cost S, seconds.", "--restart-cost")
-    packing: bool = _opt(True, "Group variables (co-location); --no-packing is exactly Sia's ILP.")
-    max_group_size: int = _opt(2, "Jobs per GPU group: 2 (pairs) or 3 (pairs and triples).")
-    top_k: int = _opt(3, "Partners considered per job.")
-    min_benefit: float = _opt(0.05, "A group needs the sum of its ratios >= 1 + this.")
-    pair_candidates: Literal["top-k", "all"] = _opt("top-k", "top-k (ours) or all (every compatible pair).")
-    pricing_passes: int = _opt(2, "Column-generation passes on the LP relaxation (0: seeds only).")
-    seed_partners: bool = _opt(True, "Seed partners from the compatibility graph before pricing.")
-    time_limit_s: float = _opt(10.0, "Time limit of pricing and solving, seconds.", "--time-limit")
-    mip_gap: float = _opt(5e-3, "Relative MIP gap at which the solver stops.", "--gap")
-    solver: Literal["highs", "pulp-highs", "cbc"] = _opt("highs", "highs | pulp-highs | cbc.")
-    threads: int | None = _opt(1, "Solver threads.")
-    max_gpus_per_job: int | None = _opt(None, "Cap on an adaptive job's GPUs (default: the job's max_gpus).")
-    context_memory_gb: float = _opt(0.5, "CUDA context per process added to a group's memory, GB.")
-    charge_resumes: bool = _opt(False, "A queued job that ran before pays Sia's restart factor (from its first "
-                                       "start, at least resume_floor) to resume; off: only running jobs' moves pay.")
-    resume_floor: float = _opt(0.5, "Lowest restart factor a resume pays (charge_resumes): a job that waits "
-                                    "can always take idle GPUs.")
-    charge_partner_changes: bool = _opt(False, "A change of partners restarts every member running on the GPUs, "
-                                               "one left alone by a split included (each pays its restart factor), "
-                                               "as serve enacts it; off: only the member that moves pays (Sia's "
-                                               "move rule).")
-    keep_bonus: float = _opt(0.0, "A running job's current configuration counts (1 + this) times its goodput: "
-                                  "ties keep what runs.")
-    warm_start: bool = _opt(True, "Start each round's LP from the previous round's basis and groups "
-                                  "(runs of many rounds: simulate, serve; a single round has none).")
-    feasibility_jump: bool = _opt(False, "Run HiGHS's feasibility-jump heuristic in the MIP solves (off: the "
-                                         "LP rounding already hands HiGHS an incumbent).")
+    p: float = option(-0.5, "Goodput power: -0.5 = Sia (fairness), 1 = sum of normalised goodputs.")
+    lambda_unallocated: float = option(1.1, "Penalty per unallocated job (p < 0).", flag="--lambda")
+    restart_cost_s: float = option(25.0, "Sia's restart cost S, seconds.", flag="--restart-cost")
+    packing: bool = option(True, "Group variables (co-location); --no-packing is exactly Sia's ILP.")
+    max_group_size: int = option(2, "Jobs per GPU group: 2 (pairs) or 3 (pairs and triples).")
+    min_benefit: float = option(0.05, "A group needs the sum of its ratios >= 1 + this.")
+    time_limit_s: float = option(10.0, "Time limit of pricing and solving, seconds.", flag="--time-limit")
+    top_k: int = option(3, "Partners per job: seeded from the compatibility graph, added per pricing pass.",
+                        experimental=True)
+    pair_candidates: Literal["top-k", "all"] = option(
+        "top-k", "top-k (ours) or all (every compatible pair, as Gavel's packed LP: for comparisons).",
+        experimental=True)
+    pricing_passes: int = option(2, "Column-generation passes on the LP relaxation (0: the seeds only).",
+                                 experimental=True)
+    mip_gap: float = option(5e-3, "Relative MIP gap at which the solver stops (rounds of <= 5,000 variables use "
+                                  "at most 0.01 %).", flag="--gap", experimental=True)
+    solver: Literal["highs", "pulp-highs", "cbc"] = option(
+        "highs", "highs (highspy), pulp-highs (HiGHS through PuLP) or cbc (through PuLP); the others are the "
+                 "fall-backs.", experimental=True)
+    threads: int | None = option(1, "Solver threads.", experimental=True)
+    max_gpus_per_job: int | None = option(None, "Cap on an adaptive job's GPUs (None: the job's max_gpus or the "
+                                                "cluster).", experimental=True)
+    context_memory_gb: float = option(0.5, "CUDA context per process added to a group's memory, GB.",
+                                      experimental=True)
+    charge_resumes: bool = option(False, "A queued job that ran before pays Sia's restart factor (from its first "
+                                         "start, at least resume_floor) to resume; off: only running jobs' moves "
+                                         "pay.", experimental=True)
+    resume_floor: float = option(0.5, "Lowest restart factor a resume pays (charge_resumes): a job that waits "
+                                      "can always take idle GPUs.", experimental=True)
+    charge_partner_changes: bool = option(False, "A change of partners restarts every member running on the GPUs, "
+                                                 "one left alone by a split included (each pays its restart "
+                                                 "factor), as serve enacts it; off: only the member that moves "
+                                                 "pays (Sia's move rule).", experimental=True)
+    keep_bonus: float = option(0.0, "A running job's current configuration counts (1 + this) times its goodput: "
+                                    "ties keep what runs.", experimental=True)
+    warm_start: bool = option(True, "Start each round's LP from the previous round's basis and groups (runs of "
+                                    "many rounds: simulate, serve; a single round has none).", experimental=True)
 
     def __post_init__(self) -> None:
         # Finite, bounded numbers (NaN, inf and typos such as 1e12 refused); ranges are generous.

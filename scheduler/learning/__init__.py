@@ -8,8 +8,3 @@
 * :mod:`.throughput` — the throughput belief fitted to the configurations a job has run (Sia's model);
 * :mod:`.belief` — the simulator's ``--belief``: what the policy starts from, kept apart from the truth.
 """
-
-from scheduler.learning.explore import ExploreConfig, planning_ratios
-from scheduler.learning.pairs import PairBelief, PairConfig, PairEstimate
-
-__all__ = ["ExploreConfig", "PairBelief", "PairConfig", "PairEstimate", "planning_ratios"]

@@ -1,7 +1,7 @@
 """Online learning: measured iteration times become the goodput estimates and colocation ratios of the next round.
 
 The round loop folds every measured iteration time into ``measurements`` (one running mean and a sample count
-per application, GPU type, GPU count, batch and partner type; :mod:`scheduler.service.state`). From there:
+per application, GPU type, GPU count, batch and partner type; :mod:`scheduler.service.store`). From there:
 
 * :class:`LearnedGoodputModel` answers the policy's goodput questions: a measured solo configuration is used
   as measured; an unmeasured one comes from the base model (profiles given to ``serve --profiles``) or, for
@@ -27,18 +27,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig, contended
-from scheduler.learning.measured import job_type, learned_ratios, solo_times  # noqa: F401  (re-exported)
+from scheduler.learning.measured import job_type, solo_times
 from scheduler.learning.pairs import DEFAULT_PAIRS, PairBelief, PairConfig, chain_priors, table_prior
 from scheduler.model.colocation import ColocationTable
-from scheduler.model.goodput import (
-    EstimateArrays,
-    GoodputEstimate,
-    GoodputModel,
-    GoodputModelBase,
-    StepTimeModel,
-    estimate_arrays,
-)
+from scheduler.model.goodput import EstimateArrays, GoodputEstimate, GoodputModel, GoodputModelBase, estimate_arrays
 from scheduler.model.jobs import Job
+from scheduler.model.step_time import StepTimeModel
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

@@ -12,7 +12,7 @@ r(a|b) = t_a / t′_a is
 * Z: matrix completion of the remaining residuals over the job-type × job-type matrix (soft-impute,
   ``nuclear_lambda``), in the spirit of Quasar / Gavel's collaborative filtering.
 
-The analysis layer (:mod:`colocate.predict`, :mod:`colocate.predict_eval`) builds datasets from profiling
+The analysis layer (:mod:`colocate.prediction.predict`, :mod:`colocate.prediction.predict_eval`) builds datasets from profiling
 campaigns and evaluates this model; the scheduler uses it as the prior of its pair belief
 (:mod:`scheduler.learning.pairs`): :func:`fit_table_prior` fits it on colocation tables (the measured pairs
 the project ships, :func:`default_training_frame`, plus any table the user gives) and answers for every

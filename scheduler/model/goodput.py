@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 
 from scheduler.model.jobs import Job
-from scheduler.model.step_time import StepTimeModel, StepTimes, fit_step_time  # noqa: F401 (re-exported)
+from scheduler.model.step_time import StepTimeModel, StepTimes
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

@@ -192,4 +192,4 @@ def place(decision: RoundDecision | Iterable[Allocation], cluster: Cluster,
     return Placement(placed, tuple(sorted(unplaced)))
 
 
-__all__ = ["JobPlacement", "Placement", "place"]
+__all__ = ["place"]

@@ -40,19 +40,21 @@ class PolicySpec:
 
 
 def _colocate(seed: int = 0, **options: Any) -> Policy:
-    from scheduler.ilp import IlpConfig, PackingPolicy
+    from scheduler.ilp.config import IlpConfig
+    from scheduler.ilp.policy import PackingPolicy
 
     return PackingPolicy(IlpConfig(packing=True, **options), name="colocate")
 
 
 def _colocate_triples(seed: int = 0, **options: Any) -> Policy:
-    from scheduler.ilp import IlpConfig, PackingPolicy
+    from scheduler.ilp.config import IlpConfig
+    from scheduler.ilp.policy import PackingPolicy
 
     return PackingPolicy(IlpConfig(packing=True, **{"max_group_size": 3, **options}), name="colocate-triples")
 
 
 def _sia(seed: int = 0, **options: Any) -> Policy:
-    from scheduler.ilp import sia_policy
+    from scheduler.ilp.policy import sia_policy
 
     return sia_policy(**options)
 

@@ -28,7 +28,7 @@ POLICY_ORDER = ("colocate", "colocate-triples", "sia", "gavel", "gavel-packed", 
 
 
 @dataclass
-class RunRecord:
+class SimulationRecord:
     """One finished simulation as the report needs it."""
 
     workload: str
@@ -66,7 +66,7 @@ def _order(policies: Iterable[str]) -> list[str]:
     return sorted(set(policies), key=lambda p: (rank.get(p, len(rank)), p))
 
 
-def summary_frame(runs: Sequence[RunRecord]) -> Any:
+def summary_frame(runs: Sequence[SimulationRecord]) -> Any:
     import pandas as pd
 
     rows = [{"workload": r.workload, "load": r.load, **dict(r.summary), "migrations": r.migrations,
@@ -180,7 +180,7 @@ def target_lines(checks: Sequence[TargetCheck]) -> list[str]:
 # Plots
 # --------------------------------------------------------------------------------------------------
 
-def plot_jct_cdf(runs: Sequence[RunRecord], path: Path) -> Path:
+def plot_jct_cdf(runs: Sequence[SimulationRecord], path: Path) -> Path:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     by_policy: dict[str, list[float]] = {}
@@ -202,7 +202,7 @@ def plot_jct_cdf(runs: Sequence[RunRecord], path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_utilization(runs: Sequence[RunRecord], path: Path, bin_s: float = 1800.0) -> Path:
+def plot_utilization(runs: Sequence[SimulationRecord], path: Path, bin_s: float = 1800.0) -> Path:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     by_policy: dict[str, list[Any]] = {}
@@ -253,7 +253,7 @@ def plot_packed_fraction(frame: Any, path: Path) -> Path:
 # The report
 # --------------------------------------------------------------------------------------------------
 
-def diagnostics_lines(runs: Sequence[RunRecord], frame: Any) -> list[str]:
+def diagnostics_lines(runs: Sequence[SimulationRecord], frame: Any) -> list[str]:
     lines = ["| policy | mean active jobs | rounds with waiting jobs | restarts | of which moves at same config "
              "| ... into a pair |", "|---|---|---|---|---|---|"]
     for policy in _order(frame["policy"]):
@@ -267,11 +267,11 @@ def diagnostics_lines(runs: Sequence[RunRecord], frame: Any) -> list[str]:
     return lines
 
 
-def write_report(runs: Sequence[RunRecord], out_dir: str | Path, *, title: str, setup: Mapping[str, str],
+def write_report(runs: Sequence[SimulationRecord], out_dir: str | Path, *, title: str, setup: Mapping[str, str],
                  colocation_note: str = "", notes: str = "", targets: bool = False) -> Path:
     """Write ``report.md``, ``summary.csv`` and the plots into ``out_dir``; returns the report path.
 
-    With several load points (``RunRecord.load``) the report adds JCT across load (table and plot). The
+    With several load points (``SimulationRecord.load``) the report adds JCT across load (table and plot). The
     project's own targets (colocate against sia and gavel) are checked only when ``targets`` asks for them:
     a user's comparison has no targets to miss."""
     from scheduler.report.load import load_table, load_target_lines, plot_jct_vs_load, run_date

@@ -16,12 +16,13 @@ def pyplot() -> Any:
     return plt
 
 
-def save_figure(fig: Any, path: Path) -> Path:
-    """Lay out, write and close ``fig``."""
+def save_figure(fig: Any, path: str | Path, dpi: int = 120) -> Path:
+    """Lay out, write and close ``fig`` (closing frees it: a campaign or comparison writes many figures in one
+    process)."""
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=dpi)
     pyplot().close(fig)
-    return path
+    return Path(path)
 
 
 __all__ = ["pyplot", "save_figure"]

@@ -21,7 +21,7 @@ from typing import Any
 
 from common.errors import InputError
 from scheduler.service.jobspec import JobSpec
-from scheduler.service.state import FAILED, QUEUED, JobRow, StateStore
+from scheduler.service.store import FAILED, QUEUED, JobRow, StateStore
 
 CLUSTER_META = "cluster"
 WAITING = "waiting: "  # prefix of the error column of a job that cannot run on the cluster served now

@@ -13,7 +13,7 @@ from typing import Any
 from common.errors import InputError
 from scheduler.service.admission import check_feasible, cluster_gpus, known_cluster
 from scheduler.service.jobspec import load_job
-from scheduler.service.state import FINAL_STATES, StateStore
+from scheduler.service.store import FINAL_STATES, StateStore
 
 
 def submit_jobs(job_files: list[Path] | list[str], state_dir: str | Path, cluster_path: str | Path | None = None

@@ -27,7 +27,7 @@ from scheduler.executor.supervise import CHECKPOINT_FILE, PROGRESS_FILE
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.service.config import ServeConfig
     from scheduler.service.rounds import Unit
-    from scheduler.service.state import JobRow
+    from scheduler.service.store import JobRow
 
 
 def job_dir(state_dir: Path, name: str) -> Path:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from common.errors import InputError
-from scheduler.service.state import ACTIVE_STATES, FINAL_STATES, RUNNING
+from scheduler.service.store import ACTIVE_STATES, FINAL_STATES, RUNNING
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.service.server import RoundStats, Server

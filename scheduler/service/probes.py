@@ -33,11 +33,11 @@ from typing import Any
 
 from scheduler.executor.base import Executor
 from scheduler.executor.plan import GpuGroup, JobLaunch
-from scheduler.learning.online import job_type
+from scheduler.learning.measured import job_type
 from scheduler.model.cluster import Cluster
 from scheduler.model.colocation import ColocationTable
 from scheduler.service.probe_records import META_KEY, load_records
-from scheduler.service.state import ACTIVE_STATES, JobRow, StateStore
+from scheduler.service.store import ACTIVE_STATES, JobRow, StateStore
 
 RUNNING, DONE, FAILED, INTERRUPTED = "running", "done", "failed", "interrupted"
 Gpu = tuple[str, int, int]  # (GPU type, node within the type, GPU on the node)

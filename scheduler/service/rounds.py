@@ -12,9 +12,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from scheduler.model.jobs import Job
-from scheduler.model.placement import JobPlacement, Placement
-from scheduler.model.policy import RoundDecision
-from scheduler.service.state import RUNNING, JobRow
+from scheduler.model.policy import JobPlacement, Placement, RoundDecision
+from scheduler.service.store import RUNNING, JobRow
 
 
 @dataclass(frozen=True)

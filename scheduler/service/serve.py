@@ -15,7 +15,7 @@ from scheduler.service.config import ServeConfig
 from scheduler.service.probes import ProbeConfig
 from scheduler.service.server import RoundStats, Server
 from scheduler.service.stability import StabilityConfig
-from scheduler.service.state import StateStore
+from scheduler.service.store import StateStore
 
 
 def serve_colocation(colocation: Any, gpu_types: Sequence[str], sharing: str) -> tuple[ColocationTable | None, str]:

@@ -36,7 +36,8 @@ from typing import Any
 from common.errors import InputError
 from scheduler.executor.base import Executor
 from scheduler.ilp.config import IlpConfig
-from scheduler.learning.online import LearnedGoodputModel, job_type, learned_ratios, policy_table, round_job_types
+from scheduler.learning.measured import job_type, learned_ratios
+from scheduler.learning.online import LearnedGoodputModel, policy_table, round_job_types
 from scheduler.model.cluster import Cluster
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import GoodputModel
@@ -46,7 +47,7 @@ from scheduler.service.batch_hold import HeldBatchModel, batch_holds
 from scheduler.service.config import ServeConfig
 from scheduler.service.probes import ProbeManager, probing_enabled
 from scheduler.service.stability import fold_startup, hurting_members, load_startups, pinned_jobs
-from scheduler.service.state import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobRow, StateStore
+from scheduler.service.store import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobRow, StateStore
 
 WARMUP_STEPS = 3  # steps of a fresh process not measured (the trainer's own warm-up)
 

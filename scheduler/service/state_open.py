@@ -24,7 +24,6 @@ from pathlib import Path
 from urllib.parse import quote
 
 from common.errors import InputError
-from profiler.campaign.outdir import refuse_state_target  # noqa: F401  (re-exported: --out checks)
 
 DEFAULT_LOCK_WAIT_S = 5.0
 LOCK_WAIT_ENV = "COLOCATE_STATE_LOCK_WAIT_S"

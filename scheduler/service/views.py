@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.learning.measured import SoloTimes, learned_ratios
-from scheduler.service.state import StateStore
+from scheduler.service.store import StateStore
 
 
 def job_views(state: StateStore) -> list[dict[str, Any]]:

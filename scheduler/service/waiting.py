@@ -24,13 +24,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from common.safe_load import stored_json
-from scheduler.service.state import QUEUED, JobRow
+from scheduler.service.store import QUEUED, JobRow
 
 if TYPE_CHECKING:  # pragma: no cover  (``colocate jobs`` reads the reasons without importing the scheduler)
     from scheduler.model.cluster import Cluster
     from scheduler.model.jobs import Job
-    from scheduler.model.placement import Placement
-    from scheduler.model.policy import RoundDecision
+    from scheduler.model.policy import Placement, RoundDecision
 
 META_KEY = "waiting"
 PACKING_POLICIES = ("colocate", "colocate-triples", "gandiva", "gavel-packed")

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 
 from scheduler.model.cluster import Cluster
 from scheduler.model.jobs import Job
-from scheduler.model.placement import Placement
-from scheduler.model.policy import RoundDecision, check_decision
+from scheduler.model.policy import Placement, RoundDecision, check_decision
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.sim.job_model import MemoryModel

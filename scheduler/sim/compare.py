@@ -129,7 +129,8 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
     from common.files import atomic_write_text
     from scheduler.formats.workloads import read_workload
     from scheduler.sim.checks import SimulationError
-    from scheduler.sim.simulator import SimConfig, simulate
+    from scheduler.sim.config import SimConfig
+    from scheduler.sim.simulator import simulate
 
     out = Path(task["out"])
     work = read_workload(task["workload"]).at_load(task["load"])
@@ -174,7 +175,8 @@ def plan_comparison(req: CompareRequest) -> ComparePlan:
     """Validate everything before any process starts; list the simulations and those still to run."""
     from profiler.campaign.outdir import prepare_out_dir
     from scheduler.formats.profiles import check_workload
-    from scheduler.formats.workloads import default_profiles_dir, read_workload
+    from scheduler.formats.shared_data import default_profiles_dir
+    from scheduler.formats.workloads import read_workload
 
     cluster, names = _checked_inputs(req)
     files = expand_workloads(req.workloads)
@@ -217,7 +219,7 @@ def _records(plan: ComparePlan) -> list[Any]:
     """Read every run's logs back (fresh and resumed alike) as report records."""
     import pandas as pd
 
-    from scheduler.report.comparison import RunRecord, migrations_of
+    from scheduler.report.comparison import SimulationRecord, migrations_of
 
     records = []
     for t in plan.tasks:
@@ -227,7 +229,7 @@ def _records(plan: ComparePlan) -> list[Any]:
         summary = json.loads((run_dir / "summary.json").read_text())
         allocations = pd.read_parquet(run_dir / "allocations.parquet")
         moves, pair_moves = migrations_of(allocations)
-        records.append(RunRecord(t["label"], t["policy"], {k: v for k, v in summary.items() if k != "meta"},
+        records.append(SimulationRecord(t["label"], t["policy"], {k: v for k, v in summary.items() if k != "meta"},
                                  pd.read_parquet(run_dir / "jobs.parquet"), pd.read_parquet(run_dir / "rounds.parquet"),
                                  moves, pair_moves, t["load"]))
     return records

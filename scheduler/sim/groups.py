@@ -1,7 +1,7 @@
 """Units of jobs sharing GPUs in the simulator: a pair or a group of three (``IlpConfig.max_group_size=3``).
 
-:func:`group_members` turns the members of one unit into the :class:`scheduler.sim.state.Member` records that
-:func:`scheduler.sim.state.advance` integrates. Each member's rate is its solo rate times its ratio among the
+:func:`group_members` turns the members of one unit into the :class:`scheduler.sim.job_state.Member` records that
+:func:`scheduler.sim.job_state.advance` integrates. Each member's rate is its solo rate times its ratio among the
 members computing at that moment: the whole group's ratios while all are there, the pair's ratios (from the
 table) once a third member has finished or while it restores, solo when alone. The ratios come from the
 colocation table the policy reads (:meth:`scheduler.model.colocation.ColocationTable.group_ratios`; a group of
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from scheduler.model.jobs import Job
 from scheduler.sim.checks import SimulationError, check_group_memory
-from scheduler.sim.state import JobState, Member
+from scheduler.sim.job_state import JobState, Member
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.model.colocation import ColocationTable

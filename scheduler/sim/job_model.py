@@ -29,7 +29,7 @@ import numpy as np
 
 from common.errors import InputError
 from scheduler.formats.profiles import load_goodput_model as goodput_model_from_path
-from scheduler.formats.workloads import default_profiles_dir
+from scheduler.formats.shared_data import default_profiles_dir
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import (
     EstimateArrays,
@@ -463,7 +463,7 @@ def _load_profiles(path: str, applications: tuple[str, ...] | None, gpu_types: t
 EFFICIENCY_MODES = ("sia", "gns")
 
 
-def load_goodput_model(profiles: str | Path | None = None, applications: Sequence[str] | None = None,
+def simulation_goodput_model(profiles: str | Path | None = None, applications: Sequence[str] | None = None,
                        gpu_types: Sequence[str] | None = None, efficiency: str = "sia",
                        step_times: str = "fitted") -> GoodputModel:
     """A :class:`scheduler.model.goodput.ProfileGoodputModel` from a profile CSV or Sia traces directory (default:
@@ -492,5 +492,5 @@ def load_goodput_model(profiles: str | Path | None = None, applications: Sequenc
 __all__ = [
     "EFFICIENCY_MODES", "MODEL_PARAMS_M", "SIA_RESTART_COST_S", "SIA_RESTART_PENALTY_S", "SIA_SLOWDOWN",
     "SIA_TARGET_BATCH", "AccumulatingGoodput", "BootstrapGoodput", "MemoryCheckedTable", "MemoryModel",
-    "load_goodput_model", "scaled_table", "sia_max_gpus",
+    "simulation_goodput_model", "scaled_table", "sia_max_gpus",
 ]

@@ -49,7 +49,8 @@ from typing import TYPE_CHECKING, Any
 
 from common.errors import InputError
 from scheduler.formats.colocation_table import load_colocation_table
-from scheduler.formats.workloads import Workload, load_workload
+from scheduler.formats.workload_jobs import Workload
+from scheduler.formats.workloads import load_workload
 from scheduler.learning.belief import SimBelief, sim_belief
 from scheduler.learning.pollux_fit import fit_pollux
 from scheduler.learning.throughput import LearnedThroughputGoodput, ThroughputLearner, fit_observed
@@ -57,26 +58,23 @@ from scheduler.model.cluster import Cluster, load_cluster
 from scheduler.model.configs import Configuration
 from scheduler.model.goodput import GoodputModel
 from scheduler.model.jobs import Job
-from scheduler.model.placement import Placement, place
-from scheduler.model.policy import Allocation, JobPlacement, Policy, RoundContext, RoundDecision
+from scheduler.model.placement import place
+from scheduler.model.policy import Allocation, JobPlacement, Placement, Policy, RoundContext, RoundDecision
 from scheduler.sim.checks import SimulationError, check_placement, check_round
-from scheduler.sim.config import CHOICES, SimConfig
+from scheduler.sim.config import SimConfig
 from scheduler.sim.groups import group_members
 from scheduler.sim.job_model import (
-    SIA_RESTART_COST_S,
-    SIA_RESTART_PENALTY_S,
-    SIA_SLOWDOWN,
     SIA_TARGET_BATCH,
     AccumulatingGoodput,
     BootstrapGoodput,
     MemoryCheckedTable,
     MemoryModel,
-    load_goodput_model,
     scaled_table,
     sia_max_gpus,
+    simulation_goodput_model,
 )
-from scheduler.sim.result import SUMMARY_KEYS, SimulationResult, build_result
-from scheduler.sim.state import JobState, Member, UnitTimes, advance, initial_state
+from scheduler.sim.job_state import JobState, Member, UnitTimes, advance, initial_state
+from scheduler.sim.result import SimulationResult, build_result
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.model.colocation import ColocationTable
@@ -451,7 +449,7 @@ def resolve_policy(policy_name: str | Policy, seed: int = 0, adaptive: bool | No
         is_adaptive, packs = spec.adaptive, spec.packing
     else:
         policy, packs = policy_name, True
-        from scheduler.ilp import PackingPolicy
+        from scheduler.ilp.policy import PackingPolicy
 
         is_adaptive = bool(getattr(policy, "adaptive", isinstance(policy, PackingPolicy)))
     return policy, (is_adaptive if adaptive is None else adaptive), packs
@@ -485,16 +483,9 @@ def simulate(cluster: Cluster | str | Path, workload: Workload | str | Path, pol
     else:
         table = colocation
     if profiles is None or isinstance(profiles, (str, Path)):
-        model = load_goodput_model(profiles, applications=work.applications, gpu_types=cluster_obj.type_names,
+        model = simulation_goodput_model(profiles, applications=work.applications, gpu_types=cluster_obj.type_names,
                                    efficiency=cfg.efficiency, step_times=cfg.step_times)
     else:
         model = profiles
     sim = Simulator(cluster_obj, work, policy, model, table, cfg, adaptive=is_adaptive)
     return sim.run(progress)
-
-
-__all__ = [
-    "CHOICES", "SIA_RESTART_COST_S", "SIA_RESTART_PENALTY_S", "SIA_SLOWDOWN", "SUMMARY_KEYS", "AccumulatingGoodput",
-    "SimConfig", "SimulationError", "SimulationResult", "Simulator", "check_placement", "check_round",
-    "load_goodput_model", "resolve_policy", "simulate",
-]

@@ -1,7 +1,7 @@
 """The recommended format for sharing co-location measurements: one tidy CSV + a JSON with units and provenance.
 
 ``pairs.csv`` has one row per GPU type, sharing mode and unordered pair of job types — the colocation table
-and the compatibility matrix in long form — under the column names :mod:`colocate.pairs_import` reads
+and the compatibility matrix in long form — under the column names :mod:`colocate.analysis.pairs_import` reads
 without any mapping, so ``colocate import-pairs pairs.csv`` reads an export back. Its first lines are ``#``
 comments with the units; ``pairs.json`` carries the same rows plus units and provenance (GPU name, sharing
 mode, batch sizes, repeats, 95 % CI, the results directories, their campaign protocol and versions).
@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from colocate.results import ResultsSet, group_table, solo_table, split_job_type
+from colocate.analysis.results import ResultsSet, group_table, solo_table, split_job_type
 from common.errors import InputError
 
 FORMAT = "colocate-pairs/1"

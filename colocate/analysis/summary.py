@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from colocate.results import sharing_label
+from profiler.gpu.sharing import sharing_label
 from profiler.measure.metrics import mean_ci
 from profiler.results.schema import STATUS_OK
 

@@ -19,7 +19,7 @@ r(a|b) = t_a / t′_a is
 The co-located iteration times follow as t′ = t / r, and δ = (t_a + t_b) / max(t′_a, t′_b) with the solo
 t measured. Predictions are clipped to [0.01, max ratio seen in training].
 
-Evaluation (:mod:`colocate.predict_eval`): leave one measured pair out, fit on the rest, predict it; MAE of
+Evaluation (:mod:`colocate.prediction.predict_eval`): leave one measured pair out, fit on the rest, predict it; MAE of
 δ and of each ratio and the decision δ > 1 (balanced accuracy, precision, recall), side by side with the
 mean, per-job-type mean, same-models mean and solo-utilization baselines.
 """
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from colocate.results import (
+from colocate.analysis.results import (
     UTILIZATION_COLUMNS,
     ResultsSet,
     group_table,
@@ -42,19 +42,10 @@ from colocate.results import (
 from common.errors import InputError
 from profiler.results.schema import STATUS_INFEASIBLE, STATUS_OK
 from scheduler.formats.colocation_table import MAX_RATIO  # predictions stay within the table's bound
-from scheduler.learning.prior import (  # noqa: F401  (the model's names are part of this module's API)
-    LOG_FEATURES,
-    MIN_RATIO,
-    SOLO_BASELINE,
+from scheduler.learning.prior import (
     PredictorConfig,
-    _design,
-    _fit_arrays,
-    _Fitted,
-    _observations,
     _predict_pairs,
-    _ridge,
     fit_ratio_model,
-    soft_impute,
 )
 from scheduler.learning.prior import feature_matrix as _feature_matrix
 
@@ -161,7 +152,6 @@ def predict_dataset(dataset: PairDataset, config: PredictorConfig = DEFAULT_PRED
     return table
 
 
-# The leave-one-pair-out evaluation (it imports the fitting code above) lives in colocate.predict_eval.
+# The leave-one-pair-out evaluation (it imports the fitting code above) lives in colocate.prediction.predict_eval.
 
-__all__ = ["PairDataset", "PredictorConfig", "feature_matrix", "fit_ratio_model", "make_datasets",
-           "predict_dataset", "soft_impute"]
+__all__ = ["PairDataset", "feature_matrix", "make_datasets", "predict_dataset"]

@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from colocate.pairs_export import tidy_pairs
-from colocate.results import ResultsSet, solo_table, split_job_type
+from colocate.analysis.pairs_export import tidy_pairs
+from colocate.analysis.results import ResultsSet, solo_table, split_job_type
 from common.errors import InputError
 
 MATCHES = ("job", "batch", "model")
@@ -171,7 +171,7 @@ def write_comparison(comparison: GpuComparison, out_dir: str | Path) -> list[Pat
     """``pairs-A-vs-B.csv``, ``solo-A-vs-B.csv``, ``summary-A-vs-B.json`` and ``delta-A-vs-B.png`` in ``out_dir``."""
     import json
 
-    from colocate.plots import plot_gpu_comparison
+    from colocate.analysis.plots import plot_gpu_comparison
 
     out, stem = Path(out_dir), f"{comparison.type_a}-vs-{comparison.type_b}"
     out.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ from typing import Any
 import networkx as nx
 import pandas as pd
 
-from colocate.results import (
+from colocate.analysis.results import (
     ResultsSet,
     choose_sharing,
     group_table,
@@ -273,7 +273,7 @@ def write_matrices(
     pairs.to_csv(pairs_path, index=False)
     files.append(pairs_path)
     if plots:
-        from colocate.plots import plot_matrix  # matplotlib only when drawing
+        from colocate.analysis.plots import plot_matrix  # matplotlib only when drawing
     for matrix in matrices:
         csv_path = out / f"{matrix.stem}.csv"
         matrix.to_csv_frame().to_csv(csv_path)

@@ -12,7 +12,7 @@ Sets: the pairs the project ships (``scheduler/data/colocation-default.csv``; it
 of another are evaluated once), Gavel's measured K80/P100/V100 pairs (``scheduler/data/gavel_throughputs_sf1.json``)
 and the project's own measured CPU pairs (``results/cpu-pairs``) when present.
 
-    python -m colocate.prior_eval [--out results/predict/prior-evaluation.md]
+    python -m colocate.prediction.prior_eval [--out results/predict/prior-evaluation.md]
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def score(predictions: pd.DataFrame) -> pd.DataFrame:
 
 def datasets(root: Path = Path(".")) -> Iterator[tuple[str, str, pd.DataFrame]]:
     """(set name, GPU type, pairs) for every evaluation set available."""
-    from colocate.gavel import load_inputs
-    from colocate.predict import make_datasets
+    from colocate.analysis.gavel import load_inputs
+    from colocate.prediction.predict import make_datasets
     from scheduler.formats.bundled import default_colocation, gavel_throughputs
     from scheduler.formats.colocation_table import read_colocation_table
 
@@ -109,7 +109,7 @@ def evaluate(config: PredictorConfig | None = None) -> pd.DataFrame:
 def report(table: pd.DataFrame) -> str:
     lines = ["# The scheduler's pair prior: leave-one-pair-out against the job-type mean", "",
              (__doc__ or "").split("\n\n")[1].replace("\n", " "), "",
-             "Command: `python -m colocate.prior_eval --out results/predict/prior-evaluation.md`.", "",
+             "Command: `python -m colocate.prediction.prior_eval --out results/predict/prior-evaluation.md`.", "",
              "| set | GPU type | pairs | share Σr>1 | method | accuracy | balanced acc. | MAE Σr |",
              "|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples(index=False):

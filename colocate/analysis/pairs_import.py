@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from colocate.gavel import GavelImport
-from colocate.results import JOB_NUMERIC, RUN_NUMERIC, sort_job_types, split_job_type, typed_frame
+from colocate.analysis.gavel import GavelImport
+from colocate.analysis.results import sort_job_types, split_job_type, typed_frame
 from common.errors import InputError
 from common.names import shown
-from profiler.gpu.sharing import sharing_mode, sharing_mode_names
-from profiler.results.schema import JOB_COLUMNS, RUN_COLUMNS, SHARING_SOLO, STATUS_INFEASIBLE, STATUS_OK
+from profiler.gpu.sharing import SHARING_SOLO, sharing_mode, sharing_mode_names
+from profiler.results.schema import JOB_COLUMNS, JOB_NUMERIC, RUN_COLUMNS, RUN_NUMERIC, STATUS_INFEASIBLE, STATUS_OK
 
 # Compatibility matrices are square in the job types of one GPU type and sharing mode, and each comes with
 # an annotated heatmap, a graph and ranked triples: beyond this many types they take minutes (64 types: 40 s
@@ -264,7 +264,7 @@ def _read_csv(path: Path) -> _Table:
 
 def import_pairs(path: str | Path, columns: PairColumns = PairColumns()) -> GavelImport:
     """Rows of our results schema (solo runs + one pair run per row) from a pair table."""
-    from colocate.gavel import _add_pair, _run_row
+    from colocate.analysis.gavel import _add_pair, _run_row
 
     p = Path(path)
     rows = read_pairs_table(p, columns)
@@ -376,8 +376,7 @@ def prepare_results_dir(out: str | Path, *, force: bool, clear: bool = True) -> 
     scheduler state directory. ``clear=False`` only checks (before the conversion: fail fast)."""
     import shutil
 
-    from profiler.campaign.outdir import prepare_out_dir
-    from scheduler.service.state_open import refuse_state_target
+    from profiler.campaign.outdir import prepare_out_dir, refuse_state_target
 
     path = Path(out)
     refuse_state_target(path)

@@ -19,15 +19,16 @@ import pandas as pd  # noqa: E402
 from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from colocate.results import job_type_sort_key, weighted_mean  # noqa: E402
+from colocate.analysis.results import job_type_sort_key, weighted_mean  # noqa: E402
 from profiler.results.schema import STATUS_INFEASIBLE, STATUS_OK  # noqa: E402
+from scheduler.report.figures import save_figure  # noqa: E402
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 
 class MatrixView(Protocol):
-    """What a heatmap reads of a :class:`colocate.matrix.CompatibilityMatrix` (which imports this module)."""
+    """What a heatmap reads of a :class:`colocate.analysis.matrix.CompatibilityMatrix` (which imports this module)."""
 
     @property
     def gpu_type(self) -> str: ...
@@ -65,14 +66,6 @@ class MatrixView(Protocol):
     @property
     def metric_label(self) -> str: ...
 
-
-
-def save_figure(fig: "plt.Figure", path: str | Path, dpi: int = 130) -> Path:
-    """Lay out, write and close ``fig`` (closing frees it: campaigns write many figures in one process)."""
-    fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return Path(path)
 
 
 def plot_matrix(matrix: MatrixView, path: str | Path) -> Path:

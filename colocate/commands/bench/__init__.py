@@ -14,11 +14,11 @@ import typer
 
 # Dotted paths of modules exposing register_bench(bench_app); order = order in `colocate bench --help`.
 BENCHMARK_MODULES: tuple[str, ...] = (
-    "scheduler.bench.scheduler",
-    "colocate.commands.bench_profiler",
-    "scheduler.bench.simulator",
-    "colocate.commands.bench_analysis",
-    "scheduler.bench.serve",
+    "colocate.commands.bench.scheduler",
+    "colocate.commands.bench.profiler",
+    "colocate.commands.bench.simulator",
+    "colocate.commands.bench.analysis",
+    "colocate.commands.bench.serve",
 )
 
 bench_app = typer.Typer(

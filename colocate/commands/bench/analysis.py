@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import typer
 
-from scheduler.formats.bundled import GAVEL_FILE as DEFAULT_GAVEL
+from scheduler.formats.bundled_files import GAVEL_FILE as DEFAULT_GAVEL
 
 T = TypeVar("T")
 
@@ -48,10 +48,10 @@ def bench_matrices(
 
     import pandas as pd
 
+    from colocate.analysis.gavel import import_gavel, write_import
+    from colocate.analysis.matrix import build_matrices, write_matrices
+    from colocate.analysis.results import group_table, load_results
     from colocate.commands._output import console
-    from colocate.gavel import import_gavel, write_import
-    from colocate.matrix import build_matrices, write_matrices
-    from colocate.results import group_table, load_results
 
     imported = import_gavel(gavel)
     runs, jobs = imported.runs, imported.jobs
@@ -80,13 +80,14 @@ def bench_predictor(
                                                                 "types (all pairs), leave-one-pair-out only."),
 ) -> None:
     """Time one predictor fit (features, ridge, matrix completion) and a full table fill and LOO evaluation."""
+    from colocate.analysis.gavel import gavel_results
     from colocate.commands._output import console
-    from colocate.gavel import gavel_results
-    from colocate.predict import feature_matrix, fit_ratio_model, make_datasets, predict_dataset
-    from colocate.predict_eval import leave_one_pair_out
+    from colocate.prediction.predict import feature_matrix, make_datasets, predict_dataset
+    from colocate.prediction.predict_eval import leave_one_pair_out
+    from scheduler.learning.prior import fit_ratio_model
 
     if job_types:
-        from colocate.predict_eval import synthetic_dataset
+        from colocate.prediction.predict_eval import synthetic_dataset
 
         dataset = synthetic_dataset(job_types)
         loo_s, result = _best_of(1, lambda: leave_one_pair_out(dataset))

@@ -4,7 +4,7 @@ Each measured (feasible) pair is held out in turn; every method is fitted on the
 the held-out pair's two ratios r = t/t′; δ always follows from the predicted ratios and the measured solo
 times, δ = (t_a + t_b) / max(t_a/r_a, t_b/r_b) — no method predicts a constant δ. Methods:
 
-* ``predictor`` — :mod:`colocate.predict` (ridge on solo features + per-job effects + matrix completion);
+* ``predictor`` — :mod:`colocate.prediction.predict` (ridge on solo features + per-job effects + matrix completion);
 * ``mean`` — the training mean ratio, for both jobs;
 * ``job-type-mean`` — r(a|b) = mean of a's ratios over its other measured pairs (the training mean if none):
   what an operator who measured each job type against a few partners would guess;
@@ -30,20 +30,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from colocate.predict import (
-    MIN_RATIO,
-    SOLO_BASELINE,
-    PairDataset,
-    PredictorConfig,
-    _baseline_features,
-    _design,
-    _fit_arrays,
-    _observations,
-    feature_matrix,
-)
-from colocate.results import split_job_type
+from colocate.analysis.results import split_job_type
+from colocate.prediction.predict import PairDataset, _baseline_features, feature_matrix
 from common.errors import InputError
 from scheduler.formats.colocation_table import MAX_RATIO
+from scheduler.learning.prior import MIN_RATIO, SOLO_BASELINE, PredictorConfig, _design, _fit_arrays, _observations
 
 DEFAULT_CONFIG = PredictorConfig()  # the defaults, chosen once on Gavel's V100 data
 METHODS = ("predictor", "mean", "job-type-mean", "same-models-mean", "solo-utilization")

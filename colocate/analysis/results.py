@@ -29,11 +29,9 @@ import numpy as np
 import pandas as pd
 
 from common.errors import InputError
-from common.files import atomic_write_json  # noqa: F401  (re-exported for the analysis modules)
-from common.files import atomic_write_table as atomic_write_parquet  # noqa: F401  (Parquet + CSV copy)
 from profiler.campaign.spec import parse_job_type
 from profiler.gpu.sharing import sharing_label
-from profiler.results.schema import (  # noqa: F401  (file names and numeric columns: re-exported)
+from profiler.results.schema import (
     JOB_COLUMNS,
     JOB_NUMERIC,
     JOBS_FILE,

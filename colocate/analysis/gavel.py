@@ -29,15 +29,8 @@ from typing import Any
 
 import pandas as pd
 
-from colocate.results import (
-    JOB_NUMERIC,
-    JOBS_FILE,
-    META_FILE,
-    RUN_NUMERIC,
-    RUNS_FILE,
+from colocate.analysis.results import (
     ResultsSet,
-    atomic_write_json,
-    atomic_write_parquet,
     choose_sharing,
     combine_results,
     group_table,
@@ -49,10 +42,17 @@ from colocate.results import (
     typed_frame,
 )
 from common.errors import InputError
+from common.files import atomic_write_json
+from common.files import atomic_write_table as atomic_write_parquet
+from profiler.gpu.sharing import SHARING_SOLO
 from profiler.results.schema import (
     JOB_COLUMNS,
+    JOB_NUMERIC,
+    JOBS_FILE,
+    META_FILE,
     RUN_COLUMNS,
-    SHARING_SOLO,
+    RUN_NUMERIC,
+    RUNS_FILE,
     STATUS_INFEASIBLE,
     STATUS_OK,
 )

@@ -10,8 +10,10 @@ from typing import Any
 
 import pandas as pd
 
-from colocate.results import KERNELS_FILE, _read_parquet, atomic_write_json, atomic_write_parquet, empty_kernels
-from profiler.results.schema import KERNEL_COLUMNS
+from colocate.analysis.results import _read_parquet, empty_kernels
+from common.files import atomic_write_json
+from common.files import atomic_write_table as atomic_write_parquet
+from profiler.results.schema import KERNEL_COLUMNS, KERNELS_FILE
 
 KERNELS_META_FILE = "kernels_meta.json"
 OCCUPANCY_NOTE = ("torch-profiler occupancy_pct is the CUDA occupancy-calculator estimate from the launch "

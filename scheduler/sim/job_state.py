@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.errors import InputError
-from scheduler.formats.workloads import WorkloadJob
+from scheduler.formats.workload_jobs import WorkloadJob
 from scheduler.model.jobs import Job
 from scheduler.model.policy import Allocation
 

@@ -1,0 +1,365 @@
+"""Command-line options generated from config fields: one pattern for every command that takes a config.
+
+A command declares the configs it takes with :func:`config_command`; each field declared with
+:func:`common.options.option` becomes a Typer option with the field's default (from the config's default
+instance), help, flag and choices, so nothing is restated in the command. A command then receives each config
+built and checked::
+
+    @config_command(ConfigSpec("sim", SimConfig, panel="Simulator"))
+    def simulate(cluster: Path = typer.Option(...), *, sim: SimConfig) -> None: ...
+
+Two options join every such command: ``--set NAMESPACE.FIELD=VALUE`` (repeatable) sets any field, the
+experimental ones included, and ``--help-experimental`` lists the fields that have no flag of their own. An old
+spelling (``aliases``) is a hidden option that warns and stands for its field. A config's own check
+(``__post_init__``) names a field; the error the user sees names that field's flag.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import math
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type_hints
+
+import typer
+
+from common.errors import InputError
+from common.options import choices_of, flag_of, is_nested, is_option
+
+_MISSING: Any = dataclasses.MISSING
+_SET = "set_options"
+_HELP_EXPERIMENTAL = "help_experimental"
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+@dataclass(frozen=True)
+class ConfigSpec:
+    """A config a command takes.
+
+    ``name``: the keyword the command function receives it as, and its ``--set`` namespace. ``base``: the
+    default instance (None: the class's own defaults; a request with required fields has no other).
+    ``flags``: the dotted field paths shown as flags (None: every option that is not experimental); the others
+    are set with ``--set``. ``panel``: the heading of its options in ``--help``.
+    """
+
+    name: str
+    cls: type
+    base: Callable[[], Any] | None = None
+    flags: tuple[str, ...] | None = None
+    panel: str | None = None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One option field of a config, reached through ``path`` from the config at the top."""
+
+    spec: ConfigSpec
+    path: tuple[str, ...]
+    field: dataclasses.Field
+    annotation: Any
+    default: Any  # _MISSING: required
+
+    @property
+    def key(self) -> str:
+        """Its ``--set`` key: ``sim.substeps``, ``serve.stability.min_run_s``."""
+        return ".".join((self.spec.name, *self.path))
+
+    @property
+    def dotted(self) -> str:
+        return ".".join(self.path)
+
+    @property
+    def flag(self) -> str:
+        return flag_of(self.field)
+
+    @property
+    def param(self) -> str:
+        return "__".join(("cfg", self.spec.name, *self.path))
+
+    @property
+    def has_flag(self) -> bool:
+        if self.spec.flags is not None:
+            return self.dotted in self.spec.flags
+        return not self.field.metadata.get("experimental")
+
+    @property
+    def choices(self) -> tuple[str, ...] | None:
+        return choices_of(self.field, self.annotation)
+
+    @property
+    def help(self) -> str:
+        return str(self.field.metadata["help"])
+
+    @property
+    def shown_as(self) -> str:
+        """How a user sets it on this command: its flag, or ``--set KEY``."""
+        return self.flag if self.has_flag else f"--set {self.key}"
+
+
+def _default_of(field: dataclasses.Field, base: Any) -> Any:
+    if base is not None:
+        return getattr(base, field.name)
+    if field.default is not _MISSING:
+        return field.default
+    if field.default_factory is not _MISSING:
+        return field.default_factory()
+    return _MISSING
+
+
+def entries(spec: ConfigSpec) -> list[Entry]:
+    """Every option field of ``spec``'s config, nested configs included, in declaration order."""
+    base = spec.base() if spec.base is not None else None
+    return _walk(spec, spec.cls, base, ())
+
+
+def _walk(spec: ConfigSpec, cls: type, base: Any, prefix: tuple[str, ...]) -> list[Entry]:
+    hints = get_type_hints(cls)
+    out: list[Entry] = []
+    for field in dataclasses.fields(cls):
+        if is_nested(field):
+            child = getattr(base, field.name) if base is not None else field.default_factory()  # type: ignore[misc]
+            out += _walk(spec, type(child), child, (*prefix, field.name))
+        elif is_option(field):
+            out.append(Entry(spec, (*prefix, field.name), field, hints[field.name], _default_of(field, base)))
+    return out
+
+
+def _optional_of(annotation: Any) -> tuple[Any, bool]:
+    """(inner type, whether None is allowed) of ``X | None``."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return annotation, False
+
+
+def _cli_type(entry: Entry) -> Any:
+    """The annotation Typer converts the option's value to."""
+    inner, optional = _optional_of(entry.annotation)
+    if get_origin(inner) is Literal:
+        inner = str
+    if get_origin(inner) in (list, tuple, Sequence):
+        inner = list[str]
+    if inner not in (bool, int, float, str, Path, list[str]):
+        raise TypeError(f"{entry.key}: no command-line form for {entry.annotation!r}")
+    return Optional[inner] if optional or entry.default is None else inner  # noqa: UP045  (Typer reads it)
+
+
+def _parameter(entry: Entry) -> inspect.Parameter:
+    kind = _cli_type(entry)
+    inner, _ = _optional_of(kind)
+    flag = entry.flag
+    decls = [f"{flag}/--no-{flag[2:]}"] if inner is bool else [flag]
+    choices = entry.choices
+    default = ... if entry.default is _MISSING else entry.default
+    if isinstance(default, tuple):
+        default = list(default)
+    option = typer.Option(default, *decls, help=entry.help, show_default=entry.field.metadata.get("show_default", True),
+                          metavar=entry.field.metadata.get("metavar") or ("|".join(choices) if choices else None),
+                          rich_help_panel=entry.spec.panel)
+    return inspect.Parameter(entry.param, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
+
+
+def _alias_parameters(entry: Entry) -> list[inspect.Parameter]:
+    kind = _cli_type(entry)
+    inner, _ = _optional_of(kind)
+    params = []
+    for n, alias in enumerate(entry.field.metadata.get("aliases", ())):
+        option = typer.Option(None, alias, hidden=True)
+        params.append(inspect.Parameter(f"{entry.param}__alias{n}", inspect.Parameter.KEYWORD_ONLY, default=option,
+                                        annotation=Optional[inner]))  # noqa: UP045
+    return params
+
+
+def parse_setting(entry: Entry, text: str) -> Any:
+    """``--set`` text → a value of the field's type (the config checks its range)."""
+    inner, optional = _optional_of(entry.annotation)
+    word = text.strip()
+    if optional and word.lower() in ("none", "null"):
+        return None
+    if get_origin(inner) is Literal or inner is str:
+        return word
+    if inner is bool:
+        if word.lower() in _TRUE + _FALSE:
+            return word.lower() in _TRUE
+        raise InputError(f"{text!r} is not a boolean", field=f"--set {entry.key}", valid="true or false")
+    if inner in (int, float):
+        try:
+            value = int(word) if inner is int else float(word)
+        except ValueError:
+            raise InputError(f"{text!r} is not a number", field=f"--set {entry.key}",
+                             valid=("an integer" if inner is int else "a number")) from None
+        return value
+    if inner is Path:
+        return Path(word)
+    raise InputError(f"{entry.key} cannot be set from the command line", field="--set")
+
+
+def _settings(specs: Sequence[ConfigSpec], texts: Sequence[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` texts → {key: value}."""
+    known = {e.key: e for spec in specs for e in entries(spec)}
+    out: dict[str, Any] = {}
+    for text in texts:
+        key, sep, value = text.partition("=")
+        key = key.strip()
+        if not sep or key not in known:
+            valid = ", ".join(sorted(known)) or "none (this command has no settings)"
+            raise InputError(f"{text!r}", field="--set", valid=f"KEY=VALUE with KEY one of {valid} (see --help-experimental)")
+        out[key] = parse_setting(known[key], value)
+    return out
+
+
+def _check_choices(entry: Entry, value: Any) -> None:
+    choices = entry.choices
+    if choices is not None and value is not None and str(value) not in choices:
+        raise InputError(f"{value!r}", field=entry.shown_as, valid=", ".join(choices))
+
+
+def _check_finite(entry: Entry, value: Any) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{value!r}", field=entry.shown_as, valid="a finite number")
+
+
+def _build(spec: ConfigSpec, values: dict[tuple[str, ...], Any]) -> Any:
+    """The config of ``spec`` with ``values`` (by field path) over its defaults; its checks name the flag."""
+    by_name = {e.path: e for e in entries(spec)}
+
+    def make(cls: type, base: Any, prefix: tuple[str, ...]) -> Any:
+        kwargs: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            path = (*prefix, field.name)
+            if is_nested(field):
+                child = getattr(base, field.name) if base is not None else field.default_factory()  # type: ignore[misc]
+                kwargs[field.name] = make(type(child), child, path)
+            elif path in values:
+                kwargs[field.name] = values[path]
+        try:
+            return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
+        except InputError as err:
+            entry = by_name.get((*prefix, err.field or ""))
+            if entry is None:
+                raise
+            raise InputError(err.detail, source=err.source, field=entry.shown_as, valid=err.valid) from None
+
+    base = spec.base() if spec.base is not None else None
+    return make(spec.cls, base, ())
+
+
+def _explicit(name: str) -> bool:
+    """Whether the option of parameter ``name`` was given on the command line (not left at its default)."""
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return True
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def given_flags() -> set[str]:
+    """The flags of generated options given on the current command line (``--restart-cost`` ...)."""
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return set()
+    return {p.opts[0] for p in ctx.command.params if p.name and p.name.startswith("cfg__") and _explicit(p.name)}
+
+
+def _collect(spec: ConfigSpec, kwargs: dict[str, Any], settings: dict[str, Any]) -> Any:
+    values: dict[tuple[str, ...], Any] = {}
+    for entry in entries(spec):
+        given = entry.key in settings
+        if entry.has_flag:
+            value = kwargs.pop(entry.param)
+            for n, alias in enumerate(entry.field.metadata.get("aliases", ())):
+                old = kwargs.pop(f"{entry.param}__alias{n}", None)
+                if old is None:
+                    continue
+                typer.echo(f"warning: {alias} is deprecated, use {entry.flag}", err=True)
+                if _explicit(entry.param):
+                    raise InputError(f"both {alias} and {entry.flag} given", field=entry.flag,
+                                     valid=f"{entry.flag} alone")
+                value = old
+            if given and _explicit(entry.param):
+                raise InputError(f"both {entry.flag} and --set {entry.key} given", field=entry.flag,
+                                 valid="one of them")
+            if isinstance(value, list) and isinstance(entry.default, tuple):
+                value = tuple(value)
+            if value is not _MISSING and value is not ...:
+                values[entry.path] = value
+        if given:
+            values[entry.path] = settings[entry.key]
+        if entry.path in values:
+            _check_choices(entry, values[entry.path])
+            _check_finite(entry, values[entry.path])
+    return _build(spec, values)
+
+
+def _print_experimental(specs: Sequence[ConfigSpec]) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="Settings without a flag: --set KEY=VALUE", title_justify="left")
+    for column in ("KEY", "default", "what it does"):
+        table.add_column(column, overflow="fold")
+    for spec in specs:
+        for entry in entries(spec):
+            if entry.has_flag:
+                continue
+            choices = f" ({', '.join(entry.choices)})" if entry.choices else ""
+            table.add_row(entry.key, escape(repr(entry.default)), escape(entry.help + choices))
+    Console().print(table)
+
+
+def config_command(*specs: ConfigSpec) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command function whose keyword parameters named after ``specs`` receive the built configs:
+    their fields' options, ``--set`` and ``--help-experimental`` are added to its signature."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        names = {s.name for s in specs}
+        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+               for p in inspect.signature(func).parameters.values() if p.name not in names]
+        generated: list[inspect.Parameter] = []
+        for spec in specs:
+            for entry in entries(spec):
+                if entry.has_flag:
+                    generated.append(_parameter(entry))
+                    generated += _alias_parameters(entry)
+
+        def show_experimental(value: bool) -> None:
+            if value:
+                _print_experimental(specs)
+                raise typer.Exit()
+
+        extra = [
+            inspect.Parameter(_SET, inspect.Parameter.KEYWORD_ONLY, annotation=list[str], default=typer.Option(
+                [], "--set", metavar="KEY=VALUE", show_default=False,
+                help="Set any setting, those without a flag included (repeatable; --help-experimental lists them).")),
+            inspect.Parameter(_HELP_EXPERIMENTAL, inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                              default=typer.Option(False, "--help-experimental", is_eager=True,
+                                                   callback=show_experimental,
+                                                   help="List the settings without a flag (ablations, solver "
+                                                        "internals) and exit.")),
+        ]
+
+        @functools.wraps(func)
+        def wrapper(**kwargs: Any) -> Any:
+            settings = _settings(specs, kwargs.pop(_SET) or [])
+            kwargs.pop(_HELP_EXPERIMENTAL, None)
+            for spec in specs:
+                kwargs[spec.name] = _collect(spec, kwargs, settings)
+            return func(**kwargs)
+
+        wrapper.__signature__ = inspect.Signature(own + generated + extra)  # type: ignore[attr-defined]
+        wrapper.config_specs = specs  # type: ignore[attr-defined]  # the consistency test reads them
+        return wrapper
+
+    return decorate

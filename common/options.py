@@ -1,0 +1,73 @@
+"""User-facing options declared once, on the config field that holds them.
+
+A frozen config dataclass (``IlpConfig``, ``SimConfig``, ``ServeConfig``, a command's request) declares each
+knob a user may set with :func:`option`: its default, its help, and where it differs from the defaults, its
+flag, its choices, whether it is experimental. The command line is generated from those fields
+(:mod:`colocate.cli_config`), so a default, a help text or a list of choices is written in exactly one place.
+
+* A field without :func:`option` is internal: no command shows or sets it.
+* ``experimental=True``: a knob for ablations and research (results/ that used it name it). It stays off the
+  command's ``--help``; ``--set NAMESPACE.FIELD=VALUE`` sets it and ``--help-experimental`` lists it.
+* :func:`nested`: a field holding another config whose options join the command's (``ServeConfig.stability``).
+
+This module imports nothing of the project or of Typer: the configs stay plain dataclasses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+_MISSING: Any = dataclasses.MISSING
+
+Choices = Sequence[str] | Callable[[], Sequence[str]]
+
+
+def option(default: Any = _MISSING, help: str = "", *, flag: str | None = None, choices: Choices | None = None,
+           experimental: bool = False, show_default: str | bool = True, aliases: Sequence[str] = (),
+           default_factory: Callable[[], Any] = _MISSING, metavar: str | None = None) -> Any:
+    """A dataclass field that is also a command-line option.
+
+    ``flag``: the option's name when it is not ``--<field-name>`` (``--restart-cost`` for ``restart_cost_s``).
+    ``choices``: the valid values (or a function returning them: a registry's names); a ``Literal`` type gives
+    them too. ``show_default``: a text for defaults that are not a value (``"max(--round-s, 3 x start-up)"``).
+    ``aliases``: old spellings that still work for one release, hidden from help, with a warning.
+    """
+    if not help:
+        raise ValueError("an option needs a help text")
+    metadata = {"help": help, "flag": flag, "choices": choices, "experimental": experimental,
+                "show_default": show_default, "aliases": tuple(aliases), "metavar": metavar}
+    if default_factory is not _MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def nested(factory: Callable[[], Any], help: str = "") -> Any:
+    """A field holding another config whose options join the command's; ``factory`` builds its default."""
+    return dataclasses.field(default_factory=factory, metadata={"nested": True, "help": help})
+
+
+def is_option(field: dataclasses.Field) -> bool:
+    return bool(field.metadata.get("help")) and not field.metadata.get("nested")
+
+
+def is_nested(field: dataclasses.Field) -> bool:
+    return bool(field.metadata.get("nested"))
+
+
+def flag_of(field: dataclasses.Field) -> str:
+    """The field's command-line flag."""
+    return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
+
+
+def choices_of(field: dataclasses.Field, annotation: Any = None) -> tuple[str, ...] | None:
+    """The field's valid values: declared, else a ``Literal`` annotation's, else None (any value of its type)."""
+    from typing import Literal, get_args, get_origin
+
+    declared = field.metadata.get("choices")
+    if declared is not None:
+        return tuple(declared() if callable(declared) else declared)
+    if annotation is not None and get_origin(annotation) is Literal:
+        return tuple(str(a) for a in get_args(annotation))
+    return None
