@@ -15,7 +15,8 @@ def register(app: typer.Typer) -> None:
 def serve(
     cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML: gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}."),
     state: Path = typer.Option(..., "--state", help="State directory (created if missing): database, job logs, checkpoints."),
-    backend: str = typer.Option("ray", "--backend", help="ray (a Ray cluster; --address) or local (this node)."),
+    backend: str = typer.Option("ray", "--backend", help="ray (a Ray cluster; --address), slurm (a Slurm "
+                                                           "cluster: the cluster file's slurm section) or local."),
     policy: str = typer.Option("colocate", "--policy", help="Policy by name: colocate, sia, gavel, tiresias, fifo, ..."),
     round_s: float = typer.Option(60.0, "--round-s", help="Seconds between rounds."),
     colocation: Path = typer.Option(None, "--colocation", help="Colocation table CSV (prior pair ratios); "

@@ -102,7 +102,7 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
         with state.transaction() as db:
             db.set_meta("instance", instance)
     admission.record_cluster(state, cluster)  # submit refuses what this cluster can never run
-    executor = make_executor(backend, address=address, instance=instance)
+    executor = make_executor(backend, address=address, instance=instance, cluster_file=cluster_path)
     config = ServeConfig(round_s=round_s, policy=spec.name, policy_options=options, device=device, sharing=sharing,
                          threads=threads, stop_grace_s=grace, stability=stability, probe=probes)
     server = Server(state, cluster, executor, config, profiles=base, colocation=table)
