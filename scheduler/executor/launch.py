@@ -66,6 +66,9 @@ class LaunchRequest:
             raise InputError(f"unknown backend {shown(self.backend)}", field="--backend", valid=", ".join(BACKENDS))
         if self.emit is not None and self.emit[0] not in EMITTERS:
             raise InputError(f"unknown emitter {shown(self.emit[0])}", field="--emit", valid="slurm DIR, k8s DIR")
+        from scheduler.executor.k8s import check_k8s_options
+
+        check_k8s_options(self.image, self.namespace)
         for option in self.sbatch_options:
             if not option.startswith("--") or not option.isprintable():  # a newline would start a new line of the script
                 raise InputError(f"{shown(option)}", field="--sbatch-option",
