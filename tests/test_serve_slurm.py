@@ -7,6 +7,7 @@ the time limit) is recorded with Slurm's state and reason."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,8 @@ def _server(tmp_path: Path, cluster: dict[str, Any] = CLUSTER, **options: Any) -
         options["policy_options"] = {"restart_cost_s": 1.0}
     config = ServeConfig(round_s=0.5, device="cpu", stop_grace_s=5, **options)
     parsed = cluster_from_dict(cluster)
-    executor = SlurmExecutor(slurm_settings(cluster.get("slurm"), parsed.type_names), instance="test")
+    # one instance name per test, as serve draws one per state directory: the jobs' names never meet
+    executor = SlurmExecutor(slurm_settings(cluster.get("slurm"), parsed.type_names), instance=uuid.uuid4().hex[:8])
     server = Server(state, parsed, executor, config)
     server.acquire()
     return state, server
@@ -55,8 +57,10 @@ def _contract_job(tmp_path: Path, name: str, steps: int, **more: Any) -> Any:
                           "steps": steps, "batch_size": 4, **more})
 
 
-def _slurm_job(slurm: Any, state: Path, key: str) -> dict[str, str]:
-    job_id = slurm.run("squeue", "-h", "-t", "all", "-n", f"colocate-test-{key}", "-o", "%i").stdout.split()[-1]
+def _slurm_job(slurm: Any, server: Server, key: str) -> dict[str, str]:
+    """Slurm's record of group ``key``'s job, found by its name as the server made it."""
+    name = server.executor.job_name(key)  # type: ignore[attr-defined]
+    (job_id,) = slurm.run("squeue", "-h", "-t", "all", "-n", name, "-o", "%i").stdout.split()
     return slurm.job(job_id)
 
 
@@ -64,7 +68,7 @@ def test_jobs_complete_exactly_once_and_a_pair_is_formed_and_measured(slurm: Any
     state, server = _server(tmp_path)
     state.submit(_contract_job(tmp_path, "a", 300, application="mine"))
     _rounds_until(server, lambda: state.job("a").step >= 60, "a to run alone (its solo time)")
-    first = _slurm_job(slurm, state.dir, state.job("a").group_key)
+    first = _slurm_job(slurm, server, state.job("a").group_key)
     assert first["JobState"] == "RUNNING" and first["Partition"] == "t4" and "gpu:t4:1" in first["TresPerNode"]
     state.submit(_contract_job(tmp_path, "b", 700, application="theirs"))
     _rounds_until(server, lambda: state.job("b").state == "completed", "b to complete")
@@ -75,7 +79,7 @@ def test_jobs_complete_exactly_once_and_a_pair_is_formed_and_measured(slurm: Any
     pair = [e for e in state.events("b") if " with a" in e["detail"]]
     assert pair, state.events("b")  # the pair was formed: one Slurm job ran both
     key = pair[0]["detail"].rsplit("group ", 1)[1]
-    shared = _slurm_job(slurm, state.dir, key)
+    shared = _slurm_job(slurm, server, key)
     assert shared["JobState"] in ("COMPLETED", "RUNNING", "COMPLETING") and shared["NumTasks"] == "1"
     measured = {(m["application"], m["partner_type"]) for m in state.measurements()}
     assert ("mine", "theirs@4") in measured and ("theirs", "mine@4") in measured  # measured next to each other
@@ -123,7 +127,7 @@ def test_cancel_stops_the_job_with_a_checkpoint(slurm: Any, tmp_path: Path) -> N
     _rounds_until(server, lambda: state.job("c").state == "cancelled", "c to be cancelled", 120)
     checkpoint = int((state.dir / "jobs" / "c" / "checkpoint.pt").read_text())
     assert checkpoint >= 30  # it saved its step on SIGTERM
-    job_id = _slurm_job(slurm, state.dir, key)["JobId"]
+    job_id = _slurm_job(slurm, server, key)["JobId"]
     assert slurm.wait_ended([job_id], 60)[job_id]["JobState"] == "COMPLETED"  # stopped by us, not by Slurm
 
 
@@ -141,7 +145,9 @@ def test_an_mps_pair_gets_the_private_daemon_of_its_batch_script(slurm: Any, tmp
                                     "batch_size": 4}))
     _rounds_until(server, lambda: all(state.job(n).state == "completed" for n in "pq"), "the pair to complete")
     assert any(" with " in e["detail"] for e in state.events("p"))
-    calls = (tmp_path / "mps-calls.txt").read_text().splitlines()
+    record = tmp_path / "mps-calls.txt"
+    wait_until(lambda: "command quit" in record.read_text(), 60, "the batch script to quit its daemon", 0.3)
+    calls = record.read_text().splitlines()
     assert calls[0].startswith("start ") and "mode=700" in calls[0] and calls[-1].startswith("command quit ")
     daemon_pipe = calls[0].split()[1].removeprefix("pipe=")
     for name in "pq":
@@ -156,10 +162,11 @@ def test_a_group_slurm_ends_itself_is_recorded_with_slurms_reason(slurm: Any, tm
     state.submit(_contract_job(tmp_path, "late", 10**6, max_retries=0))
     _rounds_until(server, lambda: all(state.job(n).step >= 10 for n in ("admin", "late")), "both to train")
     assert state.job("admin").group_key != state.job("late").group_key
-    victim = _slurm_job(slurm, state.dir, state.job("admin").group_key)["JobId"]
+    victim = _slurm_job(slurm, server, state.job("admin").group_key)["JobId"]
     slurm.run("scancel", victim)  # an administrator
     _rounds_until(server, lambda: state.job("admin").state == "failed", "the cancelled job to be recorded", 120)
-    assert state.job("admin").error == f"Slurm job {victim} CANCELLED", state.events()
+    assert state.job("admin").error == f"Slurm job {victim} CANCELLED", [(e["job"], e["kind"], e["detail"])
+                                                                          for e in state.events()]
     _rounds_until(server, lambda: state.job("late").state == "failed", "the time limit", 240)
     assert "TIMEOUT (TimeLimit)" in state.job("late").error, state.job("late").error
     for name in ("admin", "late"):  # both checkpointed on Slurm's SIGTERM all the same
