@@ -237,12 +237,17 @@ def test_executors_come_from_a_registry_behind_one_protocol() -> None:
     from scheduler.executor.base import Executor
     from scheduler.executor.registry import EXECUTOR_NAMES, make_executor
 
-    assert EXECUTOR_NAMES == ("local", "ray")
+    from scheduler.executor.slurm_backend import SlurmExecutor
+    from scheduler.executor.slurm_config import SlurmSettings
+
+    assert EXECUTOR_NAMES == ("local", "ray", "slurm")
     local = make_executor("local")
     assert isinstance(local, Executor) and local.name == "local" and local.runs_here  # launch picks its node
+    slurm = SlurmExecutor(SlurmSettings())
+    assert isinstance(slurm, Executor) and slurm.name == "slurm" and not slurm.runs_here
     with pytest.raises(InputError) as info:
-        make_executor("slurm")
-    assert info.value.field == "--backend" and "local, ray" in str(info.value)
+        make_executor("kubernetes")
+    assert info.value.field == "--backend" and "local, ray, slurm" in str(info.value)
 
 
 def test_serve_explores_unknown_pairs_only_while_its_jobs_ask_for_every_gpu(tmp_path: Path) -> None:

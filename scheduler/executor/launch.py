@@ -21,9 +21,9 @@ from profiler.gpu.sharing import sharing_mode_names
 from scheduler.executor.base import JobStatus, LaunchReport, LaunchSettings
 from scheduler.executor.command import RunSettings
 from scheduler.executor.plan import LaunchPlan, load_plan
-from scheduler.executor.registry import EXECUTOR_NAMES, make_executor
+from scheduler.executor.registry import LAUNCH_BACKENDS, make_executor
 
-BACKENDS = EXECUTOR_NAMES
+BACKENDS = LAUNCH_BACKENDS  # slurm runs serve's groups; launch writes sbatch scripts instead (--emit slurm)
 EMITTERS = ("slurm", "k8s")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -63,7 +63,8 @@ class LaunchRequest:
             raise InputError(f"unknown device {shown(self.device)}", field="--device", valid=", ".join(DEVICES))
         self._check_numbers()
         if self.emit is None and self.backend not in BACKENDS:
-            raise InputError(f"unknown backend {shown(self.backend)}", field="--backend", valid=", ".join(BACKENDS))
+            raise InputError(f"unknown backend {shown(self.backend)}", field="--backend",
+                             valid=", ".join(BACKENDS) + " (Slurm: --emit slurm DIR; Kubernetes: --emit k8s DIR)")
         if self.emit is not None and self.emit[0] not in EMITTERS:
             raise InputError(f"unknown emitter {shown(self.emit[0])}", field="--emit", valid="slurm DIR, k8s DIR")
         from scheduler.executor.k8s import check_k8s_options

@@ -27,6 +27,7 @@ class ExecutorSpec:
     name: str
     description: str
     factory: Callable[..., Executor]
+    launches: bool = True  # `colocate launch --backend NAME` runs a plan on it (else: serve only)
 
 
 def _local(**options: Any) -> Executor:
@@ -63,10 +64,11 @@ EXECUTORS: dict[str, ExecutorSpec] = {
     s.name: s for s in (
         ExecutorSpec("local", "this node: one process per job, MPS per group when asked", _local),
         ExecutorSpec("ray", "a Ray cluster: whole-GPU groups routed by accelerator_type", _ray),
-        ExecutorSpec("slurm", "a Slurm cluster: one batch job per group (colocate serve)", _slurm),
+        ExecutorSpec("slurm", "a Slurm cluster: one batch job per group (colocate serve)", _slurm, launches=False),
     )
 }
 EXECUTOR_NAMES: tuple[str, ...] = tuple(EXECUTORS)
+LAUNCH_BACKENDS: tuple[str, ...] = tuple(name for name, spec in EXECUTORS.items() if spec.launches)
 
 
 def make_executor(name: str, **options: Any) -> Executor:
@@ -77,4 +79,4 @@ def make_executor(name: str, **options: Any) -> Executor:
     return spec.factory(**options)
 
 
-__all__ = ["EXECUTORS", "EXECUTOR_NAMES", "ExecutorSpec", "make_executor"]
+__all__ = ["EXECUTORS", "EXECUTOR_NAMES", "LAUNCH_BACKENDS", "ExecutorSpec", "make_executor"]
