@@ -171,3 +171,12 @@ def test_a_group_slurm_ends_itself_is_recorded_with_slurms_reason(slurm: Any, tm
     assert "TIMEOUT (TimeLimit)" in state.job("late").error, state.job("late").error
     for name in ("admin", "late"):  # both checkpointed on Slurm's SIGTERM all the same
         assert int((state.dir / "jobs" / name / "checkpoint.pt").read_text()) >= 10
+
+
+def test_a_batch_script_that_fails_fails_its_jobs_with_slurms_account(slurm: Any, tmp_path: Path) -> None:
+    state, server = _server(tmp_path, policy="fifo")
+    server.executor.python = str(tmp_path / "no-such-python")  # type: ignore[attr-defined]  # a broken node
+    state.submit(_contract_job(tmp_path, "x", 100, max_retries=0))
+    _rounds_until(server, lambda: state.job("x").state == "failed", "x to fail", 120)
+    error = state.job("x").error
+    assert "FAILED" in error and "exit code 127:0" in error and "no-such-python" in error, state.events()

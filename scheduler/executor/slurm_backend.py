@@ -10,7 +10,8 @@ allocation's indices are advisory, as on Ray. :meth:`SlurmExecutor.start` waits 
 cancels it after ``start_timeout_s`` and the server requeues the jobs, Slurm's pending reason in the event).
 
 **State** comes from Slurm: ``squeue`` (one call for all groups per poll cycle), and for a job that left the
-queue ``sacct`` where accounting runs, else ``scontrol show job``. The job is alive until Slurm says it ended;
+queue ``sacct`` where accounting runs, else ``scontrol show job``; a controller that does not answer is no
+news (alive), a job it has forgotten is lost. The job is alive until Slurm says it ended;
 the jobs' progress and exit records are read from their directories (the state directory must be on a file
 system the nodes share, as must the Python environment).
 
@@ -27,6 +28,7 @@ jobs stopped that way are held back while the job is still ending, so the reason
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
@@ -41,12 +43,13 @@ from profiler.gpu.sharing import sharing_mode
 from scheduler.executor.base import GroupPoll, JobStatus, LaunchReport, LaunchSettings
 from scheduler.executor.plan import GpuGroup, LaunchPlan
 from scheduler.executor.slurm_config import SlurmSettings, sbatch_options
-from scheduler.executor.supervise import STOP_FILE, group_files, prepare_jobs
+from scheduler.executor.supervise import STOP_FILE, group_files, last_line, prepare_jobs
 
 ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
          "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED")
 QUERY_CACHE_S = 1.0
 COMMAND_TIMEOUT_S = 60.0
+UNREACHABLE = "UNREACHABLE"  # our state for a job Slurm could not be asked about just now (alive, no news)
 STOP_MARK = ".stop-requested"  # beside the group's pid file: the server asked this group to stop
 
 
@@ -100,13 +103,12 @@ class SlurmExecutor:
     name = "slurm"
     runs_here = False
 
-    def __init__(self, settings: SlurmSettings, instance: str = "default", python: str = sys.executable,
-                 runner: Callable[[list[str]], subprocess.CompletedProcess[str]] | None = None) -> None:
+    def __init__(self, settings: SlurmSettings, instance: str = "default", python: str = sys.executable) -> None:
         self.settings = settings
         self.instance = instance
-        self.python = python
-        self._runner = runner or _run
-        self._queue: tuple[float, dict[str, SlurmJob]] = (0.0, {})
+        self.python = python  # the supervisor's interpreter on the nodes (a shared environment)
+        self._runner = _run
+        self._queue: tuple[float, dict[str, SlurmJob] | None] = (0.0, {})
 
     # -- launch ----------------------------------------------------------------------------------------------
     def check(self, plan: LaunchPlan, settings: LaunchSettings) -> None:
@@ -115,8 +117,8 @@ class SlurmExecutor:
 
     def run(self, plan: LaunchPlan, settings: LaunchSettings,
             on_progress: Callable[[list[JobStatus]], None] | None = None) -> LaunchReport:
-        self.check(plan, settings)
-        raise AssertionError("unreachable")  # pragma: no cover
+        self.check(plan, settings)  # always refuses: colocate launch does not offer this backend
+        return LaunchReport(())
 
     # -- live ------------------------------------------------------------------------------------------------
     def job_name(self, key: str) -> str:
@@ -127,8 +129,6 @@ class SlurmExecutor:
         runs = Path(doc["pid_file"]).parent
         group_file = Path(doc["pid_file"]).with_suffix(".json")
         script = group_file.with_suffix(".sbatch")
-        import json
-
         group_file.write_text(json.dumps({**doc, "cuda_visible_devices": None, "sharing_ready": True}))
         script.write_text(group_script(doc, self.python))
         _stop_mark(doc).unlink(missing_ok=True)
@@ -148,12 +148,13 @@ class SlurmExecutor:
         deadline = time.monotonic() + self.settings.start_timeout_s
         while True:
             job = self.query(job_id, fresh=True)
-            if job is None or job.state != "PENDING":
+            if job is None or job.state not in ("PENDING", UNREACHABLE):
                 return  # running, or already ended (the next poll tells how)
             if time.monotonic() > deadline:
                 self._runner(["scancel", job_id])
+                why = f"pending ({job.reason})" if job.state == "PENDING" else "the controller did not answer"
                 raise RuntimeError(f"Slurm did not start group {key} (job {job_id}) within "
-                                   f"{self.settings.start_timeout_s:.0f} s: pending ({job.reason})")
+                                   f"{self.settings.start_timeout_s:.0f} s: {why}")
             time.sleep(0.5)
 
     def poll(self, handle: dict[str, Any], doc: dict[str, Any]) -> GroupPoll | None:
@@ -172,8 +173,10 @@ class SlurmExecutor:
                     record["exit"] = None
         ended_by = None
         if job.ended and job.state != "COMPLETED" and not asked:
-            detail = self._detail(job)
-            ended_by = f"Slurm job {job.job_id} {detail}"
+            ended_by = f"Slurm job {job.job_id} {self._detail(job)}"
+            output = last_line(Path(doc["pid_file"]).with_suffix(".slurm.out"))
+            if job.state == "FAILED" and output:  # the batch script itself failed: what it said last
+                ended_by += f": {output}"
         return GroupPoll(not job.ended, files, ended_by)
 
     def stop(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
@@ -200,19 +203,23 @@ class SlurmExecutor:
         if fresh or time.monotonic() - when > QUERY_CACHE_S:
             queue = self._squeue()
             self._queue = (time.monotonic(), queue)
+        if queue is None:  # the controller did not answer (busy, restarting): no news, not a loss
+            return SlurmJob(job_id, UNREACHABLE)
         if job_id in queue:
             return queue[job_id]
         return self._accounted(job_id)
 
-    def _squeue(self) -> dict[str, SlurmJob]:
-        """This user's jobs in every state Slurm still shows (ended ones for MinJobAge), one call for all."""
+    def _squeue(self) -> dict[str, SlurmJob] | None:
+        """This user's jobs in every state Slurm still shows (ended ones for MinJobAge), one call for all;
+        None when squeue failed."""
         done = self._runner(["squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%r|%j"])
+        if done.returncode != 0:
+            return None
         jobs = {}
-        if done.returncode == 0:
-            for line in done.stdout.splitlines():
-                parts = line.strip().split("|")
-                if len(parts) == 4 and parts[3].startswith(f"colocate-{self.instance}-"):
-                    jobs[parts[0]] = SlurmJob(parts[0], parts[1].split()[0], parts[2])
+        for line in done.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) == 4 and parts[3].startswith(f"colocate-{self.instance}-"):
+                jobs[parts[0]] = SlurmJob(parts[0], parts[1].split()[0], parts[2])
         return jobs
 
     def _accounted(self, job_id: str) -> SlurmJob | None:
@@ -222,16 +229,15 @@ class SlurmExecutor:
             parts = line.strip().split("|")
             if len(parts) == 4 and parts[0] == job_id:
                 return SlurmJob(job_id, parts[1].split()[0], parts[2], parts[3])
-        fields = self._scontrol(job_id)
-        if "JobState" not in fields:
-            return None
-        return SlurmJob(job_id, fields["JobState"], fields.get("Reason", ""), fields.get("ExitCode", ""))
+        done = self._runner(["scontrol", "show", "job", "-o", job_id])
+        if done.returncode != 0:  # a job the controller has forgotten is gone; any other failure is no news
+            return None if "Invalid job id" in done.stderr else SlurmJob(job_id, UNREACHABLE)
+        fields = _fields(done.stdout)
+        return SlurmJob(job_id, fields.get("JobState", UNREACHABLE), fields.get("Reason", ""), fields.get("ExitCode", ""))
 
     def _scontrol(self, job_id: str) -> dict[str, str]:
         done = self._runner(["scontrol", "show", "job", "-o", job_id])
-        if done.returncode != 0:
-            return {}
-        return dict(word.split("=", 1) for word in done.stdout.split() if "=" in word)
+        return _fields(done.stdout) if done.returncode == 0 else {}
 
     def _detail(self, job: SlurmJob) -> str:
         """``TIMEOUT (TimeLimit)``, ``CANCELLED``, ``FAILED (exit code 3:0)``: the state and what explains it."""
@@ -248,6 +254,11 @@ class SlurmExecutor:
         done = self._runner(["squeue", "--me", "-h", "-t", "all", "-n", self.job_name(key), "-o", "%i"])
         ids = sorted((line.strip() for line in done.stdout.splitlines() if line.strip().isdigit()), key=int)
         return ids[-1] if done.returncode == 0 and ids else None
+
+
+def _fields(text: str) -> dict[str, str]:
+    """``scontrol show job -o``'s ``Key=Value`` words."""
+    return dict(word.split("=", 1) for word in text.split() if "=" in word)
 
 
 def _stop_mark(doc: dict[str, Any]) -> Path:
