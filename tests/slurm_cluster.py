@@ -257,7 +257,7 @@ def main(argv: list[str]) -> int:
     cluster = SlurmCluster(gpus).start()
     print(f"export SLURM_CONF={cluster.conf}   # Ctrl-C stops the cluster", flush=True)
     try:
-        signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))  # SystemExit: the finally below still runs
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

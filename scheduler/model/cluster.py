@@ -106,6 +106,9 @@ def cluster_from_dict(data: Any, *, source: str = "<cluster>") -> Cluster:
         raise InputError(f"unknown top-level key(s) {shown(sorted(map(str, unknown)))}", source=source,
                          field=sorted(map(str, unknown))[0][:40],
                          valid="gpu_types, name, description, slurm")
+    if "slurm" in data and not isinstance(data["slurm"], Mapping):
+        raise InputError("must be a mapping", source=source, field="slurm",
+                         valid="partition, time_limit, cpus_per_job, start_timeout_s, options, gpu_types (docs/scale-out.md)")
     raw_types = data["gpu_types"]
     if not isinstance(raw_types, Mapping) or not raw_types:
         raise InputError("must map at least one GPU type name to its description", source=source,
