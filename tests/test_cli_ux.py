@@ -80,7 +80,8 @@ def test_the_serve_lock_file_names_the_server_pid_and_a_second_server_keeps_it(t
     from common.errors import InputError
     from scheduler.executor.registry import make_executor
     from scheduler.model.cluster import cluster_from_dict
-    from scheduler.service.server import ServeConfig, Server
+    from scheduler.service.config import ServeConfig
+    from scheduler.service.server import Server
     from scheduler.service.store import StateStore
 
     cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
@@ -102,7 +103,39 @@ class EstimateArrays:
 
 
 class GoodputModelBase:
-    """Mixin: ``estimate_many``/``estimate_arrays`` and ``estimate`` in terms of each other."""
+    """Base of every goodput model: the bulk estimates in terms of each other, and the optional capabilities a
+    caller may ask of any model. Each capability answers "unknown" here (no curves, no batch limits, any
+    application); a profile model answers them, a wrapper forwards them (:class:`GoodputWrapper`)."""
+
+    curves: "Mapping[str, GnsCurve]" = MappingProxyType({})  # gradient-noise curves per application
+    validation: "Mapping[str, ValidationCurves]" = MappingProxyType({})  # Sia's curves per application
+    steps: StepTimes | None = None  # the true step times the model reads (a profile model's)
+
+    @property
+    def applications(self) -> set[str] | None:
+        """The applications the model knows (None: it answers for any)."""
+        return None
+
+    def gpu_types(self, application: str) -> set[str] | None:
+        """The GPU types the model has profiles of for ``application`` (None: unknown)."""
+        return None
+
+    def local_batch_range(self, application: str, gpu_type: str) -> tuple[float, float] | None:
+        """The smallest and largest local batch profiled (memory bounds the largest), or None."""
+        return None
+
+    def efficiency(self, job: Job, batch_size: "np.ndarray | float") -> "np.ndarray | None":
+        """The job's statistical efficiency at each global batch, or None when the model has no curves."""
+        return None
+
+    def grid_efficiency(self, job: Job) -> "tuple[np.ndarray, np.ndarray] | None":
+        """The global batches an estimate chooses among for ``job`` and the efficiency at each, or None."""
+        return None
+
+    def throughput(self, application: str, gpu_type: str, num_gpus: int, batch_size: int,
+                   num_nodes: int = 1) -> float | None:
+        """Samples/s at a given global batch size, or None when unknown."""
+        return None
 
     def estimate_arrays(self, job: Job, configs: "Sequence[Configuration]") -> EstimateArrays:
         """All configurations at once (the ILP calls this once per job); override for speed."""
@@ -118,19 +151,54 @@ class GoodputModelBase:
         return [self.estimate(job, c.gpu_type, c.num_gpus, c.num_nodes) for c in configs]
 
 
+class GoodputWrapper(GoodputModelBase):
+    """A model that changes some answers of ``inner`` and forwards every capability to it unchanged."""
+
+    def __init__(self, inner: GoodputModel) -> None:
+        self.inner = inner
+        base = self._base
+        self.curves, self.validation, self.steps = base.curves, base.validation, base.steps
+
+    @property
+    def _base(self) -> GoodputModelBase:
+        return self.inner if isinstance(self.inner, GoodputModelBase) else _NO_CAPABILITIES
+
+    @property
+    def applications(self) -> set[str] | None:
+        return self._base.applications
+
+    def gpu_types(self, application: str) -> set[str] | None:
+        return self._base.gpu_types(application)
+
+    def local_batch_range(self, application: str, gpu_type: str) -> tuple[float, float] | None:
+        return self._base.local_batch_range(application, gpu_type)
+
+    def efficiency(self, job: Job, batch_size: "np.ndarray | float") -> "np.ndarray | None":
+        return self._base.efficiency(job, batch_size)
+
+    def grid_efficiency(self, job: Job) -> "tuple[np.ndarray, np.ndarray] | None":
+        return self._base.grid_efficiency(job)
+
+    def throughput(self, application: str, gpu_type: str, num_gpus: int, batch_size: int,
+                   num_nodes: int = 1) -> float | None:
+        return self.inner.throughput(application, gpu_type, num_gpus, batch_size, num_nodes)
+
+
+_NO_CAPABILITIES = GoodputModelBase()
+
+
 def estimate_many(model: GoodputModel, job: Job, configs: "Sequence[Configuration]") -> list[GoodputEstimate | None]:
-    """``model.estimate_many`` when the model has it, else one ``estimate`` call per configuration."""
-    bulk = getattr(model, "estimate_many", None)
-    if bulk is not None:
-        return bulk(job, configs)
+    """``model.estimate_many`` for models on :class:`GoodputModelBase`, else one ``estimate`` per configuration."""
+    if isinstance(model, GoodputModelBase):
+        return model.estimate_many(job, configs)
     return [model.estimate(job, c.gpu_type, c.num_gpus, c.num_nodes) for c in configs]
 
 
 def estimate_arrays(model: GoodputModel, job: Job, configs: "Sequence[Configuration]") -> EstimateArrays:
-    """``model.estimate_arrays`` when the model has it, else built from per-configuration estimates."""
-    bulk = getattr(model, "estimate_arrays", None)
-    if bulk is not None:
-        return bulk(job, configs)
+    """``model.estimate_arrays`` for models on :class:`GoodputModelBase`, else built from per-configuration
+    estimates."""
+    if isinstance(model, GoodputModelBase):
+        return model.estimate_arrays(job, configs)
     return EstimateArrays.from_list(estimate_many(model, job, configs))
 
 
@@ -275,7 +343,7 @@ class ProfileGoodputModel(GoodputModelBase):
         self.curves = dict(curves or {})
         # Sia's efficiency (curves at the job's own batch); without them, the initial batch's GNS curve
         self.validation = dict(validation or {})
-        self.steps = StepTimes(profiles, step_times)  # true step times: fitted or interpolated
+        self.steps: StepTimes = StepTimes(profiles, step_times)  # true step times: fitted or interpolated
         self._models: dict[tuple[str, str], StepTimeModel] = self.steps.models
         self._local_range: dict[tuple[str, str], tuple[float, float]] = {}
         self._table_cache: dict[tuple, tuple[object, "np.ndarray"]] = {}

@@ -31,16 +31,16 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from common.errors import InputError
 from scheduler.executor.base import Executor
-from scheduler.ilp.config import IlpConfig
 from scheduler.learning.measured import job_type, learned_ratios
 from scheduler.learning.online import LearnedGoodputModel, policy_table, round_job_types
 from scheduler.model.cluster import Cluster
 from scheduler.model.colocation import ColocationTable
-from scheduler.model.goodput import GoodputModel
+from scheduler.model.goodput import GoodputModelBase
 from scheduler.model.jobs import Job
 from scheduler.service import admission, rounds, waiting
 from scheduler.service.batch_hold import HeldBatchModel, batch_holds
@@ -69,23 +69,33 @@ class RoundStats:
     deferred: int = 0  # units waiting for GPUs that stopping groups still hold
 
 
+def lock_state_dir(path: Path) -> IO[str]:
+    """Take the state directory for one server (created if missing): the lock on ``server.lock`` dies with the
+    process, ``kill -9`` included. Another server holding it is refused before anything else is written; the
+    file is opened without truncating, so a refused server cannot erase the running one's pid."""
+    path.mkdir(parents=True, exist_ok=True)
+    handle = open(path / "server.lock", "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise InputError("another colocate serve runs on this state directory", source=path,
+                         field="--state", valid="one server per state directory") from None
+    return handle
+
+
 class Server:
     """One scheduler instance over one state directory."""
 
     def __init__(self, state: StateStore, cluster: Cluster, executor: Executor, config: ServeConfig = ServeConfig(),
-                 *, profiles: GoodputModel | None = None, colocation: ColocationTable | None = None) -> None:
+                 *, profiles: GoodputModelBase | None = None, colocation: ColocationTable | None = None) -> None:
         from scheduler.policies import make_policy
 
         self.state, self.cluster, self.executor, self.config = state, cluster, executor, config
         self.profiles, self.colocation = profiles, colocation
-        options = {**config.stability.ilp_options(config.policy), **config.policy_options}
         # what a restart costs when a batch change must pay for one: the ILP's S, whatever the policy
-        self._restart_cost_s = float(options.get("restart_cost_s", IlpConfig().restart_cost_s))
-        try:
-            self.policy = make_policy(config.policy, **options)
-        except TypeError as err:
-            raise InputError(f"policy {config.policy!r} does not take these options ({err})", field="--policy",
-                             valid="options only for the colocate and sia policies") from None
+        self._restart_cost_s = config.ilp.restart_cost_s
+        self.policy = make_policy(config.policy, **config.policy_options())
         self.runs = state.dir / "runs"
         self.runs.mkdir(exist_ok=True)
         self._lock: Any = None  # the open lock file, held for the server's lifetime
@@ -97,16 +107,11 @@ class Server:
         self.probes: ProbeManager | None = None  # automatic probes (:mod:`.probes`), made by acquire()
 
     # -- lifetime ----------------------------------------------------------------------------------------
-    def acquire(self) -> None:
-        """One server per state directory (the lock dies with the process, ``kill -9`` included). The lock
-        file holds the server's pid (opened without truncating, so a refused second server cannot erase it)."""
-        handle = open(self.state.dir / "server.lock", "a+")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise InputError("another colocate serve runs on this state directory", source=self.state.dir,
-                             field="--state", valid="one server per state directory") from None
+    def acquire(self, lock: IO[str] | None = None) -> None:
+        """Hold the state directory (:func:`lock_state_dir`, or the ``lock`` the caller took first) and record
+        this server's pid in the lock file (written only once the lock is held, so a refused second server
+        cannot erase it)."""
+        handle = lock if lock is not None else lock_state_dir(self.state.dir)
         handle.truncate(0)
         handle.write(f"{os.getpid()}\n")
         handle.flush()
@@ -218,7 +223,7 @@ class Server:
         """The round's goodput model with running jobs' batches kept unless a change pays (:mod:`.batch_hold`)."""
         live = [r for r in rows if r.state == RUNNING and r.group_key not in self._stopping]
         holds = batch_holds(jobs, {r.name: r.batch_size for r in live if r.batch_size},
-                            {r.name: r.others for r in live}, self._restart_cost_s, self.config.stability.keep_bonus)
+                            {r.name: r.others for r in live}, self._restart_cost_s, self.config.ilp.keep_bonus)
         return HeldBatchModel(model, holds)
 
     def _stop_cancelled_members(self, everyone: list[JobRow]) -> set[str]:
