@@ -59,8 +59,10 @@ def cancel_job(state_dir: str | Path, name: str) -> str:
 
 
 def check_state(state_dir: str | Path) -> dict[str, Any]:
-    """Open the state read-only and check it: SQLite's integrity check, the schema version, every job's
-    spec against the validator. Returns a summary; a damaged database is an :class:`InputError`."""
+    """Open the state read-only and check it: SQLite's integrity check, the schema version and tables' columns,
+    every job's spec against the validator, every row of every table and every meta value (:mod:`.rows`).
+    Returns a summary (``invalid``: jobs whose spec fails; ``set_aside``: damaged rows, each with its table, key
+    and problem); a database that cannot be used at all is an :class:`InputError`."""
     from scheduler.service.state_open import database_errors
 
     store = StateStore(state_dir, create=False, readonly=True)
@@ -74,8 +76,12 @@ def check_state(state_dir: str | Path) -> dict[str, Any]:
             raise InputError(f"fails SQLite's integrity check ({integrity[0][:120]})", source=store.path,
                              field="--state", valid="a copy that passes; see docs/hardening.md")
         rows = store.jobs()
+        groups, measurements, events = store.groups(), store.measurements(), store.events()
+        store.check_meta()
         return {"path": str(store.path), "schema_version": store.meta("schema_version"),
-                "jobs": dict(Counter(r.state for r in rows)), "groups": len(store.groups()),
-                "invalid": {r.name: r.invalid for r in rows if r.invalid}}
+                "jobs": dict(Counter(r.state for r in rows)), "groups": len(groups),
+                "measurements": len(measurements), "events": len(events),
+                "invalid": {r.name: r.invalid for r in rows if r.invalid},
+                "set_aside": [{"table": t, "key": k, "problem": p} for (t, k), p in sorted(store.set_aside.items())]}
     finally:
         store.close()

@@ -45,12 +45,14 @@ from common.bounds import (
     in_range,
 )
 from common.names import is_safe_name, shown
+from common.untrusted import printable
 from scheduler.service.probe_records import valid_record
 
 STATES = ("queued", "running", "completed", "failed", "cancelled")
 MIN_ITER_TIME_S = 1e-6  # no training step takes less than a microsecond
 MAX_COUNT = 2**62
-MAX_TEXT = 100_000  # an error or detail column (the server writes at most a few hundred characters)
+MAX_TEXT = 100_000
+MAX_PID = 2**22  # Linux's highest pid_max  # an error or detail column (the server writes at most a few hundred characters)
 
 
 class BadRow(Exception):
@@ -145,6 +147,8 @@ def check_group(values: Mapping[str, Any], job_names: set[str]) -> dict[str, Any
     if not isinstance(doc, dict) or not isinstance(started, dict):
         raise BadRow("column 'handle': not {\"doc\": {...}, \"handle\": {...}}")
     _check_document(doc, str(key), jobs)
+    if "pid" in started and not in_range(started["pid"], 2, MAX_PID, integer=True):  # never signal init or nonsense
+        raise BadRow(f"column 'handle': pid {shown(started['pid'])} is not a process id")
     return {"executor": values["executor"], "handle": handle, "jobs": jobs, "created_at": float(values["created_at"])}
 
 
@@ -211,7 +215,7 @@ def row_key(table: str, values: Mapping[str, Any]) -> str:
     """How a row is named in a ``set-aside`` record: its primary key, shown safely."""
     if table == "measurements":
         parts = [values.get(c) for c in ("application", "gpu_type", "num_gpus", "batch_size", "partner_type")]
-        return shown("/".join(str(p) for p in parts), 120)
+        return printable("/".join(str(p) for p in parts), 120)
     column = {"jobs": "name", "groups": "key", "events": "id", "meta": "key"}[table]
     value = values.get(column)
     return value if isinstance(value, str) and is_safe_name(value) else shown(value)

@@ -11,6 +11,7 @@ from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.formats.profiles import load_goodput_model
 from scheduler.model.colocation import ColocationTable
 from scheduler.service import admission
+from scheduler.service import lock as server_lock
 from scheduler.service.config import ServeConfig
 from scheduler.service.probes import ProbeConfig
 from scheduler.service.server import RoundStats, Server
@@ -96,6 +97,7 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
     if announce is not None:
         announce(f"colocation: {origin}")
     state = StateStore(state_dir, lock_wait_s=60.0)  # the server outwaits a reader's lock
+    lock = server_lock.take(state.dir)  # before any write: a second server refused here changed nothing
     instance = state.meta("instance")
     if instance is None:
         instance = uuid.uuid4().hex[:8]
@@ -106,7 +108,7 @@ def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", po
     config = ServeConfig(round_s=round_s, policy=spec.name, policy_options=options, device=device, sharing=sharing,
                          threads=threads, stop_grace_s=grace, stability=stability, probe=probes)
     server = Server(state, cluster, executor, config, profiles=base, colocation=table)
-    server.acquire()
+    server.acquire(lock)
     if metrics_port is not None:
         from scheduler.service.metrics import ServeMetrics
 

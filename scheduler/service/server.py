@@ -25,7 +25,6 @@ server loses nothing, and a restarted server polls the stored groups and carries
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
@@ -45,6 +44,7 @@ from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import GoodputModel
 from scheduler.model.jobs import Job
 from scheduler.service import admission, rounds, waiting
+from scheduler.service import lock as server_lock
 from scheduler.service.batch_hold import HeldBatchModel, batch_holds
 from scheduler.service.config import ServeConfig
 from scheduler.service.probes import ProbeManager, probing_enabled
@@ -101,20 +101,9 @@ class Server:
         self._recorded: set[tuple[str, str, str]] = set()  # set-aside rows already recorded as events
 
     # -- lifetime ----------------------------------------------------------------------------------------
-    def acquire(self) -> None:
-        """One server per state directory (the lock dies with the process, ``kill -9`` included). The lock
-        file holds the server's pid (opened without truncating, so a refused second server cannot erase it)."""
-        handle = open(self.state.dir / "server.lock", "a+")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise InputError("another colocate serve runs on this state directory", source=self.state.dir,
-                             field="--state", valid="one server per state directory") from None
-        handle.truncate(0)
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        self._lock = handle
+    def acquire(self, lock: Any = None) -> None:
+        """One server per state directory (:mod:`.lock`; ``lock``: taken already, before anything was written)."""
+        self._lock = lock if lock is not None else server_lock.take(self.state.dir)
         if probing_enabled(self.config.probe, self.config.device):
             self.probes = ProbeManager(self.state, self.cluster, self.executor, self.config.probe,
                                        device=self.config.device, sharing=self.config.sharing,
