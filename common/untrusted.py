@@ -57,7 +57,9 @@ def read_regular(directory: str | Path, name: str, *, max_bytes: int, tail: bool
     except FileNotFoundError:
         return None
     except OSError as err:
-        raise UntrustedFile(_open_problem(err, "its directory")) from None
+        link = err.errno == errno.ENOTDIR and os.path.islink(directory)  # O_DIRECTORY | O_NOFOLLOW on a link
+        raise UntrustedFile("its directory is a symbolic link (refused)" if link else
+                            _open_problem(err, "its directory")) from None
     try:
         try:
             fd = os.open(name, _OPEN_FLAGS, dir_fd=folder)
