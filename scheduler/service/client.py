@@ -27,14 +27,25 @@ def submit_jobs(job_files: list[Path] | list[str], state_dir: str | Path, cluste
 
         gpus = cluster_gpus(load_cluster(cluster_path))
     specs = [(load_job(f, gpu_types=tuple(gpus) if gpus is not None else None), f) for f in job_files]
+    cluster = gpus if gpus is not None else _recorded_cluster(state_dir)
+    for spec, f in specs:  # every check before the first write: a refused submit creates nothing
+        check_feasible(spec, cluster, source=str(f))
     store = StateStore(state_dir)
     try:
-        cluster = gpus if gpus is not None else known_cluster(store)
-        for spec, f in specs:
-            check_feasible(spec, cluster, source=str(f))
         return store.submit_many([(spec, str(f)) for spec, f in specs])
     finally:
         store.close()
+
+
+def _recorded_cluster(state_dir: str | Path) -> dict[str, int] | None:
+    """The cluster the last server on ``state_dir`` recorded, read without creating anything (None: none)."""
+    if not Path(state_dir).is_dir():
+        return None
+    reader = StateStore(state_dir, create=False, readonly=True)
+    try:
+        return known_cluster(reader)
+    finally:
+        reader.close()
 
 
 def submit_job(job_file: str | Path, state_dir: str | Path, cluster_path: str | Path | None = None) -> str:
