@@ -325,8 +325,8 @@ def test_damaged_results_directories(tmp_path: Path, damage: str) -> None:
     frame.to_parquet(out / "runs.parquet", index=False)
     frame.to_csv(out / "runs.csv", index=False)
     (out / "meta.json").write_text("{}")
+    data = (out / "runs.parquet").read_bytes()
     if damage == "truncate-runs":
-        data = (out / "runs.parquet").read_bytes()
         (out / "runs.parquet").write_bytes(data[: len(data) // 2])
     elif damage == "meta-list":
         (out / "meta.json").write_text("[1, 2]")
@@ -338,9 +338,12 @@ def test_damaged_results_directories(tmp_path: Path, damage: str) -> None:
         (out / "meta.json").write_text('{"x": NaN}')
     dry = ["--dry-run"] if damage == "truncate-runs" else []  # a real run reads meta.json before measuring
     code, stdout, err = run_cli("profile", str(spec), "--out", str(out), *dry)
-    if damage == "truncate-runs":  # the intact CSV copy replaces it
-        assert code == 0 and "rebuilt it from runs.csv" in err
-        assert len(pd.read_parquet(out / "runs.parquet")) == 1
+    if damage == "truncate-runs":  # the intact CSV copy is read; a dry run changes nothing, a run rebuilds it
+        assert code == 0 and "is damaged; read runs.csv instead" in err
+        assert len((out / "runs.parquet").read_bytes()) < len(data)
+        from profiler.results.store import ResultsStore
+
+        assert len(ResultsStore(out).runs()) == 1 and len(pd.read_parquet(out / "runs.parquet")) == 1  # rebuilt
         (out / "runs.csv").write_text("garbage")
         data = (out / "runs.parquet").read_bytes()
         (out / "runs.parquet").write_bytes(data[:100])

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.bounds import check_number
+from common.bounds import MAX_SECONDS, check_number, in_range
+from common.errors import InputError
 from common.options import option
 from scheduler.executor.base import Executor
 from scheduler.executor.plan import GpuGroup, JobLaunch
@@ -39,6 +40,7 @@ from scheduler.learning.measured import job_type
 from scheduler.model.cluster import Cluster
 from scheduler.model.colocation import ColocationTable
 from scheduler.service.probe_records import META_KEY, load_records
+from scheduler.service.rows import MIN_ITER_TIME_S
 from scheduler.service.store import ACTIVE_STATES, JobRow, StateStore
 
 RUNNING, DONE, FAILED, INTERRUPTED = "running", "done", "failed", "interrupted"
@@ -259,10 +261,8 @@ class ProbeManager:
     def _finish(self, record: dict[str, Any], exit: Mapping[str, Any] | None, lost: str) -> None:
         record["finished_at"] = time.time()
         record["gpu_s"] = round(record["finished_at"] - record["started_at"], 3)  # one GPU for its wall time
-        result_file = Path(record["doc"]["jobs"][0]["dir"]) / "result.json"
-        try:
-            result = json.loads(result_file.read_text())
-        except (OSError, ValueError):
+        result = _read_result(Path(record["doc"]["jobs"][0]["dir"]))
+        if result is None:
             reason = f"exit status {exit.get('returncode')}: {exit.get('last_line', '')}" if exit else lost
             record.update(state=FAILED, error=f"no result ({reason})"[:300])
             self._save(("probe-failed", f"{record['key']}: {record['error']}"))
@@ -314,10 +314,33 @@ class ProbeManager:
             db.event(None, kind, detail)
 
 
+def _read_result(directory: Path) -> dict[str, Any] | None:
+    """A probe's ``result.json``, read bounded and checked (runs of ``jobs``, ``status``, finite iteration times);
+    None when there is none usable."""
+    from common.safe_load import parse_json
+    from common.untrusted import UntrustedFile, read_regular
+
+    try:
+        data = read_regular(directory, "result.json", max_bytes=1024 * 1024)
+        result = parse_json(data.decode("utf-8"), source="result.json") if data is not None else None
+    except (UntrustedFile, InputError, UnicodeDecodeError):
+        return None
+    runs = result.get("runs") if isinstance(result, dict) else None
+    good = isinstance(runs, list) and all(
+        isinstance(r, dict) and isinstance(r.get("jobs"), list) and isinstance(r.get("status"), str)
+        and isinstance(r.get("error", ""), str)
+        and isinstance(r.get("window_s", 0), (int, float)) and (r.get("status") != "ok" or (
+            isinstance(r.get("iter_time_s"), list) and len(r["iter_time_s"]) == len(r["jobs"])
+            and all(in_range(t, MIN_ITER_TIME_S, MAX_SECONDS) for t in r["iter_time_s"]))) for r in runs)
+    return result if good else None
+
+
 def _observe(db: Any, record: Mapping[str, Any], run: Mapping[str, Any]) -> list[list[Any]]:
     """One run's iteration times as observations at one GPU: solo (partner type ''), or each member against
     the other's type; returns the measurement keys written."""
     apps = {f"{model}@{batch}": (app, int(batch)) for app, model, batch in record["members"]}  # runner's labels
+    if not all(label in apps for label in run["jobs"]):
+        return []  # not what this probe ran: nothing learned from it
     members = [apps[label] for label in run["jobs"]]
     wrote = []
     for i, ((app, batch), iter_time) in enumerate(zip(members, run["iter_time_s"])):

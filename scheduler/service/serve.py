@@ -19,8 +19,9 @@ from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.formats.profiles import load_goodput_model
 from scheduler.model.colocation import ColocationTable
 from scheduler.service import admission
+from scheduler.service import lock as server_lock
 from scheduler.service.config import ServeConfig
-from scheduler.service.server import RoundStats, Server, lock_state_dir
+from scheduler.service.server import RoundStats, Server
 from scheduler.service.store import StateStore
 
 
@@ -115,7 +116,8 @@ def serve_forever(request: ServeRequest, *, should_stop: Callable[[], bool] = la
         metrics.serve(request.metrics_port)
     server = None
     try:
-        lock = lock_state_dir(request.state)  # another server here: refused, nothing written
+        request.state.mkdir(parents=True, exist_ok=True)
+        lock = server_lock.take(request.state)  # another server here: refused, nothing written
         if announce is not None:
             announce(f"colocation: {origin}")
         state = StateStore(request.state, lock_wait_s=60.0)  # the server outwaits a reader's lock
