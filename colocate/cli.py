@@ -134,7 +134,9 @@ def _say_error(err: InputError) -> None:
     from rich.console import Console  # only on the way out: a command that succeeds never pays for Rich
     from rich.markup import escape
 
-    Console(stderr=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
+    from common.untrusted import printable  # an error may quote a file's or a job's text: shown, never run
+
+    Console(stderr=True).print(f"[bold red]error:[/] {escape(printable(err))}", highlight=False, soft_wrap=True)
 
 
 _flags_show_no_type()

@@ -20,6 +20,12 @@ MAX_GPUS = 100_000  # GPUs (or nodes) of one type, or one job's GPU count
 MAX_BATCH = 10_000_000  # global batch size
 MAX_SECONDS = 1e8  # arrival times, durations, ages, time-outs (about three years)
 MAX_REPEATS = 1_000
+MAX_STEPS = 10**9  # a job's target iterations
+MAX_SAMPLES = 10**12  # a job's target samples
+# What a running job may report (its progress file): a step trains at least one sample and at most one batch.
+MAX_PROGRESS_STEPS = MAX_SAMPLES
+MAX_PROGRESS_SAMPLES = MAX_STEPS * MAX_BATCH
+MAX_EPOCH_S = 1e10  # a wall-clock time stamp (seconds since 1970; the year 2286)
 
 
 def _fmt(x: float) -> str:
@@ -30,6 +36,15 @@ def _describe(low: float, high: float, integer: bool, low_open: bool) -> str:
     kind = "an integer" if integer else "a number"
     left = "(" if low_open else "["
     return f"{kind} in {left}{_fmt(low)}, {_fmt(high)}]"
+
+
+def in_range(value: Any, low: float, high: float, *, integer: bool = False) -> bool:
+    """Whether ``value`` passes :func:`check_number` with these limits (for readers that record, not raise)."""
+    try:
+        check_number(value, field="", low=low, high=high, integer=integer)
+    except InputError:
+        return False
+    return True
 
 
 def check_number(value: Any, *, field: str, low: float, high: float, source: str | Path | None = None,

@@ -14,8 +14,9 @@ import pytest
 
 from scheduler.executor.registry import make_executor
 from scheduler.model.cluster import cluster_from_dict
+from scheduler.service.config import ServeConfig
 from scheduler.service.jobspec import job_from_dict
-from scheduler.service.server import ServeConfig, Server
+from scheduler.service.server import Server
 from scheduler.service.store import StateStore
 from tests.serve_helpers import kill_groups, wait_until
 
@@ -101,15 +102,19 @@ def test_a_group_that_cannot_be_built_fails_its_job_and_the_server_goes_on(tmp_p
 
 
 @pytest.mark.slow
-def test_a_malformed_progress_file_is_ignored(tmp_path: Path) -> None:
+def test_a_malformed_progress_file_is_the_jobs_misbehaviour(tmp_path: Path) -> None:
+    """Progress a user command wrote that is not progress (text for numbers) is not ignored: the job is stopped,
+    retried and failed with the file named, and the good job completes (more shapes: test_serve_chaos.py)."""
     state, server = _server(tmp_path)
     try:
         writes = ('printf \'{{"step": "many", "samples": [1], "state": "running", "elapsed_s": "x"}}\' '
-                  '> "$COLOCATE_PROGRESS_FILE"; sleep 1')
-        state.submit(job_from_dict({**BAD, "command": writes}))
+                  '> "$COLOCATE_PROGRESS_FILE"; sleep 30')
+        state.submit(job_from_dict({**BAD, "command": writes, "max_retries": 1}))
         state.submit(job_from_dict(GOOD))
         _rounds_until(server, state, lambda: state.job("bad").state in ("completed", "failed")
                       and state.job("good").state == "completed", "both jobs to end")
-        assert state.job("bad").state == "completed"
+        row = state.job("bad")
+        assert row.state == "failed" and row.crashes == 2 and "misbehaved: progress.json: field 'step'" in row.error
+        assert [e["kind"] for e in state.events("bad")].count("bad-file") == 2
     finally:
         kill_groups(state.dir)

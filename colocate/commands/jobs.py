@@ -15,18 +15,33 @@ def register(app: typer.Typer) -> None:
 
 
 def _table(rows: list[dict[str, Any]], meta: str) -> Any:
+    """The jobs as a table: every cell plain text (a job's last log line may hold escape sequences or Rich
+    markup; :func:`common.untrusted.printable` shows them as escapes and ``Text`` never reads markup)."""
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"jobs · {meta}")
+    from common.untrusted import printable
+
+    table = Table(title=Text(f"jobs · {printable(meta)}"))
     for column in ("job", "state", "GPU type", "GPUs", "batch", "partner", "progress", "samples/s", "restarts",
                    "crashes", "why waiting / error"):
         table.add_column(column, overflow="fold")
     for r in rows:
         progress = f"{r['step'] if r['target_unit'] == 'steps' else r['samples']}/{r['target']} {r['target_unit']}"
-        table.add_row(r["name"], r["state"], r["gpu_type"] or "", str(r["num_gpus"] or ""), str(r["batch_size"] or ""),
-                      r["partner"] or "", progress, f"{r['samples_per_s']:.1f}" if r["samples_per_s"] else "",
-                      str(r["restarts"]), str(r["crashes"]), _why(r))
+        cells = (r["name"], r["state"], r["gpu_type"] or "", str(r["num_gpus"] or ""), str(r["batch_size"] or ""),
+                 r["partner"] or "", progress, f"{r['samples_per_s']:.1f}" if r["samples_per_s"] else "",
+                 str(r["restarts"]), str(r["crashes"]), _why(r))
+        table.add_row(*(Text(printable(cell)) for cell in cells))
     return table
+
+
+def _server_line(status: dict[str, Any]) -> str:
+    """Whether a server updates what is shown: a stopped one leaves its jobs running, unobserved."""
+    if status["running"]:
+        return f"colocate serve running (pid {status['pid']})" if status["pid"] else "colocate serve running"
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(status["heartbeat"])) if status["heartbeat"] else None
+    return ("no colocate serve is running on this state directory" + (f" (its last round: {when})" if when else "")
+            + ": jobs shown running may still train, but nothing is updated until one is started")
 
 
 def _why(row: dict[str, Any]) -> str:
@@ -44,22 +59,28 @@ def jobs(
 ) -> None:
     """Show every job of a scheduler instance."""
     from scheduler.service.store import StateStore
-    from scheduler.service.views import job_views, learned_view
+    from scheduler.service.views import job_views, learned_view, server_status, set_aside_view
 
     store = StateStore(state, create=False, readonly=True)
     if as_json:  # scripts poll this: no Rich console (its module imports pandas)
-        typer.echo(json.dumps({"jobs": job_views(store), "learned": learned_view(store),
-                               "rounds": int(store.meta("rounds") or 0)}, indent=2))
+        views = job_views(store)
+        typer.echo(json.dumps({"jobs": views, "learned": learned_view(store), "rounds": store.meta_value("rounds") or 0,
+                               "server": server_status(store), "set_aside": set_aside_view(store)}, indent=2))
         return
-    from colocate.commands._output import console
+    from colocate.commands._output import console, error_console
 
     def render() -> Any:
         if not (state / "state.db").exists():  # a directory no server or submit has used (yet): say so
             return _table([], f"none: {state} has no state.db yet (colocate serve or submit creates it)")
-        return _table(job_views(store), f"{store.meta('rounds') or 0} rounds · last {store.meta('last_round') or '-'}")
+        views = job_views(store)
+        return _table(views, f"{store.meta_value('rounds') or 0} rounds · last {store.meta('last_round') or '-'}"
+                      f" · {_server_line(server_status(store))}")
 
     if not watch:
         console.print(render())
+        if store.set_aside:
+            error_console.print(f"{len(store.set_aside)} damaged row(s) of the state database set aside; "
+                                f"colocate state check --state {state} lists them", highlight=False, markup=False)
         return
     from rich.live import Live
 

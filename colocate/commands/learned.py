@@ -28,7 +28,7 @@ def learned(
     from profiler.campaign.outdir import refuse_state_target
     from scheduler.learning.online import learned_table_frame
     from scheduler.service.store import StateStore
-    from scheduler.service.views import learned_view
+    from scheduler.service.views import learned_pairs, learned_view
 
     if out is not None:
         refuse_state_target(out)
@@ -59,14 +59,20 @@ def learned(
                       str(r["n_b"]), r["solo_source"], r["source"])
     console.print(solo)
     console.print(pairs)
+    learned = learned_pairs(view["colocation"])
+    console.print(f"{learned} learned pair(s) (measured together and alone: what --out writes and the "
+                  f"colocate_learned_pairs metric counts); {len(view['colocation']) - learned} pending a solo time",
+                  highlight=False)
     if view["probes"]:
         from rich.text import Text
+
+        from common.untrusted import printable
 
         probes = Table(title="automatic probes (colocate serve --probe)")
         for column in ("probe", "GPU type", "job type", "partner", "state", "GPU-s", "error"):
             probes.add_column(column)
         for p in view["probes"]:
             gpu_s = f"{p['gpu_s']:.1f}" if isinstance(p.get("gpu_s"), (int, float)) else "running"
-            probes.add_row(p["key"], p["gpu_type"], p["type"], p["partner_type"] or "–", p["state"], gpu_s,
-                           Text(str(p.get("error", ""))))  # an error text is not markup
+            cells = (p["key"], p["gpu_type"], p["type"], p["partner_type"] or "–", p["state"], gpu_s, p.get("error", ""))
+            probes.add_row(*(Text(printable(c)) for c in cells))  # stored texts are neither markup nor escapes
         console.print(probes)

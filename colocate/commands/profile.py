@@ -37,7 +37,7 @@ def profile(
     out = out or Path("results") / spec.name
     runs = plan_runs(spec)
     if dry_run:
-        finished = ResultsStore(out).finished_run_ids()
+        finished = ResultsStore(out, readonly=True).finished_run_ids()  # a dry run changes nothing
         for run in runs:
             mark = "done" if run.run_id in finished else "todo"
             console.print(f"{mark}  {run.run_id}", highlight=False)

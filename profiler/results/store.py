@@ -54,15 +54,18 @@ def _read_csv(path: Path) -> pd.DataFrame:
 class ResultsStore:
     """Read and append the tables of one results directory."""
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, *, readonly: bool = False) -> None:
+        """``readonly``: read only, never write (a damaged table is read from its CSV copy but not rebuilt), for
+        commands that must change nothing (``profile --dry-run``)."""
         self.root = Path(root)
+        self.readonly = readonly
 
     # -- reading -------------------------------------------------------------------------------------
     def _read(self, name: str, columns: tuple[str, ...]) -> pd.DataFrame:
         path, csv_path = self.root / name, (self.root / name).with_suffix(".csv")
         if not path.is_file() and csv_path.is_file():  # written where no Parquet engine was installed
             frame = _read_csv(csv_path)
-            if parquet_available():
+            if parquet_available() and not self.readonly:
                 self._write_table(name, frame)  # Parquet again, for the analysis
             return frame
         if not path.is_file():
@@ -90,6 +93,10 @@ class ResultsStore:
             raise InputError(f"{name} is damaged ({why}) and {csv_path.name} cannot replace it "
                              f"({type(csv_exc).__name__})", source=self.root, field=name,
                              valid=f"move {name} and {csv_path.name} away and rerun to measure those runs again") from None
+        if self.readonly:
+            print(f"warning: {path} is damaged; read {csv_path.name} instead ({len(frame)} rows; a run rebuilds it)",
+                  file=sys.stderr)
+            return frame
         print(f"warning: {path} was damaged; rebuilt it from {csv_path.name} ({len(frame)} rows)", file=sys.stderr)
         self._write_table(name, frame)
         return frame

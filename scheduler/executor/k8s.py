@@ -60,10 +60,10 @@ _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,499}")  # registry/name:ta
 def check_k8s_options(image: str, namespace: str | None) -> None:
     """Refuse an image or namespace that is not one (one line): an empty image, a newline or a space in either."""
     if not isinstance(image, str) or not _IMAGE.fullmatch(image):
-        raise InputError(f"{shown(image)} is not a container image", field="--image",
+        raise InputError(f"{shown(image)} is not a container image", field="image",
                          valid="a non-empty image reference such as registry.example/colocate:1.0 (no spaces)")
     if namespace is not None and (not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace)):
-        raise InputError(f"{shown(namespace)} is not a namespace", field="--namespace",
+        raise InputError(f"{shown(namespace)} is not a namespace", field="namespace",
                          valid="1-63 lower-case letters, digits or '-', starting and ending with a letter or digit")
 
 

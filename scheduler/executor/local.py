@@ -8,7 +8,7 @@ clients). The MPS daemon of a group is private to it (:func:`profiler.gpu.mps.mp
 directories, only our daemon is ever stopped).
 
 Progress comes from each job's progress file (the built-in trainer writes it; user commands may write the
-same JSON to ``$COLOCATE_PROGRESS_FILE``).
+same JSON to ``$COLOCATE_PROGRESS_FILE``), read as untrusted input (:mod:`.job_files`: a bad file reads as none).
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from scheduler.executor.base import (
     LaunchSettings,
 )
 from scheduler.executor.command import PDEATHSIG_EXEC, job_argv
+from scheduler.executor.job_files import last_line, read_progress
 from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment
 from scheduler.executor.supervise import group_files, signal_supervisor, spawn_supervisor, supervisor_alive
-from scheduler.executor.train import read_progress
 
 POLL_INTERVAL_S = 0.25
 
@@ -101,14 +101,6 @@ def _start_job(job: JobLaunch, group: GpuGroup, settings: LaunchSettings, env: M
     return _Process(job, group, popen, log_path, progress_path, handle)
 
 
-def _last_line(path: Path) -> str:
-    try:
-        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return ""
-    return lines[-1][:300] if lines else ""
-
-
 def _status(process: _Process, host: str) -> JobStatus:
     progress = read_progress(process.progress_path) or {}
     code = process.popen.poll()
@@ -118,7 +110,7 @@ def _status(process: _Process, host: str) -> JobStatus:
         state = STATE_STOPPED if progress.get("state") != STATE_FINISHED else STATE_FINISHED
     else:
         state = STATE_FINISHED if code == 0 else STATE_FAILED
-    error = _last_line(process.log_path) if state == STATE_FAILED else ""
+    error = last_line(process.log_path) if state == STATE_FAILED else ""
     if state == STATE_FAILED and code is not None and code < 0:
         error = f"killed by signal {-code}; {error}"
     return JobStatus(process.job.name, process.group.slug, host, state, int(progress.get("step", 0) or 0),

@@ -41,9 +41,10 @@ from typing import Any
 from common.errors import InputError
 from profiler.gpu.sharing import sharing_mode
 from scheduler.executor.base import GroupPoll, JobStatus, LaunchReport, LaunchSettings
+from scheduler.executor.job_files import last_line
 from scheduler.executor.plan import GpuGroup, LaunchPlan
 from scheduler.executor.slurm_config import SlurmSettings, sbatch_options
-from scheduler.executor.supervise import STOP_FILE, group_files, last_line, prepare_jobs
+from scheduler.executor.supervise import STOP_FILE, group_files, prepare_jobs
 
 ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
          "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED")

@@ -30,13 +30,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+
+from common.files import atomic_write_text
+from common.untrusted import UntrustedFile, read_regular
+from scheduler.executor.job_files import MAX_RECORD_BYTES, job_records, last_line
 
 POLL_S = 0.2
 EXIT_FILE = "exit.json"
@@ -123,32 +129,54 @@ def prepare_jobs(doc: dict[str, Any]) -> None:
         Path(job["dir"]).mkdir(parents=True, exist_ok=True)
         _write_atomic(Path(job["dir"]) / GENERATION_FILE, str(doc.get("key", "")))
         for name in (EXIT_FILE, PROGRESS_FILE):
-            (Path(job["dir"]) / name).unlink(missing_ok=True)
+            _remove(Path(job["dir"]) / name)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
+    """A small JSON object (a pid file, a record), read bounded; None when absent or not one."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = read_regular(path.parent, path.name, max_bytes=MAX_RECORD_BYTES)
+        value = json.loads(data) if data is not None else None
+    except (UntrustedFile, ValueError, RecursionError):
         return None
+    return value if isinstance(value, dict) else None
 
 
-def last_line(path: Path, limit: int = 300) -> str:
+def _remove(path: Path) -> None:
+    """Remove whatever a job left at ``path`` (a file, a link, a pipe, a directory); never follows a link."""
     try:
-        with path.open("rb") as fh:
-            fh.seek(max(fh.seek(0, os.SEEK_END) - 8192, 0))
-            lines = [ln for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    return lines[-1][:limit] if lines else ""
+        path.unlink(missing_ok=True)
+    except IsADirectoryError:
+        shutil.rmtree(path, ignore_errors=True)
+    except PermissionError:  # a directory on some systems
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def open_log(path: Path) -> int:
+    """The job's log opened for appending: a regular file of its own (a link, a pipe or a directory the job
+    left there is moved out of the way first, so the supervisor neither blocks nor writes elsewhere)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    for _ in range(3):
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError:  # a link (ELOOP), a pipe without a reader (ENXIO), a directory (EISDIR)
+            _remove(path)
+            continue
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.set_blocking(fd, True)
+            return fd
+        os.close(fd)
+        _remove(path)
+    raise OSError(f"cannot create a regular log file at {path}")
 
 
 def _start_job(job: dict[str, Any], base_env: dict[str, str]) -> subprocess.Popen[bytes]:
     job_dir = Path(job["dir"])
     job_dir.mkdir(parents=True, exist_ok=True)
-    (job_dir / EXIT_FILE).unlink(missing_ok=True)
-    (job_dir / STOP_FILE).unlink(missing_ok=True)
-    log = open(job_dir / LOG_FILE, "ab")
+    _remove(job_dir / EXIT_FILE)
+    _remove(job_dir / STOP_FILE)
+    log = os.fdopen(open_log(job_dir / LOG_FILE), "ab")
     with log:
         log.write(f"# colocate serve: {job['name']} started {time.strftime('%Y-%m-%d %H:%M:%S')}; "
                   f"argv: {job['argv']}\n".encode())
@@ -166,18 +194,23 @@ def _write_pid_file(doc: dict[str, Any], jobs: dict[str, list[Any]]) -> None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_text(text)
-    os.replace(temp, path)
+    """Replace ``path`` by ``text``: a fresh temporary name (``O_EXCL``, so no link a job left is followed),
+    renamed over whatever is there (a directory the job made there is removed first)."""
+    if path.is_dir() and not path.is_symlink():
+        _remove(path)
+    atomic_write_text(path, text, durable=False)
 
 
 def superseded(job: dict[str, Any], key: str | None) -> bool:
-    """Whether a newer start of ``job`` owns its directory (its generation file names another group)."""
-    try:
-        owner = (Path(job["dir"]) / GENERATION_FILE).read_text().strip()
-    except OSError:
+    """Whether a newer start of ``job`` owns its directory (its generation file names another group). A
+    generation file that is not a small regular file was not written by a server: the copy stops too."""
+    if key is None:
         return False
-    return key is not None and owner != key
+    try:
+        data = read_regular(job["dir"], GENERATION_FILE, max_bytes=256)
+    except UntrustedFile:
+        return True
+    return data is not None and data.decode(errors="replace").strip() != key
 
 
 def _write_exit(job: dict[str, Any], code: int, stop_requested: bool, key: str | None = None) -> None:
@@ -186,7 +219,10 @@ def _write_exit(job: dict[str, Any], code: int, stop_requested: bool, key: str |
     job_dir = Path(job["dir"])
     payload = {"returncode": code, "stop_requested": stop_requested, "ended_at": time.time(),
                "last_line": last_line(job_dir / LOG_FILE), "generation": key}
-    _write_atomic(job_dir / EXIT_FILE, json.dumps(payload))
+    try:
+        _write_atomic(job_dir / EXIT_FILE, json.dumps(payload))
+    except OSError:  # the job's directory is gone or unwritable: the server sees its group end without a record
+        pass
 
 
 def supervise(doc: dict[str, Any]) -> int:
@@ -226,7 +262,7 @@ def supervise(doc: dict[str, Any]) -> int:
         while running:
             for name, (job, popen) in list(running.items()):
                 code = popen.poll()
-                if name not in alone and (Path(job["dir"]) / STOP_FILE).exists():
+                if name not in alone and os.path.lexists(Path(job["dir"]) / STOP_FILE):
                     alone[name] = time.monotonic()
                 asked = stop["at"] if stop["at"] is not None else alone.get(name)
                 if code is None and superseded(job, key):  # fenced: a newer copy runs this job
@@ -248,9 +284,17 @@ def supervise(doc: dict[str, Any]) -> int:
 
 
 def request_job_stop(job_dir: Path) -> None:
-    """Ask one job of a running group to stop (checkpoint and exit) without touching the others."""
+    """Ask one job of a running group to stop (checkpoint and exit) without touching the others. Whatever
+    the job left under the stop file's name already asks for it (the supervisor only looks whether it exists);
+    nothing there is opened or followed."""
     job_dir.mkdir(parents=True, exist_ok=True)
-    (job_dir / STOP_FILE).touch()
+    if os.path.lexists(job_dir / STOP_FILE):
+        return
+    try:
+        os.close(os.open(job_dir / STOP_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o644))
+    except FileExistsError:
+        pass
 
 
 def _signal(pid: int, signum: int) -> None:
@@ -273,13 +317,15 @@ if __name__ == "__main__":
 
 
 def group_files(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """What each job of a group has written: ``{name: {"progress": ..., "exit": ...}}`` (None when absent)."""
+    """What each job of a group has written: ``{name: {"progress", "exit", "problem"}}`` — each record read
+    bounded and checked (:mod:`.job_files`), None when absent; ``problem`` names a bad file, else None."""
     out = {}
     for job in doc["jobs"]:
-        ended = read_json(Path(job["dir"]) / EXIT_FILE)
+        files = job_records(job["dir"], PROGRESS_FILE, EXIT_FILE)
+        ended = files["exit"]
         if ended is not None and ended.get("generation", doc.get("key")) != doc.get("key"):
-            ended = None  # an older copy's end (fenced): not this group's
-        out[job["name"]] = {"progress": read_json(Path(job["dir"]) / PROGRESS_FILE), "exit": ended}
+            files["exit"] = None  # an older copy's end (fenced): not this group's
+        out[job["name"]] = files
     return out
 
 

@@ -50,14 +50,6 @@ def write_progress(path: Path, payload: dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(payload), durable=False)  # rewritten twice a second: no fsync
 
 
-def read_progress(path: Path) -> dict[str, Any] | None:
-    """The last progress a job wrote, or None when it has written none (yet)."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m scheduler.executor.train", description=__doc__.split("\n")[0])
     parser.add_argument("--job", required=True, help="job name (for progress and logs)")

@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from common.errors import InputError
+from common.names import is_safe_name
+from common.untrusted import printable
 from scheduler.service.jobspec import JobSpec
 from scheduler.service.store import FAILED, QUEUED, JobRow, StateStore
 
@@ -153,29 +155,26 @@ def fail_unit(state: StateStore, names: list[str], error: Exception) -> None:
                 db.event(name, "start-failed", f"its partner failed to start: {reason}"[:300])
 
 
-def clean_polls(polls: Mapping[str, Any]) -> None:
-    """Drop progress records whose numbers are not numbers (a user command wrote them), in place."""
-    for poll in polls.values():
-        for files in (getattr(poll, "jobs", None) or {}).values():
-            progress = files.get("progress") if isinstance(files, dict) else None
-            if progress is not None and not _good_progress(progress):
-                files["progress"] = None
+def stop_member(job_dir: Any) -> None:
+    """Stop one member of a running group (a job that misbehaved), its partners running on."""
+    from scheduler.executor.supervise import request_job_stop
+
+    try:
+        request_job_stop(job_dir)
+    except OSError:  # its directory is no directory any more: its next start fences this copy (generation)
+        pass
 
 
-def _good_progress(progress: Any) -> bool:
-    if not isinstance(progress, dict):
-        return False
-    for key, kind in (("step", int), ("samples", int), ("restored_step", int), ("elapsed_s", float)):
-        value = progress.get(key)
-        if value is None:
+def record_set_aside(db: Any, set_aside: Mapping[tuple[str, str], str], recorded: set[tuple[str, str, str]]) -> None:
+    """Each row the state's reads set aside (:mod:`.rows`) becomes one ``set-aside`` event (and a stderr line)
+    per server: ``recorded`` holds those already told."""
+    for (table, key), problem in sorted(set_aside.items()):
+        if (table, key, problem) in recorded:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return False
-        try:
-            kind(value)
-        except (ValueError, OverflowError):
-            return False
-    return True
+        recorded.add((table, key, problem))
+        job = key if table == "jobs" and is_safe_name(key) else None
+        db.event(job, "set-aside", f"{table} {key}: {problem}"[:1000])
+        print(f"state: set aside {table} {key}: {printable(problem, 300)}", file=sys.stderr, flush=True)
 
 
 def guarded_round(run: Callable[[], Any], state: StateStore) -> Any:
@@ -184,7 +183,7 @@ def guarded_round(run: Callable[[], Any], state: StateStore) -> Any:
         return run()
     except Exception as err:  # noqa: BLE001 - the server outlives any one round
         text = f"round failed: {type(err).__name__}: {err}"[:500]
-        print(text, file=sys.stderr, flush=True)
+        print(printable(text), file=sys.stderr, flush=True)
         try:
             with state.transaction() as db:
                 db.event(None, "round-failed", text)

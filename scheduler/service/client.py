@@ -27,14 +27,25 @@ def submit_jobs(job_files: list[Path] | list[str], state_dir: str | Path, cluste
 
         gpus = cluster_gpus(load_cluster(cluster_path))
     specs = [(load_job(f, gpu_types=tuple(gpus) if gpus is not None else None), f) for f in job_files]
+    cluster = gpus if gpus is not None else _recorded_cluster(state_dir)
+    for spec, f in specs:  # every check before the first write: a refused submit creates nothing
+        check_feasible(spec, cluster, source=str(f))
     store = StateStore(state_dir)
     try:
-        cluster = gpus if gpus is not None else known_cluster(store)
-        for spec, f in specs:
-            check_feasible(spec, cluster, source=str(f))
         return store.submit_many([(spec, str(f)) for spec, f in specs])
     finally:
         store.close()
+
+
+def _recorded_cluster(state_dir: str | Path) -> dict[str, int] | None:
+    """The cluster the last server on ``state_dir`` recorded, read without creating anything (None: none)."""
+    if not Path(state_dir).is_dir():
+        return None
+    reader = StateStore(state_dir, create=False, readonly=True)
+    try:
+        return known_cluster(reader)
+    finally:
+        reader.close()
 
 
 def submit_job(job_file: str | Path, state_dir: str | Path, cluster_path: str | Path | None = None) -> str:
@@ -59,8 +70,10 @@ def cancel_job(state_dir: str | Path, name: str) -> str:
 
 
 def check_state(state_dir: str | Path) -> dict[str, Any]:
-    """Open the state read-only and check it: SQLite's integrity check, the schema version, every job's
-    spec against the validator. Returns a summary; a damaged database is an :class:`InputError`."""
+    """Open the state read-only and check it: SQLite's integrity check, the schema version and tables' columns,
+    every job's spec against the validator, every row of every table and every meta value (:mod:`.rows`).
+    Returns a summary (``invalid``: jobs whose spec fails; ``set_aside``: damaged rows, each with its table, key
+    and problem); a database that cannot be used at all is an :class:`InputError`."""
     from scheduler.service.state_open import database_errors
 
     store = StateStore(state_dir, create=False, readonly=True)
@@ -74,8 +87,12 @@ def check_state(state_dir: str | Path) -> dict[str, Any]:
             raise InputError(f"fails SQLite's integrity check ({integrity[0][:120]})", source=store.path,
                              field="--state", valid="a copy that passes; see docs/hardening.md")
         rows = store.jobs()
+        groups, measurements, events = store.groups(), store.measurements(), store.events()
+        store.check_meta()
         return {"path": str(store.path), "schema_version": store.meta("schema_version"),
-                "jobs": dict(Counter(r.state for r in rows)), "groups": len(store.groups()),
-                "invalid": {r.name: r.invalid for r in rows if r.invalid}}
+                "jobs": dict(Counter(r.state for r in rows)), "groups": len(groups),
+                "measurements": len(measurements), "events": len(events),
+                "invalid": {r.name: r.invalid for r in rows if r.invalid},
+                "set_aside": [{"table": t, "key": k, "problem": p} for (t, k), p in sorted(store.set_aside.items())]}
     finally:
         store.close()

@@ -71,3 +71,13 @@ def group_document(key: str, group: GpuGroup, rows: dict[str, "JobRow"], config:
                      "argv": job_argv(job, settings, python=config.python, progress_file=str(progress))})
     return {"key": key, "sharing": group.sharing, "gpu": config.device != "cpu", "grace_s": config.stop_grace_s,
             "pid_file": str(state_dir / "runs" / f"{key}.pid"), "jobs": jobs}
+
+
+def last_group_number(state: Any) -> int:
+    """The state's group counter; when it is missing or was set aside as damaged, the highest group number ever
+    started there (each group left its document in ``runs/``), so no group key is used twice."""
+    counted = state.meta_value("groups")
+    if counted is not None:
+        return int(counted)
+    numbers = [int(p.stem[1:]) for p in (state.dir / "runs").glob("g*.json") if p.stem[1:].isdigit()]
+    return max([0, *numbers, *(int(k[1:]) for k in state.groups() if k[1:].isdigit())])

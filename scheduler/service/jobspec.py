@@ -41,7 +41,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from common.bounds import MAX_BATCH, MAX_GPUS, check_number
+from common.bounds import MAX_BATCH, MAX_GPUS, MAX_SAMPLES, MAX_STEPS, check_number
 from common.errors import InputError
 from common.names import NAME_RULE, check_name, shown
 from common.placeholders import check_placeholders
@@ -51,7 +51,7 @@ MAX_COMMAND_CHARS = 4096  # a command template, and the command once filled in
 MAX_FORMAT_WIDTH = 256  # widths/precisions in a placeholder's format spec ({batch_size:>8})
 # (low, high) of every numeric key: generous, finite (a typo such as steps: 1e30 fails at submit).
 BOUNDS: dict[str, tuple[int, int]] = {
-    "steps": (1, 10**9), "samples": (1, 10**12), "batch_size": (1, MAX_BATCH), "min_batch_size": (1, MAX_BATCH),
+    "steps": (1, MAX_STEPS), "samples": (1, MAX_SAMPLES), "batch_size": (1, MAX_BATCH), "min_batch_size": (1, MAX_BATCH),
     "max_batch_size": (1, MAX_BATCH), "min_gpus": (1, MAX_GPUS), "max_gpus": (1, MAX_GPUS),
     "image_size": (8, 1024), "max_retries": (0, 100),
 }

@@ -11,7 +11,8 @@ metric                             type       what
 ``colocate_round_seconds``         histogram  duration of a round (collect, decide, enact)
 ``colocate_restarts_total``        counter    job restarts for a change (stopped, then resumed)
 ``colocate_rounds_total``          counter    rounds run
-``colocate_learned_pairs``         gauge      measured (application, GPU type, partner) configurations
+``colocate_learned_pairs``         gauge      pairs learned: both members measured together and alone (what
+                                             ``colocate learned`` counts and ``learned --out`` writes)
 =================================  =========  ================================================================
 """
 
@@ -45,8 +46,9 @@ class ServeMetrics:
                                        registry=r)
         self.restarts = Counter("colocate_restarts", "Job restarts for a change.", registry=r)
         self.rounds = Counter("colocate_rounds", "Rounds run.", registry=r)
-        self.learned_pairs = Gauge("colocate_learned_pairs", "Measured pair configurations.", registry=r)
+        self.learned_pairs = Gauge("colocate_learned_pairs", "Pairs learned (measured together and alone).", registry=r)
         self._restarts_seen: int | None = None
+        self._http: Any = None
         self._reasons: set[str] = set()
 
     def serve(self, port: int) -> Any:
@@ -54,13 +56,23 @@ class ServeMetrics:
         from prometheus_client import start_http_server
 
         try:
-            return start_http_server(port, addr="127.0.0.1", registry=self.registry)
+            self._http = start_http_server(port, addr="127.0.0.1", registry=self.registry)
         except OSError as err:
             raise InputError(f"cannot listen on 127.0.0.1:{port} ({err.strerror or err})", field="--metrics-port",
                              valid="a free TCP port in 1..65535") from None
+        return self._http
+
+    def shutdown(self) -> None:
+        """Stop serving (the port is free again)."""
+        http, self._http = self._http, None
+        if isinstance(http, tuple):  # prometheus-client >= 0.17: (server, thread)
+            http[0].shutdown()
+            http[0].server_close()
 
     def update(self, server: "Server", stats: "RoundStats") -> None:
         """Refresh every metric from the state after a round."""
+        from scheduler.learning.measured import SoloTimes, learned_ratios
+        from scheduler.service.views import learned_pairs
         from scheduler.service.waiting import META_KEY, loads
 
         rows = server.state.jobs()
@@ -88,6 +100,7 @@ class ServeMetrics:
         for code in self._reasons | set(counts):
             self.waiting.labels(reason=code).set(counts.get(code, 0))
         self._reasons |= set(counts)
-        self.learned_pairs.set(sum(1 for m in server.state.measurements() if m["partner_type"]))
+        measurements = server.state.measurements()
+        self.learned_pairs.set(learned_pairs(learned_ratios(measurements, SoloTimes(measurements))))
         self.round_seconds.observe(stats.total_s)
         self.rounds.inc()

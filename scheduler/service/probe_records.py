@@ -11,12 +11,37 @@ from common.safe_load import stored_json
 META_KEY = "probes"  # the state's meta key holding the probe records (a JSON list)
 
 _RECORD_KEYS = {"key": str, "gpu_type": str, "type": str, "partner_type": str, "state": str, "started_at": float}
+_MAX_TIME = 1e10
+
+
+def valid_record(record: Any) -> bool:
+    """Whether ``record`` is a probe record the server and ``colocate learned`` can use: its keys of the right
+    types, finite times, and (while running) the group document and handle the server polls."""
+    if not isinstance(record, dict) or not all(isinstance(record.get(k), (t, int) if t is float else t)
+                                               and not isinstance(record.get(k), bool) for k, t in _RECORD_KEYS.items()):
+        return False
+    if not 0 <= record["started_at"] <= _MAX_TIME or not str(record["key"])[1:].isdigit():
+        return False
+    gpu_s = record.get("gpu_s")
+    if gpu_s is not None and (isinstance(gpu_s, bool) or not isinstance(gpu_s, (int, float)) or not 0 <= gpu_s <= _MAX_TIME):
+        return False
+    if record["state"] != "running":
+        return True
+    doc, handle = record.get("doc"), record.get("handle")
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    return (isinstance(doc, dict) and isinstance(handle, dict) and isinstance(jobs, list) and len(jobs) == 1
+            and isinstance(jobs[0], dict) and isinstance(jobs[0].get("dir"), str) and isinstance(doc.get("pid_file"), str)
+            and all(isinstance(record.get(k), int) and not isinstance(record.get(k), bool) for k in ("node", "gpu"))
+            and isinstance(record.get("members"), list) and all(
+                isinstance(m, list) and len(m) == 3 and isinstance(m[0], str) and isinstance(m[1], str)
+                and isinstance(m[2], int) for m in record["members"]))
 
 
 def load_records(text: str | None) -> list[dict[str, Any]]:
-    """The stored probe records; a damaged value (written behind the server's back) reads as no records."""
-    return [r for r in stored_json(text, list) if isinstance(r, dict) and all(isinstance(r.get(k), (t, int) if t is float else t)
-                                                              for k, t in _RECORD_KEYS.items())]
+    """The stored probe records; a damaged value (written behind the server's back) reads as no records (the
+    state database's reader sets such a value aside: :mod:`scheduler.service.rows`)."""
+    records = stored_json(text, list)
+    return records if all(valid_record(r) for r in records) else []
 
 
 def probe_samples(records: Sequence[Mapping[str, Any]]) -> dict[tuple[Any, ...], int]:

@@ -31,12 +31,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.bounds import MAX_SECONDS, check_number, in_range
+from common.errors import InputError
+from common.options import option
 from scheduler.executor.base import Executor
 from scheduler.executor.plan import GpuGroup, JobLaunch
 from scheduler.learning.measured import job_type
 from scheduler.model.cluster import Cluster
 from scheduler.model.colocation import ColocationTable
 from scheduler.service.probe_records import META_KEY, load_records
+from scheduler.service.rows import MIN_ITER_TIME_S
 from scheduler.service.store import ACTIVE_STATES, JobRow, StateStore
 
 RUNNING, DONE, FAILED, INTERRUPTED = "running", "done", "failed", "interrupted"
@@ -47,15 +51,30 @@ Gpu = tuple[str, int, int]  # (GPU type, node within the type, GPU on the node)
 class ProbeConfig:
     """Knobs of the automatic probes (``colocate serve --probe/--no-probe``); the one source of their defaults."""
 
-    enabled: bool | None = None  # None: on when jobs train on real GPUs (see :func:`probing_enabled`)
-    warmup_iters: int = 5
-    min_window_iters: int = 10
-    min_window_s: float = 2.0  # the profiler's CUDA default window; the CPU lane shortens it
-    timeout_s: float = 300.0  # a probe still running after this is killed and recorded failed
-    max_running: int = 1
-    budget_gpu_s: float = 3600.0  # GPU-seconds all probes of one state directory may use
-    pair: bool = True
-    min_pair_gain: float = 1.0  # probe a pair only when the round's table rates r_a + r_b above this
+    enabled: bool | None = option(None, "Profile never-measured zoo job types briefly on spare GPUs.", flag="--probe",
+                                  show_default="on with GPUs, off with --device cpu")
+    budget_gpu_s: float = option(3600.0, "GPU-seconds all probes of this state directory may use.",
+                                 flag="--probe-budget")
+    warmup_iters: int = option(5, "Warm-up iterations of each probed job.", experimental=True)
+    min_window_iters: int = option(10, "Iterations each probed job runs inside the measured window.",
+                                   experimental=True)
+    min_window_s: float = option(2.0, "Shortest measured window, seconds (the profiler's CUDA default).",
+                                 experimental=True)
+    timeout_s: float = option(300.0, "A probe still running after this many seconds is killed and recorded "
+                                     "failed.", experimental=True)
+    max_running: int = option(1, "Probes running at once.", experimental=True)
+    pair: bool = option(True, "Also probe pairs of job types (not only solo runs).", experimental=True)
+    min_pair_gain: float = option(1.0, "Probe a pair only when the round's table rates r_a + r_b above this.",
+                                  experimental=True)
+
+    def __post_init__(self) -> None:
+        check_number(self.budget_gpu_s, field="budget_gpu_s", low=0, high=1e8, valid="GPU-seconds in [0, 1e8]")
+        check_number(self.warmup_iters, field="warmup_iters", low=0, high=10000, integer=True)
+        check_number(self.min_window_iters, field="min_window_iters", low=1, high=100000, integer=True)
+        check_number(self.min_window_s, field="min_window_s", low=0, high=3600)
+        check_number(self.timeout_s, field="timeout_s", low=1, high=86400)
+        check_number(self.max_running, field="max_running", low=1, high=64, integer=True)
+        check_number(self.min_pair_gain, field="min_pair_gain", low=0, high=3)
 
 
 def probing_enabled(config: ProbeConfig, device: str) -> bool:
@@ -242,10 +261,8 @@ class ProbeManager:
     def _finish(self, record: dict[str, Any], exit: Mapping[str, Any] | None, lost: str) -> None:
         record["finished_at"] = time.time()
         record["gpu_s"] = round(record["finished_at"] - record["started_at"], 3)  # one GPU for its wall time
-        result_file = Path(record["doc"]["jobs"][0]["dir"]) / "result.json"
-        try:
-            result = json.loads(result_file.read_text())
-        except (OSError, ValueError):
+        result = _read_result(Path(record["doc"]["jobs"][0]["dir"]))
+        if result is None:
             reason = f"exit status {exit.get('returncode')}: {exit.get('last_line', '')}" if exit else lost
             record.update(state=FAILED, error=f"no result ({reason})"[:300])
             self._save(("probe-failed", f"{record['key']}: {record['error']}"))
@@ -297,10 +314,33 @@ class ProbeManager:
             db.event(None, kind, detail)
 
 
+def _read_result(directory: Path) -> dict[str, Any] | None:
+    """A probe's ``result.json``, read bounded and checked (runs of ``jobs``, ``status``, finite iteration times);
+    None when there is none usable."""
+    from common.safe_load import parse_json
+    from common.untrusted import UntrustedFile, read_regular
+
+    try:
+        data = read_regular(directory, "result.json", max_bytes=1024 * 1024)
+        result = parse_json(data.decode("utf-8"), source="result.json") if data is not None else None
+    except (UntrustedFile, InputError, UnicodeDecodeError):
+        return None
+    runs = result.get("runs") if isinstance(result, dict) else None
+    good = isinstance(runs, list) and all(
+        isinstance(r, dict) and isinstance(r.get("jobs"), list) and isinstance(r.get("status"), str)
+        and isinstance(r.get("error", ""), str)
+        and isinstance(r.get("window_s", 0), (int, float)) and (r.get("status") != "ok" or (
+            isinstance(r.get("iter_time_s"), list) and len(r["iter_time_s"]) == len(r["jobs"])
+            and all(in_range(t, MIN_ITER_TIME_S, MAX_SECONDS) for t in r["iter_time_s"]))) for r in runs)
+    return result if good else None
+
+
 def _observe(db: Any, record: Mapping[str, Any], run: Mapping[str, Any]) -> list[list[Any]]:
     """One run's iteration times as observations at one GPU: solo (partner type ''), or each member against
     the other's type; returns the measurement keys written."""
     apps = {f"{model}@{batch}": (app, int(batch)) for app, model, batch in record["members"]}  # runner's labels
+    if not all(label in apps for label in run["jobs"]):
+        return []  # not what this probe ran: nothing learned from it
     members = [apps[label] for label in run["jobs"]]
     wrote = []
     for i, ((app, batch), iter_time) in enumerate(zip(members, run["iter_time_s"])):

@@ -25,7 +25,6 @@ server loses nothing, and a restarted server polls the stored groups and carries
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
@@ -33,19 +32,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from common.errors import InputError
+from common.bounds import MAX_SECONDS
 from scheduler.executor.base import Executor
-from scheduler.ilp.config import IlpConfig
+from scheduler.executor.job_files import checked_files
 from scheduler.learning.measured import job_type, learned_ratios
 from scheduler.learning.online import LearnedGoodputModel, policy_table, round_job_types
 from scheduler.model.cluster import Cluster
 from scheduler.model.colocation import ColocationTable
-from scheduler.model.goodput import GoodputModel
+from scheduler.model.goodput import GoodputModelBase
 from scheduler.model.jobs import Job
 from scheduler.service import admission, rounds, waiting
+from scheduler.service import lock as server_lock
 from scheduler.service.batch_hold import HeldBatchModel, batch_holds
 from scheduler.service.config import ServeConfig
 from scheduler.service.probes import ProbeManager, probing_enabled
+from scheduler.service.rows import MIN_ITER_TIME_S
 from scheduler.service.stability import fold_startup, hurting_members, load_startups, pinned_jobs
 from scheduler.service.store import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobRow, StateStore
 
@@ -73,19 +74,14 @@ class Server:
     """One scheduler instance over one state directory."""
 
     def __init__(self, state: StateStore, cluster: Cluster, executor: Executor, config: ServeConfig = ServeConfig(),
-                 *, profiles: GoodputModel | None = None, colocation: ColocationTable | None = None) -> None:
+                 *, profiles: GoodputModelBase | None = None, colocation: ColocationTable | None = None) -> None:
         from scheduler.policies import make_policy
 
         self.state, self.cluster, self.executor, self.config = state, cluster, executor, config
         self.profiles, self.colocation = profiles, colocation
-        options = {**config.stability.ilp_options(config.policy), **config.policy_options}
         # what a restart costs when a batch change must pay for one: the ILP's S, whatever the policy
-        self._restart_cost_s = float(options.get("restart_cost_s", IlpConfig().restart_cost_s))
-        try:
-            self.policy = make_policy(config.policy, **options)
-        except TypeError as err:
-            raise InputError(f"policy {config.policy!r} does not take these options ({err})", field="--policy",
-                             valid="options only for the colocate and sia policies") from None
+        self._restart_cost_s = config.ilp.restart_cost_s
+        self.policy = make_policy(config.policy, **config.policy_options())
         self.runs = state.dir / "runs"
         self.runs.mkdir(exist_ok=True)
         self._lock: Any = None  # the open lock file, held for the server's lifetime
@@ -95,22 +91,12 @@ class Server:
         self._startups_changed = False
         self.on_round_end: Callable[[Server, RoundStats], None] | None = None  # e.g. metrics
         self.probes: ProbeManager | None = None  # automatic probes (:mod:`.probes`), made by acquire()
+        self._recorded: set[tuple[str, str, str]] = set()  # set-aside rows already recorded as events
 
     # -- lifetime ----------------------------------------------------------------------------------------
-    def acquire(self) -> None:
-        """One server per state directory (the lock dies with the process, ``kill -9`` included). The lock
-        file holds the server's pid (opened without truncating, so a refused second server cannot erase it)."""
-        handle = open(self.state.dir / "server.lock", "a+")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise InputError("another colocate serve runs on this state directory", source=self.state.dir,
-                             field="--state", valid="one server per state directory") from None
-        handle.truncate(0)
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        self._lock = handle
+    def acquire(self, lock: Any = None) -> None:
+        """One server per state directory (:mod:`.lock`; ``lock``: taken already, before anything was written)."""
+        self._lock = lock if lock is not None else server_lock.take(self.state.dir)
         if probing_enabled(self.config.probe, self.config.device):
             self.probes = ProbeManager(self.state, self.cluster, self.executor, self.config.probe,
                                        device=self.config.device, sharing=self.config.sharing,
@@ -183,9 +169,10 @@ class Server:
         enact_s, enact_cpu = time.perf_counter() - enacting, time.process_time() - enacting_cpu
         reasons = waiting.reasons([*rows, *held_back], self.cluster, decision, placement, self._pending, table, policy_jobs,
                                   self.policy)
-        number = int(self.state.meta("rounds") or 0) + 1
+        number = (self.state.meta_value("rounds") or 0) + 1  # a damaged counter is set aside and restarts
         total, total_cpu = time.perf_counter() - began, time.process_time() - began_cpu
         with self.state.transaction() as db:
+            admission.record_set_aside(db, self.state.set_aside, self._recorded)
             db.set_meta("rounds", str(number))
             db.set_meta("heartbeat", str(time.time()))
             db.set_meta("last_round", f"{total:.4f} s total, {policy_s:.4f} s policy, {enact_s:.4f} s enacting")
@@ -218,7 +205,7 @@ class Server:
         """The round's goodput model with running jobs' batches kept unless a change pays (:mod:`.batch_hold`)."""
         live = [r for r in rows if r.state == RUNNING and r.group_key not in self._stopping]
         holds = batch_holds(jobs, {r.name: r.batch_size for r in live if r.batch_size},
-                            {r.name: r.others for r in live}, self._restart_cost_s, self.config.stability.keep_bonus)
+                            {r.name: r.others for r in live}, self._restart_cost_s, self.config.ilp.keep_bonus)
         return HeldBatchModel(model, holds)
 
     def _stop_cancelled_members(self, everyone: list[JobRow]) -> set[str]:
@@ -269,19 +256,25 @@ class Server:
 
     # -- collecting --------------------------------------------------------------------------------------
     def collect(self) -> None:
-        """Poll every live group; settle ended jobs; release groups whose jobs all ended (one transaction)."""
+        """Poll every live group; settle ended jobs; release groups whose jobs all ended (one transaction).
+
+        A poll's job files were read bounded and are checked (:mod:`scheduler.executor.job_files`): a job with bad
+        files misbehaves (stopped, counted as a crash). A running job whose group record is gone (set aside as
+        damaged) crashed too: it is retried in a new group, which fences any copy still running."""
         groups = self.state.groups()
-        if not groups:
-            return
         polls = {key: self.executor.poll(g["handle"]["handle"], g["handle"]["doc"]) for key, g in groups.items()}
-        admission.clean_polls(polls)  # progress files are written by user commands: malformed ones are ignored
         rows = {r.name: r for r in self.state.jobs()}
+        orphans = [r for r in rows.values() if r.state == RUNNING and r.group_key not in groups]
+        if not groups and not orphans:
+            return
         finished: list[str] = []
         with self.state.transaction() as db:
             for key, group in groups.items():
                 if self._collect_group(db, key, group, polls[key], rows, key in self._stopping):
                     db.drop_group(key)
                     finished.append(key)
+            for row in orphans:
+                self._crashed(db, row, "its group's record is missing or was set aside")
             if self._startups_changed:
                 db.set_meta("startup_s", json.dumps(self._startups))
                 self._startups_changed = False
@@ -300,10 +293,21 @@ class Server:
         """
         ended: list[str] = []
         ended_by = poll.ended_by if poll is not None and not stopping else None
-        for name in group["jobs"]:
-            files = (poll.jobs.get(name) if poll is not None else None) or {}
+        members = [n for n in group["jobs"] if n in rows]
+        if not members:  # every member's row is set aside: leave the group as it is
+            return False
+        for name in members:
+            reported = poll.jobs.get(name) if poll is not None else None
+            files = checked_files(reported) if reported is not None else {}
             row = rows[name]
             if row.state != RUNNING or row.group_key != key:
+                ended.append(name)
+                continue
+            if files.get("problem"):  # bad files: it misbehaves, stopped alone and counted as a crash
+                db.event(row.name, "bad-file", files["problem"][:1000])
+                self._crashed(db, row, f"misbehaved: {files['problem']}"[:1000])
+                if len(members) > 1:  # alone, its group is released (killed) once this collect drops it
+                    admission.stop_member(self._job_dir(name))
                 ended.append(name)
                 continue
             if row.sample_step is None and self._progress(db, row, files.get("progress"), rows):
@@ -327,7 +331,7 @@ class Server:
             elif poll is None or not poll.alive:
                 self._crashed(db, row, ended_by or "its group is gone (supervisor, runner or node died)")
                 ended.append(name)
-        alone = [n for n in group["jobs"] if n not in ended]
+        alone = [n for n in members if n not in ended]
         if ended:
             for name in alone:  # a member ended: the survivors share these GPUs with fewer jobs (or none)
                 db.update_job(name, partner=",".join(o for o in rows[name].others if o in alone) or None)
@@ -347,17 +351,18 @@ class Server:
         """Fold a job's progress into its row; True when this poll took its first sample of this run."""
         if not progress:
             return False
-        step, elapsed = int(progress.get("step", 0)), float(progress.get("elapsed_s", 0.0))
-        own = step - int(progress.get("restored_step", 0) or 0)
-        fields: dict[str, Any] = {"step": step, "samples": int(progress.get("samples", 0) or 0)}
+        step, elapsed = int(progress["step"]), float(progress["elapsed_s"])  # checked: job_files.check_progress
+        own = step - int(progress["restored_step"])
+        fields: dict[str, Any] = {"step": step, "samples": int(progress["samples"])}
         if own >= WARMUP_STEPS:
             if (row.sample_step is not None and row.sample_elapsed is not None and step - row.sample_step >= 2
                     and elapsed > row.sample_elapsed):
                 iter_time = (elapsed - row.sample_elapsed) / (step - row.sample_step)
-                partner_type = group_type([rows[o] for o in row.others if o in rows])
-                db.add_measurement(row.spec.app, row.gpu_type or "", row.num_gpus, row.batch_size or 0, partner_type,
-                                   iter_time)
-                fields["samples_per_s"] = (row.batch_size or 0) / iter_time
+                if MIN_ITER_TIME_S <= iter_time <= MAX_SECONDS:  # else not a time anything trains at: not learned
+                    partner_type = group_type([rows[o] for o in row.others if o in rows])
+                    db.add_measurement(row.spec.app, row.gpu_type or "", row.num_gpus, row.batch_size or 0,
+                                       partner_type, iter_time)
+                    fields["samples_per_s"] = (row.batch_size or 0) / iter_time
             if row.sample_step is None or step - row.sample_step >= 2:
                 fields.update(sample_step=step, sample_elapsed=elapsed)
         db.update_job(row.name, **fields)
@@ -434,10 +439,10 @@ class Server:
         return started, tuple(deferred)
 
     def _start_unit(self, unit: rounds.Unit, rows: dict[str, JobRow]) -> int:
-        from scheduler.service.groups import build_group, group_document
+        from scheduler.service.groups import build_group, group_document, last_group_number
 
         with self.state.transaction() as db:
-            number = int(self.state.meta("groups") or 0) + 1
+            number = last_group_number(self.state) + 1
             db.set_meta("groups", str(number))
         key = f"g{number:05d}"
         try:

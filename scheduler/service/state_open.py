@@ -5,7 +5,8 @@ Every way a state path can be wrong ends in one line naming the file and what to
 * the ``--state`` path is a file, or lies under a file, or cannot be created;
 * ``state.db`` is a directory, garbage, truncated or otherwise damaged (SQLite's own checks:
   ``PRAGMA quick_check``), another program's SQLite file (tables but no colocate ``meta`` table with a
-  schema version — such a file is never changed: nothing is added to it), or of another schema version;
+  schema version — such a file is never changed: nothing is added to it), of another schema version, or a
+  table of another layout (columns, declared types, NOT NULL, primary key: :func:`_check_columns`);
 * a lock held by another program for longer than :func:`lock_wait` seconds (``COLOCATE_STATE_LOCK_WAIT_S``,
   default :data:`DEFAULT_LOCK_WAIT_S`).
 
@@ -20,6 +21,7 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from urllib.parse import quote
 
@@ -92,7 +94,7 @@ def _connect(path: Path, readonly: bool, lock_wait_s: float) -> sqlite3.Connecti
     return conn
 
 
-def _check_ours(conn: sqlite3.Connection, path: Path, version: str) -> bool:
+def _check_ours(conn: sqlite3.Connection, path: Path, version: str, schema: str) -> bool:
     """True for a colocate state database of ``version``, False for an empty file; else an error."""
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not tables:
@@ -110,11 +112,48 @@ def _check_ours(conn: sqlite3.Connection, path: Path, version: str) -> bool:
     missing = [t for t in _OURS if t not in tables]
     if missing:
         raise InputError(f"has no table {missing[0]!r}", source=path, field="--state", valid=RECOVERY)
+    _check_columns(conn, path, schema)
     check = conn.execute("PRAGMA quick_check").fetchone()
     if check is None or check[0] != "ok":
         raise InputError(f"fails SQLite's check ({str(check[0] if check else '')[:120]})", source=path,
                          field="--state", valid=RECOVERY)
     return True
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[tuple[str, str, int, int]]:
+    """(name, declared type, NOT NULL, position in the primary key) of each column, in order."""
+    return [(str(r[1]), str(r[2]).upper(), int(r[3]), int(r[5])) for r in conn.execute(f"PRAGMA table_info({table})")]
+
+
+@lru_cache(maxsize=4)
+def _expected_columns(schema: str) -> dict[str, list[tuple[str, str, int, int]]]:
+    """The columns of every table as ``schema`` creates them (built in memory: the schema is their one source)."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for statement in schema.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        return {t: _columns(conn, t) for t in _OURS}
+    finally:
+        conn.close()
+
+
+def _check_columns(conn: sqlite3.Connection, path: Path, schema: str) -> None:
+    """Each table has exactly the columns this version writes and reads — names, types, NOT NULL and primary
+    key, in order (rows are inserted by position): a table of another layout is refused at start-up rather
+    than failing on its first row."""
+    for table, expected in _expected_columns(schema).items():
+        found = _columns(conn, table)
+        if found == expected:
+            continue
+        names = [c[0] for c in expected]
+        have = {c[0]: c for c in found}
+        lacking = [n for n in names if n not in have]
+        extra = [c[0] for c in found if c[0] not in names]
+        changed = [c[0] for c in expected if c[0] in have and have[c[0]] != c]
+        problem = (f"lacks column {lacking[0]!r}" if lacking else f"has an unknown column {extra[0]!r}" if extra
+                   else f"column {changed[0]!r} is declared differently" if changed else "has its columns in another order")
+        raise InputError(f"table {table!r} {problem}", source=path, field="--state", valid=RECOVERY)
 
 
 def open_database(path: Path, *, readonly: bool, lock_wait_s: float, schema: str, version: str) -> sqlite3.Connection:
@@ -126,7 +165,7 @@ def open_database(path: Path, *, readonly: bool, lock_wait_s: float, schema: str
     with database_errors(path, lock_wait_s):
         conn = _connect(path, readonly, lock_wait_s)
         try:
-            ours = _check_ours(conn, path, version)
+            ours = _check_ours(conn, path, version, schema)
             if readonly and not ours:  # an empty file: reads as an empty state
                 conn.close()
                 return _empty(schema, version)

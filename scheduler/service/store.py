@@ -30,7 +30,19 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import InputError
+from common.names import is_safe_name
 from scheduler.service.jobspec import JobSpec
+from scheduler.service.rows import (
+    MAX_COUNT,
+    BadRow,
+    check_event,
+    check_group,
+    check_job,
+    check_measurement,
+    check_meta,
+    int_list,
+    row_key,
+)
 from scheduler.service.state_open import lock_wait
 
 DB_NAME = "state.db"  # state_open.refuse_state_target knows this name too
@@ -96,7 +108,8 @@ class JobRow:
     @classmethod
     def from_sql(cls, row: sqlite3.Row, specs: dict[Any, JobSpec | InputError] | None = None,
                  source: str = DB_NAME) -> "JobRow":
-        """Build from a row; ``specs`` caches validated specs by their JSON text (a job's spec never changes).
+        """Build from a row whose other columns :func:`~scheduler.service.rows.check_job` accepted; ``specs``
+        caches validated specs by their JSON text (a job's spec never changes).
 
         The spec is validated again (:func:`~scheduler.service.jobspec.spec_from_row`): a row that fails —
         written behind ``submit``'s back, or damaged — comes back with a stand-in spec and the reason in
@@ -116,13 +129,7 @@ class JobRow:
             if specs is not None:
                 specs[key] = spec
         values["cancel_requested"] = bool(values["cancel_requested"])
-        try:
-            values["nodes"] = tuple(int(n) for n in json.loads(values["nodes"])) if values["nodes"] else ()
-            values["gpus"] = tuple(int(g) for g in json.loads(values["gpus"])) if values["gpus"] else ()
-        except (TypeError, ValueError) as err:
-            values["nodes"], values["gpus"] = (), ()
-            spec = spec if isinstance(spec, InputError) else InputError(
-                f"nodes/gpus are not lists of integers ({err})", source=f"{source}: job {values['name']!r}")
+        values["nodes"], values["gpus"] = int_list(values["nodes"], "nodes"), int_list(values["gpus"], "gpus")
         if isinstance(spec, InputError):
             values["invalid"] = str(spec)
             spec = JobSpec(name=str(values["name"]), batch_size=1, steps=1, max_retries=0)
@@ -173,6 +180,9 @@ class StateStore:
         self.lock_wait_s = lock_wait() if lock_wait_s is None else lock_wait_s
         self._specs: dict[Any, JobSpec | InputError] = {}
         self._rows: dict[tuple[Any, ...], JobRow] = {}
+        self._meta_text: dict[str, str] = {}
+        # (table, key) -> why the row is not used: what the last reads found (:mod:`.rows`)
+        self.set_aside: dict[tuple[str, str], str] = {}
         self._conn = open_database(self.path, readonly=readonly, lock_wait_s=self.lock_wait_s, schema=_SCHEMA,
                                    version=SCHEMA_VERSION)
 
@@ -204,58 +214,142 @@ class StateStore:
             self._conn.execute("COMMIT")
 
     # -- reads -------------------------------------------------------------------------------------------
+    # Every read checks each row (:mod:`.rows`); a bad one is left out and its problem kept in ``set_aside``.
+    def _note(self, table: str, values: dict[str, Any], problem: str | None) -> None:
+        key = (table, row_key(table, values))
+        if problem is None:
+            self.set_aside.pop(key, None)
+        else:
+            self.set_aside[key] = problem
+
+    def _forget(self, table: str) -> None:
+        """Before a full read of ``table``: its rows' earlier problems are found again, or were fixed."""
+        self.set_aside = {k: v for k, v in self.set_aside.items() if k[0] != table}
+
+    def _job_row(self, raw: sqlite3.Row) -> JobRow | None:
+        key = tuple(raw)  # an unchanged row (most queued jobs, most rounds) is not rebuilt
+        row = self._rows.get(key)
+        if row is not None:
+            return row
+        values = dict(raw)
+        try:
+            check_job(values)
+            row = JobRow.from_sql(raw, self._specs, str(self.path))
+        except BadRow as err:
+            self._note("jobs", values, str(err))
+            return None
+        self._rows[key] = row
+        return row
+
     @_guarded
     def jobs(self, states: tuple[str, ...] | None = None) -> list[JobRow]:
+        """The usable ``jobs`` rows (in ``states``), in submission order."""
         query = "SELECT * FROM jobs"
         args: tuple[Any, ...] = ()
         if states:
             query += f" WHERE state IN ({','.join('?' * len(states))})"
             args = states
-        rows, seen = [], {}
-        for raw in self._conn.execute(query + " ORDER BY seq", args):
-            key = tuple(raw)  # an unchanged row (most queued jobs, most rounds) is not rebuilt
-            row = self._rows.get(key) or JobRow.from_sql(raw, self._specs, str(self.path))
-            seen[key] = row
-            rows.append(row)
-        if states:
-            self._rows.update(seen)
         else:
-            self._rows = seen  # a full read bounds the cache to the jobs' current versions
+            self._forget("jobs")
+            self._rows = {}  # a full read bounds the cache to the jobs' current versions
+        rows = []
+        for raw in self._conn.execute(query + " ORDER BY seq", args):
+            row = self._job_row(raw)
+            if row is not None:
+                rows.append(row)
         return rows
 
     @_guarded
     def cancel_requested(self, state: str) -> list[str]:
         """Names of jobs in ``state`` whose cancellation was requested."""
         return [r[0] for r in self._conn.execute(
-            "SELECT name FROM jobs WHERE state = ? AND cancel_requested = 1 ORDER BY seq", (state,))]
+            "SELECT name FROM jobs WHERE state = ? AND cancel_requested = 1 ORDER BY seq", (state,))
+            if is_safe_name(r[0])]
 
     @_guarded
     def job(self, name: str) -> JobRow | None:
+        """The job ``name``; None when there is none or its row is set aside."""
         row = self._conn.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
-        return JobRow.from_sql(row, self._specs, str(self.path)) if row else None
+        return self._job_row(row) if row else None
 
     @_guarded
     def groups(self) -> dict[str, dict[str, Any]]:
-        return {r["key"]: {"executor": r["executor"], "handle": json.loads(r["handle"]), "jobs": json.loads(r["jobs"]),
-                           "created_at": r["created_at"]}
-                for r in self._conn.execute("SELECT * FROM groups")}
+        """The usable ``groups`` rows by key: ``{"executor", "handle", "jobs", "created_at"}``."""
+        names = {r[0] for r in self._conn.execute("SELECT name FROM jobs")}
+        self._forget("groups")
+        out = {}
+        for raw in self._conn.execute("SELECT * FROM groups"):
+            values = dict(raw)
+            try:
+                out[values["key"]] = check_group(values, names)
+            except BadRow as err:
+                self._note("groups", values, str(err))
+        return out
 
     @_guarded
     def measurements(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._conn.execute("SELECT * FROM measurements")]
+        """The usable ``measurements`` rows (what the learning code may trust: names, ranges, finite times)."""
+        self._forget("measurements")
+        out = []
+        for raw in self._conn.execute("SELECT * FROM measurements"):
+            values = dict(raw)
+            try:
+                check_measurement(values)
+            except BadRow as err:
+                self._note("measurements", values, str(err))
+                continue
+            out.append(values)
+        return out
 
     @_guarded
     def events(self, job: str | None = None) -> list[dict[str, Any]]:
         if job is None:
+            self._forget("events")
             rows = self._conn.execute("SELECT * FROM events ORDER BY id")
         else:
             rows = self._conn.execute("SELECT * FROM events WHERE job = ? ORDER BY id", (job,))
-        return [dict(r) for r in rows]
+        out = []
+        for raw in rows:
+            values = dict(raw)
+            try:
+                check_event(values)
+            except BadRow as err:
+                self._note("events", values, str(err))
+                continue
+            out.append(values)
+        return out
 
     @_guarded
     def meta(self, key: str) -> str | None:
+        """The text of meta ``key``; None when absent or set aside (not what its readers expect: :mod:`.rows`)."""
+        return None if self.meta_value(key) is None else self._meta_text.get(key)
+
+    @_guarded
+    def meta_value(self, key: str) -> Any:
+        """Meta ``key`` as its readers use it (a counter as an int, a JSON value parsed); None when absent or
+        set aside."""
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
+        self._meta_text.pop(key, None)
+        if row is None:
+            self._note("meta", {"key": key}, None)
+            return None
+        try:
+            value = check_meta(key, row[0])
+        except BadRow as err:
+            self._note("meta", {"key": key}, str(err))
+            return None
+        self._note("meta", {"key": key}, None)
+        self._meta_text[key] = row[0]
+        return value
+
+    @_guarded
+    def check_meta(self) -> None:
+        """Read every meta value once (``state check``: each bad one lands in ``set_aside``)."""
+        for (key,) in self._conn.execute("SELECT key FROM meta").fetchall():
+            if isinstance(key, str):
+                self.meta_value(key)
+            else:
+                self._note("meta", {"key": key}, "the key is not a text")
 
     # -- writes from other processes -------------------------------------------------------------------
     def submit(self, spec: JobSpec, source: str = "<job>") -> str:
@@ -267,7 +361,8 @@ class StateStore:
         earlier in ``jobs``) is an input error naming its source, and queues none of them. One transaction
         holds the write lock once, however many jobs (the server and other submitters wait less)."""
         with self.transaction() as db:
-            seq = db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
+            seq = db.execute("SELECT COALESCE(MAX(CASE WHEN typeof(seq) = 'integer' AND seq BETWEEN 0 AND ? THEN seq "
+                             "END), 0) FROM jobs", (MAX_COUNT,)).fetchone()[0]
             for spec, source in jobs:
                 if db.execute("SELECT 1 FROM jobs WHERE name = ?", (spec.name,)).fetchone():
                     raise InputError(f"a job named {spec.name!r} was already submitted", source=source,

@@ -58,3 +58,24 @@ def learned_view(state: StateStore) -> dict[str, Any]:
         pairs.append({**r, "source": source(*keys)})
     shown = [{k: v for k, v in p.items() if k not in ("doc", "handle", "wrote", "members")} for p in probes]
     return {"throughput": solo, "colocation": pairs, "probes": shown}
+
+
+def server_status(state: StateStore) -> dict[str, Any]:
+    """Whether a ``colocate serve`` holds the state directory now (its lock, :mod:`.lock`), its pid and the time of
+    its last round (``heartbeat``)."""
+    from scheduler.service.lock import server_running
+
+    running = server_running(state.dir)
+    return {"running": running, "pid": state.meta_value("server_pid") if running else None,
+            "heartbeat": state.meta_value("heartbeat")}
+
+
+def set_aside_view(state: StateStore) -> list[dict[str, str]]:
+    """The rows the reads so far set aside as damaged (:mod:`.rows`): table, key and problem."""
+    return [{"table": table, "key": key, "problem": problem} for (table, key), problem in sorted(state.set_aside.items())]
+
+
+def learned_pairs(pairs: list[dict[str, Any]]) -> int:
+    """Pairs learned: both members measured together and alone (the rows ``colocate learned --out`` writes).
+    ``colocate learned`` and the ``colocate_learned_pairs`` metric both count these."""
+    return sum(1 for p in pairs if p.get("solo_source") == "measured")

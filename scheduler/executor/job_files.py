@@ -1,0 +1,168 @@
+"""What a job's directory holds, read as untrusted input: its progress, its exit record, its log's last line.
+
+A running job owns its directory (``colocate serve``: ``STATE/jobs/NAME/``; ``colocate launch``: its log
+folder) and may write anything there. The server reads these files every round, so each one is read by
+:func:`common.untrusted.read_regular` (a regular file, not a link; at most :data:`MAX_RECORD_BYTES`; within a
+deadline; never waiting on a pipe) and parsed by :func:`common.safe_load.parse_json` (nesting, duplicate keys,
+NaN), then checked field by field:
+
+==============================  ================================================================================
+progress (``progress.json``)    a JSON object; ``step`` and ``restored_step`` integers in [0, 10¹²] (a step
+                                trains at least one sample: the samples bound of a job file), ``restored_step``
+                                ≤ ``step``; ``samples`` an integer in [0, 10¹⁶] (10⁹ steps × a batch of 10⁷);
+                                ``elapsed_s`` and ``iter_time_s`` numbers in [0, 10⁸]; ``samples_per_s`` in
+                                [0, 10¹⁶]; ``steps`` null or an integer in [0, 10⁹]; ``state`` null, "running",
+                                "finished" or "stopped". Other keys are allowed and ignored.
+exit record (``exit.json``)     written by the group's supervisor (the job could overwrite it): ``returncode``
+                                null or an integer in [-255, 255], ``stop_requested`` a boolean, ``last_line`` a
+                                string of at most 1,000 characters, ``generation`` null or a string
+==============================  ================================================================================
+
+A file that fails is a *problem* naming the file and what is wrong (``progress.json: is a named pipe (not a
+regular file)``); the server records it against the job as misbehaviour (:mod:`scheduler.service.server`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from common.bounds import MAX_PROGRESS_SAMPLES, MAX_PROGRESS_STEPS, MAX_SECONDS, MAX_STEPS, in_range
+from common.errors import InputError
+from common.safe_load import parse_json
+from common.untrusted import UntrustedFile, read_regular
+
+MAX_RECORD_BYTES = 64 * 1024  # a progress or exit record is a few hundred bytes
+LOG_TAIL_BYTES = 8192  # how much of a log's end is read for its last line
+PROGRESS_STATES = ("running", "finished", "stopped")
+MAX_LAST_LINE = 1000
+# key -> (low, high, integer)
+_PROGRESS_NUMBERS: dict[str, tuple[float, float, bool]] = {
+    "step": (0, MAX_PROGRESS_STEPS, True), "restored_step": (0, MAX_PROGRESS_STEPS, True),
+    "samples": (0, MAX_PROGRESS_SAMPLES, True), "elapsed_s": (0, MAX_SECONDS, False),
+    "iter_time_s": (0, MAX_SECONDS, False), "samples_per_s": (0, MAX_PROGRESS_SAMPLES, False),
+    "steps": (0, MAX_STEPS, True),
+}
+
+
+class BadRecord(Exception):
+    """A record a job wrote is not one we use: ``str(err)`` names the file and the problem."""
+
+
+def check_progress(data: Any, name: str = "progress.json") -> dict[str, Any]:
+    """The progress record ``data`` with its numbers checked (see the module docstring); :class:`BadRecord`
+    otherwise. Missing numbers read as 0 (``step``, ``samples``, ``restored_step``, ``elapsed_s``) or None."""
+    if not isinstance(data, dict):
+        raise BadRecord(f"{name}: is not a JSON object")
+    out = dict(data)
+    for key, (low, high, integer) in _PROGRESS_NUMBERS.items():
+        value = data.get(key)
+        if value is None:
+            out[key] = 0 if key in ("step", "samples", "restored_step", "elapsed_s") else None
+            continue
+        if not in_range(value, low, high, integer=integer):
+            kind = "an integer" if integer else "a number"
+            raise BadRecord(f"{name}: field '{key}': {_shown(value)} is not {kind} in [{low:g}, {high:g}]")
+        out[key] = int(value) if integer else float(value)
+    if out["restored_step"] > out["step"]:
+        raise BadRecord(f"{name}: field 'restored_step': {out['restored_step']} is more than step {out['step']}")
+    if data.get("state") is not None and data.get("state") not in PROGRESS_STATES:
+        raise BadRecord(f"{name}: field 'state': {_shown(data.get('state'))} is not one of "
+                        f"{', '.join(PROGRESS_STATES)}")
+    return out
+
+
+def check_exit(data: Any, name: str = "exit.json") -> dict[str, Any]:
+    """An exit record with its fields checked; :class:`BadRecord` otherwise."""
+    if not isinstance(data, dict):
+        raise BadRecord(f"{name}: is not a JSON object")
+    code = data.get("returncode")
+    if code is not None and not in_range(code, -255, 255, integer=True):
+        raise BadRecord(f"{name}: field 'returncode': {_shown(code)} is not an exit status in [-255, 255]")
+    if not isinstance(data.get("stop_requested", False), bool):
+        raise BadRecord(f"{name}: field 'stop_requested': {_shown(data.get('stop_requested'))} is not a boolean")
+    line = data.get("last_line", "")
+    if not isinstance(line, str) or len(line) > MAX_LAST_LINE:
+        raise BadRecord(f"{name}: field 'last_line': not a string of at most {MAX_LAST_LINE} characters")
+    generation = data.get("generation")
+    if generation is not None and (not isinstance(generation, str) or len(generation) > 100):
+        raise BadRecord(f"{name}: field 'generation': {_shown(generation)} is not a group key")
+    return {**data, "returncode": None if code is None else int(code),
+            "stop_requested": bool(data.get("stop_requested", False)), "last_line": line}
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def read_record(directory: str | Path, name: str, check: Callable[[Any, str], dict[str, Any]]) -> dict[str, Any] | None:
+    """The checked record ``directory/name``, or None when there is none; :class:`BadRecord` when it is bad."""
+    try:
+        data = read_regular(directory, name, max_bytes=MAX_RECORD_BYTES)
+    except UntrustedFile as err:
+        raise BadRecord(f"{name}: {err}") from None
+    if data is None:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRecord(f"{name}: is not UTF-8 text") from None
+    try:
+        return check(parse_json(text, source=name), name)
+    except InputError as err:
+        raise BadRecord(f"{name}: {err.detail}") from None
+
+
+def job_records(directory: str | Path, progress_file: str, exit_file: str) -> dict[str, Any]:
+    """``{"progress", "exit", "problem"}`` of one job: each record checked, or None with the problem named."""
+    out: dict[str, Any] = {"progress": None, "exit": None, "problem": None}
+    problems = []
+    for key, name, check in (("progress", progress_file, check_progress), ("exit", exit_file, check_exit)):
+        try:
+            out[key] = read_record(directory, name, check)
+        except BadRecord as err:
+            problems.append(str(err))
+    out["problem"] = "; ".join(problems) or None
+    return out
+
+
+def checked_files(files: Any) -> dict[str, Any]:
+    """A job's records as an executor reported them (a Ray actor answers with plain dicts), checked again
+    here: whatever fails is dropped and named in ``problem``."""
+    if not isinstance(files, dict):
+        return {"progress": None, "exit": None, "problem": "the executor reported no records for it"}
+    out: dict[str, Any] = {"progress": None, "exit": None}
+    problems = [files["problem"]] if isinstance(files.get("problem"), str) and files["problem"] else []
+    for key, check in (("progress", check_progress), ("exit", check_exit)):
+        if files.get(key) is None:
+            continue
+        try:
+            out[key] = check(files[key], f"{key} record")
+        except BadRecord as err:
+            problems.append(str(err))
+    out["problem"] = "; ".join(problems)[:1000] or None
+    return out
+
+
+def read_progress(path: str | Path) -> dict[str, Any] | None:
+    """The last progress a job wrote at ``path`` (checked), or None when there is none or it is bad."""
+    p = Path(path)
+    try:
+        return read_record(p.parent, p.name, check_progress)
+    except BadRecord:
+        return None
+
+
+def last_line(path: str | Path, limit: int = 300) -> str:
+    """The last non-blank line of a log (its last :data:`LOG_TAIL_BYTES` read), or why it cannot be read."""
+    p = Path(path)
+    try:
+        data = read_regular(p.parent, p.name, max_bytes=LOG_TAIL_BYTES, tail=True)
+    except UntrustedFile as err:
+        return f"({p.name} {err})"
+    if not data:
+        return ""
+    lines = [ln for ln in data.decode(errors="replace").splitlines() if ln.strip()]
+    return lines[-1][:limit] if lines else ""

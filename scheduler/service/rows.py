@@ -1,0 +1,302 @@
+"""Every row of the state database is checked when it is read; a bad one is set aside, not used.
+
+The server wrote these rows, but anything may have changed them since (a hand edit, a recovery with
+``sqlite3 .recover``, an older version, a disk error). SQLite keeps any value in any column, so each
+reader here checks the *type and range* of every column it uses and returns the row, or the reason it is
+not usable. :class:`~scheduler.service.store.StateStore` keeps the reasons (``set_aside``: table and key →
+problem); the server records each once as a ``set-aside`` event, ``colocate state check`` lists them, and no
+round or read-only command fails on one.
+
+=================  ===========================================================================================
+table              what a usable row is
+=================  ===========================================================================================
+``jobs``           a name (a text); a known state; times finite (seconds since 1970, below 10¹⁰); counters and
+                   progress integers in range (step ≤ 10¹², samples ≤ 10¹⁶: the bounds of job files);
+                   ``nodes``/``gpus`` JSON lists of integers in [0, 100000); ``partner`` other jobs' safe
+                   names; ``gpu_type``/``group_key`` safe names (the spec is checked by the job-file validator:
+                   a job whose spec fails is *failed* with the reason, see :mod:`.admission`)
+``groups``         a safe key; ``jobs`` a JSON list of 1–3 jobs that exist; ``handle`` a JSON object whose
+                   group document names this key and those jobs, its paths a state directory's
+                   ``jobs/NAME`` and ``runs/KEY.pid``
+``measurements``   application and GPU type safe names; GPU count and batch in the job files' bounds;
+                   ``partner_type`` empty or one or two job types ``APP@BATCH`` joined by ``+``; a finite
+                   iteration time in [10⁻⁶, 10⁸] s; a count in [1, 2⁶²]
+``events``         a time, a kind and a detail of the right types
+``meta``           per key (:data:`META_CHECKS`): counters are integers, times finite, JSON values of the
+                   right shape
+=================  ===========================================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from common.bounds import (
+    MAX_BATCH,
+    MAX_EPOCH_S,
+    MAX_GPUS,
+    MAX_PROGRESS_SAMPLES,
+    MAX_PROGRESS_STEPS,
+    MAX_SECONDS,
+    in_range,
+)
+from common.names import is_safe_name, shown
+from common.untrusted import printable
+from scheduler.service.probe_records import valid_record
+
+STATES = ("queued", "running", "completed", "failed", "cancelled")
+MIN_ITER_TIME_S = 1e-6  # no training step takes less than a microsecond
+MAX_COUNT = 2**62
+MAX_TEXT = 100_000
+MAX_PID = 2**22  # Linux's highest pid_max  # an error or detail column (the server writes at most a few hundred characters)
+
+
+class BadRow(Exception):
+    """A row that is not usable: ``str(err)`` says which column and why."""
+
+
+def _number(values: Mapping[str, Any], column: str, low: float, high: float, *, integer: bool = False,
+            nullable: bool = False) -> None:
+    value = values.get(column)
+    if value is None and nullable:
+        return
+    if not in_range(value, low, high, integer=integer):
+        kind = "an integer" if integer else "a number"
+        raise BadRow(f"column '{column}': {shown(value)} is not {kind} in [{low:g}, {high:g}]")
+
+
+def _name(values: Mapping[str, Any], column: str, *, nullable: bool = False) -> None:
+    value = values.get(column)
+    if value is None and nullable:
+        return
+    if not is_safe_name(value):
+        raise BadRow(f"column '{column}': {shown(value)} is not a safe name")
+
+
+def _text(values: Mapping[str, Any], column: str, *, nullable: bool = False) -> None:
+    value = values.get(column)
+    if (value is None and nullable) or (isinstance(value, str) and len(value) <= MAX_TEXT):
+        return
+    raise BadRow(f"column '{column}': {shown(value)} is not a text of at most {MAX_TEXT} characters")
+
+
+def int_list(text: Any, column: str, high: int = MAX_GPUS) -> tuple[int, ...]:
+    """A stored JSON list of integers in [0, high) (``nodes``, ``gpus``); :class:`BadRow` otherwise."""
+    if text is None or text == "":
+        return ()
+    try:
+        data = json.loads(text) if isinstance(text, str) and len(text) <= 10 * MAX_GPUS else None
+    except (ValueError, RecursionError):
+        data = None
+    if (not isinstance(data, list) or len(data) > MAX_GPUS
+            or not all(in_range(v, 0, high - 1, integer=True) for v in data)):
+        raise BadRow(f"column '{column}': {shown(text)} is not a JSON list of integers in [0, {high})")
+    return tuple(int(v) for v in data)
+
+
+def check_job(values: Mapping[str, Any]) -> None:
+    """A ``jobs`` row's columns other than ``spec`` (see the module docstring). The name is checked with the
+    spec (the job-file validator): a job whose name or spec is not one ``submit`` accepts is failed, not hidden."""
+    if not isinstance(values.get("name"), str) or len(values["name"]) > 1000:
+        raise BadRow(f"column 'name': {shown(values.get('name'))} is not a text")
+    if values.get("state") not in STATES:
+        raise BadRow(f"column 'state': {shown(values.get('state'))} is not one of {', '.join(STATES)}")
+    _number(values, "submitted_at", 0, MAX_EPOCH_S)
+    for column in ("started_at", "finished_at"):
+        _number(values, column, 0, MAX_EPOCH_S, nullable=True)
+    _number(values, "cancel_requested", 0, 1, integer=True)
+    for column in ("restarts", "crashes"):
+        _number(values, column, 0, MAX_COUNT, integer=True)
+    _number(values, "num_gpus", 0, MAX_GPUS, integer=True)
+    _number(values, "batch_size", 1, MAX_BATCH, integer=True, nullable=True)
+    _number(values, "step", 0, MAX_PROGRESS_STEPS, integer=True)
+    _number(values, "samples", 0, MAX_PROGRESS_SAMPLES, integer=True)
+    _number(values, "samples_per_s", 0, MAX_PROGRESS_SAMPLES, nullable=True)
+    _number(values, "sample_step", 0, MAX_PROGRESS_STEPS, integer=True, nullable=True)
+    _number(values, "sample_elapsed", 0, MAX_SECONDS, nullable=True)
+    _number(values, "seq", 0, MAX_COUNT, integer=True)
+    _name(values, "gpu_type", nullable=True)
+    _name(values, "group_key", nullable=True)
+    _text(values, "error")
+    partner = values.get("partner")
+    if partner is not None and (not isinstance(partner, str) or not all(is_safe_name(p) for p in partner.split(","))
+                                or len(partner.split(",")) > 2):
+        raise BadRow(f"column 'partner': {shown(partner)} is not one or two job names joined by ','")
+    int_list(values.get("nodes"), "nodes")
+    int_list(values.get("gpus"), "gpus")
+
+
+def check_group(values: Mapping[str, Any], job_names: set[str]) -> dict[str, Any]:
+    """A ``groups`` row as the server uses it (``{"executor", "handle", "jobs", "created_at"}``)."""
+    key = values.get("key")
+    _name(values, "key")
+    _name(values, "executor")
+    _number(values, "created_at", 0, MAX_EPOCH_S)
+    jobs = _json(values, "jobs", list)
+    if not 1 <= len(jobs) <= 3 or not all(is_safe_name(j) for j in jobs) or len(set(jobs)) != len(jobs):
+        raise BadRow(f"column 'jobs': {shown(values.get('jobs'))} is not a list of 1 to 3 job names")
+    missing = [j for j in jobs if j not in job_names]
+    if missing:
+        raise BadRow(f"column 'jobs': names job {missing[0]!r}, which does not exist")
+    handle = _json(values, "handle", dict)
+    doc, started = handle.get("doc"), handle.get("handle")
+    if not isinstance(doc, dict) or not isinstance(started, dict):
+        raise BadRow("column 'handle': not {\"doc\": {...}, \"handle\": {...}}")
+    _check_document(doc, str(key), jobs)
+    if "pid" in started and not in_range(started["pid"], 2, MAX_PID, integer=True):  # never signal init or nonsense
+        raise BadRow(f"column 'handle': pid {shown(started['pid'])} is not a process id")
+    return {"executor": values["executor"], "handle": handle, "jobs": jobs, "created_at": float(values["created_at"])}
+
+
+def _check_document(doc: Mapping[str, Any], key: str, jobs: list[str]) -> None:
+    """The group document names this group and its jobs, and its paths are a state directory's (the server
+    signals the pids its pid file names and reads the files of these directories; a state directory copied
+    for recovery keeps pointing at the original's, which is where its groups run)."""
+    members = doc.get("jobs")
+    if doc.get("key") != key or not isinstance(members, list) or not all(isinstance(m, dict) for m in members):
+        raise BadRow("column 'handle': its group document does not describe this group")
+    if [m.get("name") for m in members] != jobs:
+        raise BadRow("column 'handle': its group document names other jobs than column 'jobs'")
+    dirs = [m.get("dir") for m in members]
+    pid_file = doc.get("pid_file")
+    if (not all(isinstance(d, str) and Path(d).is_absolute() and Path(d).name == m["name"] and Path(d).parent.name
+                == "jobs" for d, m in zip(dirs, members))
+            or not isinstance(pid_file, str) or not Path(pid_file).is_absolute() or Path(pid_file).name != f"{key}.pid"):
+        raise BadRow("column 'handle': its group document's paths are not a state directory's jobs/NAME and "
+                     "runs/KEY.pid")
+
+
+def _json(values: Mapping[str, Any], column: str, kind: type) -> Any:
+    text = values.get(column)
+    try:
+        data = json.loads(text) if isinstance(text, str) and len(text) <= 10 * MAX_TEXT else None
+    except (ValueError, RecursionError):
+        data = None
+    if not isinstance(data, kind):
+        raise BadRow(f"column '{column}': not a JSON {'list' if kind is list else 'object'}")
+    return data
+
+
+def is_job_type(text: Any) -> bool:
+    """``APP@BATCH``: a safe application name and a batch size in range."""
+    if not isinstance(text, str):
+        return False
+    app, at, batch = text.rpartition("@")
+    return bool(at) and is_safe_name(app) and batch.isdigit() and len(batch) <= 9 and 1 <= int(batch) <= MAX_BATCH
+
+
+def check_measurement(values: Mapping[str, Any]) -> None:
+    """A ``measurements`` row (see the module docstring)."""
+    _name(values, "application")
+    _name(values, "gpu_type")
+    _number(values, "num_gpus", 1, MAX_GPUS, integer=True)
+    _number(values, "batch_size", 1, MAX_BATCH, integer=True)
+    _number(values, "iter_time_s", MIN_ITER_TIME_S, MAX_SECONDS)
+    _number(values, "count", 1, MAX_COUNT, integer=True)
+    partner = values.get("partner_type")
+    if partner != "" and not (isinstance(partner, str) and 1 <= len(partner.split("+")) <= 2
+                              and all(is_job_type(p) for p in partner.split("+"))):
+        raise BadRow(f"column 'partner_type': {shown(partner)} is not '' or APP@BATCH (two joined by '+')")
+
+
+def check_event(values: Mapping[str, Any]) -> None:
+    _number(values, "id", 0, MAX_COUNT, integer=True)
+    _number(values, "time", 0, MAX_EPOCH_S)
+    _text(values, "job", nullable=True)
+    _text(values, "kind")
+    _text(values, "detail")
+
+
+def row_key(table: str, values: Mapping[str, Any]) -> str:
+    """How a row is named in a ``set-aside`` record: its primary key, shown safely."""
+    if table == "measurements":
+        parts = [values.get(c) for c in ("application", "gpu_type", "num_gpus", "batch_size", "partner_type")]
+        return printable("/".join(str(p) for p in parts), 120)
+    column = {"jobs": "name", "groups": "key", "events": "id", "meta": "key"}[table]
+    value = values.get(column)
+    return value if isinstance(value, str) and is_safe_name(value) else shown(value)
+
+
+# -- meta ------------------------------------------------------------------------------------------------
+def _counter(text: str) -> Any:
+    value = int(text) if text.strip().isdigit() and len(text.strip()) <= 18 else None
+    if value is None:
+        raise BadRow(f"{shown(text)} is not a counter (an integer >= 0)")
+    return value
+
+
+def _time(text: str) -> Any:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= MAX_EPOCH_S:
+        raise BadRow(f"{shown(text)} is not a time (seconds since 1970)")
+    return value
+
+
+def _duration(text: str) -> Any:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= MAX_SECONDS:
+        raise BadRow(f"{shown(text)} is not a duration in seconds")
+    return value
+
+
+def _json_value(kind: type, item: Callable[[Any, Any], bool]) -> Callable[[str], Any]:
+    def check(text: str) -> Any:
+        data: Any
+        try:
+            data = json.loads(text) if len(text) <= 10 * 2**20 else None
+        except (ValueError, RecursionError):
+            data = None
+        if not isinstance(data, kind):
+            raise BadRow(f"not a JSON {'list' if kind is list else 'object'}")
+        pairs = list(data.items()) if isinstance(data, dict) else list(enumerate(data)) if isinstance(data, list) else []
+        bad = next((k for k, v in pairs if not item(k, v)), None)
+        if bad is not None:
+            raise BadRow(f"entry {shown(bad)} is malformed")
+        return data
+    return check
+
+
+def _startup(key: Any, value: Any) -> bool:
+    return (isinstance(value, list) and len(value) == 2 and in_range(value[0], 0, MAX_SECONDS)
+            and in_range(value[1], 1, MAX_COUNT, integer=True))
+
+
+def _reason(key: Any, value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("code"), str) and isinstance(value.get("text"), str)
+
+
+def _gpus(key: Any, value: Any) -> bool:
+    return is_safe_name(key) and in_range(value, 1, MAX_GPUS, integer=True)
+
+
+# meta key -> the check of its text (returns the value the readers use); keys not listed are plain text
+META_CHECKS: dict[str, Callable[[str], Any]] = {
+    "rounds": _counter, "groups": _counter, "server_pid": _counter, "heartbeat": _time, "round_s": _duration,
+    "startup_s": _json_value(dict, _startup), "waiting": _json_value(dict, _reason),
+    "cluster": _json_value(dict, _gpus), "instance": lambda text: _safe_text(text),
+    "probes": _json_value(list, lambda _, record: valid_record(record)),
+}
+
+
+def _safe_text(text: str) -> str:
+    if not is_safe_name(text):
+        raise BadRow(f"{shown(text)} is not a safe name")
+    return text
+
+
+def check_meta(key: str, value: Any) -> Any:
+    """The value of meta ``key`` as its readers use it; :class:`BadRow` when it is not one."""
+    if not isinstance(value, str):
+        raise BadRow(f"{shown(value)} is not a text")
+    check = META_CHECKS.get(key)
+    return check(value) if check is not None else value

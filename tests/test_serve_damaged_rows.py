@@ -1,0 +1,169 @@
+"""A damaged row of the state database is set aside, never fatal: each case writes one bad row with plain
+SQLite (behind the server's back) into a state with a good job queued; the server (local backend, real
+processes, real SQLite) must record the row as set aside — an event naming the table, the key and the
+problem — and still complete the good job without a failed round; ``state check`` must list it (exit 1) and
+``jobs``, ``jobs --json`` and ``learned`` must still work."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from colocate.cli import app
+from common.errors import InputError
+from scheduler.executor.registry import make_executor
+from scheduler.model.cluster import cluster_from_dict
+from scheduler.service.jobspec import job_from_dict
+from scheduler.service.server import ServeConfig, Server
+from scheduler.service.store import StateStore
+from tests.serve_helpers import kill_groups, wait_until
+
+GOOD = {"name": "good", "command": "echo done", "application": "mine", "steps": 1, "batch_size": 4}
+VICTIM = {"name": "victim", "command": "sleep 60", "application": "mine", "steps": 1, "batch_size": 4,
+          "gpu_types": ["v100"]}  # waits (the cluster has t4s): a row to damage that never runs
+HANDLE = json.dumps({"doc": {"key": "g00009", "jobs": [{"name": "victim", "dir": "/s/jobs/victim"}],
+                             "pid_file": "/s/runs/g00009.pid"}, "handle": {"pid": 12345}})
+NOW = time.time()
+
+# case -> (SQL, its parameters, table, key, whether the server reads that row)
+CASES: dict[str, tuple[str, tuple, str, str, bool]] = {
+    "groups-names-a-missing-job": (
+        "INSERT INTO groups VALUES ('g00009', 'local', ?, '[\"ghost\"]', ?)",
+        (HANDLE.replace("victim", "ghost"), NOW), "groups", "g00009", True),
+    "groups-jobs-not-json": ("INSERT INTO groups VALUES ('g00009', 'local', ?, 'victim', ?)", (HANDLE, NOW),
+                             "groups", "g00009", True),
+    "groups-handle-not-json": ("INSERT INTO groups VALUES ('g00009', 'local', '{oops', '[\"victim\"]', ?)", (NOW,),
+                               "groups", "g00009", True),
+    "groups-pid-file-elsewhere": ("INSERT INTO groups VALUES ('g00009', 'local', ?, '[\"victim\"]', ?)",
+                                  (HANDLE.replace("/s/runs/g00009.pid", "/etc/passwd"), NOW), "groups", "g00009",
+                                  True),
+    "groups-created-at-text": ("INSERT INTO groups VALUES ('g00009', 'local', ?, '[\"victim\"]', 'noon')", (HANDLE,),
+                               "groups", "g00009", True),
+    "meta-rounds-not-a-number": ("INSERT OR REPLACE INTO meta VALUES ('rounds', 'many')", (), "meta", "rounds", True),
+    "meta-groups-not-a-number": ("INSERT OR REPLACE INTO meta VALUES ('groups', '-3')", (), "meta", "groups", True),
+    "meta-startup-inf": ("INSERT OR REPLACE INTO meta VALUES ('startup_s', '{\"mine\": [1e999, 1]}')", (), "meta",
+                         "startup_s", True),
+    "meta-waiting-shape": ("INSERT OR REPLACE INTO meta VALUES ('waiting', '{\"victim\": 5}')", (), "meta", "waiting",
+                           False),
+    "meta-heartbeat-inf": ("INSERT OR REPLACE INTO meta VALUES ('heartbeat', 'inf')", (), "meta", "heartbeat", False),
+    "meta-probes-shape": ("INSERT OR REPLACE INTO meta VALUES ('probes', '[{\"key\": 5}]')", (), "meta", "probes",
+                          False),
+    "meta-value-a-blob": ("INSERT OR REPLACE INTO meta VALUES ('last_round', X'1b5b324a')", (), "meta", "last_round",
+                          False),
+    "measurement-partner-malformed": ("INSERT INTO measurements VALUES ('mine', 't4', 1, 4, 'x@y@z', 0.5, 3)", (),
+                                      "measurements", "mine/t4/1/4/x@y@z", True),
+    "measurement-iter-inf": ("INSERT INTO measurements VALUES ('mine', 't4', 1, 4, '', 9e999, 3)", (),
+                             "measurements", "mine/t4/1/4/", True),
+    "measurement-iter-zero": ("INSERT INTO measurements VALUES ('mine', 't4', 1, 4, '', 0.0, 3)", (),
+                              "measurements", "mine/t4/1/4/", True),
+    "measurement-count-text": ("INSERT INTO measurements VALUES ('mine', 't4', 1, 4, '', 0.5, 'lots')", (),
+                               "measurements", "mine/t4/1/4/", True),
+    "measurement-gpus-huge": ("INSERT INTO measurements VALUES ('mine', 't4', 1000000000000000, 4, '', 0.5, 3)", (),
+                              "measurements", "mine/t4/1000000000000000/4/", True),
+    "job-nodes-overflow": ("UPDATE jobs SET nodes = '[1e999]' WHERE name = 'victim'", (), "jobs", "victim", True),
+    "job-gpus-not-a-list": ("UPDATE jobs SET gpus = '{\"a\": 1}' WHERE name = 'victim'", (), "jobs", "victim", True),
+    "job-state-unknown": ("UPDATE jobs SET state = 'zombie' WHERE name = 'victim'", (), "jobs", "victim", True),
+    "job-step-text": ("UPDATE jobs SET step = 'x' WHERE name = 'victim'", (), "jobs", "victim", True),
+    "job-step-huge": ("UPDATE jobs SET step = 9223372036854775807 WHERE name = 'victim'", (), "jobs", "victim", True),
+    "job-submitted-inf": ("UPDATE jobs SET submitted_at = 9e999 WHERE name = 'victim'", (), "jobs", "victim", True),
+    "job-seq-text": ("UPDATE jobs SET seq = 'x' WHERE name = 'victim'", (), "jobs", "victim", True),
+    "job-partner-not-names": ("UPDATE jobs SET partner = 'a;rm -rf' WHERE name = 'victim'", (), "jobs", "victim",
+                              True),
+    "job-error-a-blob": ("UPDATE jobs SET error = X'1b5b324a' WHERE name = 'victim'", (), "jobs", "victim", True),
+    "event-time-text": ("INSERT INTO events (time, job, kind, detail) VALUES ('noon', NULL, 'x', 'y')", (), "events",
+                        None, False),
+}
+
+
+def _server(state: StateStore) -> Server:
+    cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 2, "memory_gb": 16}}})
+    server = Server(state, cluster, make_executor("local"), ServeConfig(round_s=0.5, device="cpu", stop_grace_s=5))
+    server.acquire()
+    return server
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    """Exit status and output of a command; an input error counts as the console script shows it (status 2)."""
+    result = CliRunner().invoke(app, list(args))
+    if isinstance(result.exception, InputError):
+        return 2, str(result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output, result.output
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_damaged_row_is_set_aside_and_every_good_job_runs(tmp_path: Path, case: str) -> None:
+    sql, args, table, key, server_reads = CASES[case]
+    state = StateStore(tmp_path / "state")
+    state.submit(job_from_dict(VICTIM))
+    with sqlite3.connect(state.path) as conn:
+        conn.execute(sql, args)
+        if table == "events":
+            key = str(conn.execute("SELECT MAX(id) FROM events").fetchone()[0])
+    state.submit(job_from_dict(GOOD))  # a submit after the damage works too (a text seq is no number)
+    try:
+        for command in (["jobs", "--state", str(state.dir)], ["jobs", "--state", str(state.dir), "--json"],
+                        ["learned", "--state", str(state.dir)]):
+            assert _cli(*command)[0] == 0
+        code, output = _cli("state", "check", "--state", str(state.dir))
+        assert code == 1, output
+        listed = json.loads(output)["set_aside"]
+        assert any(r["table"] == table and r["key"] == key for r in listed), listed
+        server = _server(state)
+
+        def step() -> bool:
+            server.round()
+            return (good := state.job("good")) is not None and good.state == "completed"
+
+        wait_until(step, 60, "the good job to complete", interval_s=0.2)
+        server.round()  # the round after: the set-aside record is written at a round's end
+        kinds = [e["kind"] for e in state.events()]
+        assert "round-failed" not in kinds, state.events()
+        if server_reads:
+            details = [e["detail"] for e in state.events() if e["kind"] == "set-aside"]
+            assert any(d.startswith(f"{table} {key}: ") for d in details), details
+    finally:
+        kill_groups(state.dir)
+
+
+def test_a_running_job_whose_group_record_is_gone_is_retried(tmp_path: Path) -> None:
+    """A job row says running in a group the database does not hold (its row was set aside or deleted): the job
+    crashed, as when its supervisor dies, and runs again in a group of its own."""
+    state = StateStore(tmp_path / "state")
+    state.submit(job_from_dict(GOOD))
+    with sqlite3.connect(state.path) as conn:
+        conn.execute("UPDATE jobs SET state = 'running', group_key = 'g00042', gpu_type = 't4', num_gpus = 1, "
+                     "nodes = '[0]', gpus = '[0]'")
+    server = _server(state)
+    try:
+        wait_until(lambda: server.round() and state.job("good").state == "completed", 60, "the job to complete",
+                   interval_s=0.2)
+        assert any(e["kind"] == "crashed" and "group's record" in e["detail"] for e in state.events("good"))
+    finally:
+        kill_groups(state.dir)
+
+
+@pytest.mark.parametrize("change, problem", [
+    ("ALTER TABLE measurements ADD COLUMN extra TEXT", "table 'measurements' has an unknown column 'extra'"),
+    ("ALTER TABLE jobs DROP COLUMN error", "table 'jobs' lacks column 'error'"),
+    ("DROP TABLE meta; CREATE TABLE meta (key TEXT PRIMARY KEY, value BLOB NOT NULL); "
+     "INSERT INTO meta VALUES ('schema_version', '1')", "table 'meta' column 'value' is declared differently"),
+])
+def test_the_start_up_check_covers_columns_and_types(tmp_path: Path, change: str, problem: str) -> None:
+    state = StateStore(tmp_path / "state")
+    state.close()
+    with sqlite3.connect(state.path) as conn:
+        conn.executescript(change)
+    before = state.path.read_bytes()
+    for command in (["jobs", "--state", str(state.dir)], ["state", "check", "--state", str(state.dir)]):
+        code, output = _cli(*command)
+        assert code == 2 and problem in " ".join(output.split()), output
+    with pytest.raises(Exception, match="declared differently|unknown column|lacks column"):
+        StateStore(state.dir)
+    assert state.path.read_bytes() == before
