@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from scheduler.executor.slurm_backend import SlurmExecutor
-from scheduler.executor.slurm_config import slurm_settings
+from scheduler.executor.slurm.live import SlurmExecutor
+from scheduler.executor.slurm.settings import slurm_settings
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.service.jobspec import job_from_dict
 from scheduler.service.server import ServeConfig, Server

@@ -236,8 +236,8 @@ def test_a_group_of_three_is_one_unit_kept_while_unchanged_and_measured_against_
 def test_executors_come_from_a_registry_behind_one_protocol() -> None:
     from scheduler.executor.base import Executor
     from scheduler.executor.registry import EXECUTOR_NAMES, make_executor
-    from scheduler.executor.slurm_backend import SlurmExecutor
-    from scheduler.executor.slurm_config import SlurmSettings
+    from scheduler.executor.slurm.live import SlurmExecutor
+    from scheduler.executor.slurm.settings import SlurmSettings
 
     assert EXECUTOR_NAMES == ("local", "ray", "slurm")
     local = make_executor("local")

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from common.errors import InputError
-from scheduler.executor.slurm_backend import group_script
-from scheduler.executor.slurm_config import load_slurm_settings, sbatch_options, slurm_settings
+from scheduler.executor.slurm.live import group_script
+from scheduler.executor.slurm.settings import load_slurm_settings, sbatch_options, slurm_settings
 
 TYPES = ("t4", "a100")
 

@@ -153,7 +153,7 @@ def emit_plan(request: LaunchRequest, plan: LaunchPlan) -> EmittedFiles:
         raise ValueError("emit_plan needs a request with emit=(kind, folder)")
     kind, out_dir = request.emit
     if kind == "slurm":
-        from scheduler.executor.slurm import SlurmOptions, emit_slurm
+        from scheduler.executor.slurm.emit import SlurmOptions, emit_slurm
 
         options = SlurmOptions(extra=request.sbatch_options, typed_gres=request.typed_gres, grace_s=int(request.grace_s))
         written = emit_slurm(plan, out_dir, request.run, options)

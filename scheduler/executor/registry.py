@@ -5,11 +5,11 @@
 ``ray``    a Ray cluster: one whole-GPU task or actor per group on a node of its GPU type
            (:mod:`scheduler.executor.ray_backend`; needs the ``ray`` extra)
 ``slurm``  a Slurm cluster, for ``colocate serve``: one batch job per group, GPUs as GRES of its type
-           (:mod:`scheduler.executor.slurm_backend`; Slurm's commands on PATH)
+           (:mod:`scheduler.executor.slurm.live`; Slurm's commands on PATH)
 =========  =====================================================================================
 
 For ``colocate launch``, Slurm and Kubernetes are emitters (they write scripts, nothing runs here):
-:mod:`scheduler.executor.slurm`, :mod:`scheduler.executor.k8s`.
+:mod:`scheduler.executor.slurm.emit`, :mod:`scheduler.executor.k8s`.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ def _ray(**options: Any) -> Executor:
 def _slurm(**options: Any) -> Executor:
     import shutil
 
-    from scheduler.executor.slurm_backend import SlurmExecutor
-    from scheduler.executor.slurm_config import SlurmSettings, load_slurm_settings
+    from scheduler.executor.slurm.live import SlurmExecutor
+    from scheduler.executor.slurm.settings import SlurmSettings, load_slurm_settings
 
     missing = [c for c in ("sbatch", "squeue", "scancel", "scontrol") if shutil.which(c) is None]
     if missing:

@@ -100,7 +100,7 @@ def cluster_from_dict(data: Any, *, source: str = "<cluster>") -> Cluster:
     if not isinstance(data, Mapping) or "gpu_types" not in data:
         raise InputError("a cluster file must be a mapping with a 'gpu_types' key", source=source,
                          field="gpu_types", valid="gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}")
-    # slurm: how `colocate serve --backend slurm` asks Slurm for each type (scheduler.executor.slurm_config)
+    # slurm: how `colocate serve --backend slurm` asks Slurm for each type (scheduler.executor.slurm.settings)
     unknown = set(data) - {"gpu_types", "name", "description", "slurm"}
     if unknown:
         raise InputError(f"unknown top-level key(s) {shown(sorted(map(str, unknown)))}", source=source,

@@ -1,7 +1,7 @@
 """Slurm as a live backend of ``colocate serve``: one Slurm job per GPU group, state read back from Slurm.
 
 **Start.** A group becomes one batch job (:func:`group_script`): one node, one task, the group's GPUs as GRES
-of its type (:mod:`.slurm_config` maps the cluster file's GPU types to partitions, GRES types and
+of its type (:mod:`.settings` maps the cluster file's GPU types to partitions, GRES types and
 constraints). The script sets up the group's sharing mode with the mode's own ``slurm_setup`` lines (MPS: a
 private control daemon, 0700 pipe and log directories) and quits it with ``slurm_teardown`` after the jobs,
 and runs the group's supervisor (:mod:`.supervise`: every job in its own session, exit records, stop files,
@@ -43,7 +43,7 @@ from profiler.gpu.sharing import sharing_mode
 from scheduler.executor.base import GroupPoll, JobStatus, LaunchReport, LaunchSettings
 from scheduler.executor.job_files import last_line
 from scheduler.executor.plan import GpuGroup, LaunchPlan
-from scheduler.executor.slurm_config import SlurmSettings, sbatch_options
+from scheduler.executor.slurm.settings import SlurmSettings, sbatch_options
 from scheduler.executor.supervise import STOP_FILE, group_files, prepare_jobs
 
 ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
