@@ -8,6 +8,7 @@ the time limit) is recorded with Slurm's state and reason."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,9 @@ import yaml
 from scheduler.executor.slurm.live import SlurmExecutor
 from scheduler.executor.slurm.settings import slurm_settings
 from scheduler.model.cluster import cluster_from_dict
+from scheduler.service.config import LIVE_ILP, ServeConfig
 from scheduler.service.jobspec import job_from_dict
-from scheduler.service.server import ServeConfig, Server
+from scheduler.service.server import Server
 from scheduler.service.store import StateStore
 from tests.serve_helpers import ServeProcess, by_name, events, submit, wait_until
 from tests.test_serve_local import CONTRACT
@@ -31,9 +33,9 @@ CLUSTER = {"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}
 
 def _server(tmp_path: Path, cluster: dict[str, Any] = CLUSTER, **options: Any) -> tuple[StateStore, Server]:
     state = StateStore(tmp_path / "state")
-    if options.get("policy", "colocate") == "colocate":  # restarts of these commands cost about a second
-        options["policy_options"] = {"restart_cost_s": 1.0}
-    config = ServeConfig(round_s=0.5, device="cpu", stop_grace_s=5, **options)
+    # restarts of these commands cost about a second (the ILP's S; other policies ignore the ILP)
+    config = ServeConfig(round_s=0.5, device="cpu", stop_grace_s=5, ilp=replace(LIVE_ILP, restart_cost_s=1.0),
+                         **options)
     parsed = cluster_from_dict(cluster)
     # one instance name per test, as serve draws one per state directory: the jobs' names never meet
     executor = SlurmExecutor(slurm_settings(cluster.get("slurm"), parsed.type_names), instance=uuid.uuid4().hex[:8])
