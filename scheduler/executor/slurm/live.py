@@ -90,7 +90,8 @@ def group_script(doc: dict[str, Any], python: str) -> str:
         '[[ -n "$STOP" ]] && exit 0',
         f"{shlex.quote(python)} -m scheduler.executor.supervise {shlex.quote(str(group_file))} &",
         "SUPERVISOR=$!",
-        "status=0",
+        # wait at least once: a supervisor that ended already (it could not start) still gives its status
+        'wait "$SUPERVISOR"; status=$?',
         'while kill -0 "$SUPERVISOR" 2>/dev/null; do wait "$SUPERVISOR"; status=$?; done',
         'SUPERVISOR=""',
         'exit "$status"',
