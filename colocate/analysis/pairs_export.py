@@ -22,7 +22,7 @@ from common.errors import InputError
 from common.files import atomic_write_text
 
 FORMAT = "colocate-pairs/1"
-_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 UNITS = {
     "time_a": "s per iteration, job a alone (mean over solo repeats)",
     "time_b": "s per iteration, job b alone",
@@ -119,11 +119,11 @@ def check_export_targets(out_csv: str | Path, results_dirs: Sequence[str | Path]
 def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
     """Text cells a spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, a tab or a
     carriage return: a job name such as ``=cmd|' /C calc'!A0``) get a leading ``'``, which spreadsheets show
-    as text; numbers are left as they are."""
+    as text; numbers are left as they are. ``import-pairs`` drops that ``'`` again."""
     out = frame.copy()
     for column in out.columns:
-        if out[column].dtype == object:
-            out[column] = out[column].map(lambda v: f"'{v}" if isinstance(v, str) and v[:1] in _FORMULA_STARTS else v)
+        if not pd.api.types.is_numeric_dtype(out[column]):
+            out[column] = out[column].map(lambda v: f"'{v}" if isinstance(v, str) and v[:1] in FORMULA_STARTS else v)
     return out
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from colocate.analysis.gavel import GavelImport
+from colocate.analysis.pairs_export import FORMULA_STARTS
 from colocate.analysis.results import sort_job_types, split_job_type, typed_frame
 from common.bounds import MAX_SECONDS
 from common.errors import InputError
@@ -273,7 +274,10 @@ def _read_csv(path: Path) -> _Table:
             raise InputError(f"row at line {line} has {len(record)} cells, the header {len(header)}", source=path,
                              field=f"line {line}", valid=f"{len(header)} comma-separated cells per row")
         for name, value in zip(header, record):
-            columns[name].append(value.strip() or None)
+            value = value.strip()
+            if value[:1] == "'" and value[1:2] in FORMULA_STARTS:  # export-pairs' guard against spreadsheet formulas
+                value = value[1:]
+            columns[name].append(value or None)
     return _Table(columns, [line for line, _ in numbered[1:]])
 
 
