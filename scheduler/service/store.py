@@ -35,6 +35,7 @@ from scheduler.service.jobspec import JobSpec
 from scheduler.service.rows import (
     MAX_COUNT,
     BadRow,
+    Partly,
     check_event,
     check_group,
     check_job,
@@ -335,6 +336,10 @@ class StateStore:
             return None
         try:
             value = check_meta(key, row[0])
+        except Partly as err:  # usable in part: its readers leave the bad entries out too
+            self._note("meta", {"key": key}, str(err))
+            self._meta_text[key] = row[0]
+            return err.value
         except BadRow as err:
             self._note("meta", {"key": key}, str(err))
             return None
