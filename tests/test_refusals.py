@@ -235,3 +235,19 @@ def test_yaml_base_60_is_text_not_a_number() -> None:
 
     assert parse_yaml("a: 1:30\nb: 190:20:30.15\nc: 90\nd: 1e3", source="x") == {
         "a": "1:30", "b": "190:20:30.15", "c": 90, "d": 1000.0}
+
+
+def test_profile_on_cuda_with_a_torch_without_cuda_fails_in_one_line(tmp_path: Path) -> None:
+    """Rather than run every cell, fail each and exit 0: one line, status 2, nothing written (planning with
+    --dry-run still works)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine's torch can use CUDA")
+    spec = _text(tmp_path / "spec.yaml", SPEC.decode().replace("name: fuzz", "name: fuzz\ndevice: cuda"))
+    before = snapshot(tmp_path)
+    code, _, err = run_cli("profile", str(spec), "--out", str(tmp_path / "out"))
+    _one_line(code, err, "field 'device': 'cuda', but this machine's torch", "cannot use CUDA")
+    assert snapshot(tmp_path) == before
+    code, out, err = run_cli("profile", str(spec), "--out", str(tmp_path / "out"), "--dry-run")
+    assert code == 0 and "1 runs" not in err, err
