@@ -249,5 +249,5 @@ def test_profile_on_cuda_with_a_torch_without_cuda_fails_in_one_line(tmp_path: P
     code, _, err = run_cli("profile", str(spec), "--out", str(tmp_path / "out"))
     _one_line(code, err, "field 'device': 'cuda', but this machine's torch", "cannot use CUDA")
     assert snapshot(tmp_path) == before
-    code, out, err = run_cli("profile", str(spec), "--out", str(tmp_path / "out"), "--dry-run")
-    assert code == 0 and "1 runs" not in err, err
+    code, _, err = run_cli("profile", str(spec), "--out", str(tmp_path / "out"), "--dry-run")
+    assert code == 0, err
