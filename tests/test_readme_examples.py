@@ -128,6 +128,16 @@ def test_gitignore_covers_what_the_readme_writes() -> None:
     assert not kept, f"the README writes {kept}, which .gitignore does not cover"
 
 
+def test_a_failing_block_leaves_nothing_running(tmp_path: Path) -> None:
+    """A block that started a server in the background and then failed (as the tour's serve block did on a copy
+    holding an earlier tour's state) ends with everything it started."""
+    example = Example(REPO / "README.md", 0, "sleep 317 &\nfalse\nkill $!\n", "run", "", "")
+    done = run_block(example, tmp_path)
+    assert done.returncode == 1
+    left = subprocess.run(["pgrep", "-f", "sleep 317"], capture_output=True, text=True).stdout.split()
+    assert not left, left
+
+
 def clean_copy(destination: Path) -> Path:
     """The checkout as a clean clone would have it: the files git tracks or would track, nothing ignored."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
