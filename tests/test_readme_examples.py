@@ -22,6 +22,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,10 +132,13 @@ def test_gitignore_covers_what_the_readme_writes() -> None:
 def test_a_failing_block_leaves_nothing_running(tmp_path: Path) -> None:
     """A block that started a server in the background and then failed (as the tour's serve block did on a copy
     holding an earlier tour's state) ends with everything it started."""
-    example = Example(REPO / "README.md", 0, "sleep 317 &\nfalse\nkill $!\n", "run", "", "")
+    import random
+
+    sleeper = f"sleep {random.randrange(100_000, 1_000_000)}"  # its own: no other run's sleeper matches
+    example = Example(REPO / "README.md", 0, f"{sleeper} &\nfalse\nkill $!\n", "run", "", "")
     done = run_block(example, tmp_path)
     assert done.returncode == 1
-    left = subprocess.run(["pgrep", "-f", "sleep 317"], capture_output=True, text=True).stdout.split()
+    left = subprocess.run(["pgrep", "-f", sleeper], capture_output=True, text=True).stdout.split()
     assert not left, left
 
 
@@ -170,16 +174,23 @@ def run_block(example: Example, root: Path) -> subprocess.CompletedProcess[str]:
     scripts = str(Path(sys.executable).parent)
     env = {**os.environ, "PYTHONPATH": str(root), "PATH": scripts + os.pathsep + os.environ.get("PATH", ""),
            "COLUMNS": "120", "COLOCATE_SHARED_DATA": os.environ.get("COLOCATE_SHARED_DATA", str(shared_data_dir()))}
-    process = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", example.code], cwd=root, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        stdout, stderr = process.communicate(timeout=1700)
-    finally:
-        _end_what_it_started(process, root)
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    import tempfile
+
+    # output to files, not pipes: a background process keeps a pipe open, and reading it to its end would wait
+    # for that process rather than for the block
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", example.code], cwd=root, env=env,
+                                   stdout=out, stderr=err, text=True, start_new_session=True)
+        try:
+            process.wait(timeout=1700)
+        finally:
+            _end_what_it_started(process, root)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(process.args, process.returncode, out.read(), err.read())
 
 
-def _end_what_it_started(process: subprocess.Popen[str], root: Path) -> None:
+def _end_what_it_started(process: subprocess.Popen[Any], root: Path) -> None:
     """SIGTERM the block's process group (a server stops cleanly), then SIGKILL what is left, then the detached
     job groups of the state directories under ``root`` (they run in sessions of their own)."""
     import signal
