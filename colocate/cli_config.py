@@ -22,6 +22,7 @@ import inspect
 import math
 import types
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type_hints
@@ -33,8 +34,10 @@ from common.options import choices_of, flag_of, is_nested, is_option
 
 _MISSING: Any = dataclasses.MISSING
 _SET = "set_options"
+_CONTEXT = "cli_context"  # Typer passes the command's context to a parameter annotated typer.Context
 _HELP_EXPERIMENTAL = "help_experimental"
 _TRUE = ("true", "yes", "on", "1")
+_EXPLICIT: ContextVar[dict[str, dict[str, Any]] | None] = ContextVar("explicit_settings", default=None)
 _FALSE = ("false", "no", "off", "0")
 
 
@@ -45,7 +48,8 @@ class ConfigSpec:
     ``name``: the keyword the command function receives it as, and its ``--set`` namespace. ``base``: the
     default instance (None: the class's own defaults; a request with required fields has no other).
     ``flags``: the dotted field paths shown as flags (None: every option that is not experimental); the others
-    are set with ``--set``. ``panel``: the heading of its options in ``--help``.
+    are set with ``--set``. ``panel``: the heading of its options in ``--help``. ``aliases``: accept the fields'
+    old spellings (hidden, with a warning) — only on the commands that had them.
     """
 
     name: str
@@ -53,6 +57,7 @@ class ConfigSpec:
     base: Callable[[], Any] | None = None
     flags: tuple[str, ...] | None = None
     panel: str | None = None
+    aliases: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,9 @@ class Entry:
 
     @property
     def shown_as(self) -> str:
-        """How a user sets it on this command: its flag, or ``--set KEY``."""
+        """How a user sets it on this command: its argument, its flag, or ``--set KEY``."""
+        if self.field.metadata.get("argument"):
+            return self.field.metadata.get("metavar") or self.field.name.upper()
         return self.flag if self.has_flag else f"--set {self.key}"
 
 
@@ -108,8 +115,14 @@ def _default_of(field: dataclasses.Field, base: Any) -> Any:
     if field.default is not _MISSING:
         return field.default
     if field.default_factory is not _MISSING:
-        return field.default_factory()
+        return _new(field)
     return _MISSING
+
+
+def _new(field: dataclasses.Field) -> Any:
+    """The default value of a nested-config field."""
+    factory: Any = field.default_factory
+    return factory()
 
 
 def entries(spec: ConfigSpec) -> list[Entry]:
@@ -123,7 +136,7 @@ def _walk(spec: ConfigSpec, cls: type, base: Any, prefix: tuple[str, ...]) -> li
     out: list[Entry] = []
     for field in dataclasses.fields(cls):
         if is_nested(field):
-            child = getattr(base, field.name) if base is not None else field.default_factory()  # type: ignore[misc]
+            child = getattr(base, field.name) if base is not None else _new(field)
             out += _walk(spec, type(child), child, (*prefix, field.name))
         elif is_option(field):
             out.append(Entry(spec, (*prefix, field.name), field, hints[field.name], _default_of(field, base)))
@@ -144,9 +157,11 @@ def _cli_type(entry: Entry) -> Any:
     inner, optional = _optional_of(entry.annotation)
     if get_origin(inner) is Literal:
         inner = str
-    if get_origin(inner) in (list, tuple, Sequence):
-        inner = list[str]
-    if inner not in (bool, int, float, str, Path, list[str]):
+    if get_origin(inner) in (list, Sequence) or (get_origin(inner) is tuple and get_args(inner)[-1] is Ellipsis):
+        inner = list[str]  # repeatable
+    elif get_origin(inner) is tuple and all(a in (str, int, float, Path) for a in get_args(inner)):
+        pass  # an option of several values (--emit slurm DIR)
+    elif inner not in (bool, int, float, str, Path, list[str]):
         raise TypeError(f"{entry.key}: no command-line form for {entry.annotation!r}")
     return Optional[inner] if optional or entry.default is None else inner  # noqa: UP045  (Typer reads it)
 
@@ -155,23 +170,33 @@ def _parameter(entry: Entry) -> inspect.Parameter:
     kind = _cli_type(entry)
     inner, _ = _optional_of(kind)
     flag = entry.flag
-    decls = [f"{flag}/--no-{flag[2:]}"] if inner is bool else [flag]
+    decls = [f"{flag}/--no-{flag[2:]}"] if inner is bool and entry.default is not False else [flag]
+    if entry.field.metadata.get("short"):
+        decls.append(entry.field.metadata["short"])
     choices = entry.choices
     default = ... if entry.default is _MISSING else entry.default
     if isinstance(default, tuple):
         default = list(default)
+    if entry.field.metadata.get("argument"):
+        argument = typer.Argument(default, metavar=entry.field.metadata.get("metavar"), help=entry.help,
+                                  show_default=entry.field.metadata.get("show_default", True))
+        return inspect.Parameter(entry.param, inspect.Parameter.KEYWORD_ONLY, default=argument, annotation=kind)
     option = typer.Option(default, *decls, help=entry.help, show_default=entry.field.metadata.get("show_default", True),
                           metavar=entry.field.metadata.get("metavar") or ("|".join(choices) if choices else None),
                           rich_help_panel=entry.spec.panel)
     return inspect.Parameter(entry.param, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
 
 
+def _aliases(entry: Entry) -> tuple[str, ...]:
+    return tuple(entry.field.metadata.get("aliases", ())) if entry.spec.aliases else ()
+
+
 def _alias_parameters(entry: Entry) -> list[inspect.Parameter]:
     kind = _cli_type(entry)
     inner, _ = _optional_of(kind)
     params = []
-    for n, alias in enumerate(entry.field.metadata.get("aliases", ())):
-        option = typer.Option(None, alias, hidden=True)
+    for n, alias in enumerate(_aliases(entry)):
+        option = typer.Option(None, f"{alias}/--no-{alias[2:]}" if inner is bool else alias, hidden=True)
         params.append(inspect.Parameter(f"{entry.param}__alias{n}", inspect.Parameter.KEYWORD_ONLY, default=option,
                                         annotation=Optional[inner]))  # noqa: UP045
     return params
@@ -235,7 +260,7 @@ def _build(spec: ConfigSpec, values: dict[tuple[str, ...], Any]) -> Any:
         for field in dataclasses.fields(cls):
             path = (*prefix, field.name)
             if is_nested(field):
-                child = getattr(base, field.name) if base is not None else field.default_factory()  # type: ignore[misc]
+                child = getattr(base, field.name) if base is not None else _new(field)
                 kwargs[field.name] = make(type(child), child, path)
             elif path in values:
                 kwargs[field.name] = values[path]
@@ -251,55 +276,57 @@ def _build(spec: ConfigSpec, values: dict[tuple[str, ...], Any]) -> Any:
     return make(spec.cls, base, ())
 
 
-def _explicit(name: str) -> bool:
+def _explicit(ctx: Any, name: str) -> bool:
     """Whether the option of parameter ``name`` was given on the command line (not left at its default)."""
-    import click
-
-    ctx = click.get_current_context(silent=True)
-    if ctx is None:
-        return True
     source = ctx.get_parameter_source(name)
     return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
 
-def given_flags() -> set[str]:
-    """The flags of generated options given on the current command line (``--restart-cost`` ...)."""
-    import click
+def _given(ctx: Any, entry: Entry, kwargs: dict[str, Any], settings: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Every way the user set ``entry`` on this command line: (how, value) for its flag, an old spelling
+    (warned about) and ``--set``."""
+    found: list[tuple[str, Any]] = []
+    if entry.has_flag:
+        value = kwargs.pop(entry.param)
+        if _explicit(ctx, entry.param):
+            found.append((entry.flag, value))
+    for n, alias in enumerate(_aliases(entry)):
+        old = kwargs.pop(f"{entry.param}__alias{n}", None)
+        if old is not None:
+            spelled = "--no-" + alias[2:] if old is False else alias
+            instead = entry.shown_as if entry.has_flag else f"{entry.shown_as}={str(old).lower()}"
+            typer.echo(f"warning: {spelled} is deprecated, use {instead}", err=True)
+            found.append((spelled, old))
+    if entry.key in settings:
+        found.append((f"--set {entry.key}", settings[entry.key]))
+    return found
 
-    ctx = click.get_current_context(silent=True)
-    if ctx is None:
-        return set()
-    return {p.opts[0] for p in ctx.command.params if p.name and p.name.startswith("cfg__") and _explicit(p.name)}
 
-
-def _collect(spec: ConfigSpec, kwargs: dict[str, Any], settings: dict[str, Any]) -> Any:
+def _collect(ctx: Any, spec: ConfigSpec, kwargs: dict[str, Any], settings: dict[str, Any]
+             ) -> tuple[Any, dict[str, Any]]:
+    """The config of ``spec`` from the command line, and the fields the user set (by dotted path)."""
     values: dict[tuple[str, ...], Any] = {}
+    explicit: dict[str, Any] = {}
     for entry in entries(spec):
-        given = entry.key in settings
-        if entry.has_flag:
-            value = kwargs.pop(entry.param)
-            for n, alias in enumerate(entry.field.metadata.get("aliases", ())):
-                old = kwargs.pop(f"{entry.param}__alias{n}", None)
-                if old is None:
-                    continue
-                typer.echo(f"warning: {alias} is deprecated, use {entry.flag}", err=True)
-                if _explicit(entry.param):
-                    raise InputError(f"both {alias} and {entry.flag} given", field=entry.flag,
-                                     valid=f"{entry.flag} alone")
-                value = old
-            if given and _explicit(entry.param):
-                raise InputError(f"both {entry.flag} and --set {entry.key} given", field=entry.flag,
-                                 valid="one of them")
-            if isinstance(value, list) and isinstance(entry.default, tuple):
-                value = tuple(value)
-            if value is not _MISSING and value is not ...:
-                values[entry.path] = value
-        if given:
-            values[entry.path] = settings[entry.key]
-        if entry.path in values:
-            _check_choices(entry, values[entry.path])
-            _check_finite(entry, values[entry.path])
-    return _build(spec, values)
+        found = _given(ctx, entry, kwargs, settings)
+        if len(found) > 1:
+            raise InputError(f"both {found[0][0]} and {found[1][0]} given", field=entry.shown_as,
+                             valid="one of them")
+        if not found:
+            continue
+        value = found[0][1]
+        if isinstance(value, list) and get_origin(_optional_of(entry.annotation)[0]) is tuple:
+            value = tuple(value)
+        _check_choices(entry, value)
+        _check_finite(entry, value)
+        values[entry.path] = explicit[entry.dotted] = value
+    return _build(spec, values), explicit
+
+
+def explicit_settings(name: str) -> dict[str, Any]:
+    """The fields of the command's config ``name`` that the user set (a flag given or ``--set``), by dotted
+    path: what a command passes on when the defaults belong to someone else (a policy's own defaults)."""
+    return dict((_EXPLICIT.get() or {}).get(name, {}))
 
 
 def _print_experimental(specs: Sequence[ConfigSpec]) -> None:
@@ -328,18 +355,20 @@ def config_command(*specs: ConfigSpec) -> Callable[[Callable[..., Any]], Callabl
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
                for p in inspect.signature(func).parameters.values() if p.name not in names]
         generated: list[inspect.Parameter] = []
+        unflagged = False
         for spec in specs:
             for entry in entries(spec):
                 if entry.has_flag:
                     generated.append(_parameter(entry))
-                    generated += _alias_parameters(entry)
+                unflagged = unflagged or not entry.has_flag
+                generated += _alias_parameters(entry)
 
         def show_experimental(value: bool) -> None:
             if value:
                 _print_experimental(specs)
                 raise typer.Exit()
 
-        extra = [
+        settable = [
             inspect.Parameter(_SET, inspect.Parameter.KEYWORD_ONLY, annotation=list[str], default=typer.Option(
                 [], "--set", metavar="KEY=VALUE", show_default=False,
                 help="Set any setting, those without a flag included (repeatable; --help-experimental lists them).")),
@@ -349,14 +378,23 @@ def config_command(*specs: ConfigSpec) -> Callable[[Callable[..., Any]], Callabl
                                                    help="List the settings without a flag (ablations, solver "
                                                         "internals) and exit.")),
         ]
+        # a command whose every setting has its flag needs neither
+        extra = [inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
+                 *(settable if unflagged else [])]
 
         @functools.wraps(func)
         def wrapper(**kwargs: Any) -> Any:
-            settings = _settings(specs, kwargs.pop(_SET) or [])
+            ctx = kwargs.pop(_CONTEXT)
+            settings = _settings(specs, kwargs.pop(_SET, None) or [])
             kwargs.pop(_HELP_EXPERIMENTAL, None)
+            explicit: dict[str, dict[str, Any]] = {}
             for spec in specs:
-                kwargs[spec.name] = _collect(spec, kwargs, settings)
-            return func(**kwargs)
+                kwargs[spec.name], explicit[spec.name] = _collect(ctx, spec, kwargs, settings)
+            token = _EXPLICIT.set(explicit)
+            try:
+                return func(**kwargs)
+            finally:
+                _EXPLICIT.reset(token)
 
         wrapper.__signature__ = inspect.Signature(own + generated + extra)  # type: ignore[attr-defined]
         wrapper.config_specs = specs  # type: ignore[attr-defined]  # the consistency test reads them

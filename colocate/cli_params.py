@@ -6,7 +6,12 @@ building the adapters costs ≈ 0.15 s of CPU per process, more than the rest of
 ``Path`` is ``Path(text)``, its ``str`` is the text — and a flag's value is a ``bool`` already, so
 :func:`install` converts those values without pydantic, through Typer's own path checks (``exists``,
 ``file_okay``, ``resolve_path``, ...). Every other annotation, a custom ``parser``, any other value: Typer's
-own conversion, unchanged. A test checks both conversions agree on every such parameter of every command.
+own conversion, unchanged.
+
+The seam is Typer's conversion layer (``typer.core.build_runtime_param``, ``typer._coercion.RuntimeParam``),
+found by what it offers rather than by a release number: a Typer without it (older releases convert through
+Click's types, which need no bypass) or with another shape is left alone, and CI runs the newest Typer
+against a test that checks both conversions agree on every such parameter of every command.
 """
 
 from __future__ import annotations
@@ -31,25 +36,15 @@ def plain(annotation: Any, parameter_info: Any) -> bool:
     return _plain_leaf(annotation) or annotation is bool
 
 
-# The Typer releases whose (private) conversion layer this was checked against; any other release keeps
-# Typer's own conversion unchanged (slower, never wrong): a new Typer cannot break the CLI through this module.
-CHECKED_TYPER = ((0, 29),)
-
-
 def install() -> None:
-    """Route plain parameters of the checked Typer releases (pydantic conversion) around pydantic; other
-    releases (older ones convert through Click's types) are left alone."""
-    import typer
-
-    if tuple(int(p) for p in typer.__version__.split(".")[:2] if p.isdigit()) not in CHECKED_TYPER:
-        return
+    """Route plain parameters around pydantic where Typer converts through it; otherwise change nothing."""
     try:
         from typer import _coercion, core
         from typer._param_types import coerce_cli_path
     except ImportError:  # pragma: no cover  (a Typer without the pydantic layer)
         return
     original = getattr(core, "build_runtime_param", None)
-    if original is None or getattr(original, "plain_params", False):
+    if original is None or getattr(original, "plain_params", False) or not _has_layer(_coercion):
         return
 
     @dataclass(frozen=True)
@@ -85,3 +80,19 @@ def install() -> None:
     build_runtime_param.plain_params = True  # type: ignore[attr-defined]
     build_runtime_param.original = original  # type: ignore[attr-defined]  # the test compares both
     core.build_runtime_param = build_runtime_param
+
+
+def _has_layer(coercion: Any) -> bool:
+    """Whether Typer's conversion layer has the shape this bypass was written against: a frozen
+    ``RuntimeParam`` dataclass of ``parameter_info`` and ``annotation`` whose subclasses implement
+    ``_coerce_value(value, param, ctx)``."""
+    import dataclasses
+    import inspect
+
+    base = getattr(coercion, "RuntimeParam", None)
+    if base is None or not dataclasses.is_dataclass(base):
+        return False
+    names = {f.name for f in dataclasses.fields(base)}
+    method = getattr(base, "_coerce_value", None)
+    return {"parameter_info", "annotation"} <= names and method is not None and \
+        list(inspect.signature(method).parameters) == ["self", "value", "param", "ctx"]

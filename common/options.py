@@ -26,18 +26,21 @@ Choices = Sequence[str] | Callable[[], Sequence[str]]
 
 def option(default: Any = _MISSING, help: str = "", *, flag: str | None = None, choices: Choices | None = None,
            experimental: bool = False, show_default: str | bool = True, aliases: Sequence[str] = (),
-           default_factory: Callable[[], Any] = _MISSING, metavar: str | None = None) -> Any:
-    """A dataclass field that is also a command-line option.
+           default_factory: Callable[[], Any] = _MISSING, metavar: str | None = None, short: str | None = None,
+           argument: bool = False) -> Any:
+    """A dataclass field that is also a command-line option (no default: a required option).
 
-    ``flag``: the option's name when it is not ``--<field-name>`` (``--restart-cost`` for ``restart_cost_s``).
-    ``choices``: the valid values (or a function returning them: a registry's names); a ``Literal`` type gives
-    them too. ``show_default``: a text for defaults that are not a value (``"max(--round-s, 3 x start-up)"``).
-    ``aliases``: old spellings that still work for one release, hidden from help, with a warning.
+    ``flag``: the option's name when it is not ``--<field-name>`` (``--restart-cost`` for ``restart_cost_s``);
+    ``short``: a one-letter form (``-o``). ``choices``: the valid values (or a function returning them: a
+    registry's names); a ``Literal`` type gives them too. ``show_default``: a text for defaults that are not a
+    value (``"max(--round-s, 3 x start-up)"``). ``aliases``: old spellings that still work for one release,
+    hidden from help, with a warning. ``argument``: a positional argument rather than an option.
     """
     if not help:
         raise ValueError("an option needs a help text")
     metadata = {"help": help, "flag": flag, "choices": choices, "experimental": experimental,
-                "show_default": show_default, "aliases": tuple(aliases), "metavar": metavar}
+                "show_default": show_default, "aliases": tuple(aliases), "metavar": metavar, "short": short,
+                "argument": argument}
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -71,3 +74,23 @@ def choices_of(field: dataclasses.Field, annotation: Any = None) -> tuple[str, .
     if annotation is not None and get_origin(annotation) is Literal:
         return tuple(str(a) for a in get_args(annotation))
     return None
+
+
+def set_options(config: Any, namespace: str) -> list[str]:
+    """The command-line arguments that give ``config``'s options that differ from its class's defaults:
+    ``--flag VALUE`` for options with a flag, ``--set NAMESPACE.FIELD=VALUE`` for experimental ones (what a
+    report prints as the command that reproduces a run)."""
+    out: list[str] = []
+    for field in dataclasses.fields(config):
+        if not is_option(field) or field.default is _MISSING:
+            continue
+        value = getattr(config, field.name)
+        if value == field.default:
+            continue
+        if field.metadata.get("experimental"):
+            out.append(f"--set {namespace}.{field.name}={value}")
+        elif isinstance(value, bool):
+            out.append(flag_of(field) if value else "--no-" + flag_of(field)[2:])
+        else:
+            out.append(f"{flag_of(field)} {value}")
+    return out

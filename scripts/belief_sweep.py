@@ -2,7 +2,7 @@
 
     python scripts/belief_sweep.py --out results/sim/belief [--workloads GLOB,...] [--loads 1,2]
                                    [--beliefs truth,predicted,none,noisy:0.3] [--demo] [--rerun BELIEFS]
-                                   [--throughput bootstrap --step-times fitted] [--explore-contention 0]
+                                   [--throughput bootstrap --step-times fitted]
                                    [--replicates 3]
 
 Each (workload, load) runs `sia` and `colocate` once per belief on Sia's 64-GPU cluster with the bundled
@@ -165,20 +165,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="The simulator's throughput belief (default: SimConfig's; the runs of results/sim/belief "
                              "were made with 'bootstrap', the default then).")
     parser.add_argument("--step-times", default=None, help="True step times (default: SimConfig's; 'fitted' then).")
-    parser.add_argument("--measure-batches", default=None,
-                        help="each | first: which batches a job measures in a round (default: SimConfig's; 'first' "
-                             "is the model of results/sim/belief-replicates' top-level runs).")
-    parser.add_argument("--explore-contention", type=float, default=None,
-                        help="Learning beliefs explore only in rounds whose jobs ask for >= this x the GPUs "
-                             "(default: SimConfig's; 0 = in every round, the rule of results/sim/belief-defaults).")
-    parser.add_argument("--explore-optimism", default=None,
-                        help="unknown | all: which pairs are planned at their upper bound (default: SimConfig's; "
-                             "'all' is the rule of results/sim/belief-defaults).")
     args = parser.parse_args(argv)
-    models: dict[str, Any] = {k: v for k, v in (("throughput", args.throughput), ("step_times", args.step_times),
-                                                ("measure_batches", args.measure_batches),
-                                                ("explore_contention", args.explore_contention),
-                                                ("explore_optimism", args.explore_optimism)) if v is not None}
+    models: dict[str, Any] = {k: v for k, v in (("throughput", args.throughput), ("step_times", args.step_times))
+                              if v is not None}
     try:  # a bad model option is refused before any run, in one line naming it
         from scheduler.sim.config import SimConfig
 

@@ -33,19 +33,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=900.0)
     args = parser.parse_args(argv)
 
+    from dataclasses import replace
+
     from scheduler.executor.registry import make_executor
     from scheduler.model.cluster import cluster_from_dict
+    from scheduler.service.config import LIVE_ILP, ServeConfig
     from scheduler.service.jobspec import job_from_dict
-    from scheduler.service.server import ServeConfig, Server
+    from scheduler.service.server import Server
     from scheduler.service.store import StateStore
     from scheduler.service.views import learned_view
 
     root = Path(tempfile.mkdtemp(prefix="live-explore-"))
     state = StateStore(root / "state")
     cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 4, "memory_gb": 16}}})
-    options = {"p": args.p} if args.p is not None else {}  # on top of serve's own ILP options (λ, restarts)
+    ilp = replace(LIVE_ILP, p=args.p) if args.p is not None else LIVE_ILP  # serve's own ILP options (λ, restarts)
     server = Server(state, cluster, make_executor("local"), ServeConfig(
-        round_s=args.round_s, device="cpu", policy=args.policy, policy_options=options, stop_grace_s=10))
+        round_s=args.round_s, device="cpu", policy=args.policy, ilp=ilp, stop_grace_s=10))
     server.acquire()
     for i in range(8):
         model = MODELS[i % 3]

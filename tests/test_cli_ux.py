@@ -34,7 +34,7 @@ def test_help_shows_flags_without_a_value_type(monkeypatch) -> None:
 
 def test_usage_errors_are_one_line_with_exit_2_and_no_args_still_prints_the_help(monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "60")  # narrow: the line must not be boxed or wrapped by Rich
-    cases = {("simulate", "--round", "abc"): ("colocate simulate: Invalid value for '--round'",),
+    cases = {("simulate", "--round-s", "abc"): ("colocate simulate: Invalid value for '--round-s'",),
              ("simulate", "--nosuch"): ("colocate simulate: No such option", "--nosuch"),  # Click words it two ways
              ("simulate",): ("colocate simulate: Missing option '--cluster'",),
              ("nosuchcmd",): ("colocate: No such command 'nosuchcmd'",),
@@ -80,7 +80,8 @@ def test_the_serve_lock_file_names_the_server_pid_and_a_second_server_keeps_it(t
     from common.errors import InputError
     from scheduler.executor.registry import make_executor
     from scheduler.model.cluster import cluster_from_dict
-    from scheduler.service.server import ServeConfig, Server
+    from scheduler.service.config import ServeConfig
+    from scheduler.service.server import Server
     from scheduler.service.store import StateStore
 
     cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})

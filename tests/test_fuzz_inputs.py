@@ -203,12 +203,32 @@ def test_workload_readers(tmp_path_factory: pytest.TempPathFactory, kind: str, o
         assert job.duration_s is None or 0 < job.duration_s <= MAX_WORKLOAD_SECONDS
 
 
-@pytest.mark.parametrize("option, value", [("--round", "1e-9"), ("--round", "nan"), ("--seed", "-1")])
+@pytest.mark.parametrize("option, value", [("--round-s", "1e-9"), ("--round-s", "nan"), ("--seed", "-1"),
+                                           ("--set", "sim.colocation_strength=inf")])
 def test_simulate_options_out_of_range(tmp_path: Path, option: str, value: str) -> None:
     path = write(tmp_path / "w.csv", SIA)
+    out = tmp_path / "out"
     code, _, err = run_cli("simulate", "--cluster", str(EXAMPLES / "sia-64gpu.yaml"), "--workload", str(path),
-                           "--policy", "fifo", option, value)
-    assert code == 2 and option in err and len(err.strip().splitlines()) == 1
+                           "--policy", "fifo", "--out", str(out), option, value)
+    named = f"--set {value.partition('=')[0]}" if option == "--set" else option
+    assert code == 2 and named in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()  # refused before anything is written
+
+
+def test_simulate_with_a_bad_workload_leaves_no_output_directory(tmp_path: Path) -> None:
+    path = write(tmp_path / "w.csv", b"name,time,application,num_replicas,batch_size\na,0,cifar10,two,64\n")
+    out = tmp_path / "out"
+    code, _, err = run_cli("simulate", "--cluster", str(EXAMPLES / "sia-64gpu.yaml"), "--workload", str(path),
+                           "--out", str(out))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_the_old_round_flag_still_works_for_a_release_and_warns(tmp_path: Path) -> None:
+    path = write(tmp_path / "w.csv", SIA)
+    code, out, err = run_cli("simulate", "--cluster", str(EXAMPLES / "sia-64gpu.yaml"), "--workload", str(path),
+                             "--policy", "fifo", "--round", "30", "--json")
+    assert code == 0 and json.loads(out)["completed"] >= 1
+    assert "--round is deprecated, use --round-s" in err
 
 
 ALLOCATION = json.dumps({"allocations": [

@@ -34,9 +34,9 @@ CLUSTER = "gpu_types: {t4: {nodes: 1, gpus_per_node: 2, memory_gb: 16}}\n"
 
 def _server_builds(state: Path, name: str) -> None:
     """What the server does with a stored job at its largest: validate the row, build its group and document."""
+    from scheduler.service.config import ServeConfig
     from scheduler.service.groups import build_group, group_document
     from scheduler.service.rounds import Slot
-    from scheduler.service.server import ServeConfig
     from scheduler.service.store import StateStore
 
     store = StateStore(state, create=False, readonly=True)

@@ -26,18 +26,36 @@ def allocation(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("changes", "field"), [
+BAD_REQUESTS = [
     ({"sharing": "mpss"}, "--sharing"), ({"device": "gpu"}, "--device"), ({"steps": -1}, "--steps"),
     ({"threads": 0}, "--threads"), ({"duration_s": 0.0}, "--duration"), ({"backend": "nomad"}, "--backend"),
     ({"emit": ("nomad", Path("x"))}, "--emit"), ({"sbatch_options": ("time=1",)}, "--sbatch-option"),
     ({"sbatch_options": ("--time=1\ntouch x",)}, "--sbatch-option"), ({"grace_s": float("nan")}, "--grace"),
     ({"num_cpus": 0.0}, "--num-cpus"), ({"image_size": 8}, "--image-size"), ({"steps": 10**12}, "--steps"),
     ({"duration_s": float("inf")}, "--duration"),
-])
-def test_request_checks_every_option_with_one_line(changes: dict, field: str) -> None:
+]
+
+
+@pytest.mark.parametrize(("changes", "flag"), BAD_REQUESTS)
+def test_request_checks_every_option_with_one_line(changes: dict, flag: str) -> None:
+    """The library names the request's field; the command line names its flag."""
+    from typer.testing import CliRunner
+
+    from colocate.cli import app
+
     with pytest.raises(InputError) as info:
         LaunchRequest(Path("alloc.json"), **changes)
+    (field,) = changes
     assert f"field '{field}'" in str(info.value) and "\n" not in str(info.value)
+    args = []
+    for name, value in changes.items():
+        values = value if isinstance(value, tuple) else (value,)
+        if name == "sbatch_options":
+            args += [f"--sbatch-option={v}" for v in values]
+        else:
+            args += [flag, *map(str, values)]
+    result = CliRunner().invoke(app, ["launch", "alloc.json", *args])
+    assert isinstance(result.exception, InputError) and f"field '{flag}'" in str(result.exception), result.output
 
 
 def test_emit_writes_files_and_shows_the_plan_first(allocation: Path, tmp_path: Path) -> None:

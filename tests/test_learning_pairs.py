@@ -63,7 +63,6 @@ def test_unknown_pairs_are_planned_optimistically_and_the_optimism_shrinks() -> 
 
 
 def test_optimism_is_for_pairs_nothing_specific_is_known_of_and_all_is_the_earlier_rule() -> None:
-    from scheduler.sim.config import SimConfig
 
     given = table_prior(ColocationTable.from_rows([("t4", "a", "b", 0.55, 0.55)]))
     assert PairBelief(given).planned("t4", "a", "b") == pytest.approx((0.55, 0.55))  # a prior: its mean
@@ -80,8 +79,6 @@ def test_optimism_is_for_pairs_nothing_specific_is_known_of_and_all_is_the_earli
     with pytest.raises(InputError) as info:
         ExploreConfig(optimism="some")
     assert info.value.field == "optimism"
-    with pytest.raises(InputError, match="optimism"):
-        SimConfig(explore_optimism="never")
 
 
 def test_a_pair_that_hurts_is_split_after_one_or_two_rounds_of_samples() -> None:

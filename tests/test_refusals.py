@@ -42,7 +42,8 @@ def test_a_second_serve_refused_by_the_lock_changes_nothing(tmp_path: Path) -> N
     """The first server recorded its 2×t4 cluster; a second one on 8×v100 is refused by the lock before it
     records its own, so submit still refuses the 8-GPU v100 job it could never run."""
     from scheduler.model.cluster import load_cluster
-    from scheduler.service.serve import serve_forever
+    from scheduler.service.config import ServeConfig
+    from scheduler.service.serve import ServeRequest, serve_forever
 
     state = StateStore(tmp_path / "state")
     admission.record_cluster(state, load_cluster(write_cluster(tmp_path / "t4.yaml", {"t4": 2})))
@@ -51,8 +52,8 @@ def test_a_second_serve_refused_by_the_lock_changes_nothing(tmp_path: Path) -> N
     try:
         before = snapshot(state.dir)
         with pytest.raises(InputError, match="another colocate serve runs"):
-            serve_forever(cluster_path=write_cluster(tmp_path / "v100.yaml", {"v100": 8}), state_dir=state.dir,
-                          backend="local", device="cpu", round_s=1.0, max_rounds=1)
+            serve_forever(ServeRequest(cluster=write_cluster(tmp_path / "v100.yaml", {"v100": 8}), state=state.dir,
+                                       backend="local", max_rounds=1, config=ServeConfig(device="cpu", round_s=1.0)))
         assert snapshot(state.dir) == before
         job = tmp_path / "big.yaml"
         job.write_text(yaml.safe_dump({"name": "big", "command": "true", "steps": 1, "batch_size": 4,

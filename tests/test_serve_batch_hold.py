@@ -4,6 +4,7 @@ the hold on the real round ILP (HiGHS) with the learned goodput model, and a liv
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from scheduler.executor.registry import make_executor
@@ -14,7 +15,7 @@ from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.jobs import Job
 from scheduler.model.policy import RoundContext
 from scheduler.service.batch_hold import HeldBatchModel, batch_holds
-from scheduler.service.config import ServeConfig
+from scheduler.service.config import LIVE_ILP, ServeConfig
 from scheduler.service.jobspec import job_from_dict
 from scheduler.service.server import Server
 from scheduler.service.stability import StabilityConfig
@@ -42,7 +43,7 @@ def _running(name: str = "a", age_s: float = 60.0, restarts: int = 1, **fields: 
 
 
 def _batch(model: object, jobs: list[Job]) -> dict[str, int]:
-    serve = StabilityConfig().ilp_options("colocate")
+    serve = ServeConfig().policy_options()
     decision = PackingPolicy(IlpConfig(mip_gap=0.0, **serve)).allocate(jobs, CLUSTER, RoundContext(model))  # type: ignore[arg-type]
     return {a.job: a.batch_size for a in decision.allocations}
 
@@ -94,7 +95,7 @@ def test_a_live_server_keeps_a_running_batch_within_noise_and_takes_one_that_pay
     one = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})
     # restarts nearly free and no minimum run: only the hold stands between a small gain and a restart
     config = ServeConfig(round_s=0.3, device="cpu", stop_grace_s=20.0, stability=StabilityConfig(min_run_s=0.0),
-                         policy_options={"restart_cost_s": 0.01})
+                         ilp=replace(LIVE_ILP, restart_cost_s=0.01))
     server = Server(state, one, make_executor("local"), config)
     server.acquire()
 

@@ -15,8 +15,9 @@ from common.errors import InputError
 from scheduler.executor.registry import make_executor
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.colocation import ColocationTable
+from scheduler.service.config import ServeConfig
 from scheduler.service.jobspec import job_from_dict
-from scheduler.service.server import ServeConfig, Server
+from scheduler.service.server import Server
 from scheduler.service.store import StateStore
 from tests.serve_helpers import kill_groups
 
@@ -175,7 +176,7 @@ class Recorder:
     running pair was held (pinned)."""
 
     def __init__(self, server: Server) -> None:
-        self.inner, self.name = server.policy, server.policy.name
+        self.inner, self.name, self.traits = server.policy, server.policy.name, server.policy.traits
         self.fallbacks: list[str] = []
         self.pinned_pairs: list[bool] = []
         server.policy = self  # type: ignore[assignment]

@@ -4,14 +4,16 @@ the checkpoint-restore contract a user command follows, and crashes retried up t
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from scheduler.executor.registry import make_executor
 from scheduler.model.cluster import cluster_from_dict
+from scheduler.service.config import LIVE_ILP, ServeConfig
 from scheduler.service.jobspec import job_from_dict
-from scheduler.service.server import ServeConfig, Server
+from scheduler.service.server import Server
 from scheduler.service.store import StateStore
 from tests.serve_helpers import kill_groups, wait_until
 
@@ -45,7 +47,7 @@ CONTRACT = textwrap.dedent("""
 def _server(tmp_path: Path, **options: float) -> tuple[StateStore, Server]:
     state = StateStore(tmp_path / "state")
     cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})
-    config = ServeConfig(round_s=0.5, device="cpu", stop_grace_s=10, policy_options=dict(options))
+    config = ServeConfig(round_s=0.5, device="cpu", stop_grace_s=10, ilp=replace(LIVE_ILP, **options))
     server = Server(state, cluster, make_executor("local"), config)
     server.acquire()
     return state, server

@@ -14,9 +14,10 @@ from colocate.cli import app
 from scheduler.executor.registry import make_executor
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.colocation import ColocationTable
+from scheduler.service.config import ServeConfig
 from scheduler.service.jobspec import job_from_dict
 from scheduler.service.probes import DONE, FAILED, ProbeConfig, plan_targets, probing_enabled
-from scheduler.service.server import ServeConfig, Server
+from scheduler.service.server import Server
 from scheduler.service.store import StateStore
 from tests.serve_helpers import kill_groups, wait_until
 
@@ -191,7 +192,7 @@ def test_probes_stop_with_the_server(tmp_path: Path) -> None:
 
     from scheduler.executor.supervise import process_alive
     from scheduler.formats.colocation_table import write_colocation_table
-    from scheduler.service.serve import serve_forever
+    from scheduler.service.serve import ServeRequest, serve_forever
 
     cluster, table = tmp_path / "cluster.yaml", tmp_path / "table.csv"
     cluster.write_text("gpu_types:\n  t4: {nodes: 1, gpus_per_node: 2, memory_gb: 16}\n")
@@ -206,8 +207,10 @@ def test_probes_stop_with_the_server(tmp_path: Path) -> None:
         return bool(handles)
 
     try:
-        serve_forever(cluster_path=cluster, state_dir=state.dir, backend="local", policy="fifo", round_s=0.5,
-                      colocation=table, device="cpu", probe=True, max_rounds=20, should_stop=a_probe_started)
+        config = ServeConfig(policy="fifo", round_s=0.5, device="cpu", probe=ProbeConfig(enabled=True))
+        request = ServeRequest(cluster=cluster, state=state.dir, backend="local", colocation=table, max_rounds=20,
+                               config=config)
+        serve_forever(request, should_stop=a_probe_started)
         kinds = [e["kind"] for e in state.events() if e["kind"].startswith("probe")]
         assert kinds == ["probe-started", "probe-interrupted"] and [p["state"] for p in _probes(state)] == ["interrupted"]
         wait_until(lambda: not process_alive(handles[0]["pid"], handles[0]["start_time"]), 30, "the probe killed")

@@ -4,6 +4,7 @@ on (:class:`scheduler.service.stability.StabilityConfig`) and that the simulator
 from __future__ import annotations
 
 import pytest
+from typer.testing import CliRunner
 
 from common.errors import InputError
 from scheduler.ilp.columns import restart_factor
@@ -14,6 +15,7 @@ from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import TableGoodputModel
 from scheduler.model.jobs import Job
 from scheduler.model.policy import RoundContext
+from scheduler.service.config import ServeConfig
 from scheduler.service.stability import StabilityConfig, fold_startup, hurting_members, load_startups, pinned_jobs
 
 CLUSTER = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 2, "memory_gb": 16}}})
@@ -22,7 +24,7 @@ MODEL = TableGoodputModel({("app", "t4", 1): 100.0, ("app", "t4", 2): 190.0})
 
 
 def _serve_policy(policy: str = "colocate") -> PackingPolicy:
-    return PackingPolicy(IlpConfig(mip_gap=0.0, **StabilityConfig().ilp_options(policy)))
+    return PackingPolicy(IlpConfig(mip_gap=0.0, **ServeConfig(policy=policy).policy_options()))
 
 
 def _decide(policy: PackingPolicy, jobs: list[Job]) -> dict[str, tuple[int, ...]]:
@@ -137,10 +139,12 @@ def test_start_ups_fold_into_a_mean_and_survive_a_round_trip() -> None:
     assert load_startups(json.dumps(startups)) == startups and load_startups("not json") == {}
 
 
-@pytest.mark.parametrize("field,value", [("min_run_s", -1.0), ("keep_bonus", 2.0), ("resume_floor", 0.0)])
-def test_bad_stability_knobs_are_input_errors(field: str, value: float) -> None:
-    with pytest.raises(InputError):
-        StabilityConfig(**{field: value})
+@pytest.mark.parametrize("config,field,value", [(StabilityConfig, "min_run_s", -1.0),
+                                                (StabilityConfig, "startup_factor", float("nan")),
+                                                (IlpConfig, "keep_bonus", 2.0), (IlpConfig, "resume_floor", 0.0)])
+def test_bad_stability_knobs_are_input_errors(config: type, field: str, value: float) -> None:
+    with pytest.raises(InputError, match=field):
+        config(**{field: value})
 
 
 def test_the_torch_free_model_names_are_the_zoo() -> None:
@@ -189,14 +193,20 @@ def test_submit_takes_several_files_and_a_bad_one_queues_none(tmp_path) -> None:
     assert [r.name for r in StateStore(state).jobs()] == ["g0", "g1", "g2"]
 
 
-@pytest.mark.parametrize("flag,value", [("metrics_port", 0), ("min_run", -1.0)])
-def test_bad_serve_options_are_input_errors_naming_the_flag(tmp_path, flag: str, value: float) -> None:
-    from scheduler.service.serve import serve_forever
+@pytest.mark.parametrize("flag,value", [("--metrics-port", "0"), ("--min-run", "-1"), ("--round-s", "inf"),
+                                        ("--grace", "inf"), ("--threads", "100000000"), ("--backend", "nomad"),
+                                        ("--policy", "nope"), ("--sharing", "nope")])
+def test_bad_serve_options_are_one_line_errors_naming_the_flag_and_create_nothing(tmp_path, flag: str,
+                                                                                   value: str) -> None:
+    from colocate.cli import app
 
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text("gpu_types:\n  t4: {nodes: 1, gpus_per_node: 1, memory_gb: 16}\n")
-    with pytest.raises(InputError, match=flag.replace("_", "-")):
-        serve_forever(cluster_path=cluster, state_dir=tmp_path / "state", backend="local", **{flag: value})
+    result = CliRunner().invoke(app, ["serve", "--cluster", str(cluster), "--state", str(tmp_path / "state"),
+                                      "--backend", "local", flag, value])
+    assert result.exit_code != 0 and isinstance(result.exception, InputError)
+    assert flag in str(result.exception)
+    assert not (tmp_path / "state").exists()
 
 
 def _pair_or_not(options: dict, age_s: float) -> dict[str, tuple[str, ...]]:
@@ -213,7 +223,7 @@ def _pair_or_not(options: dict, age_s: float) -> dict[str, tuple[str, ...]]:
 
 
 def test_a_young_running_job_is_not_restarted_to_take_a_partner_because_serve_restarts_whole_groups() -> None:
-    serve = StabilityConfig().ilp_options("colocate")
+    serve = ServeConfig().policy_options()
     assert serve["charge_partner_changes"] is True
     # Sia's move rule (only a member that moves pays): the job 10 s into its run takes the partner, and serve
     # would restart it for that
@@ -234,7 +244,7 @@ def _split_or_not(options: dict, age_s: float) -> dict[str, tuple[str, ...]]:
 
 
 def test_a_young_pair_is_not_split_because_the_member_that_stays_restarts_too() -> None:
-    serve = StabilityConfig().ilp_options("colocate")
+    serve = ServeConfig().policy_options()
     # Sia's rule: only the member moving to the free GPU pays (40 / 65 of its goodput survives): split
     assert _split_or_not({**serve, "charge_partner_changes": False}, age_s=40.0) == {"a": (), "b": ()}
     # serve restarts the group, the member that stays included: both pay, and the pair runs on

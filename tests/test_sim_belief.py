@@ -12,6 +12,7 @@ from scheduler.learning.belief import noisy_table, parse_belief
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import TableGoodputModel
+from scheduler.model.policy import PolicyTraits
 from scheduler.sim.config import SimConfig
 from scheduler.sim.simulator import Simulator
 
@@ -24,7 +25,7 @@ TWO_JOBS = Workload("two", (WorkloadJob("A", "a", 0.0, 1, 32, work=12_000.0),
 class Spy:
     """The packing policy, recording the colocation table it was handed each round."""
 
-    adaptive = True
+    traits = PolicyTraits(adaptive=True, max_group_size=2)
 
     def __init__(self) -> None:
         self.inner = PackingPolicy(IlpConfig(p=1.0), name="colocate")
@@ -91,33 +92,17 @@ def test_belief_values_are_checked_and_the_noisy_prior_is_seeded_and_bounded() -
     assert info.value.field == "--belief"
 
 
-def test_a_calm_cluster_plans_unknown_pairs_without_optimism_unless_the_earlier_rule_is_asked_for() -> None:
+def test_a_calm_cluster_plans_unknown_pairs_without_optimism() -> None:
     from scheduler.model.jobs import Job
 
     four = cluster_from_dict({"gpu_types": {"g": {"nodes": 1, "gpus_per_node": 4, "memory_gb": 16}}})
     ja, jb = Job("A", "a", batch_size=32), Job("B", "b", batch_size=32)
-    planned = {}
-    for contention in (1.0, 0.0):  # the default, then every round (the rule before it was load-aware)
-        spy = Spy()
-        config = SimConfig(round_s=60.0, restart_cost_s={}, default_restart_cost_s=0.0, slowdown={}, belief="none",
-                           explore_contention=contention)
-        sim = Simulator(four, TWO_JOBS, spy, GOODPUT, ColocationTable.from_rows([("g", "a", "b", 0.8, 0.6)]), config,
-                        adaptive=True)
-        result = sim.run()
-        planned[contention] = spy.seen[0].lookup("g", ja, jb)
-        assert result.meta["model"]["explore_contention"] == contention
-    assert planned[1.0] == (0.5, 0.5)  # two 1-GPU jobs on 4 GPUs: calm, so the unknown pair is not worth trying
-    assert sum(planned[0.0]) > 1.2  # the earlier rule explores it anyway
-    with pytest.raises(InputError):
-        SimConfig(explore_contention=-0.5)
+    spy = Spy()
+    config = SimConfig(round_s=60.0, restart_cost_s={}, default_restart_cost_s=0.0, slowdown={}, belief="none")
+    sim = Simulator(four, TWO_JOBS, spy, GOODPUT, ColocationTable.from_rows([("g", "a", "b", 0.8, 0.6)]), config,
+                    adaptive=True)
+    sim.run()
+    # two 1-GPU jobs on 4 GPUs: calm, so the unknown pair is planned as time-slicing, not tried
+    assert spy.seen[0].lookup("g", ja, jb) == (0.5, 0.5)
 
 
-def test_simulate_refuses_a_negative_explore_contention() -> None:
-    from typer.testing import CliRunner
-
-    from colocate.cli import app
-
-    args = ["simulate", "--cluster", "scheduler/data/cluster-default.yaml", "--workload",
-            "scheduler/examples/demo-workload.csv", "--policy", "colocate", "--belief", "none"]
-    bad = CliRunner().invoke(app, [*args, "--explore-contention", "-1"])  # the CLI's main prints it as one line
-    assert isinstance(bad.exception, InputError) and bad.exception.field == "contention", bad.output

@@ -14,7 +14,7 @@ from scheduler.ilp.policy import PackingPolicy
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import TableGoodputModel
-from scheduler.model.policy import Allocation, RoundDecision, SolverInfo
+from scheduler.model.policy import Allocation, PolicyTraits, RoundDecision, SolverInfo
 from scheduler.policies import POLICY_NAMES, make_policy
 from scheduler.sim.checks import SimulationError
 from scheduler.sim.config import SimConfig
@@ -182,7 +182,7 @@ def test_invariants_hold_on_random_workloads(policy, seed):
 class _Broken:
     mode: str
     name: str = "broken"
-    adaptive: bool = False
+    traits: PolicyTraits = PolicyTraits(max_group_size=2)
 
     def allocate(self, jobs, cluster, context):
         names = [j.name for j in jobs]

@@ -14,9 +14,10 @@ from scheduler.formats.workload_jobs import Workload, WorkloadJob
 from scheduler.ilp.columns import restart_factor
 from scheduler.model.cluster import cluster_from_dict, load_cluster
 from scheduler.model.colocation import ColocationTable
-from scheduler.model.goodput import GoodputEstimate, read_validation_curves
+from scheduler.model.efficiency import read_validation_curves
+from scheduler.model.goodput import GoodputEstimate
 from scheduler.model.jobs import Job
-from scheduler.model.policy import Allocation, JobPlacement, Placement, RoundContext
+from scheduler.model.policy import Allocation, JobPlacement, Placement, PolicyTraits, RoundContext
 from scheduler.policies.common import Shape, make_decision
 from scheduler.policies.gavel import GavelPolicy, _Option
 from scheduler.sim.checks import SimulationError, check_group_memory
@@ -230,7 +231,7 @@ def test_no_policy_packs_a_pair_that_does_not_fit(policy):
 @needs_traces
 def test_a_scripted_pair_that_does_not_fit_is_an_invariant_violation():
     class PackEverything:
-        name, adaptive = "scripted", False
+        name, traits = "scripted", PolicyTraits(max_group_size=2)
 
         def allocate(self, jobs, cluster, context: RoundContext):
             a, b = jobs[0], jobs[1]

@@ -99,13 +99,14 @@ def test_sias_restart_rule_counts_a_new_layout_over_nodes(restart_on, expected):
     assert _restart_counts(restart_on) == expected
 
 
-def test_simulated_arrivals_wait_for_sias_gavel_round_and_not_with_refill():
+def test_simulated_gavel_runs_sias_rounds_and_arrivals_wait_for_them_unlike_refill():
+    from scheduler.policies.gavel import GavelPolicy
+
     work = Workload("w", (WorkloadJob("A", "a", 0.0, 1, 32, work=60.0), WorkloadJob("B", "a", 0.0, 1, 32, work=1e4),
                           WorkloadJob("C", "a", 30.0, 1, 32, work=60.0)))
     jct = {}
-    for mode in ("sia", "refill"):
-        result = simulate(cluster_from_dict(ONE_NODE), work, "gavel", profiles=MODEL,
-                          config=SimConfig(gavel_rounds=mode))
+    for mode, policy in (("sia", "gavel"), ("refill", GavelPolicy(mechanism="refill"))):
+        result = simulate(cluster_from_dict(ONE_NODE), work, policy, profiles=MODEL, adaptive=False)
         jct[mode] = result.jobs.set_index("job")["jct_s"]["C"]
     assert jct["sia"] > 300 > jct["refill"]  # C starts at the 360-s round, or as soon as A leaves
 
@@ -119,13 +120,15 @@ class _Rising(TableGoodputModel):
 
 
 @pytest.mark.parametrize("model, faster", [(MODEL, False), (_Rising({("a", "g", 1): 1.0}), True)])
-def test_substeps_follow_a_rising_goodput_within_the_round(model, faster):
+def test_substeps_follow_a_rising_goodput_within_the_round(model, faster, monkeypatch):
+    import scheduler.sim.simulator as simulator
+
     work = Workload("w", (WorkloadJob("A", "a", 0.0, 1, 32, work=600.0),))
-    jct = {n: simulate(cluster_from_dict(ONE_NODE), work, "fifo", profiles=model, config=SimConfig(substeps=n))
-           .jobs["jct_s"].iloc[0] for n in (1, 6)}
+    jct = {}
+    for n in (1, simulator.SUBSTEPS):  # one reading a round, against the simulator's
+        monkeypatch.setattr(simulator, "SUBSTEPS", n)
+        jct[n] = simulate(cluster_from_dict(ONE_NODE), work, "fifo", profiles=model).jobs["jct_s"].iloc[0]
     if faster:  # re-reading the rising goodput six times a round finishes sooner
         assert jct[6] < 0.8 * jct[1]
     else:  # a constant goodput gives the same answer either way
         assert jct[6] == pytest.approx(jct[1])
-    with pytest.raises(InputError, match="substeps"):
-        SimConfig(substeps=0)

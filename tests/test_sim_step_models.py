@@ -7,10 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from common.errors import InputError
 from scheduler.formats.shared_data import shared_data_dir
 from scheduler.formats.workload_jobs import Workload, WorkloadJob
-from scheduler.learning.throughput import LearnedThroughputGoodput, ThroughputLearner, fit_observed
+from scheduler.learning.throughput import LearnedThroughputGoodput, ThroughputLearner
 from scheduler.model.cluster import cluster_from_dict, load_cluster
 from scheduler.model.configs import Configuration
 from scheduler.model.goodput import ProfileGoodputModel
@@ -84,108 +83,39 @@ def test_unknown_step_time_mode_is_refused():
 
 # ------------------------------------------------------------------ the fit on what a job ran
 
-def test_one_point_on_one_gpu_believes_perfect_scaling_and_half_fixed_cost():
-    model = fit_observed([1], [1], [32.0], [0.2], [0.0])
-    assert model.alpha_c == pytest.approx(0.1) and model.beta_c == pytest.approx(0.1 / 32)
-    assert float(model.step_time(32.0, 8, 2)) == pytest.approx(0.2, rel=1e-6)  # no all-reduce cost yet
-
-
-def test_the_fit_recovers_a_linear_model_and_keeps_cross_node_no_faster_than_inside():
-    n, k, m = [1, 1, 2, 4, 2, 4], [1] * 6, [16.0, 64.0, 16.0, 16.0, 64.0, 64.0]
-    step = [float(TRUE.step_time(mi, ni, ki)) for mi, ni, ki in zip(m, n, k)]
-    sync = [s - (TRUE.alpha_c + TRUE.beta_c * mi) if ni > 1 else 0.0 for s, mi, ni in zip(step, m, n)]
-    model = fit_observed(k, n, m, step, sync)
-    assert (model.alpha_c, model.beta_c) == (pytest.approx(TRUE.alpha_c), pytest.approx(TRUE.beta_c))
-    assert (model.alpha_r, model.beta_r) == (pytest.approx(TRUE.alpha_r), pytest.approx(TRUE.beta_r))
-    assert model.gamma == 1.0
-    assert model.alpha_n == pytest.approx(1.1 * TRUE.alpha_r) and model.beta_n == pytest.approx(1.1 * TRUE.beta_r)
-
-
-def test_learner_keeps_the_first_measurement_and_refits_only_on_new_points():
-    learner = ThroughputLearner()
-    assert learner.model("j", "a") is None and learner.max_gpus("j") == 0
-    assert learner.observe("j", "a", 1, 1, 32, 0.2, 0.0)
-    assert not learner.observe("j", "a", 1, 1, 32, 0.5, 0.0)  # the same configuration again
-    first = learner.model("j", "a")
-    assert learner.model("j", "a") is first and learner.fits == 1
-    learner.observe("j", "b", 1, 2, 32, 0.3, 0.1)
-    assert learner.gpu_types("j") == ["a", "b"] and learner.max_gpus("j") == 2 and learner.version("j") == 2
-    assert learner.knows("j", "b", 1, 2, 32.0) and not learner.knows("j", "b", 1, 4, 32.0)
-    learner.forget("j")
-    assert learner.gpu_types("j") == [] and learner.model("j", "a") is None
-
-
-def test_jobs_that_measured_the_same_points_share_one_fit_and_one_answer_bit_for_bit():
-    belief, _ = _belief()
-    configs = (Configuration("a", 1, 1), Configuration("a", 1, 4), Configuration("b", 1, 4), Configuration("b", 2, 8))
-    first, second = (Job(name, "x", adaptive=True, max_batch_size=256) for name in ("j1", "j2"))
-    for job in (first, second):
-        belief.learner.observe(job.name, "a", 1, 1, 32.0, 0.2, 0.0)
-        belief.learner.observe(job.name, "a", 1, 2, 32.0, 0.3, 0.08)
-    shared = belief.estimate_arrays(first, configs)
-    assert belief.estimate_arrays(second, configs) is shared and belief.learner.fits == 1
-    # what a belief that never saw the first job answers for the second: the same, to the last bit
-    alone, _ = _belief()
-    alone.learner.observe("j2", "a", 1, 1, 32.0, 0.2, 0.0)
-    alone.learner.observe("j2", "a", 1, 2, 32.0, 0.3, 0.08)
-    fresh = alone.estimate_arrays(second, configs)
-    for name in ("goodput", "batch_size", "throughput", "efficiency"):
-        assert np.array_equal(getattr(fresh, name), getattr(shared, name), equal_nan=True)
-    # once one of them measures something new it has its own fit and answer
-    belief.learner.observe("j2", "a", 1, 4, 32.0, 0.5, 0.25)
-    assert belief.estimate_arrays(second, configs) is not shared and belief.learner.fits == 2
-    assert belief.estimate_arrays(first, configs) is shared
-
-
 # ------------------------------------------------------------------ the policy's belief
 
-def _belief(blind_first_run: bool = False):
+def _belief():
     rows = pd.concat([_rows("a"), _rows("b", model=StepTimeModel(0.1, 0.004, 0.02, 0.004, 0.08, 0.01))])
     cluster = cluster_from_dict({"gpu_types": {"a": {"nodes": 2, "gpus_per_node": 4, "memory_gb": 16},
                                                "b": {"nodes": 2, "gpus_per_node": 4, "memory_gb": 16}}})
     inner = AccumulatingGoodput(ProfileGoodputModel(rows, step_times="interpolated"))
-    return LearnedThroughputGoodput(inner, cluster, blind_first_run=blind_first_run), inner
+    return LearnedThroughputGoodput(inner, cluster), inner
 
 
-def test_a_blind_belief_values_a_never_run_job_alike_everywhere_until_it_ran():
-    blind, inner = _belief(blind_first_run=True)
-    profiled, _ = _belief()
+def test_a_never_run_job_is_valued_alike_everywhere_until_it_ran_then_the_fit_and_its_projection():
+    belief, inner = _belief()
     job = Job("j", "x", adaptive=True, max_batch_size=256)
     configs = (Configuration("a", 1, 1), Configuration("b", 1, 1), Configuration("a", 1, 4))
     truth = inner.estimate_arrays(job, configs)
     assert truth.goodput[0] != pytest.approx(truth.goodput[1])  # the profiles tell the types apart ...
-    before = blind.estimate_arrays(job, configs)
-    assert np.allclose(before.goodput, truth.goodput.min(), rtol=2e-3)  # ... the blind belief does not,
+    before = belief.estimate_arrays(job, configs)
+    assert np.allclose(before.goodput, truth.goodput.min(), rtol=2e-3)  # ... the belief does not,
     assert before.goodput[0] == before.goodput[2] > before.goodput[1]  # but for its tie-break: first-listed type
     assert np.array_equal(before.batch_size, truth.batch_size) and np.array_equal(before.throughput, truth.throughput)
-    again = blind.estimate_arrays(job, configs)
-    assert np.array_equal(again.goodput, before.goodput)  # nothing learned, nothing changes
-    assert np.allclose(profiled.estimate_arrays(job, configs).goodput, truth.goodput)
-    for belief in (blind, profiled):
-        belief.learner.observe("j", "a", 1, 1, 32.0, 0.2, 0.0)
-    after = blind.estimate_arrays(job, configs)  # once it ran, the fit and its projection, as without blindness
-    assert np.allclose(after.goodput, profiled.estimate_arrays(job, configs).goodput)
-    assert after.goodput[0] != pytest.approx(after.goodput[1])
-
-
-def test_belief_is_the_base_model_until_the_job_ran_then_the_fit_and_its_projection():
-    belief, inner = _belief()
-    job = Job("j", "x", adaptive=True, max_batch_size=256)
-    configs = (Configuration("a", 1, 4), Configuration("b", 1, 4))
-    before = belief.estimate_arrays(job, configs)
-    assert np.allclose(before.goodput, inner.estimate_arrays(job, configs).goodput)
+    assert np.array_equal(belief.estimate_arrays(job, configs).goodput, before.goodput)  # nothing learned
     belief.learner.observe("j", "a", 1, 1, 32.0, 0.2, 0.0)
     after = belief.estimate_arrays(job, configs)
     fit = belief.learner.model("j", "a")
-    batch = after.batch_size[0]
-    assert after.throughput[0] == pytest.approx(batch / float(fit.step_time(batch / 4, 4, 1)))
+    batch = after.batch_size[2]
+    assert after.throughput[2] == pytest.approx(batch / float(fit.step_time(batch / 4, 4, 1)))
     ratio = belief.ratio("x", "b", "a")
     assert ratio == pytest.approx(inner.throughput("x", "b", 1, 64) / inner.throughput("x", "a", 1, 64))
     assert after.goodput[1] == pytest.approx(after.goodput[0] * ratio)  # projected from the type it ran on
     assert belief.estimate_arrays(job, configs) is after  # kept while nothing new was learned ...
     belief.learner.observe("j", "a", 1, 4, 64.0, 0.6, 0.3)  # ... and recomputed once it was
     slower = belief.estimate_arrays(job, configs)
-    assert slower is not after and slower.throughput[0] < after.throughput[0]
+    assert slower is not after and slower.throughput[2] < after.throughput[2]
     assert belief.max_observed("j") == 4
 
 
@@ -212,25 +142,20 @@ def test_the_simulator_learns_each_configuration_a_job_ran():
 
 
 @pytest.mark.sia_data
-@pytest.mark.parametrize("measure", ["each", "first"])
-def test_a_job_measures_every_batch_it_ran_in_a_round_or_only_the_first(measure):
+def test_a_job_measures_every_batch_it_ran_in_a_round():
     """A cifar10 job crosses many epochs a round and its batch grows between them: Sia's simulator records a
-    point at each (``each``, the default); ``first`` keeps one point a round, at the batch the round began with."""
+    point at each, so some configurations hold more points than the rounds that ran them."""
     cluster = load_cluster(SIA64)
     work = Workload("one", (WorkloadJob("cifar10-0", "cifar10", 0.0, 1, 256),))
     policy, adaptive, _ = resolve_policy("sia")
     sim = Simulator(cluster, work, policy, simulation_goodput_model(TRACES, ["cifar10"], cluster.type_names,
-                                                              step_times="interpolated"), None,
-                    SimConfig(measure_batches=measure), adaptive=adaptive)
+                                                                    step_times="interpolated"), None,
+                    SimConfig(), adaptive=adaptive)
     result = sim.run()
-    assert SimConfig().measure_batches == "each" and result.meta["model"]["measure_batches"] == measure
     rounds = result.allocations.groupby(["gpu_type", "num_nodes", "num_gpus"]).size()
     points = pd.Series([(t, key[0], key[1]) for t, seen in sim.belief.learner.points["cifar10-0"].items()
                         for key in seen]).value_counts()
-    more = [points[c] > rounds[c] for c in rounds.index]
-    assert any(more) if measure == "each" else not any(more)
-    with pytest.raises(InputError, match="measure_batches"):
-        SimConfig(measure_batches="last")
+    assert any(points[c] > rounds[c] for c in rounds.index)
 
 
 @pytest.mark.sia_data
@@ -248,21 +173,6 @@ def test_every_throughput_and_step_time_model_runs_and_the_old_pair_is_the_old_m
     old = SimConfig(throughput="bootstrap", step_times="fitted")
     model = simulation_goodput_model(TRACES, ["cifar10", "bert"], load_cluster(SIA64).type_names)
     assert simulate(SIA64, work, "sia", config=old, profiles=model).summary["avg_jct_s"] == jct[("bootstrap", "fitted")]
-
-
-@pytest.mark.sia_data
-def test_first_run_blind_is_the_default_and_profiled_starts_a_job_where_the_profiles_say():
-    work = Workload("two", (WorkloadJob("cifar10-0", "cifar10", 0.0, 1, 256),
-                            WorkloadJob("bert-1", "bert", 30.0, 1, 12)))
-    assert SimConfig().first_run == "blind"
-    blind = simulate(SIA64, work, "sia")
-    profiled = simulate(SIA64, work, "sia", config=SimConfig(first_run="profiled"))
-    first = profiled.allocations.sort_values("time_s").groupby("job").first()
-    assert set(first.gpu_type) == {"dgx-ext"}  # the fastest type in Sia's profiles, known before the first run
-    assert blind.summary["avg_jct_s"] != profiled.summary["avg_jct_s"]
-    assert blind.meta["model"]["first_run"] == "blind" and profiled.meta["model"]["first_run"] == "profiled"
-    with pytest.raises(InputError, match="first_run"):
-        SimConfig(first_run="oracle")
 
 
 @pytest.mark.sia_data

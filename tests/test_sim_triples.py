@@ -12,7 +12,7 @@ from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.colocation import TRIPLE_RATIOS, ColocationTable
 from scheduler.model.goodput import TableGoodputModel
 from scheduler.model.jobs import Job
-from scheduler.model.policy import Allocation, JobPlacement, Placement, RoundDecision, SolverInfo
+from scheduler.model.policy import Allocation, JobPlacement, Placement, PolicyTraits, RoundDecision, SolverInfo
 from scheduler.policies import make_policy
 from scheduler.policies.common import make_decision
 from scheduler.sim.checks import SimulationError, check_group_memory, check_placement, check_round
@@ -144,7 +144,7 @@ def test_a_triple_that_does_not_fit_is_never_placed(batch, triples):
 class ForcedTriple:
     """Packs all three jobs on the one GPU whatever the table says."""
 
-    name, adaptive = "forced", False
+    name, traits = "forced", PolicyTraits(max_group_size=3)
 
     def allocate(self, jobs, cluster, context):
         names = [j.name for j in jobs]

@@ -6,12 +6,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
+from colocate.cli_config import ConfigSpec, config_command, explicit_settings
+from scheduler.ilp.config import IlpConfig
+from scheduler.sim.compare import CompareRequest
+from scheduler.sim.config import SimConfig
+
 __all__ = ["compare_command", "register"]
+
+
+def measured_pairs(results_dir: Path) -> tuple[tuple[str, str, str, float, float], ...]:
+    """A results directory's measured pairs as colocation-table rows (what ``simulate --colocation DIR`` reads)."""
+    from colocate.analysis.matrix import measured_colocation_table
+    from colocate.analysis.results import load_results
+
+    frame = measured_colocation_table(load_results(results_dir))
+    return tuple((str(r.gpu_type), str(r.type_a), str(r.type_b), float(r.ratio_a), float(r.ratio_b))
+                 for r in frame.itertuples(index=False))
 
 
 def register(app: typer.Typer) -> None:
@@ -37,40 +53,17 @@ def _progress_bar(description: str, total: int, completed: int) -> Iterator[Call
         yield done
 
 
-def compare_command(
-    cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML."),
-    workloads: str = typer.Option(..., "--workloads", help="Glob of workload files (comma-separate several globs)."),
-    policies: str = typer.Option("colocate,sia,gavel", "--policies", help="Comma-separated policy names."),
-    loads: str = typer.Option("1", "--loads", help="Load points: multiples of each workload's arrival rate "
-                                                  "(arrival times divided by it), e.g. 0.5,1,1.5,2,3."),
-    strength: float = typer.Option(1.0, "--colocation-strength",
-                                   help="Scale every pair's benefit Σr−1 (sensitivity: <1 weaker, >1 stronger)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Report directory, e.g. results/sim/NAME."),
-    colocation: Path = typer.Option(None, "--colocation",
-                                    help="Colocation table CSV (default: the bundled tables, transferred from Gavel and "
-                                         "measured on the H100 under MPS)."),
-    round_s: float = typer.Option(60.0, "--round", help="Round length in seconds."),
-    seed: int = typer.Option(0, "--seed", help="Seed for randomised policies."),
-    workers: Optional[int] = typer.Option(None, "--workers",
-                                          help="Worker processes (default: CPU cores, at most the runs)."),
-    profiles: Path = typer.Option(None, "--profiles", help="Throughput profiles (default: <shared data>/sia/traces)."),
-    title: str = typer.Option(None, "--title", help="Report title."),
-    notes: Path = typer.Option(None, "--notes", help="Markdown file appended to the report as its Analysis section."),
-    force: bool = typer.Option(False, "--force", help="Rerun simulations whose results already exist in --out."),
-    targets: bool = typer.Option(False, "--targets", help="Check the project's JCT targets (colocate vs sia and "
-                                 "gavel) in the report."),
-) -> None:
+@config_command(ConfigSpec("request", CompareRequest, panel="Comparison"),
+                ConfigSpec("sim", SimConfig, panel="Simulator", aliases=True),
+                ConfigSpec("ilp", IlpConfig, flags=(), panel="Round ILP (colocate, sia)"))
+def compare_command(*, request: CompareRequest, sim: SimConfig, ilp: IlpConfig) -> None:
     """Run the policies on every workload (in parallel processes) and write report.md, summary.csv and plots."""
-    from colocate.commands._output import console
-    from scheduler.sim.compare import CompareRequest, compare_policies
+    from colocate.commands._output import console, error_console
+    from scheduler.sim.compare import SimulationFailed, compare_policies
 
-    request = CompareRequest(cluster=cluster, workloads=workloads, policies=policies, out=out, loads=loads,
-                             strength=strength, colocation=colocation, round_s=round_s, seed=seed, workers=workers,
-                             profiles=profiles, title=title, notes=notes, force=force,
-                             targets=targets)
-    from colocate.commands._output import error_console
-    from scheduler.sim.compare import SimulationFailed
-
+    request = replace(request, sim=sim, ilp_options=explicit_settings("ilp"))
+    if request.colocation is not None and request.colocation.is_dir():
+        request = replace(request, colocation_rows=measured_pairs(request.colocation))
     try:
         report, means, failed = compare_policies(request, progress=_progress_bar)
     except SimulationFailed as err:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
-from scheduler.executor.launch import LaunchRequest as _Defaults  # the defaults' one source
+from colocate.cli_config import ConfigSpec, config_command
+from scheduler.executor.launch import LaunchRequest
 
 
 def register(app: typer.Typer) -> None:
@@ -58,54 +58,20 @@ class _JobBars:
                                  state=status.state, rate=rate)
 
 
+@config_command(ConfigSpec("launch", LaunchRequest))
 def launch(
-    allocation: Path = typer.Argument(..., metavar="ALLOCATION.json", help="Output of colocate schedule --json."),
-    jobs: Optional[Path] = typer.Option(None, "--jobs", help="Jobs CSV given to colocate schedule (applications)."),
-    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster YAML given to colocate schedule: "
-                                                                   "refuse node or GPU indices outside it."),
-    commands: Optional[Path] = typer.Option(None, "--commands", help="YAML: job or application -> shell command."),
-    backend: str = typer.Option(_Defaults.backend, "--backend", help="local (this node) or ray (needs the ray extra)."),
-    emit: Optional[tuple[str, Path]] = typer.Option(None, "--emit", metavar="slurm|k8s DIR",
-                                                    help="Write sbatch scripts or pod manifests to DIR instead.",
-                                                    show_default=False),
-    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address for --backend ray."),
-    node: Optional[str] = typer.Option(None, "--node", help="local: run the groups of TYPE:N (e.g. h100:0), or all."),
-    sharing: str = typer.Option(_Defaults.sharing, "--sharing", help="How pairs share a GPU unless the allocation says "
-                                                               "(a registered sharing mode: timeslice, mps)."),
-    device: str = typer.Option(_Defaults.device, "--device", help="Built-in jobs train on: auto, cpu or cuda."),
-    steps: int = typer.Option(_Defaults.steps, "--steps", help="Iterations per built-in job; 0 = until stopped."),
-    duration: Optional[float] = typer.Option(None, "--duration", help="Stop every job after this many seconds."),
-    threads: int = typer.Option(_Defaults.threads, "--threads", help="CPU threads per built-in job process."),
-    image_size: Optional[int] = typer.Option(None, "--image-size", help="Input size of built-in jobs [32; "
-                                                                         "imagenet: 224]."),
-    log_dir: Optional[Path] = typer.Option(None, "--log-dir", help="Logs and progress files "
-                                                                   "(default: launch-logs/ALLOCATION-NAME)."),
-    grace: float = typer.Option(_Defaults.grace_s, "--grace", help="Seconds between SIGTERM and SIGKILL at teardown."),
-    num_cpus: float = typer.Option(_Defaults.num_cpus, "--num-cpus", help="ray: CPUs each group task reserves."),
-    sbatch_option: list[str] = typer.Option([], "--sbatch-option", help="slurm: extra #SBATCH line, e.g. "
-                                                                        "--partition=gpu (repeatable)."),
-    typed_gres: bool = typer.Option(_Defaults.typed_gres, "--typed-gres", help="slurm: --gres=gpu:TYPE:N instead of "
-                                                                "--gres=gpu:N + --constraint=TYPE."),
-    image: str = typer.Option(_Defaults.image, "--image", help="k8s: container image with colocate installed."),
-    namespace: Optional[str] = typer.Option(None, "--namespace", help="k8s: namespace of the pods."),
-    inventory: Optional[Path] = typer.Option(None, "--inventory", help="k8s: YAML of node names and GPU UUIDs."),
     as_json: bool = typer.Option(False, "--json", help="Print the final job statuses as JSON."),
+    *,
+    launch: LaunchRequest,
 ) -> None:
     """Start the jobs of a packed placement: one group per GPU (solo or pair), logs and progress per job."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from colocate.commands._output import console, error_console
     from common.safe_load import json_text
-    from scheduler.executor.launch import LaunchRequest
     from scheduler.executor.launch import launch as launch_allocation
 
-    request = LaunchRequest(
-        allocation=allocation, jobs=jobs, cluster=cluster, commands=commands, backend=backend, emit=emit,
-        address=address, node=node, sharing=sharing, device=device, steps=steps, duration_s=duration, threads=threads,
-        image_size=image_size,
-        log_dir=log_dir, grace_s=grace, num_cpus=num_cpus, sbatch_options=tuple(sbatch_option), typed_gres=typed_gres,
-        image=image, namespace=namespace, inventory=inventory,
-    )
+    request, emit = launch, launch.emit
 
     def show_plan(plan: Any) -> None:
         if plan.not_launched:

@@ -39,13 +39,12 @@ def _check_inputs(jobs: list, cluster: Any, model: Any, jobs_path: Path) -> None
     from colocate.commands._output import error_console
     from scheduler.model.configs import configurations
 
-    known = getattr(model, "applications", None)
+    known = model.applications
     configs = configurations(cluster)
     largest = max(t.total_gpus for t in cluster)
-    profiled = getattr(model, "gpu_types", None)
-    if known is not None and profiled is not None:
+    if known is not None:
         for name in cluster.type_names:
-            if not any(name in profiled(app) for app in {j.application for j in jobs} & set(known)):
+            if not any(name in (model.gpu_types(app) or ()) for app in {j.application for j in jobs} & known):
                 error_console.print(f"warning: GPU type {name!r} of the cluster has no throughput profile for "
                                     f"these jobs' applications; its GPUs stay idle", highlight=False)
     for row, job in enumerate(jobs, start=2):
@@ -67,7 +66,7 @@ def _check_inputs(jobs: list, cluster: Any, model: Any, jobs_path: Path) -> None
                              field=field, valid="a GPU count and batch size the profiles cover on some GPU type")
 
 
-@config_command(ConfigSpec("ilp", IlpConfig, panel="Round ILP"))
+@config_command(ConfigSpec("ilp", IlpConfig, panel="Round ILP", aliases=True))
 def schedule(
     cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML: gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}."),
     jobs: Path = typer.Option(..., "--jobs", help="Jobs CSV (name,application[,num_gpus,adaptive,...])."),

@@ -5,27 +5,42 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
+
+from colocate.cli_config import ConfigSpec, config_command, entries, explicit_settings
+from scheduler.ilp.config import IlpConfig
+from scheduler.policies import POLICY_NAMES
+from scheduler.sim.config import SimConfig
+
+SIM_SPEC = ConfigSpec("sim", SimConfig, panel="Simulator", aliases=True)
+ILP_SPEC = ConfigSpec("ilp", IlpConfig, flags=("max_group_size",), panel="Round ILP (colocate, sia)")
+
+
+POLICY_HELP = "Scheduling policy (the README's policy table)."
 
 
 def register(app: typer.Typer) -> None:
     app.command("simulate")(simulate_command)
 
 
-def _group_option(policy: str, max_group_size: int | None) -> dict[str, Any]:
-    """``--max-group-size`` as the ILP option (IlpConfig checks its value); only the ILP policies pack groups."""
-    if max_group_size is None:
-        return {}
-    if policy not in ("colocate", "colocate-triples"):
+ILP_POLICIES = ("colocate", "colocate-triples", "sia")
+
+
+def ilp_policy_options(policy: str, ilp: IlpConfig) -> dict[str, Any]:
+    """The ILP settings the user gave, as the options of an ILP policy; the policy's own defaults stand for the
+    rest (``colocate-triples`` groups three). Given with a policy that solves no ILP, they are an error."""
+    given = explicit_settings("ilp")
+    if given and policy not in ILP_POLICIES:
         from common.errors import InputError
 
-        raise InputError(f"--max-group-size with policy {policy!r}", field="--max-group-size",
-                         valid="--policy colocate or colocate-triples (the ILP policies that pack groups)")
-    return {"max_group_size": max_group_size}
+        name = sorted(given)[0]
+        flag = next(e.shown_as for e in entries(ILP_SPEC) if e.dotted == name)
+        raise InputError(f"{flag} with --policy {policy}", field=flag,
+                         valid=f"--policy {', '.join(ILP_POLICIES)} (the policies that solve the round ILP)")
+    return given
 
 
 def _hours(seconds: float) -> str:
@@ -106,118 +121,47 @@ def _print_summary(result: Any, title: str, out: Path | None) -> None:
         console.print(f"logs in {out}/ (jobs.parquet, rounds.parquet, allocations.parquet, summary.json)")
 
 
+@config_command(SIM_SPEC, ILP_SPEC)
 def simulate_command(
     cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML (e.g. scheduler/examples/sia-64gpu.yaml)."),
     workload: Path = typer.Option(..., "--workload", help="Sia/Pollux workload CSV, Gavel .trace or Philly job CSV."),
-    policy: str = typer.Option("colocate", "--policy",
-                               help="colocate, colocate-triples, sia, gavel, gavel-packed, tiresias, gandiva or fifo."),
-    max_group_size: Optional[int] = typer.Option(None, "--max-group-size",
-                                                 help="Jobs per GPU group for the ILP policies: 2 (pairs) or 3 "
-                                                      "(pairs and triples; triple ratios predicted from the pairs). "
-                                                      "Default: the policy's own (colocate 2, colocate-triples 3)."),
+    policy: str = typer.Option("colocate", "--policy", help=POLICY_HELP, metavar="|".join(POLICY_NAMES)),
     colocation: Path = typer.Option(None, "--colocation",
                                     help="Colocation table CSV, or a results directory (e.g. from import-pairs) "
                                          "whose measured pairs become one (default for packing policies: the "
                                          "bundled tables: transferred from Gavel's measurements, and the "
                                          "pairs measured on the H100 under MPS)."),
-    round_s: float = typer.Option(60.0, "--round", help="Round length in seconds."),
-    seed: int = typer.Option(0, "--seed", help="Seed (randomised policies such as gandiva)."),
-    out: Path = typer.Option(None, "--out", "-o", help="Write jobs/rounds/allocations Parquet + summary.json here."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
     profiles: Path = typer.Option(None, "--profiles",
                                   help="Throughput profiles: Sia traces dir or profile CSV (default: "
                                        "<shared data>/sia/traces)."),
-    throughput: str = typer.Option("fitted", "--throughput",
-                                   help="fitted: a step-time model fitted to the configurations each job ran (Sia); "
-                                        "bootstrap: profiles of the GPU types a job ran on, projected to the "
-                                        "others; oracle: every profile known."),
-    first_run: str = typer.Option("blind", "--first-run",
-                                  help="fitted throughput only. blind: a job never run looks alike on one GPU of "
-                                       "every type (Sia's simulator; it migrates once measured); profiled: the "
-                                       "profiles' values (earlier)."),
-    throughput_fit: str = typer.Option("pollux", "--throughput-fit",
-                                       help="fitted throughput only. pollux: Pollux's joint fit of the step-time "
-                                            "model to the points a job ran (Sia's scheduler); lines: a line per "
-                                            "term to its own measurement (earlier, more optimistic)."),
-    efficiency_belief: str = typer.Option("extrapolated", "--efficiency-belief",
-                                          help="fitted throughput only. extrapolated: a job's efficiency at other "
-                                               "batches from the gradient noise it measured when it last ran "
-                                               "(Pollux's formula, Sia's scheduler); curves: the validation curves "
-                                               "at every batch (earlier)."),
-    measure_batches: str = typer.Option("each", "--measure-batches",
-                                        help="fitted throughput only. each: a job measures every batch it runs in a "
-                                             "round, its gradient noise at the last (Sia's simulator, a point per "
-                                             "epoch); first: the batch it began the round with (earlier)."),
-    step_times: str = typer.Option("interpolated", "--step-times",
-                                   help="True step times: interpolated from the profile rows (Sia's simulator) "
-                                        "or fitted (Pollux-form fit, measured points as measured)."),
-    batch: str = typer.Option("app-max", "--batch",
-                              help="app-max: adaptive jobs grow to the application's largest batch (Sia); "
-                                   "workload: they run the batch the policy chose."),
-    restart_on: str = typer.Option("placement", "--restart-on",
-                                   help="placement: restart on a new GPU type or GPUs on each node (Sia); shape: "
-                                        "on a new type, GPU count or node count; gpus: on any change of GPU indices."),
-    substeps: int = typer.Option(6, "--substeps",
-                                 help="Times a job alone re-reads its goodput per round (its efficiency rises with "
-                                      "progress; Sia re-reads it every epoch). 1: once per round (earlier)."),
-    gavel_rounds: str = typer.Option("sia", "--gavel-rounds",
-                                     help="gavel only. sia: Sia's simulator's mechanism (held 6-minute rounds, "
-                                          "exact GPUs split over nodes, interior LP point); refill: the earlier "
-                                          "work-conserving mechanism."),
-    efficiency: str = typer.Option("sia", "--efficiency",
-                                   help="sia: validation curves at the job's batch; gns: initial batch's GNS curve."),
-    memory: bool = typer.Option(True, "--memory/--no-memory", help="Enforce pair memory (default on)."),
-    strength: float = typer.Option(1.0, "--colocation-strength",
-                                   help="Scale every pair's benefit Σr−1 (<1 weaker, >1 stronger)."),
-    belief: str = typer.Option("truth", "--belief",
-                               help="What packing policies believe about pairs: truth (the table itself), none, "
-                                    "predicted, table:FILE or noisy:SIGMA; all but truth learn as pairs run."),
-    explore_contention: Optional[float] = typer.Option(
-        None, "--explore-contention",
-        help="A learning --belief tries unknown pairs only in rounds whose jobs ask for >= this x the cluster's "
-             "GPUs (default 1); 0: in every round (the earlier rule)."),
-    explore_optimism: Optional[str] = typer.Option(
-        None, "--explore-optimism",
-        help="Which pairs a learning --belief plans at the top of their interval: unknown (no prior, never run; "
-             "default) or all (the earlier rule: every pair, re-trying measured ones)."),
+    out: Path = typer.Option(None, "--out", "-o", help="Write jobs/rounds/allocations Parquet + summary.json here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
+    *,
+    sim: SimConfig,
+    ilp: IlpConfig,
 ) -> None:
     """Simulate a workload under one policy; print JCTs, makespan, GPU-hours, utilization, packing."""
-    from common.bounds import check_number
     from common.safe_load import json_text
     from profiler.campaign.outdir import prepare_out_dir
+    from scheduler.formats.profiles import check_workload
+    from scheduler.formats.shared_data import default_profiles_dir
     from scheduler.formats.workloads import read_workload
     from scheduler.model.cluster import load_cluster
     from scheduler.policies import policy_spec
-    from scheduler.sim.config import SimConfig
     from scheduler.sim.simulator import simulate
 
-    check_number(round_s, field="--round", low=1, high=86400, valid="seconds in [1, 86400]")
-    check_number(seed, field="--seed", low=0, high=2**32 - 1, integer=True)
-    if out is not None:
-        prepare_out_dir(out)
     spec = policy_spec(policy)
-    options = _group_option(spec.name, max_group_size)
-    config = SimConfig(round_s=round_s, seed=seed, throughput=throughput, first_run=first_run,
-                       throughput_fit=throughput_fit, efficiency_belief=efficiency_belief,
-                       measure_batches=measure_batches, batch=batch,
-                       restart_on=restart_on,
-                       efficiency=efficiency, memory=memory, colocation_strength=strength, belief=belief,
-                       step_times=step_times, gavel_rounds=gavel_rounds, substeps=substeps)
-    if explore_contention is not None:
-        config = replace(config, explore_contention=explore_contention)
-    if explore_optimism is not None:
-        config = replace(config, explore_optimism=explore_optimism)
+    options = ilp_policy_options(spec.name, ilp)
     table = _colocation(colocation)
-    _check_belief_table(belief)
+    _check_belief_table(sim.belief)
     cluster_obj = load_cluster(cluster)
     work = read_workload(workload)
-    from scheduler.formats.profiles import check_workload
-    from scheduler.formats.shared_data import default_profiles_dir
-
     check_workload(work.jobs, cluster_obj, profiles or default_profiles_dir(), work.source)
+    if out is not None:  # every input checked: a refused command leaves no directory behind
+        prepare_out_dir(out)
     with _progress_bar(f"{spec.name} on {work.name}", len(work), hidden=as_json) as on_round:
         result = simulate(cluster_obj, work, spec.name, colocation=table, profiles=profiles,
-                          config=config, progress=on_round, policy_options=options)
+                          config=sim, progress=on_round, policy_options=options)
     if out is not None:
         result.write(out)
     if as_json:

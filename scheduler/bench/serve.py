@@ -41,7 +41,8 @@ def run_serve_benchmark(num_jobs: int = 1000, rounds: int = 5, gpus: int = 64, s
     from scheduler.bench.scheduler import bench_colocation, sia_cluster
     from scheduler.executor.registry import make_executor
     from scheduler.formats.shared_data import default_profiles_dir
-    from scheduler.service.server import ServeConfig, Server
+    from scheduler.service.config import ServeConfig
+    from scheduler.service.server import Server
     from scheduler.service.store import StateStore
 
     cluster = sia_cluster(gpus)

@@ -18,6 +18,7 @@ from pathlib import Path
 from common.bounds import MAX_SECONDS, check_number
 from common.errors import InputError
 from common.names import safe_name, shown
+from common.options import option
 from profiler.gpu.sharing import sharing_mode_names
 from scheduler.executor.base import JobStatus, LaunchReport, LaunchSettings
 from scheduler.executor.command import RunSettings
@@ -31,47 +32,60 @@ _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")  # registry/name[:t
 _NAMESPACE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")  # a DNS-1123 label
 
 
+def _backend_names() -> tuple[str, ...]:
+    return EXECUTOR_NAMES
+
+
+def _sharing_names() -> tuple[str, ...]:
+    return tuple(sharing_mode_names())
+
+
 @dataclass(frozen=True)
 class LaunchRequest:
-    """Everything ``colocate launch`` can be asked; the one source of its defaults and checks."""
+    """Everything ``colocate launch`` can be asked; the one source of its defaults, help and checks."""
 
-    allocation: Path
-    jobs: Path | None = None
-    cluster: Path | None = None  # the cluster YAML given to schedule: node and GPU indices must lie inside it
-    commands: Path | None = None
-    backend: str = "local"
-    emit: tuple[str, Path] | None = None
-    address: str | None = None
-    node: str | None = None
-    sharing: str = "timeslice"
-    device: str = "auto"
-    steps: int = 0
-    duration_s: float | None = None
-    threads: int = 1
-    image_size: int | None = None
-    log_dir: Path | None = None
-    grace_s: float = 10.0
-    num_cpus: float = 1.0
-    sbatch_options: tuple[str, ...] = ()
-    typed_gres: bool = False
-    image: str = "colocate:latest"
-    namespace: str | None = None
-    inventory: Path | None = None
+    allocation: Path = option(help="Output of colocate schedule --json.", argument=True, metavar="ALLOCATION.json")
+    jobs: Path | None = option(None, "Jobs CSV given to colocate schedule (applications).")
+    cluster: Path | None = option(None, "Cluster YAML given to colocate schedule: refuse node or GPU indices "
+                                        "outside it.")
+    commands: Path | None = option(None, "YAML: job or application -> shell command.")
+    backend: str = option("local", "Where groups run: local (this node) or ray (needs the ray extra).",
+                          choices=_backend_names)
+    emit: tuple[str, Path] | None = option(None, "Write sbatch scripts or pod manifests to DIR instead.",
+                                           metavar="slurm|k8s DIR", show_default=False)
+    address: str | None = option(None, "Ray cluster address for --backend ray.")
+    node: str | None = option(None, "local: run the groups of TYPE:N (e.g. h100:0).", show_default="all")
+    sharing: str = option("timeslice", "How pairs share a GPU unless the allocation says (a registered sharing "
+                                       "mode).", choices=_sharing_names)
+    device: str = option("auto", "What built-in jobs train on.", choices=DEVICES)
+    steps: int = option(0, "Iterations per built-in job; 0 = until stopped.")
+    duration_s: float | None = option(None, "Stop every job after this many seconds.", flag="--duration")
+    threads: int = option(1, "CPU threads per built-in job process.")
+    image_size: int | None = option(None, "Input size of built-in jobs.", show_default="32; imagenet: 224")
+    log_dir: Path | None = option(None, "Logs and progress files.", show_default="launch-logs/ALLOCATION-NAME")
+    grace_s: float = option(10.0, "Seconds between SIGTERM and SIGKILL at teardown.", flag="--grace")
+    num_cpus: float = option(1.0, "ray: CPUs each group task reserves.")
+    sbatch_options: tuple[str, ...] = option((), "slurm: extra #SBATCH line, e.g. --partition=gpu (repeatable).",
+                                             flag="--sbatch-option", show_default=False)
+    typed_gres: bool = option(False, "slurm: --gres=gpu:TYPE:N instead of --gres=gpu:N + --constraint=TYPE.")
+    image: str = option("colocate:latest", "k8s: container image with colocate installed.")
+    namespace: str | None = option(None, "k8s: namespace of the pods.")
+    inventory: Path | None = option(None, "k8s: YAML of node names and GPU UUIDs.")
 
     def __post_init__(self) -> None:
         if self.sharing not in sharing_mode_names():
-            raise InputError(f"unknown sharing mode {shown(self.sharing)}", field="--sharing",
+            raise InputError(f"unknown sharing mode {shown(self.sharing)}", field="sharing",
                              valid=", ".join(sharing_mode_names()))
         if self.device not in DEVICES:
-            raise InputError(f"unknown device {shown(self.device)}", field="--device", valid=", ".join(DEVICES))
+            raise InputError(f"unknown device {shown(self.device)}", field="device", valid=", ".join(DEVICES))
         self._check_numbers()
         if self.emit is None and self.backend not in BACKENDS:
-            raise InputError(f"unknown backend {shown(self.backend)}", field="--backend", valid=", ".join(BACKENDS))
+            raise InputError(f"unknown backend {shown(self.backend)}", field="backend", valid=", ".join(BACKENDS))
         if self.emit is not None and self.emit[0] not in EMITTERS:
-            raise InputError(f"unknown emitter {shown(self.emit[0])}", field="--emit", valid="slurm DIR, k8s DIR")
-        for option in self.sbatch_options:
-            if not option.startswith("--") or not option.isprintable():  # a newline would start a new line of the script
-                raise InputError(f"{shown(option)}", field="--sbatch-option",
+            raise InputError(f"unknown emitter {shown(self.emit[0])}", field="emit", valid="slurm DIR, k8s DIR")
+        for option_text in self.sbatch_options:
+            if not option_text.startswith("--") or not option_text.isprintable():  # a newline would start a line
+                raise InputError(f"{shown(option_text)}", field="sbatch_options",
                                  valid="an sbatch option such as --time=04:00:00")
         if self.emit is not None and self.emit[0] == "k8s":
             self._check_k8s()
@@ -99,14 +113,14 @@ class LaunchRequest:
         """Every numeric option finite and inside a documented range (NaN, inf and typos such as 1e12 refused)."""
         from models import MIN_IMAGE_SIZE
 
-        check_number(self.steps, field="--steps", low=0, high=10**9, integer=True)
-        check_number(self.threads, field="--threads", low=1, high=1024, integer=True)
+        check_number(self.steps, field="steps", low=0, high=10**9, integer=True)
+        check_number(self.threads, field="threads", low=1, high=1024, integer=True)
         if self.duration_s is not None:
-            check_number(self.duration_s, field="--duration", low=0, high=MAX_SECONDS, low_open=True)
-        check_number(self.grace_s, field="--grace", low=0, high=3600, valid="seconds in [0, 3600]")
-        check_number(self.num_cpus, field="--num-cpus", low=0, high=1024, low_open=True)
+            check_number(self.duration_s, field="duration_s", low=0, high=MAX_SECONDS, low_open=True)
+        check_number(self.grace_s, field="grace_s", low=0, high=3600, valid="seconds in [0, 3600]")
+        check_number(self.num_cpus, field="num_cpus", low=0, high=1024, low_open=True)
         if self.image_size is not None:
-            check_number(self.image_size, field="--image-size", low=MIN_IMAGE_SIZE, high=4096, integer=True)
+            check_number(self.image_size, field="image_size", low=MIN_IMAGE_SIZE, high=4096, integer=True)
 
     @property
     def run(self) -> RunSettings:

@@ -40,35 +40,37 @@ class IlpConfig:
     min_benefit: float = option(0.05, "A group needs the sum of its ratios >= 1 + this.")
     time_limit_s: float = option(10.0, "Time limit of pricing and solving, seconds.", flag="--time-limit")
     top_k: int = option(3, "Partners per job: seeded from the compatibility graph, added per pricing pass.",
-                        experimental=True)
+                        experimental=True, aliases=("--top-k",))
     pair_candidates: Literal["top-k", "all"] = option(
         "top-k", "top-k (ours) or all (every compatible pair, as Gavel's packed LP: for comparisons).",
-        experimental=True)
+        experimental=True, aliases=("--pair-candidates",))
     pricing_passes: int = option(2, "Column-generation passes on the LP relaxation (0: the seeds only).",
-                                 experimental=True)
+                                 experimental=True, aliases=("--pricing-passes",))
     mip_gap: float = option(5e-3, "Relative MIP gap at which the solver stops (rounds of <= 5,000 variables use "
-                                  "at most 0.01 %).", flag="--gap", experimental=True)
+                                  "at most 0.01 %).", flag="--gap", experimental=True, aliases=("--gap",))
     solver: Literal["highs", "pulp-highs", "cbc"] = option(
         "highs", "highs (highspy), pulp-highs (HiGHS through PuLP) or cbc (through PuLP); the others are the "
-                 "fall-backs.", experimental=True)
+                 "fall-backs.", experimental=True, aliases=("--solver",))
     threads: int | None = option(1, "Solver threads.", experimental=True)
     max_gpus_per_job: int | None = option(None, "Cap on an adaptive job's GPUs (None: the job's max_gpus or the "
-                                                "cluster).", experimental=True)
+                                                "cluster).", experimental=True, aliases=("--max-gpus-per-job",))
     context_memory_gb: float = option(0.5, "CUDA context per process added to a group's memory, GB.",
-                                      experimental=True)
+                                      experimental=True, aliases=("--context-memory-gb",))
     charge_resumes: bool = option(False, "A queued job that ran before pays Sia's restart factor (from its first "
                                          "start, at least resume_floor) to resume; off: only running jobs' moves "
-                                         "pay.", experimental=True)
+                                         "pay.", experimental=True, aliases=("--charge-resumes",))
     resume_floor: float = option(0.5, "Lowest restart factor a resume pays (charge_resumes): a job that waits "
-                                      "can always take idle GPUs.", experimental=True)
+                                      "can always take idle GPUs.", experimental=True, aliases=("--resume-floor",))
     charge_partner_changes: bool = option(False, "A change of partners restarts every member running on the GPUs, "
                                                  "one left alone by a split included (each pays its restart "
                                                  "factor), as serve enacts it; off: only the member that moves "
-                                                 "pays (Sia's move rule).", experimental=True)
+                                                 "pays (Sia's move rule).",
+                                                         experimental=True, aliases=("--charge-partner-changes",))
     keep_bonus: float = option(0.0, "A running job's current configuration counts (1 + this) times its goodput: "
-                                    "ties keep what runs.", experimental=True)
+                                    "ties keep what runs.", experimental=True, aliases=("--keep-bonus",))
     warm_start: bool = option(True, "Start each round's LP from the previous round's basis and groups (runs of "
-                                    "many rounds: simulate, serve; a single round has none).", experimental=True)
+                                    "many rounds: simulate, serve; a single round has none).",
+                                            experimental=True, aliases=("--warm-start",))
 
     def __post_init__(self) -> None:
         # Finite, bounded numbers (NaN, inf and typos such as 1e12 refused); ranges are generous.

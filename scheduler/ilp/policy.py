@@ -12,7 +12,7 @@ from scheduler.ilp.solve import decision_from, solve_problem
 from scheduler.ilp.warm import WarmStart
 from scheduler.model.cluster import Cluster
 from scheduler.model.jobs import Job
-from scheduler.model.policy import RoundContext, RoundDecision
+from scheduler.model.policy import PolicyTraits, RoundContext, RoundDecision
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,10 @@ class PackingPolicy:
     config: IlpConfig = IlpConfig()
     name: str = "colocate"
     warm: WarmStart = field(default_factory=WarmStart, init=False, compare=False, repr=False)
+
+    @property
+    def traits(self) -> PolicyTraits:
+        return PolicyTraits(adaptive=True, max_group_size=self.config.max_group_size if self.config.packing else 1)
 
     def allocate(self, jobs: Sequence[Job], cluster: Cluster, context: RoundContext) -> RoundDecision:
         warm = self.warm if self.config.warm_start else None

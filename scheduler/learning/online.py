@@ -30,7 +30,7 @@ from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig, contended
 from scheduler.learning.measured import job_type, solo_times
 from scheduler.learning.pairs import DEFAULT_PAIRS, PairBelief, PairConfig, chain_priors, table_prior
 from scheduler.model.colocation import ColocationTable
-from scheduler.model.goodput import EstimateArrays, GoodputEstimate, GoodputModel, GoodputModelBase, estimate_arrays
+from scheduler.model.goodput import EstimateArrays, GoodputEstimate, GoodputModelBase, estimate_arrays
 from scheduler.model.jobs import Job
 from scheduler.model.step_time import StepTimeModel
 
@@ -74,7 +74,7 @@ class LearnedGoodputModel(GoodputModelBase):
     """Goodput from measurements first, then the base model or the prior, calibrated by the measurements."""
 
     def __init__(self, measurements: Sequence[Mapping[str, Any]], specs: Mapping[str, JobLimits],
-                 base: GoodputModel | None = None) -> None:
+                 base: GoodputModelBase | None = None) -> None:
         self.base = base
         self.specs = dict(specs)
         self.solo = solo_times(measurements)
@@ -88,7 +88,7 @@ class LearnedGoodputModel(GoodputModelBase):
             value = self.base.throughput(application, gpu_type, num_gpus, batch_size, num_nodes)
             if value is not None:
                 return value
-            known = getattr(self.base, "applications", None)
+            known = self.base.applications
             if known is not None and application in known:
                 return None  # profiled, but not on this type or at this batch: the base model says no
         local = batch_size / num_gpus
@@ -149,8 +149,8 @@ class LearnedGoodputModel(GoodputModelBase):
         tput = self.throughput(job.application, gpu_type, num_gpus, batch, num_nodes)
         if tput is None or tput <= 0:
             return None
-        efficiency = getattr(self.base, "efficiency", None)
-        return GoodputEstimate(batch, tput, float(efficiency(job, batch)) if efficiency is not None else 1.0)
+        efficiency = self.base.efficiency(job, batch) if self.base is not None else None
+        return GoodputEstimate(batch, tput, float(np.asarray(efficiency).reshape(-1)[0]) if efficiency is not None else 1.0)
 
 
     def estimate_arrays(self, job: Job, configs: Sequence[Configuration]) -> EstimateArrays:
@@ -158,7 +158,7 @@ class LearnedGoodputModel(GoodputModelBase):
 
         Jobs the base model does not know take the per-configuration path (:meth:`estimate`).
         """
-        known = getattr(self.base, "applications", None)
+        known = self.base.applications if self.base is not None else None
         if self.base is None or known is None or job.application not in known:
             return super().estimate_arrays(job, configs)
         configs = configs if isinstance(configs, tuple) else tuple(configs)

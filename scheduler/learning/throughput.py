@@ -5,19 +5,18 @@ time (and the all-reduce time within it) of each configuration the job runs and 
 model (OSDI'21 §3.2, :class:`scheduler.model.step_time.StepTimeModel`) to those points, per GPU type. This is what
 Sia (SOSP'23 §3.4) does, and how its simulator's scheduler sees jobs:
 
-* :func:`~scheduler.learning.pollux_fit.fit_pollux` (the default) fits the model as Pollux's scheduler does: one
-  joint least-squares fit in log space with Pollux's priors (terms nothing has measured are held at zero), so
-  the measured configurations come out as measured and one multi-GPU count measured already makes more GPUs
-  cost more. :func:`fit_observed` (``--throughput-fit lines``, the earlier fit) fits each term to its own
-  measurement with the same priors: closed-form lines and a grid for the overlap exponent, more optimistic
-  about scaling out (the measured all-reduce time, not the whole step, is the network's cost).
+* :func:`~scheduler.learning.pollux_fit.fit_pollux` fits the model as Pollux's scheduler does: one joint
+  least-squares fit in log space with Pollux's priors (terms nothing has measured are held at zero), so the
+  measured configurations come out as measured and one multi-GPU count measured already makes more GPUs cost
+  more.
 * :class:`ThroughputLearner` holds the points (first measurement of each configuration) per job and GPU type
   and refits a type only when it gained a point.
 * :class:`LearnedThroughputGoodput` is the policy's goodput model built on it: the fitted model on a GPU type
   the job has run on, a projection (ratio of the two types' 1-GPU throughputs) from the first such type on
-  the others, and for a job that has not run yet either the base model's values or, with
-  ``blind_first_run``, one GPU of every type valued alike (Sia's simulator reads no throughput before a
-  job's first run: where it starts is the solver's pick, and it migrates once a fit says where it runs best).
+  the others, and for a job that has not run yet one GPU of every type valued alike (Sia's simulator reads no
+  throughput before a job's first run: where it starts is the solver's pick, and it migrates once a fit says
+  where it runs best). A job's statistical efficiency at every batch is :func:`pollux_efficiency` of the
+  gradient statistics it measured when it last ran, as Sia's scheduler believes it.
 
 The live server can feed the same learner with its measured iteration times (``observe``) and answer the
 policy with the same goodput model.
@@ -27,29 +26,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from scheduler.learning.pollux_fit import fit_pollux
-from scheduler.model.goodput import (
-    EstimateArrays,
-    GoodputEstimate,
-    GoodputModel,
-    GoodputModelBase,
-    estimate_arrays,
-    statistical_efficiency,
-)
+from scheduler.model.efficiency import statistical_efficiency
+from scheduler.model.goodput import EstimateArrays, GoodputEstimate, GoodputModel, GoodputWrapper, estimate_arrays
 from scheduler.model.jobs import Job
-from scheduler.model.step_time import StepTimeModel, linear_fit
+from scheduler.model.step_time import StepTimeModel
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.model.cluster import Cluster
     from scheduler.model.configs import Configuration
 
-_FLOOR = 1e-8  # the value a time parameter takes when nothing measured it (a term held "at zero")
 BLIND_TIE_BREAK = 1e-3  # a never-run job's relative preference per place earlier in the cluster's type list
-_GAMMAS = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 10.0)
 
 
 def _step_times(model: StepTimeModel, local: np.ndarray, gpus: np.ndarray, nodes: np.ndarray) -> np.ndarray:
@@ -60,53 +51,6 @@ def _step_times(model: StepTimeModel, local: np.ndarray, gpus: np.ndarray, nodes
     sync = np.maximum(sync, 0.0)
     g = model.gamma
     return np.where((gpus > 1)[:, None], (grad ** g + sync ** g) ** (1.0 / g), grad)
-
-
-def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """``y ≈ a + b·x`` with a, b ≥ the floor; one distinct x: the mean as a constant."""
-    if len(np.unique(x)) < 2:
-        return max(float(np.mean(y)), _FLOOR), _FLOOR
-    a, b = linear_fit(x, y)
-    return max(a, _FLOOR), max(b, _FLOOR)
-
-
-def _network(n: np.ndarray, sync: np.ndarray, where: np.ndarray) -> tuple[float, float]:
-    if not where.any():
-        return _FLOOR, _FLOOR
-    return _line((n[where] - 2).astype(float), sync[where])
-
-
-def fit_observed(num_nodes: Sequence[int], num_gpus: Sequence[int], local_bsz: Sequence[float],
-                 step_time: Sequence[float], sync_time: Sequence[float]) -> StepTimeModel:
-    """Fit :class:`StepTimeModel` to measured points, optimistic where nothing was measured (module docstring).
-
-    Compute time is a line in the local batch (one batch measured: half of it fixed cost); all-reduce time a
-    line in the GPU count inside one node and across nodes, each held at zero until measured, and across
-    nodes no less than inside one until measured; the overlap exponent γ is the one of a small grid that best
-    fits the log step times of the multi-GPU points."""
-    k, n = np.asarray(num_nodes, int), np.asarray(num_gpus, int)
-    m, step = np.asarray(local_bsz, float), np.asarray(step_time, float)
-    sync = np.clip(np.nan_to_num(np.asarray(sync_time, float)), 0.0, None)
-    compute = np.maximum(step - np.where(n > 1, sync, 0.0), _FLOOR)
-    if len(np.unique(m)) == 1:
-        alpha_c = float(np.mean(compute)) / 2
-        beta_c = max(alpha_c / float(m[0]), _FLOOR)
-    else:
-        alpha_c, beta_c = _line(m, compute)
-    alpha_r, beta_r = _network(n, sync, (k == 1) & (n > 1))
-    alpha_n, beta_n = _network(n, sync, k > 1)
-    if not (k > 1).any():
-        alpha_n, beta_n = max(alpha_n, 1.1 * alpha_r), max(beta_n, 1.1 * beta_r)
-    best = StepTimeModel(alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n, 1.0)
-    multi = n > 1
-    if multi.any():
-        errors = []
-        for gamma in _GAMMAS:
-            cand = StepTimeModel(alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n, gamma)
-            pred = _step_times(cand, m[multi][:, None], n[multi], k[multi])[:, 0]
-            errors.append(float(np.mean(np.log(pred / step[multi]) ** 2)) + 1e-3 * (gamma - 1) ** 2)
-        best = StepTimeModel(alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n, _GAMMAS[int(np.argmin(errors))])
-    return best
 
 
 def pollux_efficiency(batch_sizes: np.ndarray, grad_sqr: float, grad_var: float, init_batch_size: float
@@ -132,7 +76,7 @@ class ThroughputLearner:
     """Measured (step, sync) times per owner (a job), GPU type and configuration, and the fits on them."""
 
     def __init__(self, fit: Callable[..., StepTimeModel] = fit_pollux) -> None:
-        self.fit = fit  # (nodes, GPUs, local batches, step times, sync times) -> StepTimeModel; fit_observed: lines
+        self.fit = fit  # (nodes, GPUs, local batches, step times, sync times) -> StepTimeModel
         self.points: dict[str, dict[str, dict[Point, tuple[float, float]]]] = {}
         self._fits: dict[tuple[str, str], tuple[int, StepTimeModel]] = {}
         # fits by their inputs (points in the order measured): jobs of one application that ran the same
@@ -198,22 +142,19 @@ class ThroughputLearner:
             self._fits.pop((owner, gpu_type), None)
 
 
-class LearnedThroughputGoodput(GoodputModelBase):
+class LearnedThroughputGoodput(GoodputWrapper):
     """The policy's goodput model on a :class:`ThroughputLearner` (see the module docstring).
 
     ``inner`` is the base model: it gives the batch grid, the statistical efficiency, the local-batch limits
     per GPU type, which shapes a job can run at all, and the values for a job never run. Answers are kept per
     (job, number of points learned, efficiency, shapes), so a job that learned nothing new since the last round
-    costs a dictionary look-up. ``blind_first_run``: a job never run is valued alike on every shape it can run
-    (:meth:`_blind`) rather than by the base model. ``extrapolate_efficiency``: a job's statistical efficiency at
-    every batch is :func:`pollux_efficiency` of the gradient statistics it measured when it last ran (as Sia's
-    scheduler believes it), not the base model's (the validation curves at each batch: what the job will see)."""
+    costs a dictionary look-up. A job never run is valued alike on every shape it can run (:meth:`_blind`); once
+    it ran, its statistical efficiency at every batch is :func:`pollux_efficiency` of the gradient statistics it
+    measured when it last ran (as Sia's scheduler believes it), not the base model's validation curves (what the
+    job will really see)."""
 
-    def __init__(self, inner: GoodputModel, cluster: Cluster, learner: ThroughputLearner | None = None,
-                 blind_first_run: bool = False, extrapolate_efficiency: bool = False) -> None:
-        self.inner = inner
-        self.extrapolate_efficiency = extrapolate_efficiency
-        self.blind_first_run = blind_first_run
+    def __init__(self, inner: GoodputModel, cluster: Cluster, learner: ThroughputLearner | None = None) -> None:
+        super().__init__(inner)
         self.cluster = cluster
         self.learner = learner if learner is not None else ThroughputLearner()
         self._ratio: dict[tuple[str, str, str], float | None] = {}
@@ -223,24 +164,17 @@ class LearnedThroughputGoodput(GoodputModelBase):
         self._rates: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._blinded: dict[int, tuple[EstimateArrays, EstimateArrays]] = {}
 
-    def __getattr__(self, name: str) -> Any:  # curves, local_batch_range, ... of the base model
-        return getattr(self.inner, name)
-
-    def throughput(self, application: str, gpu_type: str, num_gpus: int, batch_size: int,
-                   num_nodes: int = 1) -> float | None:
-        return self.inner.throughput(application, gpu_type, num_gpus, batch_size, num_nodes)
-
     def record_run(self, job: str, application: str, config: Configuration, local_bsz: float, batch_size: float,
                    progress: float) -> None:
         """What the job measured in a round on ``config``: its gradient statistics at the batch it ran and its
         epoch now, and (first time only) the configuration's step and all-reduce times at its local batch, both
         read from the base profile model (true step times, validation curves); a base model without them
         teaches nothing."""
-        curves = getattr(self.inner, "validation", {}).get(application)
+        curves = self.validation.get(application)
         if curves is not None:
             sqr, var = curves.gradient_stats(progress, batch_size)
             self.learner.observe_gradient(job, sqr, var, curves.init_batch_size)
-        steps = getattr(self.inner, "steps", None)
+        steps = self.steps
         c = config
         if steps is None or self.learner.knows(job, c.gpu_type, c.num_nodes, c.num_gpus, local_bsz):
             return  # the learner keeps a configuration's first measurement: no need to measure it again
@@ -256,7 +190,7 @@ class LearnedThroughputGoodput(GoodputModelBase):
         if key not in self._ratio:
             rates = []
             for t in (gpu_type, reference):
-                span = self.inner.local_batch_range(application, t)  # type: ignore[attr-defined]
+                span = self.local_batch_range(application, t)
                 rate = self.inner.throughput(application, t, 1, int(span[1]), 1) if span else None
                 rates.append(rate if rate and rate > 0 else None)
             self._ratio[key] = rates[0] / rates[1] if rates[0] and rates[1] else None
@@ -266,11 +200,13 @@ class LearnedThroughputGoodput(GoodputModelBase):
         types = self.learner.gpu_types(job.name)
         if not types:
             never_run = estimate_arrays(self.inner, job, configs)
-            return self._blind(never_run, configs) if self.blind_first_run else never_run
+            return self._blind(never_run, configs)
         configs = configs if isinstance(configs, tuple) else tuple(configs)
-        base: Any = self.inner  # a profile model (or a wrapper of one): batch grid and efficiency
-        grid, eff = base.grid_efficiency(job)
-        stats = self.learner.gradients.get(job.name) if self.extrapolate_efficiency else None
+        known = self.grid_efficiency(job)  # the profile model's (through any wrapper of it)
+        if known is None:
+            raise TypeError(f"{type(self.inner).__name__} has no batch grid: the fitted belief needs a profile model")
+        grid, eff = known
+        stats = self.learner.gradients.get(job.name)
         if stats is not None:
             eff = pollux_efficiency(grid, *stats)
         key = (job.name, self.learner.version(job.name), eff.tobytes(), grid.tobytes(), id(configs))
@@ -402,4 +338,4 @@ class LearnedThroughputGoodput(GoodputModelBase):
         return self.estimate_arrays(job, (Configuration(gpu_type, num_nodes, num_gpus),)).at(0)
 
 
-__all__ = ["LearnedThroughputGoodput", "ThroughputLearner", "fit_observed"]
+__all__ = ["LearnedThroughputGoodput", "ThroughputLearner"]

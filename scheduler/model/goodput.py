@@ -8,15 +8,15 @@ bootstrap for new GPU types) and :class:`TableGoodputModel` (an explicit table, 
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
+from scheduler.model.efficiency import ValidationCurves, statistical_efficiency
 from scheduler.model.jobs import Job
 from scheduler.model.step_time import StepTimeModel, StepTimes
 
@@ -102,7 +102,39 @@ class EstimateArrays:
 
 
 class GoodputModelBase:
-    """Mixin: ``estimate_many``/``estimate_arrays`` and ``estimate`` in terms of each other."""
+    """Base of every goodput model: the bulk estimates in terms of each other, and the optional capabilities a
+    caller may ask of any model. Each capability answers "unknown" here (no curves, no batch limits, any
+    application); a profile model answers them, a wrapper forwards them (:class:`GoodputWrapper`)."""
+
+    curves: "Mapping[str, GnsCurve]" = MappingProxyType({})  # gradient-noise curves per application
+    validation: "Mapping[str, ValidationCurves]" = MappingProxyType({})  # Sia's curves per application
+    steps: StepTimes | None = None  # the true step times the model reads (a profile model's)
+
+    @property
+    def applications(self) -> set[str] | None:
+        """The applications the model knows (None: it answers for any)."""
+        return None
+
+    def gpu_types(self, application: str) -> set[str] | None:
+        """The GPU types the model has profiles of for ``application`` (None: unknown)."""
+        return None
+
+    def local_batch_range(self, application: str, gpu_type: str) -> tuple[float, float] | None:
+        """The smallest and largest local batch profiled (memory bounds the largest), or None."""
+        return None
+
+    def efficiency(self, job: Job, batch_size: "np.ndarray | float") -> "np.ndarray | None":
+        """The job's statistical efficiency at each global batch, or None when the model has no curves."""
+        return None
+
+    def grid_efficiency(self, job: Job) -> "tuple[np.ndarray, np.ndarray] | None":
+        """The global batches an estimate chooses among for ``job`` and the efficiency at each, or None."""
+        return None
+
+    def throughput(self, application: str, gpu_type: str, num_gpus: int, batch_size: int,
+                   num_nodes: int = 1) -> float | None:
+        """Samples/s at a given global batch size, or None when unknown."""
+        return None
 
     def estimate_arrays(self, job: Job, configs: "Sequence[Configuration]") -> EstimateArrays:
         """All configurations at once (the ILP calls this once per job); override for speed."""
@@ -118,19 +150,54 @@ class GoodputModelBase:
         return [self.estimate(job, c.gpu_type, c.num_gpus, c.num_nodes) for c in configs]
 
 
+class GoodputWrapper(GoodputModelBase):
+    """A model that changes some answers of ``inner`` and forwards every capability to it unchanged."""
+
+    def __init__(self, inner: GoodputModel) -> None:
+        self.inner = inner
+        base = self._base
+        self.curves, self.validation, self.steps = base.curves, base.validation, base.steps
+
+    @property
+    def _base(self) -> GoodputModelBase:
+        return self.inner if isinstance(self.inner, GoodputModelBase) else _NO_CAPABILITIES
+
+    @property
+    def applications(self) -> set[str] | None:
+        return self._base.applications
+
+    def gpu_types(self, application: str) -> set[str] | None:
+        return self._base.gpu_types(application)
+
+    def local_batch_range(self, application: str, gpu_type: str) -> tuple[float, float] | None:
+        return self._base.local_batch_range(application, gpu_type)
+
+    def efficiency(self, job: Job, batch_size: "np.ndarray | float") -> "np.ndarray | None":
+        return self._base.efficiency(job, batch_size)
+
+    def grid_efficiency(self, job: Job) -> "tuple[np.ndarray, np.ndarray] | None":
+        return self._base.grid_efficiency(job)
+
+    def throughput(self, application: str, gpu_type: str, num_gpus: int, batch_size: int,
+                   num_nodes: int = 1) -> float | None:
+        return self.inner.throughput(application, gpu_type, num_gpus, batch_size, num_nodes)
+
+
+_NO_CAPABILITIES = GoodputModelBase()
+
+
 def estimate_many(model: GoodputModel, job: Job, configs: "Sequence[Configuration]") -> list[GoodputEstimate | None]:
-    """``model.estimate_many`` when the model has it, else one ``estimate`` call per configuration."""
-    bulk = getattr(model, "estimate_many", None)
-    if bulk is not None:
-        return bulk(job, configs)
+    """``model.estimate_many`` for models on :class:`GoodputModelBase`, else one ``estimate`` per configuration."""
+    if isinstance(model, GoodputModelBase):
+        return model.estimate_many(job, configs)
     return [model.estimate(job, c.gpu_type, c.num_gpus, c.num_nodes) for c in configs]
 
 
 def estimate_arrays(model: GoodputModel, job: Job, configs: "Sequence[Configuration]") -> EstimateArrays:
-    """``model.estimate_arrays`` when the model has it, else built from per-configuration estimates."""
-    bulk = getattr(model, "estimate_arrays", None)
-    if bulk is not None:
-        return bulk(job, configs)
+    """``model.estimate_arrays`` for models on :class:`GoodputModelBase`, else built from per-configuration
+    estimates."""
+    if isinstance(model, GoodputModelBase):
+        return model.estimate_arrays(job, configs)
     return EstimateArrays.from_list(estimate_many(model, job, configs))
 
 
@@ -160,99 +227,6 @@ class TableGoodputModel(GoodputModelBase):
 # Goodput from profiles (+ optional gradient-noise curves)
 # --------------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class ValidationCurves:
-    """Gradient statistics of one application measured at several global batch sizes, per epoch (Sia).
-
-    Sia's simulator (``applications.py``) takes the gradient statistics of epoch ``e`` at a batch ``M`` by
-    linear interpolation between the two validated batch sizes around ``M``; the epoch is the number of
-    epoch boundaries a job's progress has crossed, a boundary being the smallest progress any curve
-    reached by that epoch. ``sqr``/``var`` are ``[epoch, batch]`` arrays.
-    """
-
-    application: str
-    batch_sizes: "np.ndarray"
-    boundaries: "np.ndarray"
-    sqr: "np.ndarray"
-    var: "np.ndarray"
-
-    @property
-    def init_batch_size(self) -> int:
-        return int(self.batch_sizes[0])
-
-    @cached_property
-    def _boundary_list(self) -> list[float]:
-        return [float(b) for b in self.boundaries]
-
-    def epoch(self, progress: float) -> int:
-        # bisect on a list finds what ``np.searchsorted(side="right")`` finds (NaN past the end too) at a
-        # tenth of its cost for one value: the simulator asks for an epoch on every goodput read
-        return min(bisect_right(self._boundary_list, progress), len(self.boundaries) - 1)
-
-    def efficiency(self, progress: float, batch_size: "np.ndarray | float") -> "np.ndarray":
-        """``gain / scale`` with ``gain = (var + sqr) / (var / scale + sqr)``, ``scale = M / M0`` (≤ 1)."""
-        return self.efficiency_at_epoch(self.epoch(progress), batch_size)
-
-    def gradient_stats(self, progress: float, batch_size: float) -> tuple[float, float]:
-        """(squared gradient norm, gradient variance) of the job's epoch at ``batch_size``, as Sia's simulator
-        measures them for a running job (``get_grad_stats``): interpolated between the validated batches."""
-        e = self.epoch(progress)
-        M = max(float(batch_size), float(self.batch_sizes[0]))
-        return float(np.interp(M, self.batch_sizes, self.sqr[e])), float(np.interp(M, self.batch_sizes, self.var[e]))
-
-    def efficiency_at_epoch(self, e: int, batch_size: "np.ndarray | float") -> "np.ndarray":
-        """:meth:`efficiency` with the epoch already known (the same at every progress inside it)."""
-        M = np.maximum(np.asarray(batch_size, dtype=float), self.batch_sizes[0])
-        sqr = np.interp(M, self.batch_sizes, self.sqr[e])
-        var = np.interp(M, self.batch_sizes, self.var[e])
-        scale = M / self.batch_sizes[0]
-        denom = var / scale + sqr
-        gain = np.where(denom > 0, (var + sqr) / np.where(denom > 0, denom, 1.0), 1.0)
-        return np.minimum(gain / scale, 1.0)
-
-
-def read_validation_curves(root: "str | Path", applications: "Sequence[str] | None" = None
-                           ) -> "dict[str, ValidationCurves]":
-    """Every ``<root>/<app>/validation-<batch>.csv`` of a Sia traces directory, as :class:`ValidationCurves`.
-
-    All curves of an application are cut to the shortest (Sia's ``max_epochs`` is at most that length).
-    """
-    import pandas as pd
-
-    out: dict[str, ValidationCurves] = {}
-    base = Path(root)
-    if not base.is_dir():
-        return out
-    for app_dir in sorted(d for d in base.iterdir() if d.is_dir()):
-        if applications is not None and app_dir.name not in applications:
-            continue
-        frames = {}
-        for f in app_dir.glob("validation-*.csv"):
-            size = f.stem.split("-")[-1]
-            if size.isdigit():
-                frames[int(size)] = pd.read_csv(f, usecols=["progress", "grad_sqr", "grad_var"], comment="#")
-        if not frames:
-            continue
-        sizes = sorted(frames)
-        n = min(len(frames[b]) for b in sizes)
-        col = {k: np.stack([frames[b][k].to_numpy(float)[:n] for b in sizes], axis=1)
-               for k in ("progress", "grad_sqr", "grad_var")}
-        out[app_dir.name] = ValidationCurves(app_dir.name, np.asarray(sizes, dtype=float), col["progress"].min(axis=1),
-                                             col["grad_sqr"], col["grad_var"])
-    return out
-
-
-def statistical_efficiency(batch_size: "np.ndarray | float", init_batch_size: int, noise_scale: float) -> "np.ndarray":
-    """Pollux's efficiency ``(φ + M0) / (φ + M)`` for global batch M ≥ M0, capped at 1 below M0."""
-    M = np.asarray(batch_size, dtype=float)
-    if not np.isfinite(noise_scale):
-        return np.ones_like(M)
-    eff = (noise_scale + init_batch_size) / (noise_scale + M)
-    return np.minimum(eff, 1.0)
-
-
-# estimates kept per model before the caches start over (an entry is a few kB; Sia's 960-job newtrace
-# workload with colocate asks for about 6,000 distinct ones, and the whole simulation peaks at 220 MB)
 RESULT_CACHE_SIZE = 16384
 
 
@@ -275,7 +249,7 @@ class ProfileGoodputModel(GoodputModelBase):
         self.curves = dict(curves or {})
         # Sia's efficiency (curves at the job's own batch); without them, the initial batch's GNS curve
         self.validation = dict(validation or {})
-        self.steps = StepTimes(profiles, step_times)  # true step times: fitted or interpolated
+        self.steps: StepTimes = StepTimes(profiles, step_times)  # true step times: fitted or interpolated
         self._models: dict[tuple[str, str], StepTimeModel] = self.steps.models
         self._local_range: dict[tuple[str, str], tuple[float, float]] = {}
         self._table_cache: dict[tuple, tuple[object, "np.ndarray"]] = {}

@@ -166,7 +166,9 @@ class RoundContext:
 
     ``goodput`` answers throughput/goodput questions (:class:`scheduler.model.goodput.GoodputModel`);
     ``colocation`` holds pair ratios (None: no packing possible); ``previous_placement`` is last round's
-    placement so the placement stage can keep jobs where they were.
+    placement so the placement stage can keep jobs where they were; ``calibration_slowdown``: the factor by
+    which each application runs slower than its profile says (the simulator's Sia calibration; Gavel's LP
+    divides throughputs by it, as Sia's simulator does).
     """
 
     goodput: "GoodputModel"
@@ -174,7 +176,22 @@ class RoundContext:
     colocation: "ColocationTable | None" = None
     previous_placement: "Placement | None" = None
     round_duration_s: float = 60.0
-    extras: Mapping[str, object] = field(default_factory=dict)
+    calibration_slowdown: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True)
+class PolicyTraits:
+    """What a policy declares about itself; the simulator and the server read these, never probe for them.
+
+    ``adaptive``: it chooses GPU counts and batch sizes (Sia's jobs) rather than running jobs as submitted.
+    ``max_group_size``: jobs that may share one GPU group (1: no packing). ``splits_across_nodes``: a rigid
+    job may be placed on GPUs of several nodes in any layout (Sia's Gavel mechanism,
+    :func:`scheduler.model.placement.place` with ``split=True``).
+    """
+
+    adaptive: bool = False
+    max_group_size: int = 1
+    splits_across_nodes: bool = False
 
 
 @runtime_checkable
@@ -184,6 +201,11 @@ class Policy(Protocol):
     @property
     def name(self) -> str:
         """The policy's registry name (a plain class attribute or a frozen dataclass field satisfies this)."""
+        ...
+
+    @property
+    def traits(self) -> PolicyTraits:
+        """What the policy is (adaptive, how many jobs share a GPU group, how its jobs are placed)."""
         ...
 
     def allocate(self, jobs: Sequence["Job"], cluster: "Cluster", context: RoundContext) -> RoundDecision:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from scheduler.model.cluster import Cluster
 from scheduler.model.jobs import Job
-from scheduler.model.policy import Allocation, RoundContext, RoundDecision
+from scheduler.model.policy import Allocation, PolicyTraits, RoundContext, RoundDecision
 from scheduler.policies.common import (
     FreeGpus,
     arrival_order,
@@ -30,7 +30,7 @@ class FifoPolicy:
     """First-in first-out with backfilling (see the module docstring)."""
 
     name: str = "fifo"
-    adaptive: bool = False
+    traits: PolicyTraits = PolicyTraits(max_group_size=1)
 
     def allocate(self, jobs: Sequence[Job], cluster: Cluster, context: RoundContext) -> RoundDecision:
         started = time.perf_counter()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from scheduler.model.cluster import Cluster
 from scheduler.model.jobs import Job
-from scheduler.model.policy import Allocation, RoundContext, RoundDecision
+from scheduler.model.policy import Allocation, PolicyTraits, RoundContext, RoundDecision
 from scheduler.policies.common import (
     FreeGpus,
     arrival_order,
@@ -38,7 +38,7 @@ class GandivaPolicy:
 
     seed: int = 0
     name: str = "gandiva"
-    adaptive: bool = False
+    traits: PolicyTraits = PolicyTraits(max_group_size=2)
     bad_pairs: set[frozenset[str]] = field(default_factory=set)
     rng: random.Random = field(init=False)
 

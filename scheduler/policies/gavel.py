@@ -3,7 +3,7 @@ r"""Gavel (OSDI'20) over time fractions, rigid jobs; and packed Gavel.
 **Objective.** ``objective="max_sum_throughput"`` (the default: the policy Sia's simulator runs as
 "gavel", ``max_sum_throughput_perf``) maximises the total throughput in iterations per second,
 ``Σ_c,t Σ_{j ∈ c} (T_jct / B_j) / s_j · x_ct`` (``B_j`` the job's batch, ``s_j`` its application's
-calibration slowdown when the simulator passes ``extras["slowdown"]``), under the same constraints as
+calibration slowdown when the simulator passes ``RoundContext.calibration_slowdown``), under the same constraints as
 below. ``objective="max_min"`` is Gavel's heterogeneity-aware max-min fairness:
 
 **Allocation (max-min).** For the active rigid jobs ``j`` and GPU types ``t`` (throughput ``T_jt``: the job's goodput
@@ -53,11 +53,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.errors import InputError
-from scheduler.ilp.quiet import native_stdout_to_devnull
+from scheduler.ilp.solvers.quiet import native_stdout_to_devnull
 from scheduler.model.cluster import Cluster
 from scheduler.model.goodput import GoodputEstimate
 from scheduler.model.jobs import Job
-from scheduler.model.policy import Allocation, RoundContext, RoundDecision
+from scheduler.model.policy import Allocation, PolicyTraits, RoundContext, RoundDecision
 from scheduler.policies.common import FreeGpus, Shape, current_shape, job_shapes, make_decision, pair, single
 
 Combo = tuple[str, ...]
@@ -84,7 +84,6 @@ class GavelPolicy:
     packing: bool = False
     name: str = "gavel"
     objective: str = "max_sum_throughput"
-    adaptive: bool = False
     epsilon: float = 1e-3
     round_s: float = 360.0
     time_limit_s: float = 60.0
@@ -100,6 +99,10 @@ class GavelPolicy:
     _type_time: dict[str, float] = field(default_factory=dict, repr=False)
     _held: dict[str, Allocation] = field(default_factory=dict, repr=False)
     _last_round: int | None = field(default=None, repr=False)
+
+    @property
+    def traits(self) -> PolicyTraits:
+        return PolicyTraits(max_group_size=2 if self.packing else 1, splits_across_nodes=self.mechanism == "sia")
 
     # ------------------------------------------------------------------ options
     def _options(self, jobs: Sequence[Job], cluster: Cluster, context: RoundContext) -> list[_Option]:
@@ -225,8 +228,7 @@ class GavelPolicy:
         options = self._options(jobs, cluster, context)
         key = (tuple(sorted(live)), hash(cluster), id(context.colocation))
         if key != self._cache_key:
-            slowdown = context.extras.get("slowdown")
-            self._fractions = self._solve(jobs, cluster, options, slowdown if isinstance(slowdown, Mapping) else None)
+            self._fractions = self._solve(jobs, cluster, options, context.calibration_slowdown)
             self._cache_key = key
         by_key = {o.key: o for o in options}
         by_name = {j.name: j for j in jobs}

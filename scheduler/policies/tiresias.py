@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from scheduler.model.cluster import Cluster
 from scheduler.model.jobs import Job
-from scheduler.model.policy import Allocation, RoundContext, RoundDecision
+from scheduler.model.policy import Allocation, PolicyTraits, RoundContext, RoundDecision
 from scheduler.policies.common import FreeGpus, current_shape, job_shapes, make_decision, single, unaware_type
 
 
@@ -29,7 +29,7 @@ class TiresiasPolicy:
 
     queue_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
     name: str = "tiresias"
-    adaptive: bool = False
+    traits: PolicyTraits = PolicyTraits(max_group_size=1)
     attained_gpu_s: dict[str, float] = field(default_factory=dict)
 
     def queue_of(self, job: Job) -> int:

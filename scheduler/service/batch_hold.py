@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from scheduler.ilp.columns import restart_factor
-from scheduler.model.goodput import EstimateArrays, GoodputEstimate, GoodputModelBase, estimate_arrays
+from scheduler.model.goodput import EstimateArrays, GoodputEstimate, GoodputWrapper, estimate_arrays
 from scheduler.model.jobs import Job
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -76,16 +76,13 @@ def batch_holds(jobs: Sequence[Job], batches: Mapping[str, int], groups: Mapping
     return holds
 
 
-class HeldBatchModel(GoodputModelBase):
+class HeldBatchModel(GoodputWrapper):
     """``inner``'s estimates, with each held job's current batch kept on its current GPUs (module docstring)."""
 
     def __init__(self, inner: BatchAwareModel, holds: Mapping[str, BatchHold]) -> None:
-        self.inner = inner
+        super().__init__(inner)
+        self.model = inner  # what at_batch is asked of
         self.holds = dict(holds)
-
-    def throughput(self, application: str, gpu_type: str, num_gpus: int, batch_size: int,
-                   num_nodes: int = 1) -> float | None:
-        return self.inner.throughput(application, gpu_type, num_gpus, batch_size, num_nodes)
 
     def estimate(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1) -> GoodputEstimate | None:
         return self._held(job, gpu_type, num_gpus, num_nodes, self.inner.estimate(job, gpu_type, num_gpus, num_nodes))
@@ -114,7 +111,7 @@ class HeldBatchModel(GoodputModelBase):
         if (hold is None or best is None or best.batch_size == hold.batch_size
                 or (gpu_type, num_gpus) != (hold.gpu_type, hold.num_gpus)):
             return best
-        current = self.inner.at_batch(job, gpu_type, num_gpus, hold.batch_size, num_nodes)
+        current = self.model.at_batch(job, gpu_type, num_gpus, hold.batch_size, num_nodes)
         if current is None or current.goodput <= 0 or best.goodput > current.goodput * hold.need:
             return best
         return current

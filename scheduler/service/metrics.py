@@ -48,6 +48,7 @@ class ServeMetrics:
         self.rounds = Counter("colocate_rounds", "Rounds run.", registry=r)
         self.learned_pairs = Gauge("colocate_learned_pairs", "Pairs learned (measured together and alone).", registry=r)
         self._restarts_seen: int | None = None
+        self._http: Any = None
         self._reasons: set[str] = set()
 
     def serve(self, port: int) -> Any:
@@ -55,10 +56,18 @@ class ServeMetrics:
         from prometheus_client import start_http_server
 
         try:
-            return start_http_server(port, addr="127.0.0.1", registry=self.registry)
+            self._http = start_http_server(port, addr="127.0.0.1", registry=self.registry)
         except OSError as err:
             raise InputError(f"cannot listen on 127.0.0.1:{port} ({err.strerror or err})", field="--metrics-port",
                              valid="a free TCP port in 1..65535") from None
+        return self._http
+
+    def shutdown(self) -> None:
+        """Stop serving (the port is free again)."""
+        http, self._http = self._http, None
+        if isinstance(http, tuple):  # prometheus-client >= 0.17: (server, thread)
+            http[0].shutdown()
+            http[0].server_close()
 
     def update(self, server: "Server", stats: "RoundStats") -> None:
         """Refresh every metric from the state after a round."""

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.bounds import MAX_SECONDS, in_range
+from common.bounds import MAX_SECONDS, check_number, in_range
 from common.errors import InputError
+from common.options import option
 from scheduler.executor.base import Executor
 from scheduler.executor.plan import GpuGroup, JobLaunch
 from scheduler.learning.measured import job_type
@@ -50,15 +51,30 @@ Gpu = tuple[str, int, int]  # (GPU type, node within the type, GPU on the node)
 class ProbeConfig:
     """Knobs of the automatic probes (``colocate serve --probe/--no-probe``); the one source of their defaults."""
 
-    enabled: bool | None = None  # None: on when jobs train on real GPUs (see :func:`probing_enabled`)
-    warmup_iters: int = 5
-    min_window_iters: int = 10
-    min_window_s: float = 2.0  # the profiler's CUDA default window; the CPU lane shortens it
-    timeout_s: float = 300.0  # a probe still running after this is killed and recorded failed
-    max_running: int = 1
-    budget_gpu_s: float = 3600.0  # GPU-seconds all probes of one state directory may use
-    pair: bool = True
-    min_pair_gain: float = 1.0  # probe a pair only when the round's table rates r_a + r_b above this
+    enabled: bool | None = option(None, "Profile never-measured zoo job types briefly on spare GPUs.", flag="--probe",
+                                  show_default="on with GPUs, off with --device cpu")
+    budget_gpu_s: float = option(3600.0, "GPU-seconds all probes of this state directory may use.",
+                                 flag="--probe-budget")
+    warmup_iters: int = option(5, "Warm-up iterations of each probed job.", experimental=True)
+    min_window_iters: int = option(10, "Iterations each probed job runs inside the measured window.",
+                                   experimental=True)
+    min_window_s: float = option(2.0, "Shortest measured window, seconds (the profiler's CUDA default).",
+                                 experimental=True)
+    timeout_s: float = option(300.0, "A probe still running after this many seconds is killed and recorded "
+                                     "failed.", experimental=True)
+    max_running: int = option(1, "Probes running at once.", experimental=True)
+    pair: bool = option(True, "Also probe pairs of job types (not only solo runs).", experimental=True)
+    min_pair_gain: float = option(1.0, "Probe a pair only when the round's table rates r_a + r_b above this.",
+                                  experimental=True)
+
+    def __post_init__(self) -> None:
+        check_number(self.budget_gpu_s, field="budget_gpu_s", low=0, high=1e8, valid="GPU-seconds in [0, 1e8]")
+        check_number(self.warmup_iters, field="warmup_iters", low=0, high=10000, integer=True)
+        check_number(self.min_window_iters, field="min_window_iters", low=1, high=100000, integer=True)
+        check_number(self.min_window_s, field="min_window_s", low=0, high=3600)
+        check_number(self.timeout_s, field="timeout_s", low=1, high=86400)
+        check_number(self.max_running, field="max_running", low=1, high=64, integer=True)
+        check_number(self.min_pair_gain, field="min_pair_gain", low=0, high=3)
 
 
 def probing_enabled(config: ProbeConfig, device: str) -> bool:

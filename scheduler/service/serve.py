@@ -1,22 +1,62 @@
-"""``colocate serve`` as a function: check its options, build the cluster, state, executor and server, run."""
+"""``colocate serve`` as a function: check every option and input, then build the server and run its rounds.
+
+Every check that can refuse runs before the first write: a refused ``serve`` (a bad option, an unknown backend, a
+busy metrics port, a cluster it cannot read, another server on the state directory) leaves the state directory
+as it was, or does not create it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from common.bounds import check_number
 from common.errors import InputError
+from common.options import option
 from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.formats.profiles import load_goodput_model
 from scheduler.model.colocation import ColocationTable
 from scheduler.service import admission
 from scheduler.service import lock as server_lock
 from scheduler.service.config import ServeConfig
-from scheduler.service.probes import ProbeConfig
 from scheduler.service.server import RoundStats, Server
-from scheduler.service.stability import StabilityConfig
 from scheduler.service.store import StateStore
+
+
+def _backend_names() -> tuple[str, ...]:
+    from scheduler.executor.registry import EXECUTOR_NAMES
+
+    return EXECUTOR_NAMES
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """What ``colocate serve`` runs: where, on what, and the server's knobs (:class:`ServeConfig`)."""
+
+    cluster: Path = option(help="Cluster YAML: gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}.")
+    state: Path = option(help="State directory (created if missing): database, job logs, checkpoints.")
+    backend: str = option("ray", "Where groups run: ray (a Ray cluster; --address) or local (this node).",
+                          choices=_backend_names)
+    address: str | None = option(None, "Ray cluster address.", show_default="RAY_ADDRESS, else start one")
+    colocation: Path | None = option(None, "Colocation table CSV (prior pair ratios).",
+                                     show_default="the bundled pairs measured on the cluster's GPU types under "
+                                                  "--sharing, if any")
+    profiles: Path | None = option(None, "Throughput profiles (CSV or Sia traces dir).",
+                                   show_default="a prior that measurements calibrate")
+    max_rounds: int | None = option(None, "Stop after this many rounds.", show_default="until stopped")
+    metrics_port: int | None = option(None, "Expose Prometheus metrics on 127.0.0.1:PORT.")
+    config: ServeConfig = field(default_factory=ServeConfig)
+
+    def __post_init__(self) -> None:
+        if self.backend not in _backend_names():
+            raise InputError(f"unknown backend {self.backend!r}", field="backend", valid=", ".join(_backend_names()))
+        if self.max_rounds is not None:
+            check_number(self.max_rounds, field="max_rounds", low=1, high=10**9, integer=True)
+        if self.metrics_port is not None:
+            check_number(self.metrics_port, field="metrics_port", low=1, high=65535, integer=True,
+                         valid="a TCP port in 1..65535")
 
 
 def serve_colocation(colocation: Any, gpu_types: Sequence[str], sharing: str) -> tuple[ColocationTable | None, str]:
@@ -49,74 +89,59 @@ def check_sharing_device(sharing: str, device: str, backend: str) -> None:
                          valid=f"{', '.join(usable)} on the CPU; {sharing} with --device cuda (or auto on a GPU node)")
 
 
-def serve_forever(*, cluster_path: Any, state_dir: Any, backend: str = "ray", policy: str = "colocate",
-                  round_s: float = 60.0, colocation: Any = None, profiles: Any = None, address: str | None = None,
-                  device: str = "auto", sharing: str = "timeslice", restart_cost: float | None = None,
-                  time_limit: float | None = None, grace: float = 30.0, threads: int = 1,
-                  max_rounds: int | None = None, should_stop: Callable[[], bool] = lambda: False,
-                  on_round: Callable[[RoundStats], None] | None = None, min_run: float | None = None,
-                  metrics_port: int | None = None, probe: bool | None = None,
-                  probe_budget: float | None = None, announce: Callable[[str], None] | None = None) -> None:
-    """Validate the options of ``colocate serve``, build the server and run its rounds."""
-    import uuid
+def _state_target(path: Path) -> None:
+    """A state directory is a directory (or nothing yet): refused before anything is written."""
+    if path.exists() and not path.is_dir():
+        raise InputError("not a directory", source=path, field="--state", valid="a state directory (created if missing)")
 
-    from profiler.gpu.sharing import sharing_mode_names
+
+def serve_forever(request: ServeRequest, *, should_stop: Callable[[], bool] = lambda: False,
+                  on_round: Callable[[RoundStats], None] | None = None,
+                  announce: Callable[[str], None] | None = None) -> None:
+    """Check the request and its inputs, take the state directory, build the server and run its rounds."""
     from scheduler.executor.registry import make_executor
     from scheduler.model.cluster import load_cluster
-    from scheduler.policies import policy_spec
 
-    checks = [(device in ("auto", "cpu", "cuda"), "--device", device, "auto, cpu, cuda"),
-              (sharing in sharing_mode_names(), "--sharing", sharing, ", ".join(sharing_mode_names())),
-              (round_s > 0, "--round-s", round_s, "seconds > 0"), (grace > 0, "--grace", grace, "seconds > 0"),
-              (threads >= 1, "--threads", threads, "an integer >= 1"),
-              (max_rounds is None or max_rounds >= 1, "--max-rounds", max_rounds, "an integer >= 1"),
-              (metrics_port is None or 1 <= metrics_port <= 65535, "--metrics-port", metrics_port,
-               "a TCP port in 1..65535"),
-              (probe_budget is None or probe_budget >= 0, "--probe-budget", probe_budget, "GPU-seconds >= 0")]
-    for ok, name, value, valid in checks:
-        if not ok:
-            raise InputError(f"{value!r}", field=name, valid=valid)
-    check_sharing_device(sharing, device, backend)
-    stability = StabilityConfig(min_run_s=min_run)
-    probes = ProbeConfig(enabled=probe)
-    if probe_budget is not None:
-        probes = replace(probes, budget_gpu_s=probe_budget)
-    spec = policy_spec(policy)
-    options: dict[str, Any] = {}
-    for value, key, flag in ((restart_cost, "restart_cost_s", "--restart-cost"), (time_limit, "time_limit_s",
-                                                                                   "--time-limit")):
-        if value is None:
-            continue
-        if spec.name not in ("colocate", "sia") or value <= 0:
-            raise InputError(f"{value!r} with --policy {spec.name}", field=flag,
-                             valid="seconds > 0, for the colocate and sia policies")
-        options[key] = value
-    cluster = load_cluster(cluster_path)
-    base = load_goodput_model(profiles) if profiles is not None else None
-    table, origin = serve_colocation(colocation, cluster.type_names, sharing)
-    if announce is not None:
-        announce(f"colocation: {origin}")
-    state = StateStore(state_dir, lock_wait_s=60.0)  # the server outwaits a reader's lock
-    lock = server_lock.take(state.dir)  # before any write: a second server refused here changed nothing
+    config = request.config
+    check_sharing_device(config.sharing, config.device, request.backend)
+    _state_target(request.state)
+    cluster = load_cluster(request.cluster)
+    base = load_goodput_model(request.profiles) if request.profiles is not None else None
+    table, origin = serve_colocation(request.colocation, cluster.type_names, config.sharing)
+    metrics = None
+    if request.metrics_port is not None:  # a busy port is refused before the state directory is touched
+        from scheduler.service.metrics import ServeMetrics
+
+        metrics = ServeMetrics()
+        metrics.serve(request.metrics_port)
+    server = None
+    try:
+        request.state.mkdir(parents=True, exist_ok=True)
+        lock = server_lock.take(request.state)  # another server here: refused, nothing written
+        if announce is not None:
+            announce(f"colocation: {origin}")
+        state = StateStore(request.state, lock_wait_s=60.0)  # the server outwaits a reader's lock
+        executor = make_executor(request.backend, address=request.address, instance=_instance(state))
+        admission.record_cluster(state, cluster)  # submit refuses what this cluster can never run
+        server = Server(state, cluster, executor, config, profiles=base, colocation=table)
+        server.acquire(lock)
+        if metrics is not None:
+            server.on_round_end = metrics.update
+        server.serve(should_stop, max_rounds=request.max_rounds, on_round=on_round)
+    finally:
+        if server is not None and server.probes is not None:
+            server.probes.shutdown()  # probes end with the server (groups of jobs run on)
+        if metrics is not None:
+            metrics.shutdown()
+
+
+def _instance(state: StateStore) -> str:
+    """This state directory's instance name (it names the executor's detached groups), made once."""
+    import uuid
+
     instance = state.meta("instance")
     if instance is None:
         instance = uuid.uuid4().hex[:8]
         with state.transaction() as db:
             db.set_meta("instance", instance)
-    admission.record_cluster(state, cluster)  # submit refuses what this cluster can never run
-    executor = make_executor(backend, address=address, instance=instance)
-    config = ServeConfig(round_s=round_s, policy=spec.name, policy_options=options, device=device, sharing=sharing,
-                         threads=threads, stop_grace_s=grace, stability=stability, probe=probes)
-    server = Server(state, cluster, executor, config, profiles=base, colocation=table)
-    server.acquire(lock)
-    if metrics_port is not None:
-        from scheduler.service.metrics import ServeMetrics
-
-        metrics = ServeMetrics()
-        metrics.serve(metrics_port)
-        server.on_round_end = metrics.update
-    try:
-        server.serve(should_stop, max_rounds=max_rounds, on_round=on_round)
-    finally:
-        if server.probes is not None:
-            server.probes.shutdown()  # probes end with the server (groups of jobs run on)
+    return instance

@@ -33,15 +33,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.bounds import MAX_SECONDS
-from common.errors import InputError
 from scheduler.executor.base import Executor
 from scheduler.executor.job_files import checked_files
-from scheduler.ilp.config import IlpConfig
 from scheduler.learning.measured import job_type, learned_ratios
 from scheduler.learning.online import LearnedGoodputModel, policy_table, round_job_types
 from scheduler.model.cluster import Cluster
 from scheduler.model.colocation import ColocationTable
-from scheduler.model.goodput import GoodputModel
+from scheduler.model.goodput import GoodputModelBase
 from scheduler.model.jobs import Job
 from scheduler.service import admission, rounds, waiting
 from scheduler.service import lock as server_lock
@@ -76,19 +74,14 @@ class Server:
     """One scheduler instance over one state directory."""
 
     def __init__(self, state: StateStore, cluster: Cluster, executor: Executor, config: ServeConfig = ServeConfig(),
-                 *, profiles: GoodputModel | None = None, colocation: ColocationTable | None = None) -> None:
+                 *, profiles: GoodputModelBase | None = None, colocation: ColocationTable | None = None) -> None:
         from scheduler.policies import make_policy
 
         self.state, self.cluster, self.executor, self.config = state, cluster, executor, config
         self.profiles, self.colocation = profiles, colocation
-        options = {**config.stability.ilp_options(config.policy), **config.policy_options}
         # what a restart costs when a batch change must pay for one: the ILP's S, whatever the policy
-        self._restart_cost_s = float(options.get("restart_cost_s", IlpConfig().restart_cost_s))
-        try:
-            self.policy = make_policy(config.policy, **options)
-        except TypeError as err:
-            raise InputError(f"policy {config.policy!r} does not take these options ({err})", field="--policy",
-                             valid="options only for the colocate and sia policies") from None
+        self._restart_cost_s = config.ilp.restart_cost_s
+        self.policy = make_policy(config.policy, **config.policy_options())
         self.runs = state.dir / "runs"
         self.runs.mkdir(exist_ok=True)
         self._lock: Any = None  # the open lock file, held for the server's lifetime
@@ -212,7 +205,7 @@ class Server:
         """The round's goodput model with running jobs' batches kept unless a change pays (:mod:`.batch_hold`)."""
         live = [r for r in rows if r.state == RUNNING and r.group_key not in self._stopping]
         holds = batch_holds(jobs, {r.name: r.batch_size for r in live if r.batch_size},
-                            {r.name: r.others for r in live}, self._restart_cost_s, self.config.stability.keep_bonus)
+                            {r.name: r.others for r in live}, self._restart_cost_s, self.config.ilp.keep_bonus)
         return HeldBatchModel(model, holds)
 
     def _stop_cancelled_members(self, everyone: list[JobRow]) -> set[str]:

@@ -17,6 +17,9 @@ run a step. Four rules keep decisions stable (docs/serve-live.md):
 4. **A new batch pays for its restarts** too (:mod:`scheduler.service.batch_hold`): on its current GPUs a running
    adaptive job keeps its batch unless the best batch's goodput gain pays for restarting its group.
 
+Rules 2-4 and fairness are knobs of the round ILP (:class:`scheduler.ilp.config.IlpConfig`) that a live scheduler
+sets (:data:`scheduler.service.config.LIVE_ILP`).
+
 Fairness: the round objective is Sia's ``Σ G^p`` with ``p = −0.5`` and a penalty ``λ`` per waiting job. With
 ``λ = 2`` (the serve default, Sia's simulator uses 1.1) allocating a waiting job gains ``λ − G^−0.5 ≥ 1``
 while growing an allocated job gains ``1 − G^−0.5 < 1``: no adaptive job grows beyond its minimum while a job
@@ -27,43 +30,28 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from common.bounds import check_number
+from common.options import option
 from common.safe_load import stored_json
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.jobs import Job
 
-ILP_POLICIES = ("colocate", "colocate-triples", "sia")
-
 
 @dataclass(frozen=True)
 class StabilityConfig:
-    """Knobs of the live scheduler's stability and fairness (``colocate serve --min-run`` ...)."""
+    """How long a (re)started job keeps its allocation (rule 1). Rules 2-4 are the round ILP's own knobs, set for
+    a live scheduler by :data:`scheduler.service.config.LIVE_ILP`."""
 
-    min_run_s: float | None = None  # None: max(round_s, startup_factor × measured start-up)
-    startup_factor: float = 3.0  # a job runs at least this many times its start-up before it can be moved
-    keep_bonus: float = 0.02  # IlpConfig.keep_bonus: ties keep what runs
-    charge_resumes: bool = True  # IlpConfig.charge_resumes: resuming a stopped job pays its restart factor
-    resume_floor: float = 0.5  # IlpConfig.resume_floor
-    charge_partner_changes: bool = True  # IlpConfig.charge_partner_changes: a new partner restarts both members
-    lambda_unallocated: float = 2.0  # IlpConfig.lambda_unallocated: waiting jobs come before growing ones
+    min_run_s: float | None = option(None, "Seconds a (re)started job keeps its allocation.", flag="--min-run",
+                                     show_default="max(--round-s, 3 x its measured start-up)")
+    startup_factor: float = option(3.0, "A job runs at least this many times its measured start-up before it can "
+                                        "be moved.", experimental=True)
 
     def __post_init__(self) -> None:
         if self.min_run_s is not None:
-            check_number(self.min_run_s, field="--min-run", low=0, high=86400, valid="seconds in [0, 86400]")
+            check_number(self.min_run_s, field="min_run_s", low=0, high=86400, valid="seconds in [0, 86400]")
         check_number(self.startup_factor, field="startup_factor", low=0, high=100)
-        check_number(self.keep_bonus, field="keep_bonus", low=0, high=1, valid="a fraction in [0, 1]")
-        check_number(self.resume_floor, field="resume_floor", low=0, high=1, low_open=True)
-        check_number(self.lambda_unallocated, field="lambda_unallocated", low=0, high=1e6)
-
-    def ilp_options(self, policy: str) -> dict[str, Any]:
-        """The IlpConfig changes serve makes for the ILP policies (none for the others)."""
-        if policy not in ILP_POLICIES:
-            return {}
-        return {"keep_bonus": self.keep_bonus, "charge_resumes": self.charge_resumes,
-                "charge_partner_changes": self.charge_partner_changes,
-                "resume_floor": self.resume_floor, "lambda_unallocated": self.lambda_unallocated}
 
     def min_run(self, round_s: float, startup_s: float | None) -> float:
         """Seconds a (re)started job keeps its allocation."""

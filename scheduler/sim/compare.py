@@ -11,16 +11,19 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from common.errors import InputError
+from common.options import option, set_options
 from scheduler.formats.colocation_table import load_colocation_table
+from scheduler.sim.config import SimConfig
 
 RUN_LOGS = ("summary.json", "jobs.parquet", "rounds.parquet", "allocations.parquet")
+ILP_POLICIES = ("colocate", "colocate-triples", "sia")
 
 # Progress hook: given a description, the total runs and those already done, a context that yields the
 # function to call with each finished run's summary row.
@@ -29,23 +32,30 @@ ProgressHook = Callable[[str, int, int], AbstractContextManager[Callable[[dict[s
 
 @dataclass(frozen=True)
 class CompareRequest:
-    """What to compare and where to write it (the CLI's options, unvalidated)."""
+    """What to compare and where to write it: the options of ``colocate compare`` (checked by the plan)."""
 
-    cluster: Path
-    workloads: str
-    policies: str
-    out: Path
-    loads: str = "1"
-    strength: float = 1.0
-    colocation: Path | None = None
-    round_s: float = 60.0
-    seed: int = 0
-    workers: int | None = None
-    profiles: Path | None = None
-    title: str | None = None
-    notes: Path | None = None
-    force: bool = False
-    targets: bool = False  # add the project's JCT targets (colocate vs sia/gavel) to the report
+    cluster: Path = option(help="Cluster YAML.")
+    workloads: str = option(help="Glob of workload files (comma-separate several globs).")
+    out: Path = option(help="Report directory, e.g. results/sim/NAME.", short="-o")
+    policies: str = option("colocate,sia,gavel", "Comma-separated policy names.")
+    loads: str = option("1", "Load points: multiples of each workload's arrival rate (arrival times divided by it), "
+                             "e.g. 0.5,1,1.5,2,3.")
+    colocation: Path | None = option(None, "Colocation table CSV, or a results directory (e.g. from import-pairs) "
+                                           "whose measured pairs become one.",
+                                     show_default="the bundled tables: transferred from Gavel's measurements, and "
+                                                  "the pairs measured on the H100 under MPS")
+    profiles: Path | None = option(None, "Throughput profiles (default: <shared data>/sia/traces).")
+    workers: int | None = option(None, "Worker processes.", show_default="CPU cores, at most the runs")
+    title: str | None = option(None, "Report title.")
+    notes: Path | None = option(None, "Markdown file appended to the report as its Analysis section.")
+    force: bool = option(False, "Rerun simulations whose results already exist in --out.")
+    targets: bool = option(False, "Check the project's JCT targets (colocate vs sia and gavel) in the report.")
+    sim: SimConfig = field(default_factory=SimConfig)  # the command line sets it as its own config (--set sim.*)
+    # the ILP settings the user gave (--set ilp.*), passed to the ILP policies; the others get none
+    ilp_options: Mapping[str, Any] = field(default_factory=dict)
+    # a results directory's measured pairs (gpu_type, type_a, type_b, ratio_a, ratio_b), read by the command line:
+    # the analysis that reads results directories sits above this package
+    colocation_rows: tuple[tuple[str, str, str, float, float], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -129,15 +139,13 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
     from common.files import atomic_write_text
     from scheduler.formats.workloads import read_workload
     from scheduler.sim.checks import SimulationError
-    from scheduler.sim.config import SimConfig
     from scheduler.sim.simulator import simulate
 
     out = Path(task["out"])
     work = read_workload(task["workload"]).at_load(task["load"])
-    config = SimConfig(round_s=task["round_s"], seed=task["seed"], colocation_strength=task["strength"])
     try:
         result = simulate(task["cluster"], work, task["policy"], colocation=task["colocation"],
-                          profiles=task["profiles"], config=config)
+                          profiles=task["profiles"], config=task["sim"], policy_options=task["ilp"])
     except SimulationError as err:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / FAILED_LOG, f"{err}\n")
@@ -155,8 +163,6 @@ def _checked_inputs(req: CompareRequest) -> tuple[Any, list[str]]:
     from scheduler.model.cluster import load_cluster
     from scheduler.policies import policy_spec
 
-    check_number(req.round_s, field="--round", low=1, high=86400, valid="seconds in [1, 86400]")
-    check_number(req.seed, field="--seed", low=0, high=2**32 - 1, integer=True)
     if req.workers is not None:
         check_number(req.workers, field="--workers", low=1, high=256, integer=True)
     if req.notes is not None and not req.notes.is_file():
@@ -182,7 +188,7 @@ def plan_comparison(req: CompareRequest) -> ComparePlan:
     files = expand_workloads(req.workloads)
     for f in files:  # fail fast on a malformed file, before any process starts
         check_workload(read_workload(f).jobs, cluster, req.profiles or default_profiles_dir(), f)
-    if req.colocation is not None:
+    if req.colocation is not None and req.colocation_rows is None:
         load_colocation_table(req.colocation)
     load_points = parse_loads(req.loads)
     prepare_out_dir(req.out)  # only once the inputs are good: a refused run leaves no empty report directory
@@ -192,9 +198,9 @@ def plan_comparison(req: CompareRequest) -> ComparePlan:
             label = workload_label(f) + ("" if load_points == [1.0] else f"@{load:g}x")
             for p in names:
                 tasks.append({"cluster": str(req.cluster), "workload": str(f), "policy": p, "label": label,
-                              "load": load, "colocation": str(req.colocation) if req.colocation else None,
-                              "round_s": req.round_s, "seed": req.seed, "strength": req.strength,
-                              "profiles": str(req.profiles) if req.profiles else None,
+                              "load": load, "colocation": _task_table(req),
+                              "sim": req.sim, "profiles": str(req.profiles) if req.profiles else None,
+                              "ilp": dict(req.ilp_options) if p in ILP_POLICIES else {},
                               "out": str(req.out / "runs" / label / p)})
     todo = [t for t in tasks if req.force or not all((Path(t["out"]) / f).is_file() for f in RUN_LOGS)]
     n_workers = req.workers if req.workers is not None else min(os.cpu_count() or 1, max(len(todo), 1))
@@ -250,7 +256,7 @@ def _setup(plan: ComparePlan) -> dict[str, str]:
     from scheduler.report.load import machine_description
 
     req, names, load_points = plan.request, plan.names, plan.load_points
-    strength, colocation = req.strength, req.colocation
+    strength, colocation = req.sim.colocation_strength, req.colocation
     types = ", ".join(f"{t.name} {t.nodes}×{t.gpus_per_node}" for t in plan.cluster)
     return {
         "cluster": f"`{req.cluster}` ({plan.cluster.total_gpus} GPUs: {types})",
@@ -258,16 +264,38 @@ def _setup(plan: ComparePlan) -> dict[str, str]:
         "policies": ", ".join(f"`{p}`" for p in names),
         "loads": ", ".join(f"{x:g}×" for x in load_points) + " the workloads' arrival rate (same jobs, arrival "
                  "times divided by the load)",
-        "round": f"{req.round_s:g} s; seed {req.seed}" + (f"; co-location benefit scaled by {strength:g}"
-                                                           if strength != 1 else ""),
+        "round": f"{req.sim.round_s:g} s; seed {req.sim.seed}" + (f"; co-location benefit scaled by {strength:g}"
+                                                                   if strength != 1 else ""),
         "command": f"`colocate compare --cluster {req.cluster} --workloads '{req.workloads}' "
                    f"--policies {','.join(names)} --loads {','.join(f'{x:g}' for x in load_points)} --out {req.out}"
-                   + (f" --colocation-strength {strength:g}" if strength != 1 else "")
+                   + "".join(f" {arg}" for arg in set_options(req.sim, "sim"))
+                   + "".join(f" --set ilp.{k}={v}" for k, v in sorted(req.ilp_options.items()))
                    + (f" --colocation {colocation}" if colocation else "") + "`",
         "machine": f"{machine_description()}; {plan.n_workers} worker processes",
         "code": f"report written at {code_version()}; each run records the code it ran in "
                 f"`runs/<workload>/<policy>/summary.json` (meta.code)",
     }
+
+
+def _task_table(req: CompareRequest) -> Any:
+    """What each run reads as its colocation table: the CSV's path, or a results directory's pairs as a table."""
+    if req.colocation_rows is not None:
+        from scheduler.model.colocation import ColocationTable
+
+        return ColocationTable.from_rows(req.colocation_rows)
+    return str(req.colocation) if req.colocation else None
+
+
+def _table_file(req: CompareRequest) -> Path:
+    """The table the report describes: the CSV given, or a results directory's pairs written beside the report."""
+    if req.colocation_rows is None or req.colocation is None:
+        return Path(str(req.colocation))
+    import pandas as pd
+
+    from scheduler.formats.colocation_table import write_colocation_table
+
+    frame = pd.DataFrame(list(req.colocation_rows), columns=["gpu_type", "type_a", "type_b", "ratio_a", "ratio_b"])
+    return write_colocation_table(frame, req.out / "colocation-measured.csv")
 
 
 def write_comparison_report(plan: ComparePlan) -> Path:
@@ -280,7 +308,7 @@ def write_comparison_report(plan: ComparePlan) -> Path:
     req = plan.request
     packing = any(policy_spec(p).packing for p in plan.names)
     # the simulator's default table is the union of the bundled tables (scheduler.formats.transfer.default_table)
-    tables = [req.colocation] if req.colocation is not None else default_table_files()
+    tables = [_table_file(req)] if req.colocation is not None else default_table_files()
     notes = read_text(req.notes, field="--notes", what="notes file") if req.notes is not None else ""
     failed = failed_runs(plan)
     if failed:

@@ -1,93 +1,76 @@
-"""The simulator's knobs: :class:`SimConfig` (defaults: Sia's simulator) and the allowed values of its
-choice fields. :mod:`scheduler.sim.simulator` re-exports both."""
+"""The simulator's knobs: :class:`SimConfig`, whose defaults are Sia's simulator.
+
+Each knob a user may set is a :func:`common.options.option`; ``colocate simulate`` and ``colocate compare``
+generate their options from these fields (:mod:`colocate.cli_config`). The experimental ones are model
+ablations kept for research (``--set sim.FIELD=VALUE``): each has a figure in ``results/sim/`` that uses it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
+from common.bounds import check_number
 from common.errors import InputError
+from common.options import option
 from scheduler.learning.belief import parse_belief
-from scheduler.learning.explore import DEFAULT_EXPLORE, OPTIMISM, ExploreConfig
 from scheduler.sim.job_model import SIA_RESTART_COST_S, SIA_RESTART_PENALTY_S, SIA_SLOWDOWN
 
-CHOICES = {"throughput": ("fitted", "bootstrap", "oracle"), "step_times": ("interpolated", "fitted"),
-           "batch": ("app-max", "workload"), "restart_on": ("placement", "shape", "gpus"),
-           "efficiency": ("sia", "gns"), "gavel_rounds": ("sia", "refill"),
-           "first_run": ("blind", "profiled"), "throughput_fit": ("pollux", "lines"),
-           "efficiency_belief": ("extrapolated", "curves"), "measure_batches": ("each", "first")}
+BELIEF_HELP = ("What packing policies believe about pairs: truth (the table itself), none, predicted, table:FILE "
+               "or noisy:SIGMA; all but truth learn as pairs run.")
 
 
 @dataclass(frozen=True)
 class SimConfig:
     """Simulation knobs (defaults: Sia's simulator). Per-application maps fall back to the defaults."""
 
-    round_s: float = 60.0
-    seed: int = 0
+    round_s: float = option(60.0, "Round length, seconds.", aliases=("--round",))
+    seed: int = option(0, "Seed of randomised policies (gandiva) and of noisy beliefs.")
+    belief: str = option("truth", BELIEF_HELP)
+    throughput: Literal["fitted", "bootstrap", "oracle"] = option(
+        "fitted", "What adaptive policies believe of throughputs. fitted: a step-time model fitted to the "
+                  "configurations each job ran (Sia); bootstrap: profiles of the GPU types a job ran on, projected "
+                  "to the others; oracle: every profile known.", experimental=True, aliases=("--throughput",))
+    step_times: Literal["interpolated", "fitted"] = option(
+        "interpolated", "True step times: interpolated from the profile rows (Sia's simulator) or fitted "
+                        "(Pollux-form fit, measured points as measured).", experimental=True, aliases=("--step-times",))
+    batch: Literal["app-max", "workload"] = option(
+        "app-max", "app-max: adaptive jobs grow to the application's largest batch (Sia); workload: they run the "
+                   "batch the policy chose.", experimental=True, aliases=("--batch",))
+    restart_on: Literal["placement", "shape", "gpus"] = option(
+        "placement", "placement: a job restarts on a new GPU type or GPUs on each node (Sia); shape: on a new type, "
+                     "GPU count or node count; gpus: on any change of GPU indices.",
+                             experimental=True, aliases=("--restart-on",))
+    efficiency: Literal["sia", "gns"] = option(
+        "sia", "Statistical efficiency: sia (validation curves at the job's batch) or gns (the initial batch's "
+               "gradient-noise curve).", experimental=True, aliases=("--efficiency",))
+    memory: bool = option(True, "Enforce every group's memory at its members' local batches.",
+            experimental=True, aliases=("--memory",))
+    colocation_strength: float = option(1.0, "Scale every pair's benefit (sum of ratios - 1): < 1 weaker, > 1 "
+                                             "stronger (a sensitivity study).",
+                                                     experimental=True, aliases=("--colocation-strength",))
     restart_cost_s: Mapping[str, float] = field(default_factory=lambda: dict(SIA_RESTART_COST_S))
     default_restart_cost_s: float = 30.0
     restart_penalty_s: Mapping[str, float] = field(default_factory=lambda: dict(SIA_RESTART_PENALTY_S))
     slowdown: Mapping[str, float] = field(default_factory=lambda: dict(SIA_SLOWDOWN))
     max_time_s: float = 60 * 86400.0
     log_allocations: bool = True
-    throughput: str = "fitted"
-    # what the fitted belief says of a job that has never run: blind = one GPU of every type, all alike (Sia's
-    # simulator does not read a job's throughputs before its first run, so where it starts is arbitrary and the
-    # job migrates once measured); profiled = the profiles' values (the earlier behaviour)
-    first_run: str = "blind"
-    # how the fitted belief fits a job's measured points: pollux = Pollux's joint fit (Sia's scheduler; measured
-    # step times come out as measured, one multi-GPU count measured makes more GPUs cost more); lines = a line
-    # per term to its own measurement (the earlier, more optimistic fit)
-    throughput_fit: str = "pollux"
-    # what the fitted belief takes as a job's statistical efficiency at other batches: extrapolated = Pollux's
-    # formula from the gradient statistics measured when the job last ran (Sia's scheduler); curves = the
-    # validation curves at every batch (the earlier belief: what the job will really see)
-    efficiency_belief: str = "extrapolated"
-    # which of the batches a job ran in a round the fitted belief measures: each = every one, in order, the
-    # gradient noise at the last (Sia's simulator records a point at every epoch, and the batch changes between
-    # epochs); first = the batch it started the round with (the earlier model)
-    measure_batches: str = "each"
-    step_times: str = "interpolated"
-    batch: str = "app-max"
-    restart_on: str = "placement"
-    efficiency: str = "sia"
-    gavel_rounds: str = "sia"  # gavel's mechanism (scheduler.policies.gavel): Sia's held rounds, or refill
-    # a job alone re-reads its goodput this many times a round, as Sia's simulator re-reads the efficiency at
-    # every epoch boundary (it rises with progress: a short job crosses ~17 epochs a round); 1 = the earlier model
-    substeps: int = 6
-    memory: bool = True
-    colocation_strength: float = 1.0
-    belief: str = "truth"  # what packing policies believe about pairs (scheduler.learning.belief)
-    # a learning belief explores only in rounds whose jobs ask for >= this × the GPUs; 0: always (earlier)
-    explore_contention: float = DEFAULT_EXPLORE.contention
-    # which pairs a learning belief plans optimistically: "unknown" (no prior, never run) or "all" (earlier)
-    explore_optimism: str = DEFAULT_EXPLORE.optimism
 
     def __post_init__(self) -> None:
-        if not self.round_s > 0:
-            raise InputError(f"round length {self.round_s}", source="--round", field="round", valid="seconds > 0")
-        if not self.max_time_s > 0:
-            raise InputError(f"max time {self.max_time_s}", source="simulate", field="max_time_s", valid="seconds > 0")
-        for name, valid in CHOICES.items():
+        check_number(self.round_s, field="round_s", low=1, high=86400, valid="seconds in [1, 86400]")
+        check_number(self.seed, field="seed", low=0, high=2**32 - 1, integer=True)
+        check_number(self.max_time_s, field="max_time_s", low=0, high=1e9, low_open=True, valid="seconds > 0")
+        check_number(self.colocation_strength, field="colocation_strength", low=0, high=100,
+                     valid="a number in [0, 100] (1 = the table as measured)")
+        for name, valid in (("throughput", THROUGHPUTS), ("step_times", STEP_TIMES), ("batch", BATCHES),
+                            ("restart_on", RESTART_ON), ("efficiency", EFFICIENCIES)):
             if getattr(self, name) not in valid:
-                raise InputError(f"{name} {getattr(self, name)!r}", source="simulate", field=name,
-                                 valid=", ".join(valid))
-        parse_belief(self.belief)
-        if self.explore_optimism not in OPTIMISM:
-            raise InputError(f"explore optimism {self.explore_optimism!r}", source="--explore-optimism",
-                             field="explore_optimism", valid=", ".join(OPTIMISM))
-        _ = self.explore  # builds the exploration knobs, which validates the contention
-        if not (isinstance(self.substeps, int) and 1 <= self.substeps <= 600):
-            raise InputError(f"substeps {self.substeps!r}", source="--substeps", field="substeps",
-                             valid="an integer in [1, 600]")
-        if not self.colocation_strength >= 0:
-            raise InputError(f"colocation strength {self.colocation_strength}", source="simulate",
-                             field="colocation_strength", valid="a number >= 0 (1 = the table as measured)")
-
-    @property
-    def explore(self) -> ExploreConfig:
-        """The exploration rule's knobs for a learning ``belief``."""
-        return ExploreConfig(contention=self.explore_contention, optimism=self.explore_optimism)
+                raise InputError(f"{getattr(self, name)!r}", field=name, valid=", ".join(valid))
+        try:
+            parse_belief(self.belief)
+        except InputError as err:
+            raise InputError(err.detail, source=err.source, field="belief", valid=err.valid) from None
 
     def restart_cost(self, application: str) -> float:
         return float(self.restart_cost_s.get(application, self.default_restart_cost_s))
@@ -97,3 +80,10 @@ class SimConfig:
 
     def slowdown_of(self, application: str) -> float:
         return float(self.slowdown.get(application, 1.0))
+
+
+THROUGHPUTS = ("fitted", "bootstrap", "oracle")
+STEP_TIMES = ("interpolated", "fitted")
+BATCHES = ("app-max", "workload")
+RESTART_ON = ("placement", "shape", "gpus")
+EFFICIENCIES = ("sia", "gns")

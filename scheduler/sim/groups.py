@@ -70,8 +70,8 @@ def group_members(sim: Simulator, round_index: int, time_s: float, members: list
         local = [sim._local_batch(m, m.alloc, b) for m, (_, b) in zip(members, solo)]
         apps = [m.spec.application for m in members]
         # the micro-batch each runs: capped, but never below the smallest profiled (see accumulated())
-        limits = getattr(sim.goodput.inner, "local_batch_range", lambda *_: None)
-        floor = [min((limits(app, a.gpu_type) or (1.0, 1.0))[0], x) for app, x in zip(apps, local)]
+        floor = [min((sim.goodput.local_batch_range(app, a.gpu_type) or (1.0, 1.0))[0], x)
+                 for app, x in zip(apps, local)]
         fit = sim.memory.group_locals(a.gpu_type, *zip(apps, local), floors=floor)
         caps: list[float | None] = [None] * len(members)
         if tuple(fit) != tuple(local):

@@ -36,6 +36,7 @@ from scheduler.model.goodput import (
     GoodputEstimate,
     GoodputModel,
     GoodputModelBase,
+    GoodputWrapper,
     estimate_arrays,
 )
 from scheduler.model.jobs import Job
@@ -57,7 +58,7 @@ SIA_TARGET_BATCH: Mapping[str, int] = {"ncf": 32768}
 SIA_MAX_GPUS = 64  # "simulator can't handle more" (Sia's cluster.py)
 
 
-class AccumulatingGoodput(GoodputModelBase):
+class AccumulatingGoodput(GoodputWrapper):
     """Wraps a goodput model: a rigid job whose local batch exceeds the largest profiled one still runs,
     accumulating gradients over ``k = ceil(local / max_local)`` micro-batches. Its samples/s are those of
     the micro-batch (a slight underestimate: one all-reduce per ``k`` micro-steps), its statistical
@@ -65,17 +66,10 @@ class AccumulatingGoodput(GoodputModelBase):
     that shares its GPUs' memory with a partner. Everything else is delegated."""
 
     def __init__(self, inner: GoodputModel) -> None:
-        self.inner = inner
+        super().__init__(inner)
         # answers kept by the profile model's state key of the job (application, batch limits, epoch) and the
         # shape: the simulator re-reads one job on one shape several times a round (substeps); else no memo
         self._memo = StateMemo(inner)
-
-    def __getattr__(self, name: str) -> Any:  # curves, local_batch_range, applications, ...
-        return getattr(self.inner, name)
-
-    def throughput(self, application: str, gpu_type: str, num_gpus: int, batch_size: int,
-                   num_nodes: int = 1) -> float | None:
-        return self.inner.throughput(application, gpu_type, num_gpus, batch_size, num_nodes)
 
     def accumulated(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int,
                     local_cap: float | None = None) -> GoodputEstimate | None:
@@ -86,8 +80,7 @@ class AccumulatingGoodput(GoodputModelBase):
                      local_cap: float | None) -> GoodputEstimate | None:
         if not job.batch_size:
             return None
-        limits = getattr(self.inner, "local_batch_range", None)
-        span = limits(job.application, gpu_type) if limits is not None else None
+        span = self.local_batch_range(job.application, gpu_type)
         if span is None:
             return None
         biggest = span[1] if local_cap is None else min(span[1], max(local_cap, span[0]))
@@ -99,8 +92,8 @@ class AccumulatingGoodput(GoodputModelBase):
         est = self.inner.estimate(job.with_state(batch_size=micro, adaptive=False), gpu_type, num_gpus, num_nodes)
         if est is None:
             return None
-        efficiency_of = getattr(self.inner, "efficiency", None)
-        eff = float(np.asarray(efficiency_of(job, float(job.batch_size))).reshape(-1)[0]) if efficiency_of else est.efficiency
+        full = self.efficiency(job, float(job.batch_size))
+        eff = float(np.asarray(full).reshape(-1)[0]) if full is not None else est.efficiency
         return GoodputEstimate(int(job.batch_size), est.throughput, eff)
 
     def estimate(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1) -> GoodputEstimate | None:
@@ -131,7 +124,7 @@ class AccumulatingGoodput(GoodputModelBase):
         return self.estimate_arrays(job, configs).to_list()
 
 
-class BootstrapGoodput(GoodputModelBase):
+class BootstrapGoodput(GoodputWrapper):
     """The policy's belief under Sia's online throughput learning (see the module docstring).
 
     ``observed[job][gpu_type]`` = the most GPUs the job has run on there (the simulator records it). On an
@@ -143,20 +136,13 @@ class BootstrapGoodput(GoodputModelBase):
     """
 
     def __init__(self, inner: GoodputModel, cluster: Cluster) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.cluster = cluster
         self.observed: dict[str, dict[str, int]] = {}
         self._ratio: dict[tuple[str, str, str], float] = {}
         self._plans: dict[tuple, Any] = {}
         self._plans_by_id: dict[tuple, tuple[object, Any]] = {}
         self._projected: dict[tuple, tuple[EstimateArrays, tuple, EstimateArrays]] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def throughput(self, application: str, gpu_type: str, num_gpus: int, batch_size: int,
-                   num_nodes: int = 1) -> float | None:
-        return self.inner.throughput(application, gpu_type, num_gpus, batch_size, num_nodes)
 
     def record(self, job: str, gpu_type: str, num_gpus: int) -> None:
         seen = self.observed.setdefault(job, {})
@@ -166,7 +152,7 @@ class BootstrapGoodput(GoodputModelBase):
         return max(self.observed.get(job, {}).values(), default=0)
 
     def _atomic_rate(self, application: str, gpu_type: str) -> float | None:
-        span = getattr(self.inner, "local_batch_range", lambda *_: None)(application, gpu_type)
+        span = self.local_batch_range(application, gpu_type)
         if span is None:
             return None
         rate = self.inner.throughput(application, gpu_type, 1, int(span[1]), 1)
@@ -273,15 +259,14 @@ class BootstrapGoodput(GoodputModelBase):
         return self.estimate_arrays(job, (Configuration(gpu_type, num_nodes, num_gpus),)).at(0)
 
 
-def sia_max_gpus(model: GoodputModel, cluster: Cluster, application: str, observed: int | None) -> int:
+def sia_max_gpus(model: GoodputModelBase, cluster: Cluster, application: str, observed: int | None) -> int:
     """Sia's GPU cap for an adaptive job: ``min(max(2·observed, 1), 64, max_batch // min_local)``, the last
     term taken on the most permissive GPU type (Sia shares the cap across types). ``observed=None``: no
     online learning (oracle throughput), only the last two terms."""
-    curve = getattr(model, "curves", {}).get(application)
-    limits = getattr(model, "local_batch_range", lambda *_: None)
+    curve = model.curves.get(application)
     by_batch = 0
     for t in cluster:
-        span = limits(application, t.name)
+        span = model.local_batch_range(application, t.name)
         if span is not None and curve is not None:
             by_batch = max(by_batch, int(curve.max_batch_size // max(span[0], 1)))
     cap = min(SIA_MAX_GPUS, by_batch) if by_batch else SIA_MAX_GPUS
@@ -315,7 +300,7 @@ class MemoryModel:
     batches, so the check errs toward rejecting a group.
     """
 
-    model: GoodputModel
+    model: GoodputModelBase
     cluster: Cluster
     context_gb: float = 0.5
     params_m: Mapping[str, float] = field(default_factory=lambda: dict(MODEL_PARAMS_M))
@@ -324,7 +309,7 @@ class MemoryModel:
         return self.params_m.get(application, 0.0) * 1e6 * BYTES_PER_PARAM / 1e9
 
     def per_sample_gb(self, application: str, gpu_type: str) -> float | None:
-        span = getattr(self.model, "local_batch_range", lambda *_: None)(application, gpu_type)
+        span = self.model.local_batch_range(application, gpu_type)
         if span is None or span[1] <= 0:
             return None
         free = self.cluster[gpu_type].memory_gb - self.context_gb - self.static_gb(application)
@@ -337,7 +322,7 @@ class MemoryModel:
     def min_local(self, job: Job, gpu_type: str) -> float | None:
         """The smallest local batch the job can run on one GPU of the type (adaptive: the smallest
         profiled; rigid: its own batch per GPU, or the largest that fits when it accumulates)."""
-        span = getattr(self.model, "local_batch_range", lambda *_: None)(job.application, gpu_type)
+        span = self.model.local_batch_range(job.application, gpu_type)
         if span is None:
             return None
         if job.adaptive or not job.batch_size:
@@ -449,7 +434,8 @@ def scaled_table(table: ColocationTable, strength: float) -> ColocationTable:
 def _load_profiles(path: str, applications: tuple[str, ...] | None, gpu_types: tuple[str, ...] | None,
                    efficiency: str, step_times: str) -> GoodputModel:
     from scheduler.formats.profiles import is_sia_traces_dir, read_gns_curves, read_sia_profiles
-    from scheduler.model.goodput import ProfileGoodputModel, read_validation_curves
+    from scheduler.model.efficiency import read_validation_curves
+    from scheduler.model.goodput import ProfileGoodputModel
 
     p = Path(path)
     if is_sia_traces_dir(p):

@@ -101,7 +101,7 @@ def _reference_rate(spec: WorkloadJob, goodput: AccumulatingGoodput, cluster: Cl
 def initial_state(spec: WorkloadJob, goodput: AccumulatingGoodput, cluster: Cluster, slowdown: float,
                   source: str | Path) -> JobState:
     """A pending job sized as Sia sizes it (the reference curve's end), or by the workload's work/duration."""
-    curve = (getattr(goodput, "curves", None) or {}).get(spec.application)
+    curve = goodput.curves.get(spec.application)
     m0 = float(curve.init_batch_size) if curve is not None else 1.0
     runnable = any(goodput.estimate(_probe(spec, 1, None), t.name, 1, 1) is not None for t in cluster) \
         or _reference_rate(spec, goodput, cluster, slowdown) is not None

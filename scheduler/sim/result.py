@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from common.options import is_option
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -84,7 +86,7 @@ def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[di
     jcts = done["jct_s"].to_numpy(float)
     makespan = float(done["completion_s"].max()) if len(done) == len(jobs) and len(done) else float(end_time)
     summary = {
-        "policy": getattr(sim.policy, "name", type(sim.policy).__name__),
+        "policy": sim.policy.name,
         "jobs": len(jobs),
         "completed": len(done),
         "avg_jct_s": float(np.mean(jcts)) if len(jcts) else float("nan"),
@@ -106,12 +108,9 @@ def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[di
         "colocation_rows": len(sim.colocation) if sim.colocation is not None else 0,
         "max_group_size": sim.max_group_size,
         "triple_ratios": TRIPLE_RATIOS if sim.max_group_size >= 3 else "none (pairs only)",
-        "model": {k: getattr(sim.config, k) for k in (
-            "throughput", "throughput_fit", "efficiency_belief", "measure_batches", "first_run", "step_times", "batch",
-            "restart_on", "efficiency", "memory", "colocation_strength", "belief", "gavel_rounds", "substeps",
-            "explore_contention", "explore_optimism")},
+        "model": {f.name: getattr(sim.config, f.name) for f in fields(sim.config) if is_option(f)},
     }
-    learner = getattr(sim, "learner", None)
+    learner = sim.learner
     if learner is not None:
         meta["belief"] = {"prior_error_sum": learner.prior_error(), "observations": len(learner.rows)}
     return SimulationResult(str(summary["policy"]), sim.workload.name, summary, jobs, rounds, allocations, meta,

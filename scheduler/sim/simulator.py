@@ -10,13 +10,13 @@ Each round (60 s by default, as in Sia) runs five named steps of :meth:`Simulato
    *pinned* while restoring. What counts as a change is Sia's rule by default (``restart_on="placement"``):
    a new GPU type or number of GPUs on any node, or new GPUs for a job that joins or leaves a pair or group
    of three (Sia has no groups; a job moving onto or off shared GPUs must restart); ``"shape"``: a new type,
-   GPU count or node count; ``"gpus"``: any change of GPU indices. ``gavel`` runs Sia's mechanism by default
-   (``gavel_rounds="sia"``, :mod:`scheduler.policies.gavel`), whose rigid jobs may be split over nodes
-   (``place(..., split=True)``); such a job runs on as many nodes as it was placed on.
+   GPU count or node count; ``"gpus"``: any change of GPU indices. ``gavel`` runs Sia's mechanism
+   (:mod:`scheduler.policies.gavel`), whose rigid jobs may be split over nodes (the policy's
+   ``traits.splits_across_nodes``: ``place(..., split=True)``); such a job runs on as many nodes as it was placed on.
 4. **progress** — jobs progress by their goodput on the allocation (throughput × statistical efficiency,
    divided by the application's calibration slowdown), times their co-location ratio while packed; a job
-   alone re-reads its goodput ``substeps`` times a round (6 by default: its efficiency rises as it trains and
-   Sia's simulator re-reads it at every epoch boundary; 1 = once a round, the earlier model); a pair
+   alone re-reads its goodput :data:`SUBSTEPS` times a round (its efficiency rises as it trains and Sia's
+   simulator re-reads it at every epoch boundary: a short job crosses ~17 epochs a round); a pair
    or group of three (:mod:`scheduler.sim.groups`) is integrated piecewise: the group's ratios while all
    compute, the pair's once one has finished or while it restores, solo rate alone. A group of three's
    ratios are predicted from its pairs (:meth:`scheduler.model.colocation.ColocationTable.triple_ratios`, the
@@ -26,9 +26,9 @@ Each round (60 s by default, as in Sia) runs five named steps of :meth:`Simulato
 5. **log** — one row per round (and per allocation).
 
 Fidelity to Sia's simulator (siasosp23/artifacts ``sia-simulator``): each modelled difference (statistical
-efficiency, batch choice, throughput belief, step times, restart penalties and costs, Gavel's rounds) is a
-:class:`SimConfig` option whose default is Sia's behaviour and whose alternative keeps the earlier one; the
-list with its measurements is ``docs/simulator-fidelity.md``.
+efficiency, batch choice, throughput belief, step times, restart penalties and costs, Gavel's rounds, progress
+within a round) follows Sia's simulator; the few alternatives kept for ablations are experimental
+:class:`SimConfig` options. The list with its measurements is ``docs/simulator-fidelity.md``.
 
 Memory (``memory=True``): every job has a per-GPU-type footprint at its local batch
 (:class:`scheduler.sim.job_model.MemoryModel`); the colocation table the policies read answers "no ratio" for
@@ -52,8 +52,7 @@ from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.formats.workload_jobs import Workload
 from scheduler.formats.workloads import load_workload
 from scheduler.learning.belief import SimBelief, sim_belief
-from scheduler.learning.pollux_fit import fit_pollux
-from scheduler.learning.throughput import LearnedThroughputGoodput, ThroughputLearner, fit_observed
+from scheduler.learning.throughput import LearnedThroughputGoodput, ThroughputLearner
 from scheduler.model.cluster import Cluster, load_cluster
 from scheduler.model.configs import Configuration
 from scheduler.model.goodput import GoodputModel
@@ -80,6 +79,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from scheduler.model.colocation import ColocationTable
 
 ProgressCallback = Callable[[float, int, int], None]
+# A job alone re-reads its goodput this many times a round (every 10 s of a 60-s round), as Sia's simulator
+# re-reads the statistical efficiency at every epoch boundary: a short job crosses ~17 epochs a round while its
+# efficiency rises about tenfold (results/sim/fidelity/NOTES.md, "progress within a round").
+SUBSTEPS = 6
 _DEFAULT_CONFIG = SimConfig()  # frozen: one shared default instance is safe
 
 
@@ -114,16 +117,13 @@ class Simulator:
         self.policy = policy
         self.config = config
         self.adaptive = adaptive
-        self.max_group_size = int(getattr(getattr(policy, "config", None), "max_group_size", 2))
+        self.max_group_size = policy.traits.max_group_size
         self.goodput = goodput if isinstance(goodput, AccumulatingGoodput) else AccumulatingGoodput(goodput)
         self.belief: GoodputModel = self.goodput
         if adaptive and config.throughput == "bootstrap":
             self.belief = BootstrapGoodput(self.goodput, cluster)
         elif adaptive and config.throughput == "fitted":
-            learner = ThroughputLearner(fit=fit_pollux if config.throughput_fit == "pollux" else fit_observed)
-            self.belief = LearnedThroughputGoodput(self.goodput, cluster, learner,
-                                                   blind_first_run=config.first_run == "blind",
-                                                   extrapolate_efficiency=config.efficiency_belief == "extrapolated")
+            self.belief = LearnedThroughputGoodput(self.goodput, cluster, ThroughputLearner())
         self.memory = MemoryModel(self.goodput, cluster) if config.memory else None
         self.colocation = self._policy_table(colocation)  # the truth: how fast pairs really run
         self.learner = self._belief(colocation)  # what the policy believes (never the truth, if learning)
@@ -137,7 +137,7 @@ class Simulator:
         if table is not None and self.config.colocation_strength != 1.0:
             table = scaled_table(table, self.config.colocation_strength)
         wrap = (lambda t: MemoryCheckedTable(t.ratios, self.memory)) if self.memory is not None else (lambda t: t)
-        return sim_belief(self.config.belief, table, wrap, self.config.seed, self.config.explore)
+        return sim_belief(self.config.belief, table, wrap, self.config.seed)
 
     def _policy_table(self, table: ColocationTable | None) -> ColocationTable | None:
         if table is None:
@@ -196,18 +196,18 @@ class Simulator:
         return est.goodput / self.config.slowdown_of(st.spec.application), int(est.batch_size)
 
     def _substepped_rate(self, st: JobState, a: Allocation, R: float) -> tuple[float, int, tuple[int, ...]]:
-        """The round's mean rate when the goodput is re-read ``substeps`` times over the round (Sia re-reads the
+        """The round's mean rate when the goodput is re-read :data:`SUBSTEPS` times over the round (Sia re-reads the
         efficiency at every epoch boundary): the rate that makes the same progress, or finishes at the same time;
         the batch the round started with, and every batch it ran, in order."""
         delay = min(st.delay, R)
-        dt = (R - delay) / self.config.substeps
+        dt = (R - delay) / SUBSTEPS
         start, left, used = st.done, st.work - st.done, 0.0
         rate, batch = self._rate(st, a)
         batches = [batch]
         probe = self._run_probe(st, a)[0]  # a round inside one state (epoch) of the model re-reads this rate
         reread = not self.goodput.same_state(probe, probe.with_state(progress=min(st.work, start + rate * R) / st.m0))
         try:
-            for step in range(self.config.substeps):
+            for step in range(SUBSTEPS):
                 if step and reread:  # step 0 is the reading above
                     rate, ran = self._rate(st, a)
                     if ran != batches[-1]:
@@ -225,8 +225,7 @@ class Simulator:
         return (progress / used if used > 0 else rate), batch, tuple(batches)
 
     def _local_batch(self, st: JobState, a: Allocation, batch: int) -> float:
-        limits = getattr(self.goodput.inner, "local_batch_range", None)
-        span = limits(st.spec.application, a.gpu_type) if limits is not None else None
+        span = self.goodput.local_batch_range(st.spec.application, a.gpu_type)
         used = a.num_gpus if self.adaptive else min(st.spec.num_gpus, a.num_gpus)
         return min(batch / used, float(span[1])) if span else batch / used
 
@@ -278,14 +277,13 @@ class Simulator:
         table = self.learner.view(list(views.values()), self.cluster.total_gpus) if self.learner else self.colocation
         context = RoundContext(goodput=self.belief, time_s=run.now, colocation=table,
                                previous_placement=run.previous, round_duration_s=self.config.round_s,
-                               extras={"seed": self.config.seed, "round": run.k,
-                                       "slowdown": self.config.slowdown})
+                               calibration_slowdown=self.config.slowdown)
         t0 = time.perf_counter()
         decision = self.policy.allocate(list(views.values()), self.cluster, context)
         policy_s = time.perf_counter() - t0
         rigid = None if self.adaptive else {n: s.spec.num_gpus for n, s in run.active.items()}
         check_round(run.k, run.now, decision, list(views.values()), self.cluster, run.finished, rigid_sizes=rigid)
-        placement = place(decision, self.cluster, run.previous, split=getattr(self.policy, "mechanism", "") == "sia")
+        placement = place(decision, self.cluster, run.previous, split=self.policy.traits.splits_across_nodes)
         check_placement(run.k, run.now, decision, placement)
         if decision.solver.fallback is not None:
             run.fallbacks += 1
@@ -349,8 +347,7 @@ class Simulator:
                 shares["packed_jobs"] += len(members)
                 shares["triple_jobs"] += len(members) if len(members) == 3 else 0
             else:
-                rate, batch, ran = self._substepped_rate(st, a, R) if self.config.substeps > 1 else (
-                    *self._rate(st, a), ())
+                rate, batch, ran = self._substepped_rate(st, a, R)
                 units = [Member(st, min(st.delay, R), rate, rate, st.work - st.done, batch=batch, batches=ran)]
             times = advance(units, R)
             if self.learner is not None and len(units) > 1 and all(u.packed_s > 0 for u in units):
@@ -393,9 +390,8 @@ class Simulator:
     def _learn(self, st: JobState, a: Allocation, u: Member) -> None:
         """Sia learns from the steps a job ran: the GPUs it used (bootstrap), or what the configuration measured
         at each batch it ran, in order, its gradient noise at the last (fitted:
-        :meth:`LearnedThroughputGoodput.record_run`; Sia's simulator records a point at every epoch;
-        ``measure_batches="first"``: only the batch the round began with)."""
-        batches = u.batches if self.config.measure_batches == "each" and u.batches else (u.batch,)
+        :meth:`LearnedThroughputGoodput.record_run`; Sia's simulator records a point at every epoch)."""
+        batches = u.batches or (u.batch,)
         if isinstance(self.belief, BootstrapGoodput):
             self.belief.record(st.spec.name, a.gpu_type, a.num_gpus)
         elif isinstance(self.belief, LearnedThroughputGoodput):
@@ -438,8 +434,8 @@ def resolve_policy(policy_name: str | Policy, seed: int = 0, adaptive: bool | No
                    options: Mapping[str, Any] | None = None) -> tuple[Policy, bool, bool]:
     """``(policy, adaptive, packs)``: the one place that decides whether jobs are adaptive.
 
-    A named policy says it itself (:mod:`scheduler.policies`); a Policy object is adaptive when it has
-    ``adaptive = True`` or is the ILP policy; ``adaptive`` overrides either.
+    A named policy says it in the registry (:mod:`scheduler.policies`), a Policy object in its traits;
+    ``adaptive`` overrides either.
     """
     from scheduler.policies import make_policy, policy_spec
 
@@ -449,9 +445,7 @@ def resolve_policy(policy_name: str | Policy, seed: int = 0, adaptive: bool | No
         is_adaptive, packs = spec.adaptive, spec.packing
     else:
         policy, packs = policy_name, True
-        from scheduler.ilp.policy import PackingPolicy
-
-        is_adaptive = bool(getattr(policy, "adaptive", isinstance(policy, PackingPolicy)))
+        is_adaptive = policy.traits.adaptive
     return policy, (is_adaptive if adaptive is None else adaptive), packs
 
 
@@ -471,8 +465,8 @@ def simulate(cluster: Cluster | str | Path, workload: Workload | str | Path, pol
     cluster_obj = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
     work = load_workload(workload)
     cfg = config if config is not None else SimConfig(round_s=round_s, seed=seed)
-    if policy_name == "gavel":  # the simulator's default is Sia's Gavel mechanism (SimConfig.gavel_rounds)
-        policy_options = {"mechanism": cfg.gavel_rounds, **dict(policy_options or {})}
+    if policy_name == "gavel":  # the simulator runs Gavel as Sia's simulator does (scheduler.policies.gavel)
+        policy_options = {"mechanism": "sia", **dict(policy_options or {})}
     policy, is_adaptive, packs = resolve_policy(policy_name, cfg.seed, adaptive, policy_options)
     if isinstance(colocation, (str, Path)):
         table: ColocationTable | None = load_colocation_table(colocation)

@@ -19,6 +19,7 @@ BENCHMARK_MODULES: tuple[str, ...] = (
     "colocate.commands.bench.simulator",
     "colocate.commands.bench.analysis",
     "colocate.commands.bench.serve",
+    "colocate.commands.bench.variants",
 )
 
 bench_app = typer.Typer(

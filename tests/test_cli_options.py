@@ -1,0 +1,214 @@
+"""Every option a command generates from a config field shows that field's default, help and choices; a flag
+means one thing across commands; the user-facing commands stay small; ``--set`` reaches every field."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections import defaultdict
+from typing import Any
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from colocate.cli import COMMAND_MODULES, build_app
+from colocate.cli_config import ConfigSpec, entries
+from common.errors import InputError
+from common.options import choices_of, option
+from scheduler.ilp.config import IlpConfig
+from scheduler.sim.config import SimConfig
+
+
+def _commands() -> dict[str, Any]:
+    """Every Click command of the app by its path ('schedule', 'bench scheduler', ...)."""
+    out: dict[str, Any] = {}
+
+    def walk(command: Any, path: tuple[str, ...]) -> None:
+        if hasattr(command, "commands"):
+            for name, sub in command.commands.items():
+                walk(sub, (*path, name))
+        else:
+            out[" ".join(path)] = command
+
+    walk(typer.main.get_command(build_app()), ())
+    return out
+
+
+def _config_commands() -> dict[str, tuple[ConfigSpec, ...]]:
+    """The configs each generated command takes, read off the decorated command functions."""
+    found: dict[str, tuple[ConfigSpec, ...]] = {}
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(f"colocate.commands.{name}")
+        for value in vars(module).values():
+            specs = getattr(value, "config_specs", None)
+            if specs:
+                found[name.replace("_", "-")] = specs
+    return found
+
+
+COMMANDS = _commands()
+CONFIGURED = _config_commands()
+
+
+def _visible(command: Any) -> list[Any]:
+    return [p for p in command.params if p.param_type_name == "option" and not getattr(p, "hidden", False)]
+
+
+def test_the_commands_that_take_a_config_generate_their_options() -> None:
+    assert {"schedule", "simulate", "compare", "serve", "launch"} <= set(CONFIGURED)
+
+
+@pytest.mark.parametrize("command", sorted(CONFIGURED))
+def test_every_generated_option_shows_its_fields_default_help_and_choices(command: str) -> None:
+    params = {p.name: p for p in COMMANDS[command].params}
+    for spec in CONFIGURED[command]:
+        for entry in entries(spec):
+            if not entry.has_flag:
+                assert entry.param not in params, f"{entry.key} is experimental yet has a flag"
+                continue
+            param = params[entry.param]
+            flags = [*param.opts, *param.secondary_opts]
+            assert entry.flag in flags or entry.field.metadata.get("argument"), (command, entry.key, flags)
+            default = list(entry.default) if isinstance(entry.default, tuple) else entry.default
+            if default is not dataclasses.MISSING:
+                assert param.default == default, (command, entry.key, param.default, default)
+            assert param.help == entry.help, (command, entry.key)
+            choices = choices_of(entry.field, entry.annotation)
+            if choices:
+                assert param.metavar == "|".join(choices), (command, entry.key)
+
+
+@pytest.mark.parametrize("command", sorted(CONFIGURED))
+def test_no_hand_written_option_restates_a_config_field(command: str) -> None:
+    generated = {f for spec in CONFIGURED[command] for e in entries(spec) for f in (e.flag, *e.field.metadata["aliases"])}
+    for param in COMMANDS[command].params:
+        if param.name and (param.name.startswith("cfg__") or param.name in ("set_options", "help_experimental")):
+            continue
+        assert not set(getattr(param, "opts", [])) & generated, (command, param.opts)
+
+
+def test_no_command_has_two_options_of_one_name() -> None:
+    for path, command in COMMANDS.items():
+        seen: dict[str, str] = {}
+        for param in command.params:
+            for flag in [*getattr(param, "opts", []), *getattr(param, "secondary_opts", [])]:
+                assert flag not in seen, f"{path}: {flag} is both {seen[flag]} and {param.name}"
+                seen[flag] = str(param.name)
+
+
+def test_one_spelling_per_idea_across_commands() -> None:
+    """A setting named alike in several configs has one flag everywhere; retired spellings are hidden aliases."""
+    flags: dict[str, set[str]] = defaultdict(set)
+    for specs in CONFIGURED.values():
+        for spec in specs:
+            for entry in entries(spec):
+                if entry.has_flag:
+                    flags[entry.field.name].add(entry.flag)
+    assert {name: found for name, found in flags.items() if len(found) > 1} == {}
+    for path, command in COMMANDS.items():
+        for param in _visible(command):
+            assert "--round" not in param.opts, f"{path} shows --round (the spelling is --round-s)"
+
+
+@pytest.mark.parametrize("command", ["schedule", "simulate"])
+def test_the_round_commands_show_at_most_fifteen_options(command: str) -> None:
+    assert len(_visible(COMMANDS[command])) <= 15, [p.opts[0] for p in _visible(COMMANDS[command])]
+
+
+def test_set_reaches_an_experimental_field_and_names_it_in_errors(tmp_path: Any) -> None:
+    from colocate.cli import app
+
+    args = ["schedule", "--cluster", "scheduler/examples/cluster-small.yaml", "--jobs",
+            "scheduler/examples/jobs-small.csv", "--profiles", "scheduler/examples/profiles-generic.csv",
+            "--colocation", "scheduler/examples/colocation-small.csv", "--json"]
+    ok = CliRunner().invoke(app, [*args, "--set", "ilp.solver=cbc", "--set", "ilp.top_k=1"])
+    assert ok.exit_code == 0, ok.output
+    for bad, named in ((["--set", "ilp.solver=gurobi"], "--set ilp.solver"), (["--set", "nope=1"], "--set"),
+                       (["--set", "ilp.top_k=1.5"], "--set ilp.top_k"), (["--p", "0"], "--p"),
+                       (["--time-limit", "5", "--set", "ilp.time_limit_s=6"], "--time-limit")):
+        result = CliRunner().invoke(app, [*args, *bad])
+        assert isinstance(result.exception, InputError) and named in str(result.exception), (bad, result.output)
+
+
+def test_help_experimental_lists_exactly_the_fields_without_a_flag() -> None:
+    from colocate.cli import app
+
+    result = CliRunner().invoke(app, ["simulate", "--help-experimental"], terminal_width=200)
+    assert result.exit_code == 0
+    listed = {e.key for spec in CONFIGURED["simulate"] for e in entries(spec) if not e.has_flag}
+    assert {"sim.throughput", "ilp.solver", "ilp.top_k"} <= listed
+    for key in listed:
+        assert key in result.output
+    assert "sim.round_s" not in result.output  # it has its flag
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+    name: str = option(help="A required text.")
+    level: int = option(3, "An integer in [1, 5].")
+    mode: str = option("a", "A choice.", choices=("a", "b"))
+    old: float = option(1.0, "Renamed.", flag="--new", aliases=("--old",))
+    deep: bool = option(False, "An ablation.", experimental=True)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.level <= 5:
+            raise InputError(f"{self.level}", field="level", valid="[1, 5]")
+
+
+def test_a_config_field_becomes_an_option_with_its_own_check() -> None:
+    """The pattern on a config of its own: defaults, required fields, choices, ranges and aliases."""
+    from colocate.cli_config import config_command
+
+    seen: list[Knobs] = []
+
+    @config_command(ConfigSpec("k", Knobs, aliases=True))
+    def run(*, k: Knobs) -> None:
+        seen.append(k)
+
+    app = typer.Typer()
+    app.command("run")(run)
+    app.command("other")(lambda: None)
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", "--name", "x"])
+    assert result.exit_code == 0 and seen[-1] == Knobs(name="x"), result.output
+    result = runner.invoke(app, ["run", "--name", "x", "--level", "5", "--mode", "b", "--old", "2", "--set", "k.deep=yes"])
+    assert result.exit_code == 0 and "--old is deprecated, use --new" in result.output
+    assert seen[-1] == Knobs(name="x", level=5, mode="b", old=2.0, deep=True)
+    for bad, named in ((["--level", "9"], "--level"), (["--mode", "c"], "--mode"), (["--set", "k.deep=maybe"], "k.deep"),
+                       (["--old", "1", "--new", "2"], "--new")):
+        result = runner.invoke(app, ["run", "--name", "x", *bad])
+        assert isinstance(result.exception, InputError) and named in str(result.exception), (bad, result.output)
+    assert runner.invoke(app, ["run"]).exit_code != 0  # --name is required
+
+
+def test_the_simulator_and_ilp_defaults_are_their_classes_defaults() -> None:
+    """Generated with no base, the commands show the configs' own defaults (serve shows its live ILP)."""
+    sim = {e.key: e.default for e in entries(ConfigSpec("sim", SimConfig))}
+    assert sim["sim.round_s"] == SimConfig().round_s and sim["sim.belief"] == SimConfig().belief
+    ilp = {e.key: e.default for e in entries(ConfigSpec("ilp", IlpConfig))}
+    assert ilp["ilp.lambda_unallocated"] == IlpConfig().lambda_unallocated
+    serve = {e.key: e.default for spec in CONFIGURED["serve"] for e in entries(spec)}
+    assert serve["serve.ilp.lambda_unallocated"] == 2.0 and serve["serve.ilp.keep_bonus"] == 0.02
+
+
+def test_old_spellings_only_where_they_were_and_no_settings_option_where_every_field_has_a_flag() -> None:
+    def opts(command: str) -> set[str]:
+        return {o for p in COMMANDS[command].params for o in [*getattr(p, "opts", []), *getattr(p, "secondary_opts", [])]}
+
+    assert {"--top-k", "--gap", "--solver"} <= opts("schedule")
+    assert not {"--top-k", "--gap", "--solver"} & (opts("simulate") | opts("serve") | opts("compare"))
+    assert {"--round", "--colocation-strength"} <= opts("compare") and "--round" in opts("simulate")
+    assert "--set" not in opts("launch") and "--help-experimental" not in opts("launch")
+
+
+def test_compare_sets_the_simulator_and_the_ilp_as_simulate_does(tmp_path: Any) -> None:
+    from colocate.cli import app
+
+    args = ["compare", "--cluster", "scheduler/data/cluster-default.yaml", "--workloads", "nothing-*.csv",
+            "--out", str(tmp_path / "out")]
+    for bad, named in ((["--set", "sim.colocation_strength=-1"], "--set sim.colocation_strength"),
+                       (["--set", "ilp.top_k=-1"], "--set ilp.top_k")):
+        result = CliRunner().invoke(app, [*args, *bad])
+        assert isinstance(result.exception, InputError) and named in str(result.exception), result.output
+    assert not (tmp_path / "out").exists()
