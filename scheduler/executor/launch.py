@@ -10,6 +10,7 @@ can launch an allocation without the CLI. Back ends come from the executor regis
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,8 @@ from scheduler.executor.registry import EXECUTOR_NAMES, make_executor
 BACKENDS = EXECUTOR_NAMES
 EMITTERS = ("slurm", "k8s")
 DEVICES = ("auto", "cpu", "cuda")
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")  # registry/name[:tag][@digest], printable, no spaces
+_NAMESPACE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")  # a DNS-1123 label
 
 
 def _backend_names() -> tuple[str, ...]:
@@ -84,6 +87,27 @@ class LaunchRequest:
             if not option_text.startswith("--") or not option_text.isprintable():  # a newline would start a line
                 raise InputError(f"{shown(option_text)}", field="sbatch_options",
                                  valid="an sbatch option such as --time=04:00:00")
+        if self.emit is not None and self.emit[0] == "k8s":
+            self._check_k8s()
+        self._check_outputs()
+
+    def _check_k8s(self) -> None:
+        """What a pod manifest carries verbatim: an image reference and a namespace Kubernetes accepts."""
+        if not _IMAGE.fullmatch(self.image):
+            raise InputError(f"{shown(self.image)} is not a container image reference", field="--image",
+                             valid="e.g. registry.example.com/colocate:1.0 (no spaces or control characters)")
+        if self.namespace is not None and not _NAMESPACE.fullmatch(self.namespace):
+            raise InputError(f"{shown(self.namespace)} is not a Kubernetes namespace", field="--namespace",
+                             valid="1-63 lower-case letters, digits or '-', starting and ending with a letter or digit")
+
+    def _check_outputs(self) -> None:
+        """Where files go, checked before anything is read or written (nothing is created here)."""
+        from profiler.campaign.outdir import check_out_dir
+
+        if self.emit is not None:
+            check_out_dir(self.emit[1], field="--emit")
+        if self.log_dir is not None:
+            check_out_dir(self.log_dir, field="--log-dir")
 
     def _check_numbers(self) -> None:
         """Every numeric option finite and inside a documented range (NaN, inf and typos such as 1e12 refused)."""
@@ -197,6 +221,9 @@ def launch(
             on_plan(plan)
         return LaunchOutcome(plan, emitted=emit_plan(request, plan))
     settings = request.settings
+    from profiler.campaign.outdir import check_out_dir
+
+    check_out_dir(settings.log_dir, field="--log-dir")  # the default one too, before any job starts
     executor = make_executor(request.backend, address=request.address, num_cpus=request.num_cpus)
     if executor.runs_here:  # a back end elsewhere (Ray) checks its cluster inside run, once connected
         plan = select_node(plan, request.node)

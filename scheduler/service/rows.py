@@ -284,8 +284,27 @@ META_CHECKS: dict[str, Callable[[str], Any]] = {
     "rounds": _counter, "groups": _counter, "server_pid": _counter, "heartbeat": _time, "round_s": _duration,
     "startup_s": _json_value(dict, _startup), "waiting": _json_value(dict, _reason),
     "cluster": _json_value(dict, _gpus), "instance": lambda text: _safe_text(text),
-    "probes": _json_value(list, lambda _, record: valid_record(record)),
+    "probes": lambda text: _records(text),
 }
+
+
+class Partly(BadRow):
+    """A meta value usable in part: ``value`` is what is left once the bad entries are set aside."""
+
+    def __init__(self, problem: str, value: Any) -> None:
+        super().__init__(problem)
+        self.value = value
+
+
+def _records(text: str) -> Any:
+    """The probe records: a list; a malformed record is set aside on its own, the others are kept."""
+    records = _json_value(list, lambda _, record: True)(text)
+    good = [r for r in records if valid_record(r)]
+    if len(good) < len(records):
+        bad = next(i for i, r in enumerate(records) if not valid_record(r))
+        raise Partly(f"{len(records) - len(good)} malformed probe record(s), the first at index {bad}; "
+                     "the others are kept", good)
+    return records
 
 
 def _safe_text(text: str) -> str:
@@ -295,7 +314,8 @@ def _safe_text(text: str) -> str:
 
 
 def check_meta(key: str, value: Any) -> Any:
-    """The value of meta ``key`` as its readers use it; :class:`BadRow` when it is not one."""
+    """The value of meta ``key`` as its readers use it; :class:`BadRow` when it is not one (:class:`Partly`
+    when part of it is usable)."""
     if not isinstance(value, str):
         raise BadRow(f"{shown(value)} is not a text")
     check = META_CHECKS.get(key)

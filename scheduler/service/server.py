@@ -168,7 +168,7 @@ class Server:
             self.probes.after_round(self.state.jobs(), table, (g for u in self._pending for g in rounds.unit_gpus(u)))
         enact_s, enact_cpu = time.perf_counter() - enacting, time.process_time() - enacting_cpu
         reasons = waiting.reasons([*rows, *held_back], self.cluster, decision, placement, self._pending, table, policy_jobs,
-                                  self.policy)
+                                  self.policy, model=context.goodput)
         number = (self.state.meta_value("rounds") or 0) + 1  # a damaged counter is set aside and restarts
         total, total_cpu = time.perf_counter() - began, time.process_time() - began_cpu
         with self.state.transaction() as db:
