@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -130,8 +131,21 @@ def check_job(values: Mapping[str, Any]) -> None:
     int_list(values.get("gpus"), "gpus")
 
 
-def check_group(values: Mapping[str, Any], job_names: set[str]) -> dict[str, Any]:
-    """A ``groups`` row as the server uses it (``{"executor", "handle", "jobs", "created_at"}``)."""
+@dataclass(frozen=True)
+class GroupRecord:
+    """A ``groups`` row as the server uses it: the group's document (what its supervisor runs), the handle its
+    executor returned (how to find the group again after a restart), its jobs and when it was created."""
+
+    key: str
+    executor: str
+    doc: dict[str, Any]
+    handle: dict[str, Any]
+    jobs: tuple[str, ...]
+    created_at: float
+
+
+def check_group(values: Mapping[str, Any], job_names: set[str]) -> GroupRecord:
+    """A ``groups`` row checked (:class:`BadRow` when it is not one the server wrote)."""
     key = values.get("key")
     _name(values, "key")
     _name(values, "executor")
@@ -149,7 +163,7 @@ def check_group(values: Mapping[str, Any], job_names: set[str]) -> dict[str, Any
     _check_document(doc, str(key), jobs)
     if "pid" in started and not in_range(started["pid"], 2, MAX_PID, integer=True):  # never signal init or nonsense
         raise BadRow(f"column 'handle': pid {shown(started['pid'])} is not a process id")
-    return {"executor": values["executor"], "handle": handle, "jobs": jobs, "created_at": float(values["created_at"])}
+    return GroupRecord(str(key), str(values["executor"]), doc, started, tuple(jobs), float(values["created_at"]))
 
 
 def _check_document(doc: Mapping[str, Any], key: str, jobs: list[str]) -> None:

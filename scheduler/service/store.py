@@ -35,6 +35,7 @@ from scheduler.service.jobspec import JobSpec
 from scheduler.service.rows import (
     MAX_COUNT,
     BadRow,
+    GroupRecord,
     Partly,
     check_event,
     check_group,
@@ -198,7 +199,7 @@ class StateStore:
         self._conn.close()
 
     @contextmanager
-    def transaction(self) -> Iterator["_Tx"]:
+    def transaction(self) -> Iterator["Transaction"]:
         """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on any exception)."""
         from scheduler.service.state_open import database_errors
 
@@ -208,7 +209,7 @@ class StateStore:
                                  valid="a command that writes (submit, cancel, serve)")
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                yield _Tx(self._conn)
+                yield Transaction(self._conn)
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
@@ -278,8 +279,8 @@ class StateStore:
         return self._job_row(row, {}) if row else None
 
     @_guarded
-    def groups(self) -> dict[str, dict[str, Any]]:
-        """The usable ``groups`` rows by key: ``{"executor", "handle", "jobs", "created_at"}``."""
+    def groups(self) -> dict[str, GroupRecord]:
+        """The usable ``groups`` rows by key."""
         names = {r[0] for r in self._conn.execute("SELECT name FROM jobs")}
         self._forget("groups")
         out = {}
@@ -399,7 +400,7 @@ class StateStore:
             return str(row[0])
 
 
-class _Tx:
+class Transaction:
     """The connection inside a transaction, with the few writes the round loop needs."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
