@@ -54,16 +54,16 @@ _DNS_LABEL = re.compile(r"[^a-z0-9-]+")
 
 
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # RFC 1123 label, as Kubernetes requires
-_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,499}")  # registry/name:tag@digest, no space or control
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")  # registry/name[:tag][@digest], no space or control
 
 
 def check_k8s_options(image: str, namespace: str | None) -> None:
     """Refuse an image or namespace that is not one (one line): an empty image, a newline or a space in either."""
     if not isinstance(image, str) or not _IMAGE.fullmatch(image):
-        raise InputError(f"{shown(image)} is not a container image", field="image",
-                         valid="a non-empty image reference such as registry.example/colocate:1.0 (no spaces)")
+        raise InputError(f"{shown(image)} is not a container image reference", field="image",
+                         valid="e.g. registry.example.com/colocate:1.0 (no spaces or control characters)")
     if namespace is not None and (not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace)):
-        raise InputError(f"{shown(namespace)} is not a namespace", field="namespace",
+        raise InputError(f"{shown(namespace)} is not a Kubernetes namespace", field="namespace",
                          valid="1-63 lower-case letters, digits or '-', starting and ending with a letter or digit")
 
 

@@ -81,13 +81,28 @@ class LaunchRequest:
                              valid=", ".join(BACKENDS) + " (Slurm: --emit slurm DIR; Kubernetes: --emit k8s DIR)")
         if self.emit is not None and self.emit[0] not in EMITTERS:
             raise InputError(f"unknown emitter {shown(self.emit[0])}", field="emit", valid="slurm DIR, k8s DIR")
-        from scheduler.executor.k8s import check_k8s_options
-
-        check_k8s_options(self.image, self.namespace)
         for option_text in self.sbatch_options:
             if not option_text.startswith("--") or not option_text.isprintable():  # a newline would start a line
                 raise InputError(f"{shown(option_text)}", field="sbatch_options",
                                  valid="an sbatch option such as --time=04:00:00")
+        if self.emit is not None and self.emit[0] == "k8s":
+            self._check_k8s()
+        self._check_outputs()
+
+    def _check_k8s(self) -> None:
+        """What a pod manifest carries verbatim: an image reference and a namespace Kubernetes accepts."""
+        from scheduler.executor.k8s import check_k8s_options
+
+        check_k8s_options(self.image, self.namespace)
+
+    def _check_outputs(self) -> None:
+        """Where files go, checked before anything is read or written (nothing is created here)."""
+        from profiler.campaign.outdir import check_out_dir
+
+        if self.emit is not None:
+            check_out_dir(self.emit[1], field="--emit")
+        if self.log_dir is not None:
+            check_out_dir(self.log_dir, field="--log-dir")
 
     def _check_numbers(self) -> None:
         """Every numeric option finite and inside a documented range (NaN, inf and typos such as 1e12 refused)."""
@@ -201,6 +216,9 @@ def launch(
             on_plan(plan)
         return LaunchOutcome(plan, emitted=emit_plan(request, plan))
     settings = request.settings
+    from profiler.campaign.outdir import check_out_dir
+
+    check_out_dir(settings.log_dir, field="--log-dir")  # the default one too, before any job starts
     executor = make_executor(request.backend, address=request.address, num_cpus=request.num_cpus)
     if executor.runs_here:  # a back end elsewhere (Ray) checks its cluster inside run, once connected
         plan = select_node(plan, request.node)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.bounds import MAX_SECONDS
-from scheduler.executor.base import Executor
+from scheduler.executor.base import Executor, GroupPoll
 from scheduler.executor.job_files import checked_files
 from scheduler.learning.measured import job_type, learned_ratios
 from scheduler.learning.online import LearnedGoodputModel, policy_table, round_job_types
@@ -46,9 +46,9 @@ from scheduler.service import lock as server_lock
 from scheduler.service.batch_hold import HeldBatchModel, batch_holds
 from scheduler.service.config import ServeConfig
 from scheduler.service.probes import ProbeManager, probing_enabled
-from scheduler.service.rows import MIN_ITER_TIME_S
+from scheduler.service.rows import MIN_ITER_TIME_S, GroupRecord
 from scheduler.service.stability import fold_startup, hurting_members, load_startups, pinned_jobs
-from scheduler.service.store import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobRow, StateStore
+from scheduler.service.store import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobRow, StateStore, Transaction
 
 WARMUP_STEPS = 3  # steps of a fresh process not measured (the trainer's own warm-up)
 
@@ -168,7 +168,7 @@ class Server:
             self.probes.after_round(self.state.jobs(), table, (g for u in self._pending for g in rounds.unit_gpus(u)))
         enact_s, enact_cpu = time.perf_counter() - enacting, time.process_time() - enacting_cpu
         reasons = waiting.reasons([*rows, *held_back], self.cluster, decision, placement, self._pending, table, policy_jobs,
-                                  self.policy)
+                                  self.policy, model=context.goodput)
         number = (self.state.meta_value("rounds") or 0) + 1  # a damaged counter is set aside and restarts
         total, total_cpu = time.perf_counter() - began, time.process_time() - began_cpu
         with self.state.transaction() as db:
@@ -189,7 +189,7 @@ class Server:
         unless their group is now known to hurt (``table`` plans it infeasible)."""
         groups = self.state.groups()
         live = [r for r in rows if r.state == RUNNING and r.group_key in groups and r.group_key not in self._stopping]
-        running = [(r.name, r.spec.app, groups[r.group_key]["created_at"], r.sample_step is not None) for r in live]
+        running = [(r.name, r.spec.app, groups[r.group_key].created_at, r.sample_step is not None) for r in live]
         startups = {app: mean for app, (mean, _) in self._startups.items()}
         held = pinned_jobs(running, now, self.config.stability, self.config.round_s, startups,
                            self.config.start_timeout_s)
@@ -262,7 +262,7 @@ class Server:
         files misbehaves (stopped, counted as a crash). A running job whose group record is gone (set aside as
         damaged) crashed too: it is retried in a new group, which fences any copy still running."""
         groups = self.state.groups()
-        polls = {key: self.executor.poll(g["handle"]["handle"], g["handle"]["doc"]) for key, g in groups.items()}
+        polls = {key: self.executor.poll(g.handle, g.doc) for key, g in groups.items()}
         rows = {r.name: r for r in self.state.jobs()}
         orphans = [r for r in rows.values() if r.state == RUNNING and r.group_key not in groups]
         if not groups and not orphans:
@@ -280,9 +280,9 @@ class Server:
                 self._startups_changed = False
         for key in finished:
             self._stopping.pop(key, None)
-            self.executor.release(groups[key]["handle"]["handle"], groups[key]["handle"]["doc"])
+            self.executor.release(groups[key].handle, groups[key].doc)
 
-    def _collect_group(self, db: Any, key: str, group: dict[str, Any], poll: Any, rows: dict[str, JobRow],
+    def _collect_group(self, db: Transaction, key: str, group: GroupRecord, poll: GroupPoll | None, rows: dict[str, JobRow],
                        stopping: bool) -> bool:
         """Fold one group's poll into its jobs' rows; True when every member has ended.
 
@@ -293,7 +293,7 @@ class Server:
         """
         ended: list[str] = []
         ended_by = poll.ended_by if poll is not None and not stopping else None
-        members = [n for n in group["jobs"] if n in rows]
+        members = [n for n in group.jobs if n in rows]
         if not members:  # every member's row is set aside: leave the group as it is
             return False
         for name in members:
@@ -311,7 +311,7 @@ class Server:
                 ended.append(name)
                 continue
             if row.sample_step is None and self._progress(db, row, files.get("progress"), rows):
-                fold_startup(self._startups, row.spec.app, time.time() - group["created_at"])  # first warm steps
+                fold_startup(self._startups, row.spec.app, time.time() - group.created_at)  # first warm steps
                 self._startups_changed = True
             elif row.sample_step is not None:
                 self._progress(db, row, files.get("progress"), rows)
@@ -337,7 +337,7 @@ class Server:
                 db.update_job(name, partner=",".join(o for o in rows[name].others if o in alone) or None)
         return not alone
 
-    def _finished_but_lingering(self, db: Any, row: JobRow, progress: dict[str, Any] | None) -> bool:
+    def _finished_but_lingering(self, db: Transaction, row: JobRow, progress: dict[str, Any] | None) -> bool:
         """A job that reported "finished" but has not exited within the grace (a hung process-group teardown)
         is complete: its group is then released (killed) so it does not hold its GPUs."""
         if not progress or progress.get("state") != "finished":
@@ -347,7 +347,7 @@ class Server:
             return False
         return time.time() - row.finished_at > self.config.stop_grace_s
 
-    def _progress(self, db: Any, row: JobRow, progress: dict[str, Any] | None, rows: dict[str, JobRow]) -> bool:
+    def _progress(self, db: Transaction, row: JobRow, progress: dict[str, Any] | None, rows: dict[str, JobRow]) -> bool:
         """Fold a job's progress into its row; True when this poll took its first sample of this run."""
         if not progress:
             return False
@@ -368,7 +368,7 @@ class Server:
         db.update_job(row.name, **fields)
         return row.sample_step is None and "sample_step" in fields
 
-    def _ended(self, db: Any, row: JobRow, exit: dict[str, Any], progress: dict[str, Any] | None) -> None:
+    def _ended(self, db: Transaction, row: JobRow, exit: dict[str, Any], progress: dict[str, Any] | None) -> None:
         finished = (progress or {}).get("state") == "finished" or (row.target and (row.done >= row.target)) or (
             exit.get("returncode") == 0 and not exit.get("stop_requested"))
         cleared = {"group_key": None, "sample_step": None, "sample_elapsed": None}
@@ -384,7 +384,7 @@ class Server:
         else:
             self._crashed(db, row, f"exit status {exit.get('returncode')}: {exit.get('last_line', '')}")
 
-    def _crashed(self, db: Any, row: JobRow, reason: str) -> None:
+    def _crashed(self, db: Transaction, row: JobRow, reason: str) -> None:
         crashes = row.crashes + 1
         cleared = {"group_key": None, "sample_step": None, "sample_elapsed": None}
         if crashes > row.spec.max_retries:
@@ -402,7 +402,7 @@ class Server:
         for key in keys:
             if key in groups and key not in self._stopping:
                 self._stopping[key] = time.monotonic() + self.config.stop_grace_s + 15.0
-                self.executor.stop(groups[key]["handle"]["handle"], groups[key]["handle"]["doc"])
+                self.executor.stop(groups[key].handle, groups[key].doc)
 
     def stop_groups(self, keys: tuple[str, ...]) -> None:
         """Stop groups and wait until each has ended (or was killed after the grace): for shutdown and tests."""
@@ -417,7 +417,7 @@ class Server:
         now, groups = time.monotonic(), self.state.groups()
         overdue = [k for k, deadline in self._stopping.items() if now > deadline and k in groups]
         for key in overdue:
-            self.executor.release(groups[key]["handle"]["handle"], groups[key]["handle"]["doc"])
+            self.executor.release(groups[key].handle, groups[key].doc)
             self._stopping[key] = now + 5.0  # collect sees it gone (a stopped group, not a crash)
         self._stopping = {k: d for k, d in self._stopping.items() if k in groups}
 

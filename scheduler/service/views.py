@@ -10,7 +10,8 @@ from scheduler.service.store import StateStore
 
 def job_views(state: StateStore) -> list[dict[str, Any]]:
     """One dict per job: state, GPU type and count, batch, partner, progress, measured throughput, restarts, and
-    for a queued job why it waits (the last round's reason, :mod:`.waiting`)."""
+    for a queued job why it waits, for a running adaptive one why it is not scaled up (``note``; the last round's
+    reasons, :mod:`.waiting`)."""
     from scheduler.service.waiting import META_KEY, loads
 
     reasons = loads(state.meta(META_KEY))
@@ -26,7 +27,8 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
             "restarts": row.restarts, "crashes": row.crashes, "adaptive": row.spec.adaptive,
             "application": row.spec.app, "error": row.error or row.invalid, "submitted_at": row.submitted_at,
             "finished_at": row.finished_at,
-            "waiting": reasons.get(row.name) if row.state == "queued" else None})
+            "waiting": reasons.get(row.name) if row.state == "queued" else None,
+            "note": reasons.get(row.name) if row.state == "running" else None})  # e.g. why it is not scaled up
     return out
 
 
