@@ -83,6 +83,38 @@ def gavel_throughputs() -> Path:
     return gavel_throughputs()
 
 
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[object]:
+    """A real Slurm cluster on this machine (:mod:`tests.slurm_cluster`): nodes ``t4-0`` and ``t4-1`` with 2
+    logical t4 GPUs each, ``a100-0`` with 2 a100; ``SLURM_CONF`` points at it while the session runs. Skipped where it cannot start
+    (not root, Slurm not installed) unless ``COLOCATE_REQUIRE_SLURM=1`` (CI), where that is a failure."""
+    from tests.slurm_cluster import SlurmCluster, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        if os.environ.get("COLOCATE_REQUIRE_SLURM") == "1":
+            pytest.fail(f"COLOCATE_REQUIRE_SLURM=1 but {reason}")
+        pytest.skip(reason)
+    cluster = SlurmCluster({"t4": 2, "a100": 2}, nodes={"t4": 2}).start()
+    before = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(cluster.conf)
+    try:
+        yield cluster
+    finally:
+        if before is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = before
+        cluster.stop()
+
+
+@pytest.fixture
+def slurm(slurm_cluster: object) -> Iterator[object]:
+    """The session's Slurm cluster, every job of a test cancelled after it (the nodes idle for the next)."""
+    yield slurm_cluster
+    slurm_cluster.cancel_all()  # type: ignore[attr-defined]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """The session that starts first (not a worker, not a pytest run by a test) marks its processes."""
     if not hasattr(config, "workerinput") and SESSION_ENV not in os.environ:

@@ -10,7 +10,6 @@ can launch an allocation without the CLI. Back ends come from the executor regis
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,17 +22,15 @@ from profiler.gpu.sharing import sharing_mode_names
 from scheduler.executor.base import JobStatus, LaunchReport, LaunchSettings
 from scheduler.executor.command import RunSettings
 from scheduler.executor.plan import LaunchPlan, load_plan
-from scheduler.executor.registry import EXECUTOR_NAMES, make_executor
+from scheduler.executor.registry import LAUNCH_BACKENDS, make_executor
 
-BACKENDS = EXECUTOR_NAMES
+BACKENDS = LAUNCH_BACKENDS  # slurm runs serve's groups; launch writes sbatch scripts instead (--emit slurm)
 EMITTERS = ("slurm", "k8s")
 DEVICES = ("auto", "cpu", "cuda")
-_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")  # registry/name[:tag][@digest], printable, no spaces
-_NAMESPACE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")  # a DNS-1123 label
 
 
 def _backend_names() -> tuple[str, ...]:
-    return EXECUTOR_NAMES
+    return LAUNCH_BACKENDS
 
 
 def _sharing_names() -> tuple[str, ...]:
@@ -80,7 +77,8 @@ class LaunchRequest:
             raise InputError(f"unknown device {shown(self.device)}", field="device", valid=", ".join(DEVICES))
         self._check_numbers()
         if self.emit is None and self.backend not in BACKENDS:
-            raise InputError(f"unknown backend {shown(self.backend)}", field="backend", valid=", ".join(BACKENDS))
+            raise InputError(f"unknown backend {shown(self.backend)}", field="backend",
+                             valid=", ".join(BACKENDS) + " (Slurm: --emit slurm DIR; Kubernetes: --emit k8s DIR)")
         if self.emit is not None and self.emit[0] not in EMITTERS:
             raise InputError(f"unknown emitter {shown(self.emit[0])}", field="emit", valid="slurm DIR, k8s DIR")
         for option_text in self.sbatch_options:
@@ -93,12 +91,9 @@ class LaunchRequest:
 
     def _check_k8s(self) -> None:
         """What a pod manifest carries verbatim: an image reference and a namespace Kubernetes accepts."""
-        if not _IMAGE.fullmatch(self.image):
-            raise InputError(f"{shown(self.image)} is not a container image reference", field="--image",
-                             valid="e.g. registry.example.com/colocate:1.0 (no spaces or control characters)")
-        if self.namespace is not None and not _NAMESPACE.fullmatch(self.namespace):
-            raise InputError(f"{shown(self.namespace)} is not a Kubernetes namespace", field="--namespace",
-                             valid="1-63 lower-case letters, digits or '-', starting and ending with a letter or digit")
+        from scheduler.executor.k8s import check_k8s_options
+
+        check_k8s_options(self.image, self.namespace)
 
     def _check_outputs(self) -> None:
         """Where files go, checked before anything is read or written (nothing is created here)."""
@@ -173,7 +168,7 @@ def emit_plan(request: LaunchRequest, plan: LaunchPlan) -> EmittedFiles:
         raise ValueError("emit_plan needs a request with emit=(kind, folder)")
     kind, out_dir = request.emit
     if kind == "slurm":
-        from scheduler.executor.slurm import SlurmOptions, emit_slurm
+        from scheduler.executor.slurm.emit import SlurmOptions, emit_slurm
 
         options = SlurmOptions(extra=request.sbatch_options, typed_gres=request.typed_gres, grace_s=int(request.grace_s))
         written = emit_slurm(plan, out_dir, request.run, options)

@@ -288,8 +288,11 @@ class Server:
 
         A group asked to stop that vanished without exit records (killed before its supervisor could
         handle the signal, or after the grace) was stopped, not crashed: its jobs keep their checkpoints.
+        A group the backend ended itself (``poll.ended_by``: a Slurm time limit, an administrator's scancel)
+        crashed with the backend's reason, even where its jobs checkpointed on the way out.
         """
         ended: list[str] = []
+        ended_by = poll.ended_by if poll is not None and not stopping else None
         members = [n for n in group.jobs if n in rows]
         if not members:  # every member's row is set aside: leave the group as it is
             return False
@@ -315,6 +318,10 @@ class Server:
             if files.get("exit") is None and self._finished_but_lingering(db, row, files.get("progress")):
                 self._ended(db, row, {"returncode": 0, "stop_requested": False}, files.get("progress"))
                 ended.append(name)
+            elif files.get("exit") is not None and ended_by and files["exit"].get("stop_requested") and not (
+                    row.cancel_requested or (files.get("progress") or {}).get("state") == "finished"):
+                self._crashed(db, row, ended_by)
+                ended.append(name)
             elif files.get("exit") is not None:
                 self._ended(db, row, files["exit"], files.get("progress"))
                 ended.append(name)
@@ -322,7 +329,7 @@ class Server:
                 self._ended(db, row, {"returncode": None, "stop_requested": True}, files.get("progress"))
                 ended.append(name)
             elif poll is None or not poll.alive:
-                self._crashed(db, row, "its group is gone (supervisor, runner or node died)")
+                self._crashed(db, row, ended_by or "its group is gone (supervisor, runner or node died)")
                 ended.append(name)
         alone = [n for n in members if n not in ended]
         if ended:
