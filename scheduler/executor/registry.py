@@ -3,7 +3,7 @@
 =========  =====================================================================================
 ``local``  this node: processes, MPS per group when asked (:mod:`scheduler.executor.local`)
 ``ray``    a Ray cluster: one whole-GPU task or actor per group on a node of its GPU type
-           (:mod:`scheduler.executor.ray_backend`; needs the ``ray`` extra)
+           (:mod:`scheduler.executor.ray.backend`; needs the ``ray`` extra)
 ``slurm``  a Slurm cluster, for ``colocate serve``: one batch job per group, GPUs as GRES of its type
            (:mod:`scheduler.executor.slurm.live`; Slurm's commands on PATH)
 =========  =====================================================================================
@@ -38,7 +38,7 @@ def _local(**options: Any) -> Executor:
 
 def _ray(**options: Any) -> Executor:
     from profiler.campaign.ray_backend import require_ray
-    from scheduler.executor.ray_backend import RayExecutor
+    from scheduler.executor.ray.backend import RayExecutor
 
     require_ray()
     return RayExecutor(address=options.get("address"), num_cpus=options.get("num_cpus", 0.0),
