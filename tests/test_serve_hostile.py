@@ -118,3 +118,28 @@ def test_a_malformed_progress_file_is_the_jobs_misbehaviour(tmp_path: Path) -> N
         assert [e["kind"] for e in state.events("bad")].count("bad-file") == 2
     finally:
         kill_groups(state.dir)
+
+
+@pytest.mark.slow
+def test_a_progress_record_caught_half_written_once_is_not_misbehaviour(tmp_path: Path) -> None:
+    """A command that writes its progress in place (not atomically) may be read mid-write: one bad look is
+    judged again at the next; the job completes."""
+    state, server = _server(tmp_path)
+    try:
+        writes = ('printf \'{{"step": 1,\' > "$COLOCATE_PROGRESS_FILE"; sleep 0.6; '  # a slow writer, caught mid-record
+                  'printf \'{{"step": 1, "samples": 4, "state": "finished"}}\' > "$COLOCATE_PROGRESS_FILE"')
+        state.submit(job_from_dict({**GOOD, "command": writes}))
+        looked = []
+
+        def step() -> bool:
+            server.round()
+            looked.append(set(server._bad_look))
+            return state.job("good").state in ("completed", "failed")
+
+        wait_until(step, 120, "the job to end", interval_s=0.2)
+        assert any("good" in seen for seen in looked)  # the empty file was seen once ...
+        row = state.job("good")
+        assert row.state == "completed" and row.crashes == 0, row  # ... and not held against the job
+        assert "bad-file" not in [e["kind"] for e in state.events("good")]
+    finally:
+        kill_groups(state.dir)

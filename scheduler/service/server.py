@@ -51,6 +51,7 @@ from scheduler.service.stability import fold_startup, hurting_members, load_star
 from scheduler.service.store import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobRow, StateStore, Transaction
 
 WARMUP_STEPS = 3  # steps of a fresh process not measured (the trainer's own warm-up)
+BAD_FILE_GRACE_S = 2.0  # how long a job's records may stay unreadable before it misbehaves
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,9 @@ class Server:
         self.on_round_end: Callable[[Server, RoundStats], None] | None = None  # e.g. metrics
         self.probes: ProbeManager | None = None  # automatic probes (:mod:`.probes`), made by acquire()
         self._recorded: set[tuple[str, str, str]] = set()  # set-aside rows already recorded as events
+        # job -> when its files were first seen bad: still bad BAD_FILE_GRACE_S later is misbehaviour (a first bad
+        # look may be a record caught half written by a command that does not write it atomically)
+        self._bad_look: dict[str, float] = {}
 
     # -- lifetime ----------------------------------------------------------------------------------------
     def acquire(self, lock: Any = None) -> None:
@@ -303,13 +307,18 @@ class Server:
             if row.state != RUNNING or row.group_key != key:
                 ended.append(name)
                 continue
-            if files.get("problem"):  # bad files: it misbehaves, stopped alone and counted as a crash
+            first_bad = self._bad_look.setdefault(name, time.monotonic()) if files.get("problem") else None
+            if first_bad is not None and time.monotonic() - first_bad < BAD_FILE_GRACE_S:
+                continue  # looked at mid-write, perhaps: judged again at a later look
+            if files.get("problem"):  # still bad: it misbehaves, stopped alone and counted as a crash
+                self._bad_look.pop(name, None)
                 db.event(row.name, "bad-file", files["problem"][:1000])
                 self._crashed(db, row, f"misbehaved: {files['problem']}"[:1000])
                 if len(members) > 1:  # alone, its group is released (killed) once this collect drops it
                     admission.stop_member(self._job_dir(name))
                 ended.append(name)
                 continue
+            self._bad_look.pop(name, None)
             if row.sample_step is None and self._progress(db, row, files.get("progress"), rows):
                 fold_startup(self._startups, row.spec.app, time.time() - group.created_at)  # first warm steps
                 self._startups_changed = True
