@@ -47,7 +47,7 @@ def test_new_highs_and_pulp_highs_print_nothing_on_stdout() -> None:
     """The library level: a fresh process that builds HiGHS models directly and through PuLP (and CBC)
     writes nothing at all to its stdout, even when stdout is a pipe (C stdio fully buffered)."""
     code = ("import pulp\n"
-            "from scheduler.ilp.quiet import native_stdout_to_devnull, new_highs\n"
+            "from scheduler.ilp.solvers.quiet import native_stdout_to_devnull, new_highs\n"
             "h = new_highs(threads=1); h.run()\n"
             "for solver in (pulp.HiGHS(msg=False), pulp.PULP_CBC_CMD(msg=False)):\n"
             "    p = pulp.LpProblem('t', pulp.LpMaximize); x = pulp.LpVariable('x', 0, 1, cat='Binary')\n"

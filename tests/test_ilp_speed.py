@@ -14,10 +14,10 @@ from test_scheduler_ilp import random_instance
 from scheduler.ilp.build import build_problem
 from scheduler.ilp.columns import JobColumns
 from scheduler.ilp.config import IlpConfig
-from scheduler.ilp.highs import _model
 from scheduler.ilp.objective import Objective
 from scheduler.ilp.pricing import _pricing_plan, dual_ranked_partners
 from scheduler.ilp.problem import RoundProblem
+from scheduler.ilp.solvers.highs import _model
 from scheduler.model.cluster import Cluster, GpuType
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.configs import Configuration, configurations

@@ -51,7 +51,7 @@ def _priced(jobs, cluster, model, coloc, cfg, warm=None):
 def _all_pairs_lp(jobs, cluster, model, coloc) -> float:
     import highspy
 
-    from scheduler.ilp.highs import highs_lp
+    from scheduler.ilp.solvers.highs import highs_lp
 
     problem = build_problem(jobs, cluster, model, coloc, IlpConfig(pair_candidates="all"))
     lp, _, _ = highs_lp(problem, minimise_form=True)

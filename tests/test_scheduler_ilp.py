@@ -14,7 +14,7 @@ from scheduler.ilp.build import build_problem
 from scheduler.ilp.columns import pair_move_values, restart_factor
 from scheduler.ilp.config import IlpConfig
 from scheduler.ilp.policy import PackingPolicy
-from scheduler.ilp.rounding import greedy_selection
+from scheduler.ilp.solvers.rounding import greedy_selection
 from scheduler.model.cluster import Cluster, GpuType
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.configs import configurations
@@ -417,8 +417,8 @@ def test_time_limit_falls_back_without_dropping_the_round(monkeypatch: pytest.Mo
     # the greedy selection alone is feasible
     problem.check(greedy_selection(problem))
     # a solver that finds nothing in time: the round still gets a (greedy) decision
-    from scheduler.ilp.highs import RawResult
     from scheduler.ilp.solve import BACKENDS
+    from scheduler.ilp.solvers.highs import RawResult
 
     def no_solution(problem, cfg):
         return RawResult(None, "Time limit reached", False, None, 0)
@@ -539,7 +539,7 @@ def test_ilp_config_rejects_p_zero() -> None:
 def _lp_value(problem) -> float:
     import highspy
 
-    from scheduler.ilp.highs import highs_lp
+    from scheduler.ilp.solvers.highs import highs_lp
 
     lp, _, _ = highs_lp(problem)
     h = highspy.Highs()

@@ -234,3 +234,27 @@ def test_colocation_provenance_describes_the_rows_of_the_cluster_types():
     sia = colocation_provenance([DEFAULT_TABLE, COLOCATION_FILE], ("aws", "rtx"))
     assert "colocation-sia-transferred.csv" in sia.split("Not used")[0] and "GPU types aws, rtx" in sia
     assert "could not pair" in colocation_provenance([COLOCATION_FILE], ("a100",))
+
+
+@pytest.mark.slow
+def test_simulate_and_compare_read_a_results_directory_as_their_table(tmp_path):
+    """``--colocation`` takes a results directory in both commands: its measured pairs are the table."""
+    results = tmp_path / "gavel-v100"
+    done = run_cli("import-gavel", str(REPO / "scheduler" / "data" / "gavel_throughputs_sf1.json"), "--out", str(results),
+                   "--gpu-type", "v100")
+    assert done.returncode == 0, done.stderr
+    workload = tmp_path / "tiny.csv"
+    workload.write_text(TINY)
+    common = ["--cluster", str(CLUSTER), "--profiles", str(PROFILES), "--colocation", str(results)]
+    simulated = run_cli("simulate", "--workload", str(workload), "--policy", "colocate", "--json", *common)
+    assert simulated.returncode == 0, simulated.stderr
+    out = tmp_path / "report"
+    compared = run_cli("compare", "--workloads", str(workload), "--policies", "colocate", "--out", str(out),
+                       "--workers", "1", *common)
+    assert compared.returncode == 0, compared.stderr
+    table = pd.read_csv(out / "colocation-measured.csv", comment="#")
+    assert len(table) > 0 and set(table["gpu_type"]) == {"v100"}
+    provenance = (out / "report.md").read_text().split("## Co-location data")[1].split("##")[0]
+    assert "colocation-measured.csv" in provenance and "GPU types v100" in provenance
+    summary = pd.read_csv(out / "summary.csv")
+    assert summary["avg_jct_s"].iloc[0] == pytest.approx(json.loads(simulated.stdout)["avg_jct_s"])

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -14,6 +16,16 @@ from colocate.cli_config import ConfigSpec, config_command
 from scheduler.sim.compare import CompareRequest
 
 __all__ = ["compare_command", "register"]
+
+
+def measured_pairs(results_dir: Path) -> tuple[tuple[str, str, str, float, float], ...]:
+    """A results directory's measured pairs as colocation-table rows (what ``simulate --colocation DIR`` reads)."""
+    from colocate.analysis.matrix import measured_colocation_table
+    from colocate.analysis.results import load_results
+
+    frame = measured_colocation_table(load_results(results_dir))
+    return tuple((str(r.gpu_type), str(r.type_a), str(r.type_b), float(r.ratio_a), float(r.ratio_b))
+                 for r in frame.itertuples(index=False))
 
 
 def register(app: typer.Typer) -> None:
@@ -45,6 +57,8 @@ def compare_command(*, request: CompareRequest) -> None:
     from colocate.commands._output import console, error_console
     from scheduler.sim.compare import SimulationFailed, compare_policies
 
+    if request.colocation is not None and request.colocation.is_dir():
+        request = replace(request, colocation_rows=measured_pairs(request.colocation))
     try:
         report, means, failed = compare_policies(request, progress=_progress_bar)
     except SimulationFailed as err:

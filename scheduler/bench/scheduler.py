@@ -37,9 +37,9 @@ from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.ilp.build import build_problem
 from scheduler.ilp.candidates import class_key
 from scheduler.ilp.config import IlpConfig
-from scheduler.ilp.highs import highs_lp
 from scheduler.ilp.problem import RoundProblem
-from scheduler.ilp.quiet import new_highs
+from scheduler.ilp.solvers.highs import highs_lp
+from scheduler.ilp.solvers.quiet import new_highs
 from scheduler.ilp.warm import WarmStart
 from scheduler.model.cluster import Cluster, load_cluster
 from scheduler.model.colocation import BoundedTable, ColocationTable

@@ -16,10 +16,10 @@ import numpy as np
 from scheduler.ilp.candidates import class_key
 from scheduler.ilp.columns import JobColumns, add_pair_columns
 from scheduler.ilp.config import IlpConfig
-from scheduler.ilp.highs import highs_lp
 from scheduler.ilp.objective import Objective, beneficial_ratio
 from scheduler.ilp.problem import RoundProblem
-from scheduler.ilp.quiet import new_highs
+from scheduler.ilp.solvers.highs import highs_lp
+from scheduler.ilp.solvers.quiet import new_highs
 from scheduler.ilp.triples import add_triple_columns, dual_ranked_triples
 from scheduler.model.configs import Configuration
 from scheduler.model.memory import group_fits

@@ -9,11 +9,11 @@ from dataclasses import dataclass, replace
 
 from scheduler.ilp.build import gc_paused
 from scheduler.ilp.config import IlpConfig
-from scheduler.ilp.highs import RawResult, highs_available, solve_highspy
 from scheduler.ilp.pricing import price_pair_columns
 from scheduler.ilp.problem import InvalidSelection, RoundProblem
-from scheduler.ilp.pulp_backend import solve_pulp
-from scheduler.ilp.rounding import greedy_selection
+from scheduler.ilp.solvers.highs import RawResult, highs_available, solve_highspy
+from scheduler.ilp.solvers.pulp_backend import solve_pulp
+from scheduler.ilp.solvers.rounding import greedy_selection
 from scheduler.ilp.warm import WarmStart
 from scheduler.model.policy import Allocation, RoundDecision, SolverInfo
 

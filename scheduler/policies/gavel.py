@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.errors import InputError
-from scheduler.ilp.quiet import native_stdout_to_devnull
+from scheduler.ilp.solvers.quiet import native_stdout_to_devnull
 from scheduler.model.cluster import Cluster
 from scheduler.model.goodput import GoodputEstimate
 from scheduler.model.jobs import Job

@@ -39,8 +39,10 @@ class CompareRequest:
     policies: str = option("colocate,sia,gavel", "Comma-separated policy names.")
     loads: str = option("1", "Load points: multiples of each workload's arrival rate (arrival times divided by it), "
                              "e.g. 0.5,1,1.5,2,3.")
-    colocation: Path | None = option(None, "Colocation table CSV (default: the bundled tables, transferred from "
-                                           "Gavel and measured on the H100 under MPS).")
+    colocation: Path | None = option(None, "Colocation table CSV, or a results directory (e.g. from import-pairs) "
+                                           "whose measured pairs become one.",
+                                     show_default="the bundled tables: transferred from Gavel's measurements, and "
+                                                  "the pairs measured on the H100 under MPS")
     profiles: Path | None = option(None, "Throughput profiles (default: <shared data>/sia/traces).")
     workers: int | None = option(None, "Worker processes.", show_default="CPU cores, at most the runs")
     title: str | None = option(None, "Report title.")
@@ -48,6 +50,9 @@ class CompareRequest:
     force: bool = option(False, "Rerun simulations whose results already exist in --out.")
     targets: bool = option(False, "Check the project's JCT targets (colocate vs sia and gavel) in the report.")
     sim: SimConfig = nested(SimConfig)
+    # a results directory's measured pairs (gpu_type, type_a, type_b, ratio_a, ratio_b), read by the command line:
+    # the analysis that reads results directories sits above this package
+    colocation_rows: tuple[tuple[str, str, str, float, float], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -180,7 +185,7 @@ def plan_comparison(req: CompareRequest) -> ComparePlan:
     files = expand_workloads(req.workloads)
     for f in files:  # fail fast on a malformed file, before any process starts
         check_workload(read_workload(f).jobs, cluster, req.profiles or default_profiles_dir(), f)
-    if req.colocation is not None:
+    if req.colocation is not None and req.colocation_rows is None:
         load_colocation_table(req.colocation)
     load_points = parse_loads(req.loads)
     prepare_out_dir(req.out)  # only once the inputs are good: a refused run leaves no empty report directory
@@ -190,7 +195,7 @@ def plan_comparison(req: CompareRequest) -> ComparePlan:
             label = workload_label(f) + ("" if load_points == [1.0] else f"@{load:g}x")
             for p in names:
                 tasks.append({"cluster": str(req.cluster), "workload": str(f), "policy": p, "label": label,
-                              "load": load, "colocation": str(req.colocation) if req.colocation else None,
+                              "load": load, "colocation": _task_table(req),
                               "sim": req.sim, "profiles": str(req.profiles) if req.profiles else None,
                               "out": str(req.out / "runs" / label / p)})
     todo = [t for t in tasks if req.force or not all((Path(t["out"]) / f).is_file() for f in RUN_LOGS)]
@@ -267,6 +272,27 @@ def _setup(plan: ComparePlan) -> dict[str, str]:
     }
 
 
+def _task_table(req: CompareRequest) -> Any:
+    """What each run reads as its colocation table: the CSV's path, or a results directory's pairs as a table."""
+    if req.colocation_rows is not None:
+        from scheduler.model.colocation import ColocationTable
+
+        return ColocationTable.from_rows(req.colocation_rows)
+    return str(req.colocation) if req.colocation else None
+
+
+def _table_file(req: CompareRequest) -> Path:
+    """The table the report describes: the CSV given, or a results directory's pairs written beside the report."""
+    if req.colocation_rows is None or req.colocation is None:
+        return Path(str(req.colocation))
+    import pandas as pd
+
+    from scheduler.formats.colocation_table import write_colocation_table
+
+    frame = pd.DataFrame(list(req.colocation_rows), columns=["gpu_type", "type_a", "type_b", "ratio_a", "ratio_b"])
+    return write_colocation_table(frame, req.out / "colocation-measured.csv")
+
+
 def write_comparison_report(plan: ComparePlan) -> Path:
     """report.md, summary.csv and plots from every run's logs; returns the report's path."""
     from common.safe_load import read_text
@@ -277,7 +303,7 @@ def write_comparison_report(plan: ComparePlan) -> Path:
     req = plan.request
     packing = any(policy_spec(p).packing for p in plan.names)
     # the simulator's default table is the union of the bundled tables (scheduler.formats.transfer.default_table)
-    tables = [req.colocation] if req.colocation is not None else default_table_files()
+    tables = [_table_file(req)] if req.colocation is not None else default_table_files()
     notes = read_text(req.notes, field="--notes", what="notes file") if req.notes is not None else ""
     failed = failed_runs(plan)
     if failed:

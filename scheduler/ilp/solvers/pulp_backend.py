@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 from scheduler.ilp.config import IlpConfig
-from scheduler.ilp.highs import RawResult, constraint_rows
 from scheduler.ilp.problem import RoundProblem
-from scheduler.ilp.quiet import native_stdout_to_devnull
+from scheduler.ilp.solvers.highs import RawResult, constraint_rows
+from scheduler.ilp.solvers.quiet import native_stdout_to_devnull
 
 
 def solve_pulp(problem: RoundProblem, cfg: IlpConfig, backend: str) -> RawResult:

@@ -13,8 +13,8 @@ import numpy as np
 
 from scheduler.ilp.config import IlpConfig
 from scheduler.ilp.problem import RoundProblem
-from scheduler.ilp.quiet import new_highs
-from scheduler.ilp.rounding import greedy_selection
+from scheduler.ilp.solvers.quiet import new_highs
+from scheduler.ilp.solvers.rounding import greedy_selection
 
 
 def highs_available() -> bool:
