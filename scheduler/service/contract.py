@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.untrusted import printable
-from scheduler.learning.measured import SoloTimes, job_type, learned_ratios
+from scheduler.learning.measured import SoloTimes, job_type
 from scheduler.model.colocation import ColocationTable, MeasuredKey, MeasuredTable
 from scheduler.service.memory import META_KEY, footprint_gb, group_limits, planned_gb, raised_record
 from scheduler.service.store import JobRow
@@ -37,10 +37,24 @@ OOM_MARKERS = ("out of memory", "cudaerrormemoryallocation", "alloc_failed", "ca
 
 
 # -- memory --------------------------------------------------------------------------------------------------
+def limit_of(value: Any) -> int | None:
+    """A member's memory limit in bytes as its group document (a stored row: untrusted) gives it; None if not one."""
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 10**15 else None
+
+
 def memory_records(state: Any) -> dict[str, dict[str, Any]]:
     """What out-of-memory failures taught, per job (``meta.memory``; checked by :mod:`.rows`)."""
     value = state.meta_value(META_KEY)
     return dict(value) if isinstance(value, dict) else {}
+
+
+def oom_totals(records: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """Out-of-memory failures per GPU type over every job's record."""
+    out: dict[str, int] = {}
+    for record in records.values():
+        gpu = str(record.get("gpu_type", "unknown"))
+        out[gpu] = out.get(gpu, 0) + int(record.get("ooms", 0))
+    return out
 
 
 def planned_memory(rows: Iterable[JobRow], gpu_types: Sequence[str], records: Mapping[str, Any]
@@ -91,23 +105,26 @@ def record_oom(db: Any, row: JobRow, oom: Mapping[str, Any] | None, limit_bytes:
 
 
 # -- slowdown ------------------------------------------------------------------------------------------------
-def measured_table(table: ColocationTable | None, measurements: Sequence[Mapping[str, Any]], model: Any
-                   ) -> ColocationTable | None:
-    """``table`` with the pair ratios the server measured beside it (:class:`MeasuredTable`): the ILP's bound check
-    then holds a pair to what it was measured at, whatever the belief (shrunk toward its prior) says."""
-    measured: dict[MeasuredKey, tuple[float, float]] = {}
+def measured_table(table: ColocationTable | None, measurements: Sequence[Mapping[str, Any]]) -> ColocationTable | None:
+    """``table`` with the ratios the server measured beside it (:class:`MeasuredTable`): for each job type measured
+    beside another (over :data:`MIN_SPLIT_SAMPLES` samples) against its own measured solo time, its ratio ``t/t'``
+    — the partner's side too when measured, else 1 (no constraint). The ILP's bound check then holds a pair to what
+    it was measured at, whatever the belief (shrunk toward its prior) says; the ratios it plans with are the belief's."""
+    solo = SoloTimes(measurements)
+    seen: dict[MeasuredKey, float] = {}
     weight: dict[MeasuredKey, int] = {}
-    for r in learned_ratios(measurements, model):
-        n = min(int(r["n_a"]), int(r["n_b"]))
-        if r["solo_source"] != "measured" or n < MIN_SPLIT_SAMPLES:
-            continue
-        key = (r["gpu_type"], r["type_a"], r["type_b"])
-        if n > weight.get(key, 0):  # over GPU counts: the best-measured row
-            weight[key] = n
-            measured[key] = (r["ratio_a"], r["ratio_b"])
-            measured[(key[0], key[2], key[1])] = (r["ratio_b"], r["ratio_a"])
-    if table is None or not measured:
+    for m in measurements:
+        partner, n = m["partner_type"], int(m["count"])
+        if not partner or "+" in partner or n < MIN_SPLIT_SAMPLES or not float(m["iter_time_s"]) > 0:
+            continue  # alone, a group of three (the table's rows are pairs), or too few samples
+        alone = solo.measured(m["application"], m["gpu_type"], int(m["num_gpus"]), int(m["batch_size"]))
+        key = (m["gpu_type"], job_type(m["application"], int(m["batch_size"])), partner)
+        if alone is not None and n > weight.get(key, 0):  # over GPU counts: the best-measured row
+            weight[key], seen[key] = n, alone[0] / float(m["iter_time_s"])
+    if table is None or not seen:
         return table
+    measured = {(g, a, b): (r, seen.get((g, b, a), 1.0)) for (g, a, b), r in seen.items()}
+    measured.update({(g, b, a): (seen.get((g, b, a), 1.0), r) for (g, a, b), r in seen.items()})
     return MeasuredTable(table.ratios, inner=table, measured=measured)
 
 
@@ -172,5 +189,5 @@ def measured_slowdown(row: JobRow, solo: SoloTimes) -> float | None:
     return (row.batch_size / row.samples_per_s) / alone[0]
 
 
-__all__ = ["BrokenBound", "MIN_SPLIT_SAMPLES", "broken_bounds", "is_oom", "measured_slowdown", "measured_table",
-           "member_ratio", "memory_records", "planned_memory", "record_oom", "unit_limits"]
+__all__ = ["BrokenBound", "MIN_SPLIT_SAMPLES", "broken_bounds", "is_oom", "limit_of", "oom_totals", "measured_slowdown",
+           "measured_table", "member_ratio", "memory_records", "planned_memory", "record_oom", "unit_limits"]

@@ -89,6 +89,8 @@ class Server:
         self.probes: ProbeManager | None = None  # automatic probes (:mod:`.probes`), made by acquire()
         self._recorded: set[tuple[str, str, str]] = set()  # set-aside rows already recorded as events
         self._memory = contract.memory_records(state)  # job -> what its out-of-memory failures taught
+        self.splits = 0  # groups this server split because a member was measured past its slowdown bound
+        self.ooms_at_start = contract.oom_totals(self._memory)  # the metrics count those after this
         # the slowdown a member accepts unless it says otherwise: the policy's own bound, else the cluster's
         bound = self.policy.traits.max_slowdown
         self._default_bound = bound if bound is not None else config.ilp.max_slowdown
@@ -220,6 +222,7 @@ class Server:
             with self.state.transaction() as db:
                 for b in broken:
                     db.event(b.job, "split", b.text())
+            self.splits += len({b.group for b in broken})
 
     def _batches_held(self, model: LearnedGoodputModel, jobs: list[Job], rows: list[JobRow]) -> HeldBatchModel:
         """The round's goodput model with running jobs' batches kept unless a change pays (:mod:`.batch_hold`)."""
@@ -266,7 +269,7 @@ class Server:
         # unknown pairs are explored only while the jobs ask for the whole cluster (scheduler.learning.explore)
         table = policy_table(self.colocation, learned_ratios(measurements, model), types,
                              demands=[r.spec.min_gpus for r in active], gpus=self.cluster.total_gpus)
-        return model, contract.measured_table(table, measurements, model), measurements
+        return model, contract.measured_table(table, measurements), measurements
 
     def _cancel_queued(self) -> None:
         names = self.state.cancel_requested(QUEUED)
@@ -314,7 +317,7 @@ class Server:
         """
         ended: list[str] = []
         members = [n for n in group["jobs"] if n in rows]
-        limits = {j["name"]: _limit(j.get("memory_limit_bytes")) for j in group["handle"]["doc"]["jobs"]}
+        limits = {j["name"]: contract.limit_of(j.get("memory_limit_bytes")) for j in group["handle"]["doc"]["jobs"]}
         if not members:  # every member's row is set aside: leave the group as it is
             return False
         for name in members:
@@ -445,8 +448,3 @@ def _describe(slot: rounds.Slot, key: str) -> str:
     partner = f" with {slot.partner}" if slot.partner else ""
     return (f"{slot.num_gpus}×{slot.gpu_type} (node {','.join(map(str, slot.nodes))}, GPU "
             f"{','.join(map(str, slot.gpus))}), batch {slot.batch_size}{partner}, group {key}")
-
-
-def _limit(value: Any) -> int | None:
-    """A member's memory limit as its group document (a stored row: untrusted) gives it."""
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 10**15 else None
