@@ -48,7 +48,8 @@ class ConfigSpec:
     ``name``: the keyword the command function receives it as, and its ``--set`` namespace. ``base``: the
     default instance (None: the class's own defaults; a request with required fields has no other).
     ``flags``: the dotted field paths shown as flags (None: every option that is not experimental); the others
-    are set with ``--set``. ``panel``: the heading of its options in ``--help``.
+    are set with ``--set``. ``panel``: the heading of its options in ``--help``. ``aliases``: accept the fields'
+    old spellings (hidden, with a warning) — only on the commands that had them.
     """
 
     name: str
@@ -56,6 +57,7 @@ class ConfigSpec:
     base: Callable[[], Any] | None = None
     flags: tuple[str, ...] | None = None
     panel: str | None = None
+    aliases: bool = False
 
 
 @dataclass(frozen=True)
@@ -193,11 +195,15 @@ def _parameter(entry: Entry) -> inspect.Parameter:
     return inspect.Parameter(entry.param, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
 
 
+def _aliases(entry: Entry) -> tuple[str, ...]:
+    return tuple(entry.field.metadata.get("aliases", ())) if entry.spec.aliases else ()
+
+
 def _alias_parameters(entry: Entry) -> list[inspect.Parameter]:
     kind = _cli_type(entry)
     inner, _ = _optional_of(kind)
     params = []
-    for n, alias in enumerate(entry.field.metadata.get("aliases", ())):
+    for n, alias in enumerate(_aliases(entry)):
         option = typer.Option(None, f"{alias}/--no-{alias[2:]}" if inner is bool else alias, hidden=True)
         params.append(inspect.Parameter(f"{entry.param}__alias{n}", inspect.Parameter.KEYWORD_ONLY, default=option,
                                         annotation=Optional[inner]))  # noqa: UP045
@@ -292,12 +298,13 @@ def _given(ctx: Any, entry: Entry, kwargs: dict[str, Any], settings: dict[str, A
         value = kwargs.pop(entry.param)
         if _explicit(ctx, entry.param):
             found.append((entry.flag, value))
-    for n, alias in enumerate(entry.field.metadata.get("aliases", ())):
+    for n, alias in enumerate(_aliases(entry)):
         old = kwargs.pop(f"{entry.param}__alias{n}", None)
         if old is not None:
-            typer.echo(f"warning: {alias} is deprecated, use {entry.shown_as}" + ("" if entry.has_flag else "=VALUE"),
-                       err=True)
-            found.append((alias, old))
+            spelled = "--no-" + alias[2:] if old is False else alias
+            instead = entry.shown_as if entry.has_flag else f"{entry.shown_as}={str(old).lower()}"
+            typer.echo(f"warning: {spelled} is deprecated, use {instead}", err=True)
+            found.append((spelled, old))
     if entry.key in settings:
         found.append((f"--set {entry.key}", settings[entry.key]))
     return found
@@ -361,10 +368,12 @@ def config_command(*specs: ConfigSpec) -> Callable[[Callable[..., Any]], Callabl
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
                for p in inspect.signature(func).parameters.values() if p.name not in names]
         generated: list[inspect.Parameter] = []
+        unflagged = False
         for spec in specs:
             for entry in entries(spec):
                 if entry.has_flag:
                     generated.append(_parameter(entry))
+                unflagged = unflagged or not entry.has_flag
                 generated += _alias_parameters(entry)
 
         def show_experimental(value: bool) -> None:
@@ -372,8 +381,7 @@ def config_command(*specs: ConfigSpec) -> Callable[[Callable[..., Any]], Callabl
                 _print_experimental(specs)
                 raise typer.Exit()
 
-        extra = [
-            inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
+        settable = [
             inspect.Parameter(_SET, inspect.Parameter.KEYWORD_ONLY, annotation=list[str], default=typer.Option(
                 [], "--set", metavar="KEY=VALUE", show_default=False,
                 help="Set any setting, those without a flag included (repeatable; --help-experimental lists them).")),
@@ -383,11 +391,14 @@ def config_command(*specs: ConfigSpec) -> Callable[[Callable[..., Any]], Callabl
                                                    help="List the settings without a flag (ablations, solver "
                                                         "internals) and exit.")),
         ]
+        # a command whose every setting has its flag needs neither
+        extra = [inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
+                 *(settable if unflagged else [])]
 
         @functools.wraps(func)
         def wrapper(**kwargs: Any) -> Any:
             ctx = kwargs.pop(_CONTEXT)
-            settings = _settings(specs, kwargs.pop(_SET) or [])
+            settings = _settings(specs, kwargs.pop(_SET, None) or [])
             kwargs.pop(_HELP_EXPERIMENTAL, None)
             explicit: dict[str, dict[str, Any]] = {}
             for spec in specs:

@@ -162,7 +162,7 @@ def test_a_config_field_becomes_an_option_with_its_own_check() -> None:
 
     seen: list[Knobs] = []
 
-    @config_command(ConfigSpec("k", Knobs))
+    @config_command(ConfigSpec("k", Knobs, aliases=True))
     def run(*, k: Knobs) -> None:
         seen.append(k)
 
@@ -190,3 +190,25 @@ def test_the_simulator_and_ilp_defaults_are_their_classes_defaults() -> None:
     assert ilp["ilp.lambda_unallocated"] == IlpConfig().lambda_unallocated
     serve = {e.key: e.default for spec in CONFIGURED["serve"] for e in entries(spec)}
     assert serve["serve.ilp.lambda_unallocated"] == 2.0 and serve["serve.ilp.keep_bonus"] == 0.02
+
+
+def test_old_spellings_only_where_they_were_and_no_settings_option_where_every_field_has_a_flag() -> None:
+    def opts(command: str) -> set[str]:
+        return {o for p in COMMANDS[command].params for o in [*getattr(p, "opts", []), *getattr(p, "secondary_opts", [])]}
+
+    assert {"--top-k", "--gap", "--solver"} <= opts("schedule")
+    assert not {"--top-k", "--gap", "--solver"} & (opts("simulate") | opts("serve") | opts("compare"))
+    assert {"--round", "--colocation-strength"} <= opts("compare") and "--round" in opts("simulate")
+    assert "--set" not in opts("launch") and "--help-experimental" not in opts("launch")
+
+
+def test_compare_sets_the_simulator_and_the_ilp_as_simulate_does(tmp_path: Any) -> None:
+    from colocate.cli import app
+
+    args = ["compare", "--cluster", "scheduler/data/cluster-default.yaml", "--workloads", "nothing-*.csv",
+            "--out", str(tmp_path / "out")]
+    for bad, named in ((["--set", "sim.colocation_strength=-1"], "--set sim.colocation_strength"),
+                       (["--set", "ilp.top_k=-1"], "--set ilp.top_k")):
+        result = CliRunner().invoke(app, [*args, *bad])
+        assert isinstance(result.exception, InputError) and named in str(result.exception), result.output
+    assert not (tmp_path / "out").exists()

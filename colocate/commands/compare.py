@@ -12,8 +12,10 @@ from typing import Any
 
 import typer
 
-from colocate.cli_config import ConfigSpec, config_command
+from colocate.cli_config import ConfigSpec, config_command, explicit_settings
+from scheduler.ilp.config import IlpConfig
 from scheduler.sim.compare import CompareRequest
+from scheduler.sim.config import SimConfig
 
 __all__ = ["compare_command", "register"]
 
@@ -51,12 +53,15 @@ def _progress_bar(description: str, total: int, completed: int) -> Iterator[Call
         yield done
 
 
-@config_command(ConfigSpec("request", CompareRequest, panel="Comparison"))
-def compare_command(*, request: CompareRequest) -> None:
+@config_command(ConfigSpec("request", CompareRequest, panel="Comparison"),
+                ConfigSpec("sim", SimConfig, panel="Simulator", aliases=True),
+                ConfigSpec("ilp", IlpConfig, flags=(), panel="Round ILP (colocate, sia)"))
+def compare_command(*, request: CompareRequest, sim: SimConfig, ilp: IlpConfig) -> None:
     """Run the policies on every workload (in parallel processes) and write report.md, summary.csv and plots."""
     from colocate.commands._output import console, error_console
     from scheduler.sim.compare import SimulationFailed, compare_policies
 
+    request = replace(request, sim=sim, ilp_options=explicit_settings("ilp"))
     if request.colocation is not None and request.colocation.is_dir():
         request = replace(request, colocation_rows=measured_pairs(request.colocation))
     try:

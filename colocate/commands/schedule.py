@@ -66,7 +66,7 @@ def _check_inputs(jobs: list, cluster: Any, model: Any, jobs_path: Path) -> None
                              field=field, valid="a GPU count and batch size the profiles cover on some GPU type")
 
 
-@config_command(ConfigSpec("ilp", IlpConfig, panel="Round ILP"))
+@config_command(ConfigSpec("ilp", IlpConfig, panel="Round ILP", aliases=True))
 def schedule(
     cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML: gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}."),
     jobs: Path = typer.Option(..., "--jobs", help="Jobs CSV (name,application[,num_gpus,adaptive,...])."),

@@ -15,7 +15,7 @@ from scheduler.ilp.config import IlpConfig
 from scheduler.policies import POLICY_NAMES
 from scheduler.sim.config import SimConfig
 
-SIM_SPEC = ConfigSpec("sim", SimConfig, panel="Simulator")
+SIM_SPEC = ConfigSpec("sim", SimConfig, panel="Simulator", aliases=True)
 ILP_SPEC = ConfigSpec("ilp", IlpConfig, flags=("max_group_size", "max_slowdown"), panel="Round ILP (colocate, sia)")
 
 

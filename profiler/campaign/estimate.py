@@ -20,7 +20,7 @@ Iteration times: ``t = batch · FLOPs per sample / achieved rate + launch overhe
 ``t'_j = Σ t`` (δ = 1: no gain from sharing — the conservative end). Groups whose memory does not fit are
 refused by the pre-check and cost nothing; solos that do not fit cost a start and an OOM. All figures are
 :class:`EstimateAssumptions` fields (``colocate bench profiler --estimate SPEC --set NAME=VALUE`` changes
-any of them), stated in results/BENCHMARKS.md; measured solo times replace the FLOP-rate model where a
+any of them), stated in results/h100/NOTES.md; measured solo times replace the FLOP-rate model where a
 results directory has them (``--results DIR``: :func:`measured_solo_times`).
 """
 

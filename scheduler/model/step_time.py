@@ -113,7 +113,7 @@ def _delaunay(pts: "np.ndarray") -> Any:
 
     # the point location's barycentric transforms (one 3×3 solve per simplex, made on the first query) go
     # through scipy's own BLAS: starting its threads costs ~1 s of CPU on a 2-core machine, and one thread
-    # gives the same transforms bit for bit (BENCHMARKS.md, "Simulator speed with the fidelity models")
+    # gives the same transforms bit for bit (results/sim/fidelity/NOTES.md, "Simulator speed with the fidelity models")
     with threadpool_limits(limits=1, user_api="blas"):
         try:
             tri = Delaunay(pts)

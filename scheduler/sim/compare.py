@@ -11,18 +11,19 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from common.errors import InputError
-from common.options import nested, option, set_options
+from common.options import option, set_options
 from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.sim.config import SimConfig
 
 RUN_LOGS = ("summary.json", "jobs.parquet", "rounds.parquet", "allocations.parquet")
+ILP_POLICIES = ("colocate", "colocate-triples", "sia")
 
 # Progress hook: given a description, the total runs and those already done, a context that yields the
 # function to call with each finished run's summary row.
@@ -49,7 +50,9 @@ class CompareRequest:
     notes: Path | None = option(None, "Markdown file appended to the report as its Analysis section.")
     force: bool = option(False, "Rerun simulations whose results already exist in --out.")
     targets: bool = option(False, "Check the project's JCT targets (colocate vs sia and gavel) in the report.")
-    sim: SimConfig = nested(SimConfig)
+    sim: SimConfig = field(default_factory=SimConfig)  # the command line sets it as its own config (--set sim.*)
+    # the ILP settings the user gave (--set ilp.*), passed to the ILP policies; the others get none
+    ilp_options: Mapping[str, Any] = field(default_factory=dict)
     # a results directory's measured pairs (gpu_type, type_a, type_b, ratio_a, ratio_b), read by the command line:
     # the analysis that reads results directories sits above this package
     colocation_rows: tuple[tuple[str, str, str, float, float], ...] | None = None
@@ -142,7 +145,7 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
     work = read_workload(task["workload"]).at_load(task["load"])
     try:
         result = simulate(task["cluster"], work, task["policy"], colocation=task["colocation"],
-                          profiles=task["profiles"], config=task["sim"])
+                          profiles=task["profiles"], config=task["sim"], policy_options=task["ilp"])
     except SimulationError as err:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / FAILED_LOG, f"{err}\n")
@@ -197,6 +200,7 @@ def plan_comparison(req: CompareRequest) -> ComparePlan:
                 tasks.append({"cluster": str(req.cluster), "workload": str(f), "policy": p, "label": label,
                               "load": load, "colocation": _task_table(req),
                               "sim": req.sim, "profiles": str(req.profiles) if req.profiles else None,
+                              "ilp": dict(req.ilp_options) if p in ILP_POLICIES else {},
                               "out": str(req.out / "runs" / label / p)})
     todo = [t for t in tasks if req.force or not all((Path(t["out"]) / f).is_file() for f in RUN_LOGS)]
     n_workers = req.workers if req.workers is not None else min(os.cpu_count() or 1, max(len(todo), 1))
@@ -265,6 +269,7 @@ def _setup(plan: ComparePlan) -> dict[str, str]:
         "command": f"`colocate compare --cluster {req.cluster} --workloads '{req.workloads}' "
                    f"--policies {','.join(names)} --loads {','.join(f'{x:g}' for x in load_points)} --out {req.out}"
                    + "".join(f" {arg}" for arg in set_options(req.sim, "sim"))
+                   + "".join(f" --set ilp.{k}={v}" for k, v in sorted(req.ilp_options.items()))
                    + (f" --colocation {colocation}" if colocation else "") + "`",
         "machine": f"{machine_description()}; {plan.n_workers} worker processes",
         "code": f"report written at {code_version()}; each run records the code it ran in "

@@ -53,10 +53,12 @@ def register_bench(bench_app: Any) -> None:
         workloads: str = typer.Option(None, "--workloads", help="Comma-separated workload files.",
                                       show_default="Sia's philly and saturn workload-1"),
         policies: str = typer.Option("sia", "--policies", help="Comma-separated policies."),
-        cluster: Path = typer.Option(SIA_CLUSTER, "--cluster", help="Cluster YAML."),
+        cluster: Path = typer.Option(SIA_CLUSTER, "--cluster", help="Cluster YAML.",
+                                     show_default="scheduler/examples/sia-64gpu.yaml"),
         profiles: Path = typer.Option(None, "--profiles", help="Throughput profiles.",
                                       show_default="<shared data>/sia/traces"),
-        replicates: int = typer.Option(1, "--replicates", help="Runs per workload, arrivals jittered (0: the trace)."),
+        replicates: int = typer.Option(1, "--replicates", help="Runs per workload: the trace itself, then copies with "
+                                                               "every arrival moved inside one round."),
         repeats: int = typer.Option(1, "--repeats", help="Timed repetitions, the variants alternating."),
         as_json: bool = typer.Option(False, "--json", help="One JSON line per run instead of a table."),
     ) -> None:
