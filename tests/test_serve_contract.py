@@ -255,3 +255,4 @@ def test_under_mps_the_supervisor_sets_each_members_client_limit(tmp_path: Path,
     assert limited["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=3072M,1=3072M"
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in free
     assert limited["CUDA_MPS_PIPE_DIRECTORY"] == free["CUDA_MPS_PIPE_DIRECTORY"]  # one private daemon for the group
+    assert "CUDA_VISIBLE_DEVICES" not in limited  # the daemon owns the group's GPUs; a client does not narrow them

@@ -245,6 +245,8 @@ def supervise(doc: dict[str, Any]) -> int:
         # the group's sharing mode sets itself up for its jobs (MPS: a private daemon; solo "none": nothing)
         mode = sharing_mode(doc["sharing"])
         env.update(mode.enter(daemons, env.get("CUDA_VISIBLE_DEVICES"), None))
+        if mode.start_service is not None:  # MPS: the daemon owns the group's GPUs and remaps them from 0; a client
+            env.pop("CUDA_VISIBLE_DEVICES", None)  # that narrowed them again by index would find none (NVIDIA's docs)
         devices = len(str(doc.get("cuda_visible_devices") or "0").split(","))
         running = {}
         for job in doc["jobs"]:
