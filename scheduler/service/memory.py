@@ -4,10 +4,11 @@ and what an out-of-memory failure teaches.
 **Footprint** (GB per GPU, without its CUDA context) of a job at a local batch on a GPU type, first that applies:
 
 1. ``memory_gb`` declared in its job file;
-2. a model of the zoo: its peak measured alone on that GPU type (``scheduler/data/solo-<gpu>.csv``, at 224 px:
-   linear in the batch between and beyond the measured batches), else the model estimate the profiler plans
-   campaigns with (parameters, gradients and momentum in fp32 plus activations per sample,
-   :mod:`profiler.campaign.estimate`, scaled by the image size);
+2. a model of the zoo: its peak measured alone on that GPU type, else on another one
+   (``scheduler/data/solo-<gpu>.csv``, at 224 px: linear in the batch between and beyond the measured batches, at
+   another input size the batch of as many pixels), else the model estimate the profiler plans campaigns with
+   (parameters, gradients and momentum in fp32 plus activations per sample, :mod:`profiler.campaign.estimate`)
+   scaled by how far it falls short of the measured peaks (1.77×: workspaces, the allocator's rounding);
 3. a command that declared nothing: unknown (planned at 0; :func:`scheduler.model.memory.member_limits` gives it
    an equal share of what its partners leave).
 
@@ -27,6 +28,7 @@ daemon (:mod:`scheduler.executor.supervise`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from scheduler.model.memory import CONTEXT_GB, GIB, member_limits
@@ -38,14 +40,41 @@ MEASURED_IMAGE_SIZE = 224  # the bundled solos' input size
 
 
 def model_footprint_gb(model: str, local_batch: float, image_size: int, gpu_type: str) -> float:
-    """A zoo model's footprint alone: measured on ``gpu_type`` when bundled (224 px), else the estimate."""
+    """A zoo model's footprint alone: its peak measured on ``gpu_type`` when bundled, else on another bundled GPU
+    type (a model's memory at a batch barely depends on the GPU); at another input size, the measured curve at the
+    batch of as many pixels. A model never measured: the profiler's estimate, scaled by how far the estimate falls
+    short of the measured peaks (:func:`_calibration`: cuDNN workspaces and the caching allocator's rounding)."""
+    points = _measured_points(model, gpu_type)
+    if len(points) >= 2:
+        pixels = (image_size / MEASURED_IMAGE_SIZE) ** 2
+        return _interpolate(points, local_batch * pixels) / 1024.0
+    return _estimate_mib(model, local_batch, image_size) * _calibration() / 1024.0
+
+
+def _measured_points(model: str, gpu_type: str) -> list[tuple[int, float]]:
+    """(batch, peak MiB) of ``model`` at 224 px on ``gpu_type``, else on the first bundled type that has it."""
+    from scheduler.formats.bundled_files import MEASURED_GPU_TYPES
     from scheduler.formats.solo_times import solo_table
 
-    measured = sorted((run.batch_size, run.peak_memory_mib) for (m, _), run in solo_table(gpu_type).items()
-                      if m == model and run.image_size == MEASURED_IMAGE_SIZE)
-    if image_size == MEASURED_IMAGE_SIZE and len(measured) >= 2:
-        return _interpolate(measured, local_batch) / 1024.0
-    return _estimate_mib(model, local_batch, image_size) / 1024.0
+    for gpu in (gpu_type, *MEASURED_GPU_TYPES):
+        points = sorted((run.batch_size, run.peak_memory_mib) for (m, _), run in solo_table(gpu).items()
+                        if m == model and run.image_size == MEASURED_IMAGE_SIZE)
+        if len(points) >= 2:
+            return points
+    return []
+
+
+@lru_cache(maxsize=1)
+def _calibration() -> float:
+    """Median of measured peak over the profiler's estimate across the bundled solos (1.77 on the H100: the
+    estimate counts parameters, gradients, momentum and saved activations, not workspaces or the allocator's
+    rounding); 2 when nothing is bundled."""
+    from scheduler.formats.bundled_files import MEASURED_GPU_TYPES
+    from scheduler.formats.solo_times import solo_table
+
+    ratios = sorted(run.peak_memory_mib / _estimate_mib(run.model, run.batch_size, run.image_size)
+                    for gpu in MEASURED_GPU_TYPES for run in solo_table(gpu).values())
+    return ratios[len(ratios) // 2] if ratios else 2.0
 
 
 def _interpolate(points: Sequence[tuple[int, float]], batch: float) -> float:
