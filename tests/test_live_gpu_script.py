@@ -49,21 +49,21 @@ def test_the_dry_run_refuses_a_budget_past_one_device_call(tmp_path: Path) -> No
 @pytest.mark.slow
 def test_the_script_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    result = _run(out, "--device", "cpu", "--budget", "400")
+    result = _run(out, "--device", "cpu", "--budget", "540", timeout=700)  # a loaded CI machine: the longest window
     assert result.returncode == 0, result.stdout + result.stderr
+    text = (out / "summary.txt").read_text()
     files = sorted(p.name for p in out.iterdir())
     assert len(files) <= 8 and {"summary.txt", "report.json", "states.tar.gz"} <= set(files)
     report = json.loads((out / "report.json").read_text())
     sia, colocate = report["runs"]
     assert sia["policy"] == "sia" and colocate["policy"] == "colocate"
     for run in (sia, colocate):
-        assert all(job["state"] == "completed" for job in run["jobs"].values()), run["jobs"]
+        assert all(job["state"] == "completed" for job in run["jobs"].values()), text
         assert run["makespan_s"] > 0 and run["gpu_busy_s"] > 0
-    assert sia["groups"] == [] and colocate["groups"]  # sia never packs; colocate does
+    assert sia["groups"] == [] and colocate["groups"], text  # sia never packs; colocate does
     hog = [o for o in colocate["ooms"] if o["job"] == "hog"]
-    assert hog and "limit" in hog[0]["detail"]  # past its limit beside a partner: failed alone
+    assert hog and "limit" in hog[0]["detail"], text  # past its limit beside a partner: failed alone
     partner = hog[0]["detail"].split("beside ")[1].split(" ")[0]
     assert colocate["jobs"][partner]["state"] == "completed" and colocate["jobs"][partner]["ooms"] == 0
     assert all(m["limit_gib"] > 0 for m in colocate["memory_limits"])
-    text = (out / "summary.txt").read_text()
     assert "== sia" in text and "== colocate" in text and "oom hog" in text

@@ -87,6 +87,18 @@ def _drive(server: Server, done, timeout_s: float = 120.0) -> int:
     return rounds
 
 
+def _jobs_cli(state_dir: Path) -> dict[str, object]:
+    """What ``colocate jobs --json`` (by job) and the ``colocate jobs`` table show."""
+    from typer.testing import CliRunner
+
+    from colocate.cli import app
+
+    listed = CliRunner().invoke(app, ["jobs", "--state", str(state_dir), "--json"])
+    table = CliRunner().invoke(app, ["jobs", "--state", str(state_dir)], env={"COLUMNS": "250"})
+    assert listed.exit_code == 0 and table.exit_code == 0, listed.output + table.output
+    return {"json": {j["name"]: j for j in json.loads(listed.output)["jobs"]}, "table": table.output}
+
+
 def _kinds(state: StateStore, job: str) -> list[str]:
     return [e["kind"] for e in state.events(job)]
 
@@ -207,6 +219,10 @@ def test_a_jobs_own_looser_bound_keeps_the_same_pair_together(tmp_path: Path) ->
             server.round()
             time.sleep(0.1)
         assert state.job("slow").partner == "fast" and "split" not in _kinds(state, "slow")
+        shown = _jobs_cli(state.dir)  # its measured slowdown, in jobs --json and the jobs table
+        assert 2.5 < shown["json"]["slow"]["slowdown"] < 4.5 and shown["json"]["slow"]["max_slowdown"] == 4.0
+        assert shown["json"]["fast"]["slowdown"] is None  # its solo time was never measured: unknown, not a guess
+        assert "slowdown" in shown["table"] and "bound 4" in shown["table"]
     finally:
         kill_groups(state.dir)
 
