@@ -12,7 +12,8 @@ inputs with a one-line :class:`~common.errors.InputError` naming the file:
 * JSON ``NaN`` / ``Infinity`` (not JSON; Python's reader accepts them by default).
 
 YAML numbers with an exponent (``1e6``, ``1.5e3``) are numbers, as in YAML 1.2 (PyYAML follows YAML 1.1,
-where an exponent needs a dot and a sign, and these are strings).
+where an exponent needs a dot and a sign, and these are strings); YAML 1.1's base-60 numbers (``1:30`` = 90)
+are text, as in YAML 1.2.
 """
 
 from __future__ import annotations
@@ -105,6 +106,12 @@ def _limited_loader() -> type:
     # YAML 1.2 floats: PyYAML resolves YAML 1.1, where `1e6` is a string, so `steps: 1e6` would be refused as
     # "not a number"; numbers with an exponent read as numbers here, as every YAML 1.2 reader reads them
     _LimitedLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+.0123456789"))
+    # YAML 1.1 reads `1:30` as 90 (base 60), YAML 1.2 as the text "1:30": a typo of a time or a ratio must not
+    # become a silent number, so numbers here hold no ':' (a field that wants a number then refuses the text)
+    for resolvers in _LimitedLoader.yaml_implicit_resolvers.values():
+        resolvers[:] = [(tag, re.compile(r"^(?!.*:)" + regexp.pattern, regexp.flags)
+                         if tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float") else regexp)
+                        for tag, regexp in resolvers]
     return _LimitedLoader
 
 

@@ -153,7 +153,7 @@ def _kill_actors() -> None:
     """The server's group actors are detached: they outlive it."""
     import ray
 
-    from scheduler.executor.ray_backend import NAMESPACE
+    from scheduler.executor.ray.backend import NAMESPACE
 
     for actor in ray.util.list_named_actors(all_namespaces=True):
         if actor["namespace"] == NAMESPACE:

@@ -1,16 +1,26 @@
 """Shared pytest set-up: GPU tests are skipped without CUDA, Ray tests without the ray extra, and tests marked
 ``sia_data`` (reproducing Sia's paper on its own artifact files, which the project may not ship) without
-``../shared/data``. Everything else runs on the data bundled in the package (:mod:`scheduler.formats.bundled`)."""
+``../shared/data``. Everything else runs on the data bundled in the package (:mod:`scheduler.formats.bundled`).
+
+No test may leave a process behind (a server, a job group, Ray): the session marks every process it starts with
+an environment variable (:data:`SESSION_ENV`, inherited by workers of ``pytest -n`` and everything they start,
+detached sessions included) and, when the session ends, fails it if any process still carries the mark —
+listing and then killing them."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import signal
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+SESSION_ENV = "COLOCATE_TEST_SESSION"
+LEFTOVER_GRACE_S = float(os.environ.get("COLOCATE_LEFTOVER_GRACE_S", "15"))  # a process stopped at the end may take a moment
 SHARED_DATA = Path(os.environ.get("COLOCATE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
@@ -71,3 +81,93 @@ def gavel_throughputs() -> Path:
     from scheduler.formats.bundled import gavel_throughputs
 
     return gavel_throughputs()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[object]:
+    """A real Slurm cluster on this machine (:mod:`tests.slurm_cluster`): nodes ``t4-0`` and ``t4-1`` with 2
+    logical t4 GPUs each, ``a100-0`` with 2 a100; ``SLURM_CONF`` points at it while the session runs. Skipped where it cannot start
+    (not root, Slurm not installed) unless ``COLOCATE_REQUIRE_SLURM=1`` (CI), where that is a failure."""
+    from tests.slurm_cluster import SlurmCluster, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        if os.environ.get("COLOCATE_REQUIRE_SLURM") == "1":
+            pytest.fail(f"COLOCATE_REQUIRE_SLURM=1 but {reason}")
+        pytest.skip(reason)
+    cluster = SlurmCluster({"t4": 2, "a100": 2}, nodes={"t4": 2}).start()
+    before = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(cluster.conf)
+    try:
+        yield cluster
+    finally:
+        if before is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = before
+        cluster.stop()
+
+
+@pytest.fixture
+def slurm(slurm_cluster: object) -> Iterator[object]:
+    """The session's Slurm cluster, every job of a test cancelled after it (the nodes idle for the next)."""
+    yield slurm_cluster
+    slurm_cluster.cancel_all()  # type: ignore[attr-defined]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session that starts first (not a worker, not a pytest run by a test) marks its processes."""
+    if not hasattr(config, "workerinput") and SESSION_ENV not in os.environ:
+        token = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        os.environ[SESSION_ENV] = token
+        config.stash[_TOKEN] = token
+
+
+_TOKEN = pytest.StashKey[str]()
+
+
+def leftover_processes(token: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process but this one whose environment carries ``token``."""
+    mark = f"{SESSION_ENV}={token}".encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if mark not in (entry / "environ").read_bytes():
+                continue
+            stat = (entry / "stat").read_text()
+            if stat[stat.rindex(")") + 2:].split()[0] in ("Z", "X"):  # ended, not yet reaped
+                continue
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        found.append((int(entry.name), command[:200]))
+    return found
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist has ended its workers
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    token = session.config.stash.get(_TOKEN, None)
+    if token is None:
+        return
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    left = leftover_processes(token)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = leftover_processes(token)
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"{len(left)} process(es) left behind by the tests (now killed):"]
+    lines += [f"  pid {pid}: {command}" for pid, command in left]
+    if reporter is not None:
+        reporter.write_line("\n".join(lines), red=True)
+    else:
+        print("\n".join(lines))
+    for pid, _ in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

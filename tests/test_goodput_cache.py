@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from scheduler.model.cluster import Cluster, GpuType
 from scheduler.model.configs import Configuration, configurations
-from scheduler.model.goodput import EstimateArrays, GoodputEstimate, ProfileGoodputModel, read_validation_curves
+from scheduler.model.efficiency import read_validation_curves
+from scheduler.model.goodput import EstimateArrays, GoodputEstimate, ProfileGoodputModel
 from scheduler.model.jobs import Job
 from scheduler.sim.job_model import AccumulatingGoodput, BootstrapGoodput, MemoryCheckedTable, MemoryModel
 

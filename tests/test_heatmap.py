@@ -42,3 +42,21 @@ def test_unmeasured_cells_are_marked_and_measured_cells_show_their_ci(tmp_path) 
     assert (0, 1) not in patches  # a measured cell is coloured by its value, not covered
     assert "95 % CI" in ax.get_title() and "not measured" in ax.get_title()
     assert plot_matrix(matrix, tmp_path / "m.png").stat().st_size > 0
+
+
+def test_a_cell_whose_ci_is_wider_than_its_value_is_not_coloured_like_a_confident_one() -> None:
+    """δ 1.00 ± 0.40 is confident enough to colour; δ 0.60 ± 0.45 (an interval of 0.90, wider than 0.60) and a pair
+    the repeats disagree on are drawn pale, hatched and marked, and leave no colour in the image."""
+    pairs = _pairs()
+    unsure = dict(pairs.iloc[0], type_a="a@8", type_b="c@8", delta=0.6, delta_ci95=0.45)
+    matrix = build_matrix(pd.concat([pairs, pd.DataFrame([unsure])], ignore_index=True), "cpu", "timeslice",
+                          job_types=["a@8", "b@8", "c@8"])
+    ax = draw_matrix(matrix).axes[0]
+    texts = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}
+    assert texts[(0, 2)].startswith("0.60 ±0.45") and texts[(0, 2)].endswith("uncertain")
+    assert not texts[(0, 1)].endswith("uncertain")
+    patches = {(round(p.get_y() + 0.5), round(p.get_x() + 0.5)): p for p in ax.patches if isinstance(p, Rectangle)}
+    assert patches[(0, 2)].get_hatch() and (0, 1) not in patches
+    image = ax.images[0].get_array()
+    assert image.mask[0, 2] and not image.mask[0, 1]  # the uncertain value is not drawn by the colour map
+    assert "CI wider than the value" in ax.get_title()

@@ -13,7 +13,7 @@ import pytest
 from scheduler.formats.shared_data import shared_data_dir
 from scheduler.learning.pollux_fit import FLOOR, _objective, fit_pollux
 from scheduler.learning.throughput import ThroughputLearner, pollux_efficiency
-from scheduler.model.goodput import ValidationCurves
+from scheduler.model.efficiency import ValidationCurves
 from scheduler.model.jobs import Job
 from scheduler.model.step_time import StepTimeModel
 from scheduler.sim.config import SimConfig

@@ -148,7 +148,7 @@ def test_two_pairs_launched_on_ray_train_on_nodes_of_their_type(cluster, tmp_pat
     from scheduler.executor.command import RunSettings
     from scheduler.executor.local import LaunchSettings
     from scheduler.executor.plan import build_plan
-    from scheduler.executor.ray_backend import run_plan_on_ray
+    from scheduler.executor.ray.backend import run_plan_on_ray
 
     allocation = {"allocations": [
         {"job": "a", "gpu_type": "h100", "num_gpus": 1, "batch_size": 8, "partner": "b", "node": 0, "gpus": [0]},

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = """
 import os, signal, time
-from scheduler.executor.ray_backend import RayExecutor
+from scheduler.executor.ray.backend import RayExecutor
 stopped = []
 signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
 ray = RayExecutor(address=None)._connect()

@@ -22,6 +22,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,6 +106,42 @@ def test_example_is_marked_and_valid_bash(example: Example) -> None:
     assert done.returncode == 0, f"{example.name}: {done.stderr}"
 
 
+def test_gitignore_covers_what_the_readme_writes() -> None:
+    """Every path the README's examples write (``--out``, ``--state``, ``--log-dir``, ``mkdir -p``, ``>``; after a
+    ``cd``, relative to it) is ignored by git: a new user who ran the tour has no untracked results, and the copy
+    ``clean_copy`` makes for the tests below never carries the tour's outputs (a state directory with its jobs)."""
+    written: set[str] = set()
+    for example in (e for e in ALL if e.document.name == "README.md"):  # run or not here: a user runs them
+        cwd = Path(".")
+        for command in re.split(r"&&|\n", example.code.replace("\\\n", " ")):
+            words = command.split("#")[0].split()
+            if words[:1] == ["cd"] and len(words) > 1:
+                cwd = cwd / words[1]
+            for i, word in enumerate(words[:-1]):
+                target = words[i + 1]
+                if word in ("--out", "-o", "--state", "--log-dir", ">") or (word == "-p" and words[0] == "mkdir"):
+                    written.add(os.path.normpath(cwd / target))
+    assert {"results/tour/pairs", "results/tour/serve/sched", "results/demo"} <= written, written
+    def ignored(path: str) -> bool:  # as a file, or as a directory (a pattern `dir/` matches directories only)
+        return any(subprocess.run(["git", "check-ignore", "-q", p], cwd=REPO).returncode == 0 for p in (path, path + "/"))
+
+    kept = [p for p in sorted(written) if not ignored(p)]
+    assert not kept, f"the README writes {kept}, which .gitignore does not cover"
+
+
+def test_a_failing_block_leaves_nothing_running(tmp_path: Path) -> None:
+    """A block that started a server in the background and then failed (as the tour's serve block did on a copy
+    holding an earlier tour's state) ends with everything it started."""
+    import random
+
+    sleeper = f"sleep {random.randrange(100_000, 1_000_000)}"  # its own: no other run's sleeper matches
+    example = Example(REPO / "README.md", 0, f"{sleeper} &\nfalse\nkill $!\n", "run", "", "")
+    done = run_block(example, tmp_path)
+    assert done.returncode == 1
+    left = subprocess.run(["pgrep", "-f", sleeper], capture_output=True, text=True).stdout.split()
+    assert not left, left
+
+
 def clean_copy(destination: Path) -> Path:
     """The checkout as a clean clone would have it: the files git tracks or would track, nothing ignored."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
@@ -131,12 +168,57 @@ def _copy_for(example: Example, checkouts: dict[Path, Path], factory: pytest.Tem
 
 
 def run_block(example: Example, root: Path) -> subprocess.CompletedProcess[str]:
-    """The block under ``bash -e`` from the copy's root, with its ``colocate`` importing the copy."""
+    """The block under ``bash -e`` from the copy's root, with its ``colocate`` importing the copy. The block runs in
+    a process group of its own: whatever it started in the background (a ``colocate serve &``) is ended with it,
+    and so are the job groups of every state directory it made, even when a line of it failed."""
     scripts = str(Path(sys.executable).parent)
     env = {**os.environ, "PYTHONPATH": str(root), "PATH": scripts + os.pathsep + os.environ.get("PATH", ""),
            "COLUMNS": "120", "COLOCATE_SHARED_DATA": os.environ.get("COLOCATE_SHARED_DATA", str(shared_data_dir()))}
-    return subprocess.run(["bash", "-e", "-o", "pipefail", "-c", example.code], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=1700)
+    import tempfile
+
+    # output to files, not pipes: a background process keeps a pipe open, and reading it to its end would wait
+    # for that process rather than for the block
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", example.code], cwd=root, env=env,
+                                   stdout=out, stderr=err, text=True, start_new_session=True)
+        try:
+            process.wait(timeout=1700)
+        finally:
+            _end_what_it_started(process, root)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(process.args, process.returncode, out.read(), err.read())
+
+
+def _end_what_it_started(process: subprocess.Popen[Any], root: Path) -> None:
+    """SIGTERM the block's process group (a server stops cleanly), then SIGKILL what is left, then the detached
+    job groups of the state directories under ``root`` (they run in sessions of their own)."""
+    import signal
+    import time
+
+    from tests.serve_helpers import kill_groups
+
+    for signum, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, signum)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and _group_alive(process.pid):
+            time.sleep(0.1)
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+    for lock in root.rglob("server.lock"):
+        kill_groups(lock.parent, wait_s=1.0)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _runnable(kind: str) -> list[Example]:

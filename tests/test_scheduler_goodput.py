@@ -8,7 +8,8 @@ import pytest
 
 from scheduler.formats.profiles import read_gns_curves, read_sia_profiles
 from scheduler.model.configs import Configuration
-from scheduler.model.goodput import ProfileGoodputModel, statistical_efficiency
+from scheduler.model.efficiency import statistical_efficiency
+from scheduler.model.goodput import ProfileGoodputModel
 from scheduler.model.jobs import Job
 from scheduler.model.step_time import StepTimeModel, fit_step_time
 

@@ -107,10 +107,15 @@ def test_good_jobs_complete_exactly_once_beside_misbehaving_jobs(tmp_path: Path)
         wait_until(settled, 300, "every job to settle after ten rounds", interval_s=1.0)
         peak = _status(server.popen.pid)
         assert server.popen.poll() is None, server.output()
+        assert json.loads(CliRunner().invoke(app, ["jobs", "--state", str(state), "--json"]).output)["server"][
+            "running"] is True
     finally:
         server.stop()
         kill_groups(state)
         os.environ.pop("LEDGER", None)
+    assert server.popen.returncode == 0, server.output()  # SIGTERM: a clean stop, however the jobs behaved
+    assert "no colocate serve is running" in " ".join(CliRunner().invoke(app, ["jobs", "--state", str(state)]).output
+                                                      .split())
     log = server.output()
     assert "Traceback" not in log and "round failed" not in log, log
     assert not [e for e in events(state) if e["kind"] == "round-failed"]

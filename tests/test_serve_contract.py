@@ -110,8 +110,8 @@ def test_each_member_of_a_group_gets_a_limit_that_sums_within_the_gpu_and_a_job_
         state.submit(_job(tmp_path, "b", 400))  # a command that declared nothing: an equal share of what is left
         _drive(server, lambda: state.job("a").partner == "b", 30)
         (group,) = state.groups().values()
-        limits = {j["name"]: j["memory_limit_bytes"] for j in group["handle"]["doc"]["jobs"]}
-        envs = {j["name"]: j["env"] for j in group["handle"]["doc"]["jobs"]}
+        limits = {j["name"]: j["memory_limit_bytes"] for j in group.doc["jobs"]}
+        envs = {j["name"]: j["env"] for j in group.doc["jobs"]}
         assert limits["a"] == int((1.0 * 1.1 + 0.5) * GIB)  # its footprint + 10 % + one context
         assert limits["b"] == int((4.0 - 1.6) * GIB) and sum(limits.values()) <= 4 * GIB
         assert envs["a"]["COLOCATE_MEMORY_LIMIT_BYTES"] == str(limits["a"])
@@ -124,8 +124,8 @@ def test_each_member_of_a_group_gets_a_limit_that_sums_within_the_gpu_and_a_job_
         state.submit(_job(tmp_path, "c", 20))
         _drive(server, lambda: state.job("c").state == "running", 30)
         (alone,) = state.groups().values()
-        assert alone["handle"]["doc"]["jobs"][0]["memory_limit_bytes"] is None  # solo jobs are not limited
-        assert "COLOCATE_MEMORY_LIMIT_BYTES" not in alone["handle"]["doc"]["jobs"][0]["env"]
+        assert alone.doc["jobs"][0]["memory_limit_bytes"] is None  # solo jobs are not limited
+        assert "COLOCATE_MEMORY_LIMIT_BYTES" not in alone.doc["jobs"][0]["env"]
     finally:
         kill_groups(state.dir)
 

@@ -118,7 +118,7 @@ def _cleanup(state: StateStore, server: Server | None = None) -> None:
     if server is not None and server.probes is not None:
         server.probes.shutdown()
     for group in state.groups().values():
-        executor.release(group["handle"]["handle"], group["handle"]["doc"])
+        executor.release(group.handle, group.doc)
     kill_groups(state.dir)
 
 

@@ -69,7 +69,7 @@ def served(tmp_path: Path, ray_address: str):
     kill_groups(state)
     import ray
 
-    from scheduler.executor.ray_backend import NAMESPACE
+    from scheduler.executor.ray.backend import NAMESPACE
 
     for actor in ray.util.list_named_actors(all_namespaces=True):  # detached: they outlive their server
         if actor["namespace"] == NAMESPACE:

@@ -236,13 +236,17 @@ def test_a_group_of_three_is_one_unit_kept_while_unchanged_and_measured_against_
 def test_executors_come_from_a_registry_behind_one_protocol() -> None:
     from scheduler.executor.base import Executor
     from scheduler.executor.registry import EXECUTOR_NAMES, make_executor
+    from scheduler.executor.slurm.live import SlurmExecutor
+    from scheduler.executor.slurm.settings import SlurmSettings
 
-    assert EXECUTOR_NAMES == ("local", "ray")
+    assert EXECUTOR_NAMES == ("local", "ray", "slurm")
     local = make_executor("local")
     assert isinstance(local, Executor) and local.name == "local" and local.runs_here  # launch picks its node
+    slurm = SlurmExecutor(SlurmSettings())
+    assert isinstance(slurm, Executor) and slurm.name == "slurm" and not slurm.runs_here
     with pytest.raises(InputError) as info:
-        make_executor("slurm")
-    assert info.value.field == "--backend" and "local, ray" in str(info.value)
+        make_executor("kubernetes")
+    assert info.value.field == "--backend" and "local, ray, slurm" in str(info.value)
 
 
 def test_serve_explores_unknown_pairs_only_while_its_jobs_ask_for_every_gpu(tmp_path: Path) -> None:

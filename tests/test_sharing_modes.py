@@ -19,7 +19,7 @@ from profiler.gpu.sharing import SharingMode, register_sharing_mode, sharing_lab
 from scheduler.executor.command import RunSettings
 from scheduler.executor.k8s import K8sOptions, emit_k8s
 from scheduler.executor.plan import build_plan
-from scheduler.executor.slurm import SlurmOptions, emit_slurm
+from scheduler.executor.slurm.emit import SlurmOptions, emit_slurm
 
 PAIR = {"allocations": [
     {"job": "a", "gpu_type": "h100", "num_gpus": 1, "batch_size": 8, "partner": "b", "node": 0, "gpus": [0],

@@ -14,7 +14,8 @@ from scheduler.formats.workload_jobs import Workload, WorkloadJob
 from scheduler.ilp.columns import restart_factor
 from scheduler.model.cluster import cluster_from_dict, load_cluster
 from scheduler.model.colocation import ColocationTable
-from scheduler.model.goodput import GoodputEstimate, read_validation_curves
+from scheduler.model.efficiency import read_validation_curves
+from scheduler.model.goodput import GoodputEstimate
 from scheduler.model.jobs import Job
 from scheduler.model.policy import Allocation, JobPlacement, Placement, PolicyTraits, RoundContext
 from scheduler.policies.common import Shape, make_decision

@@ -99,6 +99,9 @@ def import_gavel(
         chosen = list(gpu_types)
     else:
         chosen = available
+    if not chosen:
+        raise InputError("has no worker type to import (only unconsolidated ones)", source=path, field="<top level>",
+                         valid="a worker type such as v100 (Gavel's *_unconsolidated entries are not measurements)")
     campaign = f"gavel-{path.stem}"
     runs: list[dict[str, Any]] = []
     jobs: list[dict[str, Any]] = []
@@ -119,6 +122,9 @@ def import_gavel(
             _add_solo(runs, jobs, campaign, gpu, job_type, throughput)
         _import_pairs(runs, jobs, campaign, gpu, path, entries, names, solo, counted)
         counts[gpu] = counted
+    if not any(r["status"] == STATUS_OK for r in runs):
+        raise InputError("has no usable measurement (every throughput is 0)", source=path, field=chosen[0],
+                         valid="solo ('null') throughputs > 0 for at least one job")
     meta = _import_meta(campaign, path, scale_factor, chosen, [g for g in data if g not in chosen], counts)
     return GavelImport(typed_frame(runs, RUN_COLUMNS, RUN_NUMERIC), typed_frame(jobs, JOB_COLUMNS, JOB_NUMERIC), meta)
 
@@ -328,6 +334,12 @@ def load_inputs(
     if not results_dirs and not gavel_files:
         raise InputError("no input given", field="RESULTS_DIR",
                          valid="one or more results directories and/or --gavel FILE.json")
+    seen: dict[Path, str | Path] = {}
+    for path in [*results_dirs, *gavel_files]:  # one input twice would count every one of its runs twice
+        if Path(path).resolve() in seen:
+            raise InputError(f"given twice (also as {seen[Path(path).resolve()]})", source=path,
+                             field="--gavel" if path in gavel_files else "RESULTS_DIR", valid="each input once")
+        seen[Path(path).resolve()] = path
     parts: list[ResultsSet] = []
     if results_dirs:
         parts.append(load_results(list(results_dirs)))

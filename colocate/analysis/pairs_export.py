@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,10 @@ import pandas as pd
 
 from colocate.analysis.results import ResultsSet, group_table, solo_table, split_job_type
 from common.errors import InputError
+from common.files import atomic_write_text
 
 FORMAT = "colocate-pairs/1"
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 UNITS = {
     "time_a": "s per iteration, job a alone (mean over solo repeats)",
     "time_b": "s per iteration, job b alone",
@@ -95,20 +98,49 @@ def _provenance(results: ResultsSet) -> list[dict[str, Any]]:
     return out
 
 
+def check_export_targets(out_csv: str | Path, results_dirs: Sequence[str | Path], gavel_files: Sequence[str | Path]
+                         ) -> None:
+    """Refuse, before anything is read or written, an export that would land in a state directory, on a
+    directory, under a file, or over one of its own inputs (a results directory's tables, a Gavel file)."""
+    from profiler.campaign.outdir import check_out_file
+    from profiler.results.schema import JOBS_FILE, KERNELS_FILE, META_FILE, RUNS_FILE
+
+    csv_path = Path(out_csv)
+    names = {RUNS_FILE, JOBS_FILE, KERNELS_FILE, META_FILE}
+    names |= {Path(n).with_suffix(".csv").name for n in (RUNS_FILE, JOBS_FILE, KERNELS_FILE)}
+    inputs = {(Path(d) / n).resolve() for d in results_dirs for n in names} | {Path(g).resolve() for g in gavel_files}
+    for target in (csv_path, csv_path.with_suffix(".json")):
+        check_out_file(target)
+        if target.resolve() in inputs:
+            raise InputError("would overwrite one of the export's own inputs", source=target, field="--out",
+                             valid="a path outside the input files, e.g. RESULTS_DIR/pairs_export.csv")
+
+
+def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """Text cells a spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, a tab or a
+    carriage return: a job name such as ``=cmd|' /C calc'!A0``) get a leading ``'``, which spreadsheets show
+    as text; numbers are left as they are. ``import-pairs`` drops that ``'`` again."""
+    out = frame.copy()
+    for column in out.columns:
+        if not pd.api.types.is_numeric_dtype(out[column]):
+            out[column] = out[column].map(lambda v: f"'{v}" if isinstance(v, str) and v[:1] in FORMULA_STARTS else v)
+    return out
+
+
 def export_pairs(results: ResultsSet, out_csv: str | Path) -> tuple[Path, Path]:
-    """Write ``out_csv`` (tidy, ``#`` unit lines first) and the JSON beside it (same stem). Returns both paths."""
+    """Write ``out_csv`` (tidy, ``#`` unit lines first; text cells :func:`spreadsheet_safe`) and the JSON beside it
+    (same stem, the values as they are). Returns both paths."""
     frame = tidy_pairs(results)
     csv_path = Path(out_csv)
     json_path = csv_path.with_suffix(".json")
-    csv_path.parent.mkdir(parents=True, exist_ok=True)
     header = [f"# {FORMAT}: co-located pairs, one row per GPU type, sharing mode and pair; units and provenance "
               f"in {json_path.name}"]
     header += [f"# {column}: {UNITS[column]}" for column in frame.columns if column in UNITS]
-    csv_path.write_text("\n".join(header) + "\n" + frame.to_csv(index=False))
+    atomic_write_text(csv_path, "\n".join(header) + "\n" + spreadsheet_safe(frame).to_csv(index=False))
     document = {
         "format": FORMAT, "units": {c: UNITS[c] for c in frame.columns if c in UNITS},
         "provenance": _provenance(results),
         "pairs": json.loads(frame.to_json(orient="records")),
     }
-    json_path.write_text(json.dumps(document, indent=1, default=str) + "\n")
+    atomic_write_text(json_path, json.dumps(document, indent=1, default=str) + "\n")
     return csv_path, json_path

@@ -34,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from colocate.analysis.gavel import GavelImport
+from colocate.analysis.pairs_export import FORMULA_STARTS
 from colocate.analysis.results import sort_job_types, split_job_type, typed_frame
+from common.bounds import MAX_SECONDS
 from common.errors import InputError
 from common.names import shown
 from profiler.gpu.sharing import SHARING_SOLO, sharing_mode, sharing_mode_names
@@ -45,6 +47,7 @@ from profiler.results.schema import JOB_COLUMNS, JOB_NUMERIC, RUN_COLUMNS, RUN_N
 # of CPU, most of it drawing 4,096 annotated cells; 300 types:
 # over 10 minutes, 19 GB), and no heatmap of them is readable. Above it, --matrices is refused with the reason.
 MAX_MATRIX_JOB_TYPES = 32
+MIN_VALUE = 1e-9  # the smallest positive time, speed or throughput taken (1e-320 would overflow 1/t and t/t')
 RESULT_FILES = ("meta.json", "runs.parquet", "jobs.parquet", "runs.csv", "jobs.csv")
 
 CANONICAL = ("job_a", "job_b", "gpu_type", "sharing", "time_a", "time_b", "colocated_time_a", "colocated_time_b",
@@ -128,9 +131,11 @@ def _positive(text: str | None, row: int, canonical: str, cols: PairColumns, sou
         value = float(text)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise InputError(f"row {row}: {text!r} is not a number > 0", source=source, field=cols.column(canonical),
-                         valid="a positive number" + (" (0 = infeasible)" if allow_zero else ""))
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero) or 0 < value < MIN_VALUE \
+            or value > MAX_SECONDS:
+        raise InputError(f"row {row}: {text!r} is not a number in [{MIN_VALUE:g}, {MAX_SECONDS:g}]", source=source,
+                         field=cols.column(canonical),
+                         valid=f"a number in [{MIN_VALUE:g}, {MAX_SECONDS:g}]" + (" (0 = infeasible)" if allow_zero else ""))
     return value
 
 
@@ -244,10 +249,21 @@ def _read_csv(path: Path) -> _Table:
     if not numbered:
         raise InputError("no header row", source=path, field="job_a", valid="a CSV with a header row")
     try:
-        records = list(csv.reader([line for _, line in numbered], strict=True))
+        reader = csv.reader([line for _, line in numbered], strict=True)
+        records: list[list[str]] = []
+        for record in reader:  # one record per line: a quoted line break would shift every later row
+            if reader.line_num != len(records) + 1:
+                line = numbered[len(records)][0]
+                raise InputError(f"row at line {line} has a line break inside a quoted cell", source=path,
+                                 field=f"line {line}", valid="one row per line")
+            records.append(record)
     except csv.Error as err:
         raise InputError(f"not a readable CSV ({err})", source=path, field="job_a",
                          valid="a CSV with a header row") from None
+    bad = next(((n, c) for (n, _), rec in zip(numbered, records) for c in rec if not c.isprintable()), None)
+    if bad is not None:
+        raise InputError(f"row at line {bad[0]}: cell {shown(bad[1])} holds a control character", source=path,
+                         field=f"line {bad[0]}", valid="printable text")
     header = [h.strip() for h in records[0]]
     if len(set(header)) != len(header) or not all(header):
         raise InputError(f"header {shown(','.join(header))} has empty or repeated column names", source=path,
@@ -258,7 +274,10 @@ def _read_csv(path: Path) -> _Table:
             raise InputError(f"row at line {line} has {len(record)} cells, the header {len(header)}", source=path,
                              field=f"line {line}", valid=f"{len(header)} comma-separated cells per row")
         for name, value in zip(header, record):
-            columns[name].append(value.strip() or None)
+            value = value.strip()
+            if value[:1] == "'" and value[1:2] in FORMULA_STARTS:  # export-pairs' guard against spreadsheet formulas
+                value = value[1:]
+            columns[name].append(value or None)
     return _Table(columns, [line for line, _ in numbered[1:]])
 
 

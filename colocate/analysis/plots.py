@@ -79,13 +79,15 @@ def draw_matrix(matrix: MatrixView) -> "plt.Figure":
     Annotation: the metric ± the half-width of its 95 % CI (δ), then the slowdowns t′/t of the row job and
     the column job; with GPM data a third line gives SM occupancy / DRAM bandwidth (%) while co-located.
     Unmeasured cells are dotted grey with "not measured" — never white, which is the colour of δ ≈ 1 —
-    infeasible cells hatched grey with "OOM", failed ones "failed". The lower triangle mirrors the upper
-    and is left empty.
+    infeasible cells hatched grey with "OOM", failed ones "failed"; a cell whose 95 % CI is wider than its value
+    is pale and hatched, marked "uncertain", never coloured like a confident one. The lower triangle mirrors
+    the upper and is left empty.
     """
     n = len(matrix.job_types)
     values = matrix.values.to_numpy(dtype=float)
     upper = np.triu(np.ones((n, n), dtype=bool))
-    shown = np.where(upper, values, np.nan)
+    unsure = upper & _uncertain(matrix, values)
+    shown = np.where(upper & ~unsure, values, np.nan)  # an uncertain value gets no colour of a confident one
     finite = shown[np.isfinite(shown)]
     span = max(float(np.max(np.abs(finite - 1.0))) if finite.size else 0.5, 0.05)
     norm = TwoSlopeNorm(vcenter=1.0, vmin=1.0 - span, vmax=1.0 + span)
@@ -104,6 +106,11 @@ def draw_matrix(matrix: MatrixView) -> "plt.Figure":
                 _blank_cell(ax, i, j, status, font)
                 continue
             value = values[i, j]
+            if unsure[i, j]:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.97", hatch="\\\\", edgecolor="0.8", lw=0))
+                ax.text(j, i, "\n".join([*_cell_lines(matrix, i, j, has_gpm), "uncertain"]), ha="center", va="center",
+                        fontsize=font, color="0.35")
+                continue
             ax.text(j, i, "\n".join(_cell_lines(matrix, i, j, has_gpm)), ha="center", va="center", fontsize=font,
                     color="white" if abs(value - 1.0) > 0.6 * span else "black")
     labels = list(matrix.job_types)
@@ -113,10 +120,22 @@ def draw_matrix(matrix: MatrixView) -> "plt.Figure":
     ax.set_ylim(n - 0.5, -0.5)
     scope = "all job types" if matrix.batch_size is None else f"batch size {matrix.batch_size}"
     ci = " ± 95 % CI" if _has_ci(matrix) else ""
+    unsure_note = "; pale hatched: CI wider than the value" if unsure.any() else ""
     ax.set_title(f"{matrix.metric_label} — {matrix.gpu_type}, {matrix.sharing}, {scope}\n"
-                 f"cells: value{ci}; slowdown t′/t of row job / column job; dotted grey: not measured", fontsize=9)
+                 f"cells: value{ci}; slowdown t′/t of row job / column job; dotted grey: not measured{unsure_note}",
+                 fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=matrix.metric)
     return fig
+
+
+def _uncertain(matrix: MatrixView, values: np.ndarray) -> np.ndarray:
+    """Cells whose 95 % confidence interval is wider than the value itself (2 × half-width ≥ |value|): the
+    measurement cannot tell a good pair from a bad one, so the cell is not coloured like a confident one."""
+    if matrix.ci95 is None:
+        return np.zeros(values.shape, dtype=bool)
+    ci = matrix.ci95.to_numpy(dtype=float)
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(ci) & np.isfinite(values) & (2.0 * ci >= np.abs(values))
 
 
 def _has_ci(matrix: MatrixView) -> bool:

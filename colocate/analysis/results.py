@@ -401,9 +401,10 @@ def _with_ratios(results: ResultsSet, ok_runs: pd.DataFrame, per_run: pd.DataFra
     jobs = jobs.assign(_t=t, _tp=jobs["iter_time_s"])
     counts = jobs.groupby(key).size().reindex(pd.MultiIndex.from_frame(ok_runs[key]), fill_value=0)
     if (counts != size).any():
-        bad = counts[counts != size].index[0]
+        wrong = counts[counts != size]
+        bad = wrong.index[0]
         raise InputError(
-            f"run {bad[1]} is ok but has {int(counts[bad])} job rows for {size} jobs", source=Path(bad[0]) / JOBS_FILE,
+            f"run {bad[1]} is ok but has {int(wrong.iloc[0])} job rows for {size} jobs", source=Path(bad[0]) / JOBS_FILE,
             field="run_id", valid="one jobs.parquet row per job of every run",
         )
     missing = jobs["_t"].isna() | ~(jobs["_t"] > 0) | ~(jobs["_tp"] > 0)

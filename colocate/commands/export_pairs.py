@@ -20,6 +20,7 @@ def export_pairs(
 ) -> None:
     """Write every measured pair with both jobs' solo and co-located figures, units and provenance."""
     from colocate.analysis.gavel import load_inputs
+    from colocate.analysis.pairs_export import check_export_targets
     from colocate.analysis.pairs_export import export_pairs as write
     from colocate.commands._output import console
     from common.errors import InputError
@@ -29,6 +30,7 @@ def export_pairs(
             raise InputError("--out is needed when only --gavel files are given", field="--out",
                              valid="a CSV path, e.g. --out pairs.csv")
         out = results_dirs[0] / "pairs_export.csv"
+    check_export_targets(out, results_dirs or [], gavel or [])  # before anything is read or written
     results = load_inputs(results_dirs or [], gavel or [], gpu_types=gpu_type or None)
     csv_path, json_path = write(results, out)
     console.print(f"wrote {csv_path} (one row per pair: solo and co-located times, speeds t/t′, δ with 95 % CI) "

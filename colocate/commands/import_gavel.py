@@ -25,11 +25,16 @@ def import_gavel(
     from colocate.analysis.gavel import import_gavel as convert
     from colocate.analysis.gavel import write_import
     from colocate.commands._output import console
-    from profiler.campaign.outdir import prepare_out_dir
+    from profiler.campaign.outdir import check_out_dir, prepare_out_dir
 
-    prepare_out_dir(out)
+    check_out_dir(out)  # a wrong --out fails at once, creating nothing
     imported = convert(file, scale_factor=scale_factor, gpu_types=tuple(gpu_type) if gpu_type else None)
-    write_import(imported, out)
+    if matrices and not (imported.runs["kind"] == "pair").any():  # refused before the tables are written
+        from common.errors import InputError
+
+        raise InputError("has no pairs to draw matrices of", source=file, field="--matrices",
+                         valid="--no-matrices for solo throughputs alone, or a file with pair entries")
+    write_import(imported, prepare_out_dir(out))
     table = Table(title=f"Gavel {file.name} → {out}")
     for column in ("GPU type", "job types", "pairs", "infeasible", "asymmetric (kept as 2 repeats)"):
         table.add_column(column)

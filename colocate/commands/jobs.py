@@ -24,7 +24,7 @@ def _table(rows: list[dict[str, Any]], meta: str) -> Any:
 
     table = Table(title=Text(f"jobs · {printable(meta)}"))
     for column in ("job", "state", "GPU type", "GPUs", "batch", "partner", "progress", "samples/s", "slowdown",
-                   "restarts", "crashes", "why waiting / error"):
+                   "restarts", "crashes", "why waiting / not scaled / error"):
         table.add_column(column, overflow="fold")
     for r in rows:
         progress = f"{r['step'] if r['target_unit'] == 'steps' else r['samples']}/{r['target']} {r['target_unit']}"
@@ -58,8 +58,8 @@ def _slowdown(row: dict[str, Any]) -> str:
 
 
 def _why(row: dict[str, Any]) -> str:
-    """A queued job's reason to wait (the last round's), else its last error."""
-    waiting = row.get("waiting")
+    """A queued job's reason to wait (the last round's), a running one's reason not to grow, else its last error."""
+    waiting = row.get("waiting") or row.get("note")
     if waiting:
         return f"{waiting['code']}: {waiting['text']}"
     return str(row["error"])[:80]

@@ -25,13 +25,13 @@ def learned(
     from rich.table import Table
 
     from colocate.commands._output import console
-    from profiler.campaign.outdir import refuse_state_target
+    from profiler.campaign.outdir import check_out_file
     from scheduler.learning.online import learned_table_frame
     from scheduler.service.store import StateStore
     from scheduler.service.views import learned_pairs, learned_view
 
     if out is not None:
-        refuse_state_target(out)
+        check_out_file(out)  # a directory, under a file, in a state directory: one line, before anything is read
     view = learned_view(StateStore(state, create=False, readonly=True))
     if out is not None:
         from scheduler.formats.colocation_table import write_colocation_table

@@ -45,6 +45,10 @@ def profile(
         return
     if backend not in ("local", "ray"):
         raise InputError(f"unknown backend '{backend}'", field="--backend", valid="local, ray")
+    if backend == "local":  # a Ray cluster's workers have their own GPUs; here, runs would all fail
+        from profiler.gpu.preflight import check_cuda_usable
+
+        check_cuda_usable(spec.device, source=spec_path)
     try:
         with directory_lock(out):  # one campaign per results directory
             store = _run(spec, out, runs, backend, address, as_json)

@@ -1,11 +1,12 @@
 """Output directories: checked before any work starts, and locked so one campaign writes each at a time.
 
 :func:`prepare_out_dir` turns the ways ``--out`` can be wrong (a file, under a file, not writable) into one
-line naming the option. :func:`directory_lock` takes an exclusive ``flock`` on ``<dir>/.lock`` for as
-long as a campaign writes there: a second campaign on the same directory fails at once, naming the pid
-that holds it, instead of measuring the same runs at the same time (contaminated timings, lost writes).
-The kernel drops the lock when its holder exits, however it exits, so a killed campaign never leaves
-a stale lock behind.
+line naming the option; :func:`check_out_dir` and :func:`check_out_file` check the same without creating
+anything, for commands that check everything before their first write. :func:`directory_lock` takes an
+exclusive ``flock`` on ``<dir>/.lock`` for as long as a campaign writes there: a second campaign on the same
+directory fails at once, naming the pid that holds it, instead of measuring the same runs at the same time
+(contaminated timings, lost writes). The kernel drops the lock when its holder exits, however it exits, so a
+killed campaign never leaves a stale lock behind.
 """
 
 from __future__ import annotations
@@ -23,14 +24,38 @@ LOCK_FILE = ".lock"
 STATE_DB = "state.db"  # the scheduler's state database (scheduler.service.store): no output goes near it
 
 
-def prepare_out_dir(path: str | Path, *, field: str = "--out") -> Path:
-    """Create ``path`` (and parents) as a writable directory, or raise a one-line :class:`InputError`."""
+def check_out_dir(path: str | Path, *, field: str = "--out") -> Path:
+    """Refuse, creating nothing, an output directory ``path`` that is a file, lies under a file, is inside a
+    state directory or (existing) is not writable; :func:`prepare_out_dir` creates it later."""
     out = Path(path)
     refuse_state_target(out, field=field)
     for parent in [out, *out.parents]:
         if parent.exists() and not parent.is_dir():
             where = "is a file" if parent == out else f"lies under the file {parent}"
             raise InputError(where, source=out, field=field, valid="a directory path")
+    existing = next((p for p in [out, *out.parents] if p.exists()), None)
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"{existing} is not writable", source=out, field=field, valid="a directory you can write to")
+    return out
+
+
+def check_out_file(path: str | Path, *, field: str = "--out") -> Path:
+    """Refuse, creating nothing, an output file ``path`` that is a directory, lies under a file, is inside a
+    state directory or whose directory cannot be written."""
+    target = Path(path)
+    if target.is_dir():
+        raise InputError("is a directory", source=target, field=field, valid="a file path")
+    refuse_state_target(target, field=field)
+    under = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+    if under is not None:
+        raise InputError(f"lies under the file {under}", source=target, field=field, valid="a file path")
+    check_out_dir(target.parent, field=field)
+    return target
+
+
+def prepare_out_dir(path: str | Path, *, field: str = "--out") -> Path:
+    """Create ``path`` (and parents) as a writable directory, or raise a one-line :class:`InputError`."""
+    out = check_out_dir(path, field=field)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -74,9 +99,7 @@ def directory_lock(path: str | Path, *, field: str = "--out", what: str = "campa
 
 def prepare_out_file(path: str | Path, *, field: str = "--out") -> Path:
     """Check that ``path`` can be written as a file (its directory is created); a one-line error if not."""
-    target = Path(path)
-    if target.is_dir():
-        raise InputError("is a directory", source=target, field=field, valid="a file path")
+    target = check_out_file(path, field=field)
     prepare_out_dir(target.parent, field=field)
     return target
 

@@ -13,8 +13,10 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+from common.errors import InputError
 from profiler.gpu.devices import resolve_device
 from profiler.gpu.mps import (
     MpsUnavailable,
@@ -60,6 +62,21 @@ def _torch_checks() -> list[Check]:
     # of ours would keep the MPS server from starting.
     checks.append(Check("CUDA", True, f"{torch.cuda.device_count()} device(s) visible to torch"))
     return checks
+
+
+def check_cuda_usable(device: str, *, source: str | Path | None, field: str = "device") -> None:
+    """Refuse a CUDA ``device`` that this machine's torch cannot use (a CPU-only build, no GPU): every run of a
+    campaign would fail. Checked before a local campaign runs; planning (``--dry-run``) skips it."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    why = "a CPU-only build" if torch.version.cuda is None else f"built with CUDA {torch.version.cuda}, no GPU visible"
+    raise InputError(f"{device!r}, but this machine's torch {torch.__version__} cannot use CUDA ({why})",
+                     source=source, field=field, valid="device: cpu, a machine with a GPU and a CUDA build of torch, "
+                                                       "or --dry-run to plan the runs here")
 
 
 def _gpu_checks(device: str) -> tuple[list[Check], Any]:

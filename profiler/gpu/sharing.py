@@ -14,7 +14,7 @@ Each :class:`SharingMode` says everything a layer needs about a mode, so no code
 * ``check_clients(handle, workers)``: why a run's workers are not served by the service (they ran as
   plain CUDA), or None: the proof the profiler asks for before it trusts a run;
 * ``slurm_setup`` / ``slurm_teardown``: the same set-up and tear-down as bash lines for a Slurm batch
-  script (``scheduler.executor.slurm``); the tear-down runs inside the script's ``cleanup`` trap;
+  script (``scheduler.executor.slurm``: launch's scripts and serve's batch jobs); the tear-down runs in its ``cleanup`` trap;
 * ``k8s_mode``: the HAMi ``nvidia.com/vgpu-mode`` annotation for co-located pods (``scheduler.executor.k8s``);
 * ``thread_partitions``: whether ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``-style SM partitions apply, which
   makes cells of this mode carry a percentage and labels like ``mps50``;

@@ -61,7 +61,7 @@ def run_serve_benchmark(num_jobs: int = 1000, rounds: int = 5, gpus: int = 64, s
                 stats.append(server.round())
         finally:
             for group in state.groups().values():
-                executor.release(group["handle"]["handle"], group["handle"]["doc"])
+                executor.release(group.handle, group.doc)
         running = len(state.jobs(("running",)))
     steady = stats[1:] or stats
     return {

@@ -7,8 +7,8 @@ GPU group as the unit — one job alone on its GPUs, or a packed pair sharing th
   :class:`GpuGroup` values and resolves what each job runs (a model of the zoo or a user command);
 * :mod:`scheduler.executor.local` starts the groups on this node (MPS per GPU when asked, logs and
   progress per job, clean teardown);
-* :mod:`scheduler.executor.ray_backend` runs one whole-GPU Ray task per group on a node of its GPU type;
-* :mod:`scheduler.executor.slurm` and :mod:`scheduler.executor.k8s` write sbatch scripts and HAMi pod
+* :mod:`scheduler.executor.ray.backend` runs one whole-GPU Ray task per group on a node of its GPU type;
+* :mod:`scheduler.executor.slurm.emit` and :mod:`scheduler.executor.k8s` write sbatch scripts and HAMi pod
   manifests instead of running anything;
 * :mod:`scheduler.executor.train` is the training process every built-in job runs (checkpoint-restore);
 * :mod:`scheduler.executor.base` is the executor protocol (run a plan to its end for ``launch``; start,

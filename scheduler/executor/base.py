@@ -76,10 +76,15 @@ class LaunchReport:
 
 @dataclass(frozen=True)
 class GroupPoll:
-    """One look at a live group: whether its supervisor runs, and each job's progress and exit records."""
+    """One look at a live group: whether its supervisor runs, and each job's progress and exit records.
+
+    ``ended_by``: set once the group has ended when the backend itself ended it, not the server nor its own jobs
+    (Slurm's state and reason: ``Slurm job 17 TIMEOUT (TimeLimit)``, an administrator's ``scancel``); the
+    server records its members that had not finished as crashed with this reason."""
 
     alive: bool
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ended_by: str | None = None
 
 
 @runtime_checkable

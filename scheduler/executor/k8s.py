@@ -9,6 +9,12 @@ share that GPU". HAMi (CNCF sandbox, https://github.com/Project-HAMi/HAMi) does,
   time-sliced pairs (HAMi's own sharing);
 * ``nvidia.com/use-gputype`` names the GPU type as well, so a missing UUID still lands on the right type.
 
+These names are HAMi's documented pod annotations and resource names ("Pod configs: annotations" and the chart's
+``resourceName`` / ``resourceMemPercentage`` in https://github.com/Project-HAMi/HAMi/blob/master/docs/config.md;
+``mps`` is HAMi's ``MpsMode`` of ``nvidia.com/vgpu-mode`` beside ``hami-core`` and ``mig``);
+``tests/test_k8s_manifests.py`` checks every emitted pod against that list and against the Kubernetes API
+schema.
+
 Each pod asks for ``nvidia.com/gpu: N`` (one vGPU per physical GPU) and, in a pair, its share of the GPU's
 memory (``nvidia.com/gpumem-percentage``, default an equal share: 50 % in a pair, 33 % in a group of three;
 without it HAMi gives a vGPU the whole memory and the partners could not fit). GPU UUIDs and node names come
@@ -32,6 +38,7 @@ from typing import Any
 import yaml
 
 from common.errors import InputError
+from common.names import shown
 from profiler.campaign.ray_backend import ray_accelerator_name
 from profiler.gpu.sharing import sharing_mode
 from scheduler.executor.command import RunSettings, job_argv
@@ -46,6 +53,20 @@ HAMI_SCHEDULER = "hami-scheduler"
 _DNS_LABEL = re.compile(r"[^a-z0-9-]+")
 
 
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # RFC 1123 label, as Kubernetes requires
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")  # registry/name[:tag][@digest], no space or control
+
+
+def check_k8s_options(image: str, namespace: str | None) -> None:
+    """Refuse an image or namespace that is not one (one line): an empty image, a newline or a space in either."""
+    if not isinstance(image, str) or not _IMAGE.fullmatch(image):
+        raise InputError(f"{shown(image)} is not a container image reference", field="image",
+                         valid="e.g. registry.example.com/colocate:1.0 (no spaces or control characters)")
+    if namespace is not None and (not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace)):
+        raise InputError(f"{shown(namespace)} is not a Kubernetes namespace", field="namespace",
+                         valid="1-63 lower-case letters, digits or '-', starting and ending with a letter or digit")
+
+
 @dataclass(frozen=True)
 class K8sOptions:
     image: str = "colocate:latest"  # an image with this package, torch and CUDA
@@ -53,6 +74,9 @@ class K8sOptions:
     memory_percent_per_partner: int | None = None  # None: an equal share, 100 // members (50 %, 33 %)
     scheduler_name: str = HAMI_SCHEDULER
     python: str = "python3"
+
+    def __post_init__(self) -> None:
+        check_k8s_options(self.image, self.namespace)
 
 
 Inventory = dict[str, list[dict[str, Any]]]

@@ -22,15 +22,15 @@ from profiler.gpu.sharing import sharing_mode_names
 from scheduler.executor.base import JobStatus, LaunchReport, LaunchSettings
 from scheduler.executor.command import RunSettings
 from scheduler.executor.plan import LaunchPlan, load_plan
-from scheduler.executor.registry import EXECUTOR_NAMES, make_executor
+from scheduler.executor.registry import LAUNCH_BACKENDS, make_executor
 
-BACKENDS = EXECUTOR_NAMES
+BACKENDS = LAUNCH_BACKENDS  # slurm runs serve's groups; launch writes sbatch scripts instead (--emit slurm)
 EMITTERS = ("slurm", "k8s")
 DEVICES = ("auto", "cpu", "cuda")
 
 
 def _backend_names() -> tuple[str, ...]:
-    return EXECUTOR_NAMES
+    return LAUNCH_BACKENDS
 
 
 def _sharing_names() -> tuple[str, ...]:
@@ -77,13 +77,32 @@ class LaunchRequest:
             raise InputError(f"unknown device {shown(self.device)}", field="device", valid=", ".join(DEVICES))
         self._check_numbers()
         if self.emit is None and self.backend not in BACKENDS:
-            raise InputError(f"unknown backend {shown(self.backend)}", field="backend", valid=", ".join(BACKENDS))
+            raise InputError(f"unknown backend {shown(self.backend)}", field="backend",
+                             valid=", ".join(BACKENDS) + " (Slurm: --emit slurm DIR; Kubernetes: --emit k8s DIR)")
         if self.emit is not None and self.emit[0] not in EMITTERS:
             raise InputError(f"unknown emitter {shown(self.emit[0])}", field="emit", valid="slurm DIR, k8s DIR")
         for option_text in self.sbatch_options:
             if not option_text.startswith("--") or not option_text.isprintable():  # a newline would start a line
                 raise InputError(f"{shown(option_text)}", field="sbatch_options",
                                  valid="an sbatch option such as --time=04:00:00")
+        if self.emit is not None and self.emit[0] == "k8s":
+            self._check_k8s()
+        self._check_outputs()
+
+    def _check_k8s(self) -> None:
+        """What a pod manifest carries verbatim: an image reference and a namespace Kubernetes accepts."""
+        from scheduler.executor.k8s import check_k8s_options
+
+        check_k8s_options(self.image, self.namespace)
+
+    def _check_outputs(self) -> None:
+        """Where files go, checked before anything is read or written (nothing is created here)."""
+        from profiler.campaign.outdir import check_out_dir
+
+        if self.emit is not None:
+            check_out_dir(self.emit[1], field="--emit")
+        if self.log_dir is not None:
+            check_out_dir(self.log_dir, field="--log-dir")
 
     def _check_numbers(self) -> None:
         """Every numeric option finite and inside a documented range (NaN, inf and typos such as 1e12 refused)."""
@@ -149,7 +168,7 @@ def emit_plan(request: LaunchRequest, plan: LaunchPlan) -> EmittedFiles:
         raise ValueError("emit_plan needs a request with emit=(kind, folder)")
     kind, out_dir = request.emit
     if kind == "slurm":
-        from scheduler.executor.slurm import SlurmOptions, emit_slurm
+        from scheduler.executor.slurm.emit import SlurmOptions, emit_slurm
 
         options = SlurmOptions(extra=request.sbatch_options, typed_gres=request.typed_gres, grace_s=int(request.grace_s))
         written = emit_slurm(plan, out_dir, request.run, options)
@@ -197,6 +216,9 @@ def launch(
             on_plan(plan)
         return LaunchOutcome(plan, emitted=emit_plan(request, plan))
     settings = request.settings
+    from profiler.campaign.outdir import check_out_dir
+
+    check_out_dir(settings.log_dir, field="--log-dir")  # the default one too, before any job starts
     executor = make_executor(request.backend, address=request.address, num_cpus=request.num_cpus)
     if executor.runs_here:  # a back end elsewhere (Ray) checks its cluster inside run, once connected
         plan = select_node(plan, request.node)

@@ -21,11 +21,13 @@ Started from a Ray actor (``die_with_parent``), the supervisor also gets ``PR_SE
 its actor, and its jobs with it.
 
 ``GROUP.json``: ``{"key", "sharing", "cuda_visible_devices" (null on CPU), "grace_s", "pid_file",
-"jobs": [{"name", "argv", "env", "dir", "memory_limit_bytes"}]}``; a job's ``dir`` holds ``train.log`` (appended
-across restarts), ``progress.json``, ``checkpoint.pt``, ``exit.json`` and, when it ran out of GPU memory,
-``oom.json``. A member with a ``memory_limit_bytes`` (``colocate serve``: every member of a group) gets the
-sharing mode's own limit in its environment beside the group's daemon (MPS: ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``,
-:attr:`profiler.gpu.sharing.SharingMode.client_memory_env`); its ``COLOCATE_MEMORY_LIMIT_BYTES`` is in ``env``.
+"jobs": [{"name", "argv", "env", "dir", "memory_limit_bytes"}]}`` and, optional, ``"sharing_ready": true`` when the
+sharing mode is set up already (the Slurm backend's batch script runs the mode's ``slurm_setup``); a job's ``dir``
+holds ``train.log`` (appended across restarts), ``progress.json``, ``checkpoint.pt``, ``exit.json`` and, when it ran
+out of GPU memory, ``oom.json``. A member with a ``memory_limit_bytes`` (``colocate serve``: every member of a group)
+gets the sharing mode's own limit in its environment beside the group's daemon (MPS:
+``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, :attr:`profiler.gpu.sharing.SharingMode.client_memory_env`); its
+``COLOCATE_MEMORY_LIMIT_BYTES`` is in ``env``.
 """
 
 from __future__ import annotations
@@ -113,12 +115,7 @@ def spawn_supervisor(group_file: Path, *, env: dict[str, str] | None = None,
     """
     from scheduler.executor.command import PDEATHSIG_EXEC
 
-    doc = json.loads(group_file.read_text())
-    for job in doc["jobs"]:
-        Path(job["dir"]).mkdir(parents=True, exist_ok=True)
-        _write_atomic(Path(job["dir"]) / GENERATION_FILE, str(doc.get("key", "")))  # fences earlier copies
-        for name in (EXIT_FILE, PROGRESS_FILE, OOM_FILE):
-            _remove(Path(job["dir"]) / name)
+    prepare_jobs(json.loads(group_file.read_text()))
     argv = [sys.executable, "-m", "scheduler.executor.supervise", str(group_file)]
     if die_with_parent:  # the same pid after exec, with a parent-death signal
         argv = [sys.executable, "-c", PDEATHSIG_EXEC, str(os.getpid()), *argv]
@@ -128,6 +125,16 @@ def spawn_supervisor(group_file: Path, *, env: dict[str, str] | None = None,
         popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=full_env,
                                  start_new_session=True)
     return {"pid": popen.pid, "start_time": process_start_time(popen.pid)}
+
+
+def prepare_jobs(doc: dict[str, Any]) -> None:
+    """Before a new supervisor of ``doc`` starts (here or in a Slurm job): its generation fences earlier copies,
+    and the jobs' exit, progress and out-of-memory records of an earlier run are removed."""
+    for job in doc["jobs"]:
+        Path(job["dir"]).mkdir(parents=True, exist_ok=True)
+        _write_atomic(Path(job["dir"]) / GENERATION_FILE, str(doc.get("key", "")))
+        for name in (EXIT_FILE, PROGRESS_FILE, OOM_FILE):
+            _remove(Path(job["dir"]) / name)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -225,7 +232,8 @@ def _write_exit(job: dict[str, Any], code: int, stop_requested: bool, key: str |
 
 
 def supervise(doc: dict[str, Any]) -> int:
-    """Run the group of ``doc`` to its end (or until a stop request); returns 0."""
+    """Run the group of ``doc`` to its end (or until a stop request); returns the first status of a job that
+    failed without being asked to stop (128 + N for signal N), else 0 — a Slurm job fails with its member."""
     from profiler.gpu.sharing import sharing_mode
 
     stop: dict[str, float | None] = {"at": None}
@@ -241,13 +249,16 @@ def supervise(doc: dict[str, Any]) -> int:
     env = dict(os.environ)
     if doc.get("cuda_visible_devices") is not None:
         env["CUDA_VISIBLE_DEVICES"] = doc["cuda_visible_devices"]
+    failed = 0
     with ExitStack() as daemons:
-        # the group's sharing mode sets itself up for its jobs (MPS: a private daemon; solo "none": nothing)
+        # the group's sharing mode sets itself up for its jobs (MPS: a private daemon; solo "none": nothing),
+        # unless whoever started this supervisor did it already (a Slurm batch script: the mode's slurm_setup)
         mode = sharing_mode(doc["sharing"])
-        env.update(mode.enter(daemons, env.get("CUDA_VISIBLE_DEVICES"), None))
-        if mode.start_service is not None:  # MPS: the daemon owns the group's GPUs and remaps them from 0; a client
-            env.pop("CUDA_VISIBLE_DEVICES", None)  # that narrowed them again by index would find none (NVIDIA's docs)
-        devices = len(str(doc.get("cuda_visible_devices") or "0").split(","))
+        if not doc.get("sharing_ready"):
+            env.update(mode.enter(daemons, env.get("CUDA_VISIBLE_DEVICES"), None))
+            if mode.start_service is not None:  # MPS: the daemon owns the group's GPUs, remapped from 0; a client
+                env.pop("CUDA_VISIBLE_DEVICES", None)  # narrowing them again by index would find none (NVIDIA's docs)
+        devices = len(str(doc.get("cuda_visible_devices") or env.get("CUDA_VISIBLE_DEVICES") or "0").split(","))
         running = {}
         for job in doc["jobs"]:
             if stop["at"] is not None:  # stopped before it started: nothing ran, nothing to lose
@@ -272,6 +283,8 @@ def supervise(doc: dict[str, Any]) -> int:
                     del running[name]
                 elif code is not None:
                     _write_exit(job, code, asked is not None, key)
+                    if code != 0 and asked is None and not failed:
+                        failed = code if code > 0 else 128 - code
                     del running[name]
                 elif asked is not None:
                     late = time.monotonic() - asked > float(doc.get("grace_s", 30.0))
@@ -279,7 +292,7 @@ def supervise(doc: dict[str, Any]) -> int:
                         _signal(popen.pid, signal.SIGKILL if late else signal.SIGTERM)
                         signalled.add(name)
             time.sleep(POLL_S)
-    return 0
+    return failed
 
 
 def request_job_stop(job_dir: Path) -> None:

@@ -97,6 +97,10 @@ def read_colocation_table(path: str | Path) -> "pd.DataFrame":
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         raise InputError(f"not a readable CSV ({type(err).__name__})", source=p, field="gpu_type",
                          valid="header " + ",".join(COLUMNS)) from None
+    if frame.empty and all(c in frame.columns for c in COLUMNS):  # a header alone is no table: say so
+        raise InputError("has a header but no pair rows", source=p, field="gpu_type",
+                         valid="at least one row gpu_type,type_a,type_b,ratio_a,ratio_b (for no pairs at all: "
+                               "--belief none, or leave --colocation out)")
     return validate_colocation_table(frame, source=str(p))
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import InputError
-from common.names import shown
+from common.names import check_name, shown
 from common.safe_load import load_json
 
 _JOB_NAME_RE = re.compile(r"^(?P<model>.+?) \(batch size (?P<batch>\d+)\)$")
@@ -61,6 +61,7 @@ def read_gavel_json(path: str | Path) -> dict[str, Any]:
         raise InputError("expected a non-empty object keyed by worker type", source=path, field="<top level>",
                          valid='{"v100": {"(\'ResNet-18 (batch size 64)\', 1)": {"null": 12.3, ...}}}')
     for gpu, jobs in data.items():
+        check_name(gpu, source=path, field="worker type", what="worker type (it names files and GPU types)")
         if not isinstance(jobs, dict):
             raise InputError("expected an object of job keys", source=path, field=gpu, valid="{job key: {'null': ...}}")
         for key, entry in jobs.items():

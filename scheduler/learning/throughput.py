@@ -31,14 +31,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from scheduler.learning.pollux_fit import fit_pollux
-from scheduler.model.goodput import (
-    EstimateArrays,
-    GoodputEstimate,
-    GoodputModel,
-    GoodputWrapper,
-    estimate_arrays,
-    statistical_efficiency,
-)
+from scheduler.model.efficiency import statistical_efficiency
+from scheduler.model.goodput import EstimateArrays, GoodputEstimate, GoodputModel, GoodputWrapper, estimate_arrays
 from scheduler.model.jobs import Job
 from scheduler.model.step_time import StepTimeModel
 

@@ -100,11 +100,15 @@ def cluster_from_dict(data: Any, *, source: str = "<cluster>") -> Cluster:
     if not isinstance(data, Mapping) or "gpu_types" not in data:
         raise InputError("a cluster file must be a mapping with a 'gpu_types' key", source=source,
                          field="gpu_types", valid="gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}")
-    unknown = set(data) - {"gpu_types", "name", "description"}
+    # slurm: how `colocate serve --backend slurm` asks Slurm for each type (scheduler.executor.slurm.settings)
+    unknown = set(data) - {"gpu_types", "name", "description", "slurm"}
     if unknown:
         raise InputError(f"unknown top-level key(s) {shown(sorted(map(str, unknown)))}", source=source,
                          field=sorted(map(str, unknown))[0][:40],
-                         valid="gpu_types, name, description")
+                         valid="gpu_types, name, description, slurm")
+    if "slurm" in data and not isinstance(data["slurm"], Mapping):
+        raise InputError("must be a mapping", source=source, field="slurm",
+                         valid="partition, time_limit, cpus_per_job, start_timeout_s, options, gpu_types (docs/scale-out.md)")
     raw_types = data["gpu_types"]
     if not isinstance(raw_types, Mapping) or not raw_types:
         raise InputError("must map at least one GPU type name to its description", source=source,

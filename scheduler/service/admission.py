@@ -23,7 +23,7 @@ from common.errors import InputError
 from common.names import is_safe_name
 from common.untrusted import printable
 from scheduler.service.jobspec import JobSpec
-from scheduler.service.store import FAILED, QUEUED, JobRow, StateStore
+from scheduler.service.store import FAILED, QUEUED, JobRow, StateStore, Transaction
 
 CLUSTER_META = "cluster"
 WAITING = "waiting: "  # prefix of the error column of a job that cannot run on the cluster served now
@@ -165,7 +165,7 @@ def stop_member(job_dir: Any) -> None:
         pass
 
 
-def record_set_aside(db: Any, set_aside: Mapping[tuple[str, str], str], recorded: set[tuple[str, str, str]]) -> None:
+def record_set_aside(db: Transaction, set_aside: Mapping[tuple[str, str], str], recorded: set[tuple[str, str, str]]) -> None:
     """Each row the state's reads set aside (:mod:`.rows`) becomes one ``set-aside`` event (and a stderr line)
     per server: ``recorded`` holds those already told."""
     for (table, key), problem in sorted(set_aside.items()):

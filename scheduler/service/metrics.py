@@ -123,7 +123,10 @@ class ServeMetrics:
             self.gpus_used.labels(gpu_type=t).set(len(used.get(t, ())))
             self.gpus_packed.labels(gpu_type=t).set(sum(1 for (gt, _, _), k in sharing.items() if gt == t and k > 1))
         counts: dict[str, int] = {}
-        for reason in loads(server.state.meta(META_KEY)).values():
+        queued = {r.name for r in rows if r.state == "queued"}
+        for name, reason in loads(server.state.meta(META_KEY)).items():
+            if name not in queued:  # a running job's note (why it is not scaled up) is no waiting reason
+                continue
             counts[reason.get("code", "?")] = counts.get(reason.get("code", "?"), 0) + 1
         for code in self._reasons | set(counts):
             self.waiting.labels(reason=code).set(counts.get(code, 0))

@@ -38,10 +38,9 @@ def valid_record(record: Any) -> bool:
 
 
 def load_records(text: str | None) -> list[dict[str, Any]]:
-    """The stored probe records; a damaged value (written behind the server's back) reads as no records (the
-    state database's reader sets such a value aside: :mod:`scheduler.service.rows`)."""
-    records = stored_json(text, list)
-    return records if all(valid_record(r) for r in records) else []
+    """The stored probe records; a damaged record (written behind the server's back) is left out (the state
+    database's reader records it as set aside: :mod:`scheduler.service.rows`)."""
+    return [r for r in stored_json(text, list) if valid_record(r)]
 
 
 def probe_samples(records: Sequence[Mapping[str, Any]]) -> dict[tuple[Any, ...], int]:

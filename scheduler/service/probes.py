@@ -41,7 +41,7 @@ from scheduler.model.cluster import Cluster
 from scheduler.model.colocation import ColocationTable
 from scheduler.service.probe_records import META_KEY, load_records
 from scheduler.service.rows import MIN_ITER_TIME_S
-from scheduler.service.store import ACTIVE_STATES, JobRow, StateStore
+from scheduler.service.store import ACTIVE_STATES, JobRow, StateStore, Transaction
 
 RUNNING, DONE, FAILED, INTERRUPTED = "running", "done", "failed", "interrupted"
 Gpu = tuple[str, int, int]  # (GPU type, node within the type, GPU on the node)
@@ -72,7 +72,7 @@ class ProbeConfig:
         check_number(self.warmup_iters, field="warmup_iters", low=0, high=10000, integer=True)
         check_number(self.min_window_iters, field="min_window_iters", low=1, high=100000, integer=True)
         check_number(self.min_window_s, field="min_window_s", low=0, high=3600)
-        check_number(self.timeout_s, field="timeout_s", low=1, high=86400)
+        check_number(self.timeout_s, field="timeout_s", low=0, high=86400, low_open=True, valid="seconds in (0, 86400]")
         check_number(self.max_running, field="max_running", low=1, high=64, integer=True)
         check_number(self.min_pair_gain, field="min_pair_gain", low=0, high=3)
 
@@ -304,7 +304,7 @@ class ProbeManager:
         if gone:
             self._save(*[("probe-interrupted", f"{r['key']}: {why}") for r in gone])
 
-    def _save(self, *events: tuple[str, str], db: Any = None) -> None:
+    def _save(self, *events: tuple[str, str], db: Transaction | None = None) -> None:
         if db is None:
             with self.state.transaction() as tx:
                 self._save(*events, db=tx)
@@ -335,7 +335,7 @@ def _read_result(directory: Path) -> dict[str, Any] | None:
     return result if good else None
 
 
-def _observe(db: Any, record: Mapping[str, Any], run: Mapping[str, Any]) -> list[list[Any]]:
+def _observe(db: Transaction, record: Mapping[str, Any], run: Mapping[str, Any]) -> list[list[Any]]:
     """One run's iteration times as observations at one GPU: solo (partner type ''), or each member against
     the other's type; returns the measurement keys written."""
     apps = {f"{model}@{batch}": (app, int(batch)) for app, model, batch in record["members"]}  # runner's labels
@@ -345,7 +345,7 @@ def _observe(db: Any, record: Mapping[str, Any], run: Mapping[str, Any]) -> list
     wrote = []
     for i, ((app, batch), iter_time) in enumerate(zip(members, run["iter_time_s"])):
         partner = job_type(*members[1 - i]) if len(members) == 2 else ""
-        key = [app, record["gpu_type"], 1, batch, partner]
-        db.add_measurement(*key, float(iter_time))
-        wrote.append(key)
+        gpu_type = str(record["gpu_type"])
+        db.add_measurement(app, gpu_type, 1, batch, partner, float(iter_time))
+        wrote.append([app, gpu_type, 1, batch, partner])
     return wrote

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -130,8 +131,21 @@ def check_job(values: Mapping[str, Any]) -> None:
     int_list(values.get("gpus"), "gpus")
 
 
-def check_group(values: Mapping[str, Any], job_names: set[str]) -> dict[str, Any]:
-    """A ``groups`` row as the server uses it (``{"executor", "handle", "jobs", "created_at"}``)."""
+@dataclass(frozen=True)
+class GroupRecord:
+    """A ``groups`` row as the server uses it: the group's document (what its supervisor runs), the handle its
+    executor returned (how to find the group again after a restart), its jobs and when it was created."""
+
+    key: str
+    executor: str
+    doc: dict[str, Any]
+    handle: dict[str, Any]
+    jobs: tuple[str, ...]
+    created_at: float
+
+
+def check_group(values: Mapping[str, Any], job_names: set[str]) -> GroupRecord:
+    """A ``groups`` row checked (:class:`BadRow` when it is not one the server wrote)."""
     key = values.get("key")
     _name(values, "key")
     _name(values, "executor")
@@ -149,7 +163,7 @@ def check_group(values: Mapping[str, Any], job_names: set[str]) -> dict[str, Any
     _check_document(doc, str(key), jobs)
     if "pid" in started and not in_range(started["pid"], 2, MAX_PID, integer=True):  # never signal init or nonsense
         raise BadRow(f"column 'handle': pid {shown(started['pid'])} is not a process id")
-    return {"executor": values["executor"], "handle": handle, "jobs": jobs, "created_at": float(values["created_at"])}
+    return GroupRecord(str(key), str(values["executor"]), doc, started, tuple(jobs), float(values["created_at"]))
 
 
 def _check_document(doc: Mapping[str, Any], key: str, jobs: list[str]) -> None:
@@ -294,9 +308,28 @@ META_CHECKS: dict[str, Callable[[str], Any]] = {
     "rounds": _counter, "groups": _counter, "server_pid": _counter, "heartbeat": _time, "round_s": _duration,
     "startup_s": _json_value(dict, _startup), "waiting": _json_value(dict, _reason),
     "cluster": _json_value(dict, _gpus), "instance": lambda text: _safe_text(text),
-    "probes": _json_value(list, lambda _, record: valid_record(record)),
+    "probes": lambda text: _records(text),
     "memory": _json_value(dict, _memory),
 }
+
+
+class Partly(BadRow):
+    """A meta value usable in part: ``value`` is what is left once the bad entries are set aside."""
+
+    def __init__(self, problem: str, value: Any) -> None:
+        super().__init__(problem)
+        self.value = value
+
+
+def _records(text: str) -> Any:
+    """The probe records: a list; a malformed record is set aside on its own, the others are kept."""
+    records = _json_value(list, lambda _, record: True)(text)
+    good = [r for r in records if valid_record(r)]
+    if len(good) < len(records):
+        bad = next(i for i, r in enumerate(records) if not valid_record(r))
+        raise Partly(f"{len(records) - len(good)} malformed probe record(s), the first at index {bad}; "
+                     "the others are kept", good)
+    return records
 
 
 def _safe_text(text: str) -> str:
@@ -306,7 +339,8 @@ def _safe_text(text: str) -> str:
 
 
 def check_meta(key: str, value: Any) -> Any:
-    """The value of meta ``key`` as its readers use it; :class:`BadRow` when it is not one."""
+    """The value of meta ``key`` as its readers use it; :class:`BadRow` when it is not one (:class:`Partly`
+    when part of it is usable)."""
     if not isinstance(value, str):
         raise BadRow(f"{shown(value)} is not a text")
     check = META_CHECKS.get(key)

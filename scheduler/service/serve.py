@@ -37,7 +37,8 @@ class ServeRequest:
 
     cluster: Path = option(help="Cluster YAML: gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}.")
     state: Path = option(help="State directory (created if missing): database, job logs, checkpoints.")
-    backend: str = option("ray", "Where groups run: ray (a Ray cluster; --address) or local (this node).",
+    backend: str = option("ray", "Where groups run: ray (a Ray cluster; --address), slurm (a Slurm cluster: one "
+                                 "batch job per group, the cluster file's slurm section) or local (this node).",
                           choices=_backend_names)
     address: str | None = option(None, "Ray cluster address.", show_default="RAY_ADDRESS, else start one")
     colocation: Path | None = option(None, "Colocation table CSV (prior pair ratios).",
@@ -104,6 +105,8 @@ def serve_forever(request: ServeRequest, *, should_stop: Callable[[], bool] = la
 
     config = request.config
     check_sharing_device(config.sharing, config.device, request.backend)
+    # the backend refuses before the first write too (Slurm's commands, the cluster file's slurm section, Ray)
+    make_executor(request.backend, address=request.address, cluster_file=request.cluster)
     _state_target(request.state)
     cluster = load_cluster(request.cluster)
     base = load_goodput_model(request.profiles) if request.profiles is not None else None
@@ -121,7 +124,8 @@ def serve_forever(request: ServeRequest, *, should_stop: Callable[[], bool] = la
         if announce is not None:
             announce(f"colocation: {origin}")
         state = StateStore(request.state, lock_wait_s=60.0)  # the server outwaits a reader's lock
-        executor = make_executor(request.backend, address=request.address, instance=_instance(state))
+        executor = make_executor(request.backend, address=request.address, instance=_instance(state),
+                                 cluster_file=request.cluster)
         admission.record_cluster(state, cluster)  # submit refuses what this cluster can never run
         server = Server(state, cluster, executor, config, profiles=base, colocation=table)
         server.acquire(lock)

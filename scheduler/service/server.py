@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.executor.base import Executor
+from scheduler.executor.base import Executor, GroupPoll
 from scheduler.executor.job_files import checked_files
 from scheduler.learning.measured import learned_ratios
 from scheduler.learning.online import LearnedGoodputModel, policy_table, round_job_types
@@ -45,8 +45,9 @@ from scheduler.service import lock as server_lock
 from scheduler.service.batch_hold import HeldBatchModel, batch_holds
 from scheduler.service.config import ServeConfig
 from scheduler.service.probes import ProbeManager, probing_enabled
+from scheduler.service.rows import GroupRecord
 from scheduler.service.stability import fold_startup, hurting_members, load_startups, pinned_jobs
-from scheduler.service.store import CANCELLED, QUEUED, RUNNING, JobRow, StateStore
+from scheduler.service.store import CANCELLED, QUEUED, RUNNING, JobRow, StateStore, Transaction
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ class Server:
             self.probes.after_round(self.state.jobs(), table, (g for u in self._pending for g in rounds.unit_gpus(u)))
         enact_s, enact_cpu = time.perf_counter() - enacting, time.process_time() - enacting_cpu
         reasons = waiting.reasons([*rows, *held_back], self.cluster, decision, placement, self._pending, table, policy_jobs,
-                                  self.policy)
+                                  self.policy, model=context.goodput)
         number = (self.state.meta_value("rounds") or 0) + 1  # a damaged counter is set aside and restarts
         total, total_cpu = time.perf_counter() - began, time.process_time() - began_cpu
         with self.state.transaction() as db:
@@ -196,7 +197,7 @@ class Server:
         groups = self.state.groups()
         live = [r for r in rows if r.state == RUNNING and r.group_key in groups and r.group_key not in self._stopping
                 and r.group_key not in breaking]
-        running = [(r.name, r.spec.app, groups[r.group_key]["created_at"], r.sample_step is not None) for r in live]
+        running = [(r.name, r.spec.app, groups[r.group_key].created_at, r.sample_step is not None) for r in live]
         startups = {app: mean for app, (mean, _) in self._startups.items()}
         held = pinned_jobs(running, now, self.config.stability, self.config.round_s, startups,
                            self.config.start_timeout_s)
@@ -288,7 +289,7 @@ class Server:
         files misbehaves (stopped, counted as a crash). A running job whose group record is gone (set aside as
         damaged) crashed too: it is retried in a new group, which fences any copy still running."""
         groups = self.state.groups()
-        polls = {key: self.executor.poll(g["handle"]["handle"], g["handle"]["doc"]) for key, g in groups.items()}
+        polls = {key: self.executor.poll(g.handle, g.doc) for key, g in groups.items()}
         rows = {r.name: r for r in self.state.jobs()}
         orphans = [r for r in rows.values() if r.state == RUNNING and r.group_key not in groups]
         if not groups and not orphans:
@@ -306,18 +307,21 @@ class Server:
                 self._startups_changed = False
         for key in finished:
             self._stopping.pop(key, None)
-            self.executor.release(groups[key]["handle"]["handle"], groups[key]["handle"]["doc"])
+            self.executor.release(groups[key].handle, groups[key].doc)
 
-    def _collect_group(self, db: Any, key: str, group: dict[str, Any], poll: Any, rows: dict[str, JobRow],
-                       stopping: bool) -> bool:
+    def _collect_group(self, db: Transaction, key: str, group: GroupRecord, poll: GroupPoll | None,
+                       rows: dict[str, JobRow], stopping: bool) -> bool:
         """Fold one group's poll into its jobs' rows; True when every member has ended.
 
         A group asked to stop that vanished without exit records (killed before its supervisor could
         handle the signal, or after the grace) was stopped, not crashed: its jobs keep their checkpoints.
+        A group the backend ended itself (``poll.ended_by``: a Slurm time limit, an administrator's scancel)
+        crashed with the backend's reason, even where its jobs checkpointed on the way out.
         """
         ended: list[str] = []
-        members = [n for n in group["jobs"] if n in rows]
-        limits = {j["name"]: contract.limit_of(j.get("memory_limit_bytes")) for j in group["handle"]["doc"]["jobs"]}
+        ended_by = poll.ended_by if poll is not None and not stopping else None
+        members = [n for n in group.jobs if n in rows]
+        limits = {j["name"]: contract.limit_of(j.get("memory_limit_bytes")) for j in group.doc["jobs"]}
         if not members:  # every member's row is set aside: leave the group as it is
             return False
         for name in members:
@@ -335,13 +339,17 @@ class Server:
                 ended.append(name)
                 continue
             if row.sample_step is None and settle.fold_progress(db, row, files.get("progress"), rows):
-                fold_startup(self._startups, row.spec.app, time.time() - group["created_at"])  # first warm steps
+                fold_startup(self._startups, row.spec.app, time.time() - group.created_at)  # first warm steps
                 self._startups_changed = True
             elif row.sample_step is not None:
                 settle.fold_progress(db, row, files.get("progress"), rows)
             lingering = settle.finished_but_lingering(db, row, files.get("progress"), self.config.stop_grace_s)
             if files.get("exit") is None and lingering:
                 settle.ended(db, row, {"returncode": 0, "stop_requested": False}, files.get("progress"), self._memory)
+                ended.append(name)
+            elif files.get("exit") is not None and ended_by and files["exit"].get("stop_requested") and not (
+                    row.cancel_requested or (files.get("progress") or {}).get("state") == "finished"):
+                settle.crashed(db, row, ended_by)
                 ended.append(name)
             elif files.get("exit") is not None:
                 settle.ended(db, row, files["exit"], files.get("progress"), self._memory, files.get("oom"),
@@ -351,7 +359,7 @@ class Server:
                 settle.ended(db, row, {"returncode": None, "stop_requested": True}, files.get("progress"), self._memory)
                 ended.append(name)
             elif poll is None or not poll.alive:
-                settle.crashed(db, row, "its group is gone (supervisor, runner or node died)")
+                settle.crashed(db, row, ended_by or "its group is gone (supervisor, runner or node died)")
                 ended.append(name)
         alone = [n for n in members if n not in ended]
         if ended:
@@ -367,7 +375,7 @@ class Server:
         for key in keys:
             if key in groups and key not in self._stopping:
                 self._stopping[key] = time.monotonic() + self.config.stop_grace_s + 15.0
-                self.executor.stop(groups[key]["handle"]["handle"], groups[key]["handle"]["doc"])
+                self.executor.stop(groups[key].handle, groups[key].doc)
 
     def stop_groups(self, keys: tuple[str, ...]) -> None:
         """Stop groups and wait until each has ended (or was killed after the grace): for shutdown and tests."""
@@ -382,7 +390,7 @@ class Server:
         now, groups = time.monotonic(), self.state.groups()
         overdue = [k for k, deadline in self._stopping.items() if now > deadline and k in groups]
         for key in overdue:
-            self.executor.release(groups[key]["handle"]["handle"], groups[key]["handle"]["doc"])
+            self.executor.release(groups[key].handle, groups[key].doc)
             self._stopping[key] = now + 5.0  # collect sees it gone (a stopped group, not a crash)
         self._stopping = {k: d for k, d in self._stopping.items() if k in groups}
 

@@ -14,12 +14,12 @@ from common.bounds import MAX_SECONDS
 from scheduler.learning.measured import job_type
 from scheduler.service import contract
 from scheduler.service.rows import MIN_ITER_TIME_S
-from scheduler.service.store import CANCELLED, COMPLETED, FAILED, QUEUED, JobRow
+from scheduler.service.store import CANCELLED, COMPLETED, FAILED, QUEUED, JobRow, Transaction
 
 WARMUP_STEPS = 3  # steps of a fresh process not measured (the trainer's own warm-up)
 
 
-def finished_but_lingering(db: Any, row: JobRow, progress: dict[str, Any] | None, grace_s: float) -> bool:
+def finished_but_lingering(db: Transaction, row: JobRow, progress: dict[str, Any] | None, grace_s: float) -> bool:
     """A job that reported "finished" but has not exited within the grace (a hung process-group teardown)
     is complete: its group is then released (killed) so it does not hold its GPUs."""
     if not progress or progress.get("state") != "finished":
@@ -30,7 +30,7 @@ def finished_but_lingering(db: Any, row: JobRow, progress: dict[str, Any] | None
     return time.time() - row.finished_at > grace_s
 
 
-def fold_progress(db: Any, row: JobRow, progress: dict[str, Any] | None, rows: dict[str, JobRow]) -> bool:
+def fold_progress(db: Transaction, row: JobRow, progress: dict[str, Any] | None, rows: dict[str, JobRow]) -> bool:
     """Fold a job's progress into its row; True when this poll took its first sample of this run."""
     if not progress:
         return False
@@ -52,7 +52,7 @@ def fold_progress(db: Any, row: JobRow, progress: dict[str, Any] | None, rows: d
     return row.sample_step is None and "sample_step" in fields
 
 
-def ended(db: Any, row: JobRow, exit: dict[str, Any], progress: dict[str, Any] | None,
+def ended(db: Transaction, row: JobRow, exit: dict[str, Any], progress: dict[str, Any] | None,
       memory: dict[str, dict[str, Any]], oom: dict[str, Any] | None = None, limit: int | None = None) -> None:
     """Settle a job whose run ended: completed, cancelled, stopped for a change (back to the queue), out of
     memory under its limit (back to the queue, estimate raised: :func:`contract.record_oom`) or crashed."""
@@ -78,7 +78,7 @@ def ended(db: Any, row: JobRow, exit: dict[str, Any], progress: dict[str, Any] |
         crashed(db, row, f"exit status {exit.get('returncode')}: {exit.get('last_line', '')}")
 
 
-def crashed(db: Any, row: JobRow, reason: str) -> None:
+def crashed(db: Transaction, row: JobRow, reason: str) -> None:
     """A crash: retried up to the job's ``max_retries``, then failed with ``reason``."""
     crashes = row.crashes + 1
     cleared = {"group_key": None, "sample_step": None, "sample_elapsed": None}

@@ -35,6 +35,8 @@ from scheduler.service.jobspec import JobSpec
 from scheduler.service.rows import (
     MAX_COUNT,
     BadRow,
+    GroupRecord,
+    Partly,
     check_event,
     check_group,
     check_job,
@@ -197,7 +199,7 @@ class StateStore:
         self._conn.close()
 
     @contextmanager
-    def transaction(self) -> Iterator["_Tx"]:
+    def transaction(self) -> Iterator["Transaction"]:
         """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on any exception)."""
         from scheduler.service.state_open import database_errors
 
@@ -207,7 +209,7 @@ class StateStore:
                                  valid="a command that writes (submit, cancel, serve)")
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                yield _Tx(self._conn)
+                yield Transaction(self._conn)
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
@@ -226,19 +228,19 @@ class StateStore:
         """Before a full read of ``table``: its rows' earlier problems are found again, or were fixed."""
         self.set_aside = {k: v for k, v in self.set_aside.items() if k[0] != table}
 
-    def _job_row(self, raw: sqlite3.Row) -> JobRow | None:
+    def _job_row(self, raw: sqlite3.Row, seen: dict[tuple[Any, ...], JobRow]) -> JobRow | None:
+        """The row checked and built, or None when it is set aside; ``seen`` collects the rows built."""
         key = tuple(raw)  # an unchanged row (most queued jobs, most rounds) is not rebuilt
         row = self._rows.get(key)
-        if row is not None:
-            return row
-        values = dict(raw)
-        try:
-            check_job(values)
-            row = JobRow.from_sql(raw, self._specs, str(self.path))
-        except BadRow as err:
-            self._note("jobs", values, str(err))
-            return None
-        self._rows[key] = row
+        if row is None:
+            values = dict(raw)
+            try:
+                check_job(values)
+                row = JobRow.from_sql(raw, self._specs, str(self.path))
+            except BadRow as err:
+                self._note("jobs", values, str(err))
+                return None
+        seen[key] = row
         return row
 
     @_guarded
@@ -251,12 +253,16 @@ class StateStore:
             args = states
         else:
             self._forget("jobs")
-            self._rows = {}  # a full read bounds the cache to the jobs' current versions
-        rows = []
+        rows: list[JobRow] = []
+        seen: dict[tuple[Any, ...], JobRow] = {}
         for raw in self._conn.execute(query + " ORDER BY seq", args):
-            row = self._job_row(raw)
+            row = self._job_row(raw, seen)
             if row is not None:
                 rows.append(row)
+        if states:
+            self._rows.update(seen)
+        else:
+            self._rows = seen  # a full read bounds the cache to the jobs' current versions
         return rows
 
     @_guarded
@@ -270,11 +276,11 @@ class StateStore:
     def job(self, name: str) -> JobRow | None:
         """The job ``name``; None when there is none or its row is set aside."""
         row = self._conn.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
-        return self._job_row(row) if row else None
+        return self._job_row(row, {}) if row else None
 
     @_guarded
-    def groups(self) -> dict[str, dict[str, Any]]:
-        """The usable ``groups`` rows by key: ``{"executor", "handle", "jobs", "created_at"}``."""
+    def groups(self) -> dict[str, GroupRecord]:
+        """The usable ``groups`` rows by key."""
         names = {r[0] for r in self._conn.execute("SELECT name FROM jobs")}
         self._forget("groups")
         out = {}
@@ -335,6 +341,10 @@ class StateStore:
             return None
         try:
             value = check_meta(key, row[0])
+        except Partly as err:  # usable in part: its readers leave the bad entries out too
+            self._note("meta", {"key": key}, str(err))
+            self._meta_text[key] = row[0]
+            return err.value
         except BadRow as err:
             self._note("meta", {"key": key}, str(err))
             return None
@@ -390,7 +400,7 @@ class StateStore:
             return str(row[0])
 
 
-class _Tx:
+class Transaction:
     """The connection inside a transaction, with the few writes the round loop needs."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:

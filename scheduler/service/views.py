@@ -10,9 +10,10 @@ from scheduler.service.store import StateStore
 
 def job_views(state: StateStore) -> list[dict[str, Any]]:
     """One dict per job: state, GPU type and count, batch, partner, progress, measured throughput, restarts, for a
-    queued job why it waits (the last round's reason, :mod:`.waiting`), and its share of a GPU (:mod:`.contract`):
-    the slowdown measured in its group (None when unknown: alone, queued, or not measured both ways yet), the
-    memory limit it runs under, its own bound, and its out-of-memory failures."""
+    queued job why it waits, for a running adaptive one why it is not scaled up (``note``; the last round's reasons,
+    :mod:`.waiting`), and its share of a GPU (:mod:`.contract`): the slowdown measured in its group (None when unknown:
+    alone, queued, or not measured both ways yet), the memory limit it runs under, its own bound, and its
+    out-of-memory failures."""
     from scheduler.service.contract import measured_slowdown, memory_records
     from scheduler.service.waiting import META_KEY, loads
 
@@ -35,6 +36,7 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
             "application": row.spec.app, "error": row.error or row.invalid, "submitted_at": row.submitted_at,
             "finished_at": row.finished_at,
             "waiting": reasons.get(row.name) if row.state == "queued" else None,
+            "note": reasons.get(row.name) if row.state == "running" else None,  # e.g. why it is not scaled up
             "slowdown": round(slowdown, 3) if slowdown is not None else None,
             "memory_limit_gb": round(limit / 2**30, 3) if limit else None,
             "max_slowdown": row.spec.max_slowdown, "exclusive": row.spec.exclusive,
@@ -48,7 +50,7 @@ def running_limits(state: StateStore) -> dict[str, int]:
 
     out: dict[str, int] = {}
     for group in state.groups().values():
-        for job in group["handle"]["doc"].get("jobs", []):
+        for job in group.doc.get("jobs", []):
             limit = limit_of(job.get("memory_limit_bytes")) if isinstance(job, dict) else None
             if limit is not None:
                 out[str(job.get("name"))] = limit

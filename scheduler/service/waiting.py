@@ -19,6 +19,15 @@ code                          meaning
 ``fair-share``                all GPUs busy with jobs at their share; it starts when one ends or when a
                               change pays for its restarts
 ============================  =======================================================================
+
+A *running* adaptive job on fewer GPUs than it may use while GPUs of its type stay idle gets a reason too
+(``colocate jobs`` shows it, the waiting-jobs metric does not count it):
+
+============================  =======================================================================
+``held``                      within its minimum run (or still warming up): it keeps its allocation
+``not-scaled``                more GPUs are predicted to add too little goodput (the figure is shown) to
+                              pay for the restart a resize costs, or none at all
+============================  =======================================================================
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from common.safe_load import stored_json
-from scheduler.service.store import QUEUED, JobRow
+from scheduler.service.store import QUEUED, RUNNING, JobRow
 
 if TYPE_CHECKING:  # pragma: no cover  (``colocate jobs`` reads the reasons without importing the scheduler)
     from scheduler.model.cluster import Cluster
@@ -40,8 +49,10 @@ PACKING_POLICIES = ("colocate", "colocate-triples", "gandiva", "gavel-packed")
 
 
 def reasons(rows: Sequence[JobRow], cluster: Cluster, decision: RoundDecision | None, placement: Placement | None,
-            pending: Sequence[Any], table: Any, jobs: Sequence[Job], policy: Any) -> dict[str, dict[str, str]]:
-    """``{job: {"code", "text"}}`` for every queued job that did not start this round."""
+            pending: Sequence[Any], table: Any, jobs: Sequence[Job], policy: Any,
+            model: Any = None) -> dict[str, dict[str, str]]:
+    """``{job: {"code", "text"}}`` for every queued job that did not start this round, and every running adaptive
+    job kept on fewer GPUs than it may use while some of its type are idle (``model``: the round's goodput)."""
     allocated = decision.by_job() if decision else {}
     used = decision.gpus_used() if decision else {}
     unplaced = set(placement.unplaced) if placement else set()
@@ -49,6 +60,11 @@ def reasons(rows: Sequence[JobRow], cluster: Cluster, decision: RoundDecision | 
     by_name = {j.name: j for j in jobs}
     out = {}
     for row in rows:
+        if row.state == RUNNING:
+            note = _not_scaled(row, cluster, used, allocated, by_name, model)
+            if note is not None:
+                out[row.name] = {"code": note[0], "text": note[1]}
+            continue
         if row.state != QUEUED:
             continue
         if row.name in freeing:
@@ -61,6 +77,30 @@ def reasons(rows: Sequence[JobRow], cluster: Cluster, decision: RoundDecision | 
             code, text = _unallocated(row, cluster, used, allocated, table, by_name, policy)
         out[row.name] = {"code": code, "text": text}
     return out
+
+
+def _not_scaled(row: JobRow, cluster: Cluster, used: dict[str, int], allocated: dict[str, Any],
+                jobs: dict[str, Job], model: Any) -> tuple[str, str] | None:
+    """Why a running adaptive job stays on fewer GPUs than it may use while GPUs of its type are idle."""
+    job, where = jobs.get(row.name), allocated.get(row.name)
+    if job is None or where is None or not row.spec.adaptive or where.others:
+        return None
+    n, gpu = where.num_gpus, where.gpu_type
+    ceiling = min(row.spec.max_gpus or cluster.capacity(gpu), cluster.capacity(gpu))
+    idle = cluster.capacity(gpu) - used.get(gpu, 0)
+    if n >= ceiling or idle <= 0:
+        return None
+    more = min(ceiling, n + idle)
+    if job.pinned:
+        return "held", (f"on {n} of up to {ceiling} GPU(s), {idle} idle: it keeps its allocation for its minimum run "
+                        "(a resize restarts it)")
+    now = model.estimate(job, gpu, n) if model is not None else None
+    then = model.estimate(job, gpu, more) if model is not None else None
+    if now is None or then is None or not now.goodput > 0:
+        return "not-scaled", f"on {n} of up to {ceiling} GPU(s), {idle} idle: no goodput estimate for {more} GPU(s)"
+    gain = then.goodput / now.goodput
+    return "not-scaled", (f"on {n} of up to {ceiling} GPU(s), {idle} idle: {more} GPU(s) are predicted at "
+                          f"×{gain:.2f} its goodput, too little to pay for the restart a resize costs")
 
 
 def _types(row: JobRow, cluster: Cluster) -> list[str]:

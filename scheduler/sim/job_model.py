@@ -436,7 +436,8 @@ def scaled_table(table: ColocationTable, strength: float) -> ColocationTable:
 def _load_profiles(path: str, applications: tuple[str, ...] | None, gpu_types: tuple[str, ...] | None,
                    efficiency: str, step_times: str) -> GoodputModel:
     from scheduler.formats.profiles import is_sia_traces_dir, read_gns_curves, read_sia_profiles
-    from scheduler.model.goodput import ProfileGoodputModel, read_validation_curves
+    from scheduler.model.efficiency import read_validation_curves
+    from scheduler.model.goodput import ProfileGoodputModel
 
     p = Path(path)
     if is_sia_traces_dir(p):

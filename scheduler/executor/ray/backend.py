@@ -10,7 +10,7 @@ group asks for it. Ray chooses the node and GPU indices inside the GPU type; the
 GPU numbers are advisory here.
 
 Progress: tasks report job statuses to a small actor
-(:class:`~scheduler.executor.progress_board.ProgressBoard`, alive before any task starts) that the driver polls.
+(:class:`~scheduler.executor.ray.progress_board.ProgressBoard`, alive before any task starts) that the driver polls.
 Logs are written on the worker's node under the same ``--log-dir`` path (a shared file system makes them
 visible on the driver); a failed job's last log line comes back in its status.
 Ctrl-C or SIGTERM on the driver cancels every task with ``force=True``: the worker dies and its job
@@ -43,7 +43,7 @@ from profiler.campaign.ray_backend import ROUTING_FRACTION, require_ray, routing
 from scheduler.executor.base import GroupPoll, JobStatus, LaunchReport, LaunchSettings
 from scheduler.executor.local import run_groups
 from scheduler.executor.plan import GpuGroup, LaunchPlan
-from scheduler.executor.progress_board import ProgressBoard
+from scheduler.executor.ray.progress_board import ProgressBoard
 
 TASK_NAME_PREFIX = "colocate-group"
 POLL_INTERVAL_S = 0.5
@@ -216,7 +216,7 @@ class RayExecutor:
         return ray
 
     def check(self, plan: LaunchPlan, settings: LaunchSettings) -> None:
-        from scheduler.executor.ray_backend import check_ray
+        from scheduler.executor.ray.backend import check_ray
 
         self._connect()
         check_ray(plan)

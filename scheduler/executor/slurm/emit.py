@@ -8,7 +8,9 @@ GRES types can ask for ``--gres=gpu:<type>:N`` instead, see :class:`SlurmOptions
 * starts a private MPS control daemon when the group shares by MPS (pipe and log directories from
   ``mktemp -d``, mode 0700, exported to the daemon and both jobs) and quits exactly that daemon in an
   ``EXIT`` trap, after the jobs are gone;
-* starts every job of the group in the background in its own session, logging to ``$LOG_DIR/<job>.log``;
+* starts every job of the group in the background in its own session, logging to ``$LOG_DIR/<job>.log``,
+  with ``COLOCATE_CHECKPOINT=$LOG_DIR/<job>.checkpoint.pt`` (the built-in trainer saves it when stopped and
+  restores it when the script runs again);
 * forwards SIGTERM (``scancel``, and ``--signal=B:TERM@60`` before the time limit) to the jobs' process
   groups, gives them ``grace`` seconds, then SIGKILLs them;
 * exits with the first non-zero job status.
@@ -50,6 +52,8 @@ def _job_line(job: JobLaunch, group: GpuGroup, run: RunSettings) -> str:
     env = {**job_environment(job, group)}
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     assignments += f' COLOCATE_PROGRESS_FILE="{progress}"'
+    # the checkpoint a stopped job writes (scancel, the time limit) and the same script resumes from
+    assignments += f' COLOCATE_CHECKPOINT="$LOG_DIR/{safe_name(job.name)}.checkpoint.pt"'
     log = f'"$LOG_DIR/{safe_name(job.name)}.log"'
     if group.multi_node:
         command = _multi_node_command(job, group, run, progress)

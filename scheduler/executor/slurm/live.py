@@ -1,0 +1,286 @@
+"""Slurm as a live backend of ``colocate serve``: one Slurm job per GPU group, state read back from Slurm.
+
+**Start.** A group becomes one batch job (:func:`group_script`): one node, one task, the group's GPUs as GRES
+of its type (:mod:`.settings` maps the cluster file's GPU types to partitions, GRES types and
+constraints). The script sets up the group's sharing mode with the mode's own ``slurm_setup`` lines (MPS: a
+private control daemon, 0700 pipe and log directories) and quits it with ``slurm_teardown`` after the jobs,
+and runs the group's supervisor (:mod:`.supervise`: every job in its own session, exit records, stop files,
+generation fencing) in between. Slurm picks the node and the GPUs (it sets ``CUDA_VISIBLE_DEVICES``): the
+allocation's indices are advisory, as on Ray. :meth:`SlurmExecutor.start` waits until the job runs (or
+cancels it after ``start_timeout_s`` and the server requeues the jobs, Slurm's pending reason in the event).
+
+**State** comes from Slurm: ``squeue`` (one call for all groups per poll cycle), and for a job that left the
+queue ``sacct`` where accounting runs, else ``scontrol show job``; a controller that does not answer is no
+news (alive), a job it has forgotten is lost. The job is alive until Slurm says it ended;
+the jobs' progress and exit records are read from their directories (the state directory must be on a file
+system the nodes share, as must the Python environment).
+
+**Stop** = ``scancel --batch --signal=TERM``: the batch shell passes SIGTERM to the supervisor, which passes it
+to every job (checkpoint, exit) and kills what is left after the grace; the job then ends COMPLETED.
+**Release** = ``scancel``. A group Slurm ends itself — its time limit, an administrator's ``scancel``, a node
+failure — ends in another state (TIMEOUT, CANCELLED, NODE_FAIL, ...): :attr:`GroupPoll.ended_by` carries
+Slurm's state and reason, and the server records its unfinished jobs as crashed with it. Exit records of
+jobs stopped that way are held back while the job is still ending, so the reason is Slurm's, not "stopped".
+
+**Re-adoption.** The handle the server stores is the Slurm job id; every job is named
+``colocate-<instance>-<group>``, so a server killed between ``sbatch`` and storing the id finds it by name.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from common.errors import InputError
+from profiler.gpu.sharing import sharing_mode
+from scheduler.executor.base import GroupPoll, JobStatus, LaunchReport, LaunchSettings
+from scheduler.executor.job_files import last_line
+from scheduler.executor.plan import GpuGroup, LaunchPlan
+from scheduler.executor.slurm.settings import SlurmSettings, sbatch_options
+from scheduler.executor.supervise import STOP_FILE, group_files, prepare_jobs
+
+ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+         "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED")
+QUERY_CACHE_S = 1.0
+COMMAND_TIMEOUT_S = 60.0
+UNREACHABLE = "UNREACHABLE"  # our state for a job Slurm could not be asked about just now (alive, no news)
+STOP_MARK = ".stop-requested"  # beside the group's pid file: the server asked this group to stop
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """What Slurm says about one job: its id, state (``RUNNING``, ``TIMEOUT``, ...), reason and exit code."""
+
+    job_id: str
+    state: str
+    reason: str = ""
+    exit_code: str = ""
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+
+def group_script(doc: dict[str, Any], python: str) -> str:
+    """The batch script of one group: the sharing mode's set-up, the supervisor, the mode's tear-down."""
+    mode = sharing_mode(doc["sharing"])
+    group_file = Path(doc["pid_file"]).with_suffix(".json")
+    return "\n".join([
+        "#!/bin/bash",
+        f"# colocate serve --backend slurm: GPU group {doc['key']} ({', '.join(j['name'] for j in doc['jobs'])})",
+        "set -uo pipefail",
+        'SUPERVISOR=""', 'STOP=""', 'MPS_ROOT=""', 'MPS_STARTED=""',
+        "cleanup() {",
+        "  trap - EXIT INT TERM",
+        '  if [[ -n "$SUPERVISOR" ]]; then kill -TERM "$SUPERVISOR" 2>/dev/null; wait "$SUPERVISOR"; fi',
+        *mode.slurm_teardown,
+        "}",
+        "trap cleanup EXIT",
+        # SIGTERM (the server's stop) goes to the supervisor, which stops the jobs within the grace; the shell
+        # keeps waiting for it, so the job ends with the supervisor's status: 0, or the first failed job's
+        """trap 'STOP=1; [[ -n "$SUPERVISOR" ]] && kill -TERM "$SUPERVISOR" 2>/dev/null' TERM INT""",
+        *mode.slurm_setup,
+        '[[ -n "$STOP" ]] && exit 0',
+        f"{shlex.quote(python)} -m scheduler.executor.supervise {shlex.quote(str(group_file))} &",
+        "SUPERVISOR=$!",
+        # wait at least once: a supervisor that ended already (it could not start) still gives its status
+        'wait "$SUPERVISOR"; status=$?',
+        'while kill -0 "$SUPERVISOR" 2>/dev/null; do wait "$SUPERVISOR"; status=$?; done',
+        'SUPERVISOR=""',
+        'exit "$status"',
+        "",
+    ])
+
+
+class SlurmExecutor:
+    """Groups as Slurm jobs; ``run`` (``colocate launch``) is not offered: ``--emit slurm`` writes the scripts."""
+
+    name = "slurm"
+    runs_here = False
+
+    def __init__(self, settings: SlurmSettings, instance: str = "default", python: str = sys.executable) -> None:
+        self.settings = settings
+        self.instance = instance
+        self.python = python  # the supervisor's interpreter on the nodes (a shared environment)
+        self._runner = _run
+        self._queue: tuple[float, dict[str, SlurmJob] | None] = (0.0, {})
+
+    # -- launch ----------------------------------------------------------------------------------------------
+    def check(self, plan: LaunchPlan, settings: LaunchSettings) -> None:
+        raise InputError("the slurm backend runs colocate serve's groups", field="--backend",
+                         valid="colocate launch ... --emit slurm DIR, then DIR/submit_all.sh")
+
+    def run(self, plan: LaunchPlan, settings: LaunchSettings,
+            on_progress: Callable[[list[JobStatus]], None] | None = None) -> LaunchReport:
+        self.check(plan, settings)  # always refuses: colocate launch does not offer this backend
+        return LaunchReport(())
+
+    # -- live ------------------------------------------------------------------------------------------------
+    def job_name(self, key: str) -> str:
+        return f"colocate-{self.instance}-{key}"
+
+    def start(self, group: GpuGroup, doc: dict[str, Any]) -> dict[str, Any]:
+        group.require_single_node("colocate serve", "on Slurm")
+        runs = Path(doc["pid_file"]).parent
+        group_file = Path(doc["pid_file"]).with_suffix(".json")
+        script = group_file.with_suffix(".sbatch")
+        group_file.write_text(json.dumps({**doc, "cuda_visible_devices": None, "sharing_ready": True}))
+        script.write_text(group_script(doc, self.python))
+        _stop_mark(doc).unlink(missing_ok=True)
+        prepare_jobs(doc)
+        name = self.job_name(doc["key"])
+        options = sbatch_options(group.gpu_type, group.gpus_per_node, len(group.jobs), self.settings, job_name=name,
+                                 output=runs / f"{doc['key']}.slurm.out")
+        done = self._runner(["sbatch", "--parsable", *options, str(script)])
+        if done.returncode != 0:
+            raise RuntimeError(f"sbatch refused group {doc['key']}: {_first_line(done.stderr)}")
+        job_id = done.stdout.strip().split(";")[0]
+        handle = {"job_id": job_id, "name": name}
+        self._wait_running(job_id, doc["key"])
+        return handle
+
+    def _wait_running(self, job_id: str, key: str) -> None:
+        deadline = time.monotonic() + self.settings.start_timeout_s
+        while True:
+            job = self.query(job_id, fresh=True)
+            if job is None or job.state not in ("PENDING", UNREACHABLE):
+                return  # running, or already ended (the next poll tells how)
+            if time.monotonic() > deadline:
+                self._runner(["scancel", job_id])
+                why = f"pending ({job.reason})" if job.state == "PENDING" else "the controller did not answer"
+                raise RuntimeError(f"Slurm did not start group {key} (job {job_id}) within "
+                                   f"{self.settings.start_timeout_s:.0f} s: {why}")
+            time.sleep(0.5)
+
+    def poll(self, handle: dict[str, Any], doc: dict[str, Any]) -> GroupPoll | None:
+        job_id = handle.get("job_id") or self._find(doc["key"])
+        if job_id is None:
+            return None  # never submitted (the server died before sbatch), or unknown to Slurm
+        job = self.query(job_id)
+        if job is None:
+            return None
+        files = group_files(doc)
+        asked = _stop_mark(doc).exists()
+        if not job.ended and not asked:  # a job stopped by Slurm, not by us: its end waits for Slurm's account
+            for name, record in files.items():
+                ended = record.get("exit")
+                if ended and ended.get("stop_requested") and not _stopped_alone(doc, name):
+                    record["exit"] = None
+        ended_by = None
+        if job.ended and job.state != "COMPLETED" and not asked:
+            ended_by = f"Slurm job {job.job_id} {self._detail(job)}"
+            output = last_line(Path(doc["pid_file"]).with_suffix(".slurm.out"))
+            if job.state == "FAILED" and output:  # the batch script itself failed: what it said last
+                ended_by += f": {output}"
+        return GroupPoll(not job.ended, files, ended_by)
+
+    def stop(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
+        _stop_mark(doc).touch()
+        job_id = handle.get("job_id") or self._find(doc["key"])
+        if job_id is not None:
+            self._runner(["scancel", "--batch", "--signal=TERM", job_id])
+
+    def release(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
+        """``scancel`` what is left — unless every job has its exit record: then the supervisor is done and the
+        batch script is tearing down (the MPS daemon quits after its clients), and ends by itself."""
+        job_id = handle.get("job_id") or self._find(doc["key"])
+        if job_id is None or all(files.get("exit") for files in group_files(doc).values()):
+            return
+        job = self.query(job_id, fresh=True)
+        if job is not None and not job.ended:
+            _stop_mark(doc).touch()
+            self._runner(["scancel", job_id])
+
+    # -- what Slurm says -------------------------------------------------------------------------------------
+    def query(self, job_id: str, fresh: bool = False) -> SlurmJob | None:
+        """The job as Slurm knows it now (None when it knows nothing of it)."""
+        when, queue = self._queue
+        if fresh or time.monotonic() - when > QUERY_CACHE_S:
+            queue = self._squeue()
+            self._queue = (time.monotonic(), queue)
+        if queue is None:  # the controller did not answer (busy, restarting): no news, not a loss
+            return SlurmJob(job_id, UNREACHABLE)
+        if job_id in queue:
+            return queue[job_id]
+        return self._accounted(job_id)
+
+    def _squeue(self) -> dict[str, SlurmJob] | None:
+        """This user's jobs in every state Slurm still shows (ended ones for MinJobAge), one call for all;
+        None when squeue failed."""
+        done = self._runner(["squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%r|%j"])
+        if done.returncode != 0:
+            return None
+        jobs = {}
+        for line in done.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) == 4 and parts[3].startswith(f"colocate-{self.instance}-"):
+                jobs[parts[0]] = SlurmJob(parts[0], parts[1].split()[0], parts[2])
+        return jobs
+
+    def _accounted(self, job_id: str) -> SlurmJob | None:
+        """A job that left squeue: from accounting (sacct), else from the controller (scontrol), else None."""
+        done = self._runner(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,Reason,ExitCode"])
+        for line in done.stdout.splitlines() if done.returncode == 0 else []:
+            parts = line.strip().split("|")
+            if len(parts) == 4 and parts[0] == job_id:
+                return SlurmJob(job_id, parts[1].split()[0], parts[2], parts[3])
+        done = self._runner(["scontrol", "show", "job", "-o", job_id])
+        if done.returncode != 0:  # a job the controller has forgotten is gone; any other failure is no news
+            return None if "Invalid job id" in done.stderr else SlurmJob(job_id, UNREACHABLE)
+        fields = _fields(done.stdout)
+        return SlurmJob(job_id, fields.get("JobState", UNREACHABLE), fields.get("Reason", ""), fields.get("ExitCode", ""))
+
+    def _scontrol(self, job_id: str) -> dict[str, str]:
+        done = self._runner(["scontrol", "show", "job", "-o", job_id])
+        return _fields(done.stdout) if done.returncode == 0 else {}
+
+    def _detail(self, job: SlurmJob) -> str:
+        """``TIMEOUT (TimeLimit)``, ``CANCELLED``, ``FAILED (exit code 3:0)``: the state and what explains it."""
+        if not job.exit_code:
+            fields = self._scontrol(job.job_id)
+            job = SlurmJob(job.job_id, job.state, fields.get("Reason", job.reason), fields.get("ExitCode", ""))
+        notes = [job.reason] if job.reason and job.reason != "None" else []
+        if job.state in ("FAILED", "OUT_OF_MEMORY") and job.exit_code:
+            notes.append(f"exit code {job.exit_code}")
+        return f"{job.state} ({', '.join(notes)})" if notes else job.state
+
+    def _find(self, key: str) -> str | None:
+        """The newest job named after group ``key`` (the server died before it stored the id)."""
+        done = self._runner(["squeue", "--me", "-h", "-t", "all", "-n", self.job_name(key), "-o", "%i"])
+        ids = sorted((line.strip() for line in done.stdout.splitlines() if line.strip().isdigit()), key=int)
+        return ids[-1] if done.returncode == 0 and ids else None
+
+
+def _fields(text: str) -> dict[str, str]:
+    """``scontrol show job -o``'s ``Key=Value`` words."""
+    return dict(word.split("=", 1) for word in text.split() if "=" in word)
+
+
+def _stop_mark(doc: dict[str, Any]) -> Path:
+    return Path(doc["pid_file"]).with_suffix(STOP_MARK)
+
+
+def _stopped_alone(doc: dict[str, Any], name: str) -> bool:
+    """Whether the server stopped this one job of the group (a cancelled member: its stop file)."""
+    job = next(j for j in doc["jobs"] if j["name"] == name)
+    return (Path(job["dir"]) / STOP_FILE).exists()
+
+
+def _first_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[0][:300] if lines else "no message"
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: {err}")
