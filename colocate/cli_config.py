@@ -163,7 +163,15 @@ def _cli_type(entry: Entry) -> Any:
         pass  # an option of several values (--emit slurm DIR)
     elif inner not in (bool, int, float, str, Path, list[str]):
         raise TypeError(f"{entry.key}: no command-line form for {entry.annotation!r}")
+    if _none_or_number(entry):
+        return Optional[str]  # noqa: UP045  (a number, or "none": parsed by parse_setting in _collect)
     return Optional[inner] if optional or entry.default is None else inner  # noqa: UP045  (Typer reads it)
+
+
+def _none_or_number(entry: Entry) -> bool:
+    """A number whose default is set but that may be None too (``--max-slowdown none``): the flag takes text."""
+    inner, optional = _optional_of(entry.annotation)
+    return optional and inner in (int, float) and entry.default is not None and entry.default is not _MISSING
 
 
 def _parameter(entry: Entry) -> inspect.Parameter:
@@ -317,6 +325,11 @@ def _collect(ctx: Any, spec: ConfigSpec, kwargs: dict[str, Any], settings: dict[
         value = found[0][1]
         if isinstance(value, list) and get_origin(_optional_of(entry.annotation)[0]) is tuple:
             value = tuple(value)
+        if isinstance(value, str) and _none_or_number(entry):
+            try:
+                value = parse_setting(entry, value)
+            except InputError as err:
+                raise InputError(err.detail, field=found[0][0], valid=f"{err.valid} or none") from None
         _check_choices(entry, value)
         _check_finite(entry, value)
         values[entry.path] = explicit[entry.dotted] = value

@@ -94,7 +94,26 @@ def test_good_records_are_read_with_their_numbers(tmp_path: Path) -> None:
     assert files["progress"]["step"] == 12 and files["progress"]["elapsed_s"] == 3.5
     assert files["exit"]["returncode"] == 0
     assert job_records(tmp_path / "missing", "progress.json", "exit.json") == {"progress": None, "exit": None,
-                                                                            "problem": None}
+                                                                            "oom": None, "problem": None}
+
+
+def test_an_out_of_memory_record_is_read_bounded_and_checked(tmp_path: Path) -> None:
+    """oom.json is written by the job (the built-in trainer; a command may): numbers in range or a named problem."""
+    from scheduler.executor.job_files import check_oom
+
+    _write(tmp_path, "oom.json", json.dumps({"reached_bytes": 3 * 2**30, "limit_bytes": 2 * 2**30, "local_batch": 64,
+                                             "message": "CUDA out of memory"}))
+    files = job_records(tmp_path, "progress.json", "exit.json", "oom.json")
+    assert files["problem"] is None and files["oom"]["reached_bytes"] == 3 * 2**30 and files["oom"]["local_batch"] == 64
+    for bad, field in (({"reached_bytes": -1}, "reached_bytes"), ({"limit_bytes": 1e30}, "limit_bytes"),
+                       ({"local_batch": 0}, "local_batch"), ({"message": "x" * 5000}, "message"),
+                       ({"reached_bytes": "lots"}, "reached_bytes")):
+        with pytest.raises(Exception, match=field):
+            check_oom(bad)
+    (tmp_path / "oom.json").unlink()
+    os.mkfifo(tmp_path / "oom.json")  # a job may leave a pipe there: named, never waited on
+    files = job_records(tmp_path, "progress.json", "exit.json", "oom.json")
+    assert files["oom"] is None and "oom.json" in files["problem"]
 
 
 def test_check_progress_accepts_the_trainers_records_and_bounds() -> None:

@@ -68,8 +68,26 @@ def random_instance(seed: int, num_jobs: int):
             memory_gb=rng.choice([None, 2.0, 5.0, 9.0]),
             age_s=rng.uniform(0, 600), restarts=rng.randint(0, 3),
             current_gpu_type=cur_type, current_num_gpus=rng.choice([1, 2]) if running else 0,
+            max_slowdown=rng.choice([None, None, 1.6, 2.0, 3.0]), exclusive=rng.random() < 0.1,
         ))
     return cluster, jobs, table, ratios, ColocationTable.from_rows(rows)
+
+
+HEADROOM = 0.1  # the stated memory headroom of a group member (scheduler.model.memory)
+
+
+def oracle_memory_fits(members: list[Job], gpu_memory_gb: float) -> bool:
+    """The memory rule written out: footprints (unknown ones as 0) plus 10 % each, plus a context per job."""
+    return sum((j.memory_gb or 0.0) * (1 + HEADROOM) + CONTEXT_GB for j in members) <= gpu_memory_gb + 1e-9
+
+
+def oracle_bounds_hold(members: list[Job], ratios: list[float], cfg: IlpConfig) -> bool:
+    """No exclusive member; each member's ratio at least 1 / its bound (its own, else the config's)."""
+    for job, r in zip(members, ratios):
+        bound = job.max_slowdown if job.max_slowdown is not None else cfg.max_slowdown
+        if job.exclusive or (bound is not None and r < 1 / bound - 1e-12):
+            return False
+    return True
 
 
 def oracle_pair_move(a: Job, b: Job, c, va: float, vb: float, cfg: IlpConfig) -> tuple[float, float]:
@@ -145,8 +163,9 @@ def brute_force(cluster: Cluster, jobs: list[Job], table, ratios, cfg: IlpConfig
                 r = ratios.get((c.gpu_type, jobs[i].application, jobs[k].application))
                 if r is None or r[0] <= 0 or r[1] <= 0 or r[0] + r[1] < 1 + cfg.min_benefit:
                     continue
-                mi, mk = jobs[i].memory_gb, jobs[k].memory_gb
-                if mi is not None and mk is not None and mi + mk + 2 * CONTEXT_GB > mem[c.gpu_type]:
+                if not oracle_memory_fits([jobs[i], jobs[k]], mem[c.gpu_type]):
+                    continue
+                if not oracle_bounds_hold([jobs[i], jobs[k]], list(r), cfg):
                     continue
                 if used[c.gpu_type] + c.num_gpus > cluster.capacity(c.gpu_type):
                     continue
@@ -173,8 +192,7 @@ def brute_force(cluster: Cluster, jobs: list[Job], table, ratios, cfg: IlpConfig
                 r = oracle_triple_ratios(ratios, c.gpu_type, trio)
                 if r is None or sum(r) < 1 + cfg.min_benefit:
                     continue
-                mems = [j.memory_gb for j in trio]
-                if None not in mems and sum(mems) + 3 * CONTEXT_GB > mem[c.gpu_type]:
+                if not oracle_memory_fits(trio, mem[c.gpu_type]) or not oracle_bounds_hold(trio, r, cfg):
                     continue
                 if used[c.gpu_type] + c.num_gpus > cluster.capacity(c.gpu_type):
                     continue
@@ -262,22 +280,27 @@ def test_matching_oracle_one_type_rigid_one_gpu_jobs(seed: int) -> None:
     cluster = Cluster({"v100": GpuType("v100", nodes=1, gpus_per_node=gpus, memory_gb=32)})
     jobs = [Job(f"j{n}", f"m{n}") for n in range(2 * gpus)]
     table = {(j.application, "v100", 1): rng.uniform(50, 500) for j in jobs}
-    rows, graph = [], nx.Graph()
+    rows, pairs = [], []
     beta = 0.05
     for a, b in itertools.combinations(jobs, 2):
         ra, rb = rng.uniform(0.3, 0.9), rng.uniform(0.3, 0.9)
         rows.append(("v100", a.application, b.application, ra, rb))
-        if ra + rb >= 1 + beta:
-            graph.add_edge(a.name, b.name, weight=ra + rb - 1)
-    matching = nx.max_weight_matching(graph)
-    expected = gpus + sum(graph[u][v]["weight"] for u, v in matching)
+        pairs.append((a.name, b.name, ra, rb))
     context = RoundContext(TableGoodputModel(table), colocation=ColocationTable.from_rows(rows))
-    for candidates, top_k in (("all", 0), ("top-k", len(jobs))):
-        cfg = IlpConfig(p=1.0, min_benefit=beta, pair_candidates=candidates, top_k=top_k, mip_gap=0.0)
-        decision = PackingPolicy(cfg).allocate(jobs, cluster, context)
-        check_decision(decision, jobs, cluster)
-        assert decision.objective == pytest.approx(expected, rel=1e-9)
-        assert sum(1 for a in decision.allocations if a.partner) // 2 == len(matching)
+    for bound in (None, 2.5):  # no slowdown bound, and the default: an edge only where both ratios >= 1/2.5
+        graph = nx.Graph()
+        for a_name, b_name, ra, rb in pairs:
+            if ra + rb >= 1 + beta and (bound is None or min(ra, rb) >= 1 / bound):
+                graph.add_edge(a_name, b_name, weight=ra + rb - 1)
+        matching = nx.max_weight_matching(graph)
+        expected = gpus + sum(graph[u][v]["weight"] for u, v in matching)
+        for candidates, top_k in (("all", 0), ("top-k", len(jobs))):
+            cfg = IlpConfig(p=1.0, min_benefit=beta, pair_candidates=candidates, top_k=top_k, mip_gap=0.0,
+                            max_slowdown=bound)
+            decision = PackingPolicy(cfg).allocate(jobs, cluster, context)
+            check_decision(decision, jobs, cluster)
+            assert decision.objective == pytest.approx(expected, rel=1e-9)
+            assert sum(1 for a in decision.allocations if a.partner) // 2 == len(matching)
 
 
 def sia_direct_objective(cluster: Cluster, jobs: list[Job], table, cfg: IlpConfig) -> float:

@@ -204,7 +204,7 @@ def test_unchanged_groups_are_kept_changed_ones_stopped_and_new_units_started() 
 def test_a_group_of_three_is_one_unit_kept_while_unchanged_and_measured_against_its_group(tmp_path: Path) -> None:
     from scheduler.model.policy import Allocation, JobPlacement, Placement, RoundDecision, SolverInfo
     from scheduler.service.rounds import current_placement, current_units, desired_units
-    from scheduler.service.server import group_type
+    from scheduler.service.settle import group_type
     from scheduler.service.store import RUNNING
 
     members = ("a", "b", "c")
@@ -261,9 +261,9 @@ def test_serve_explores_unknown_pairs_only_while_its_jobs_ask_for_every_gpu(tmp_
     tiny, resnet = Job("x", "tiny_cnn", batch_size=8), Job("y", "resnet18", batch_size=4)
     store.submit(job_from_dict({**JOB, "name": "a"}))
     store.submit(job_from_dict({**JOB, "name": "b", "model": "resnet18", "batch_size": 4}))
-    _, calm = server.learned(store.jobs())  # two 1-GPU jobs on 4 GPUs: the prior's means, no optimism
+    _, calm, _ = server.learned(store.jobs())  # two 1-GPU jobs on 4 GPUs: the prior's means, no optimism
     store.submit(job_from_dict({**JOB, "name": "c", "min_gpus": 2}))
-    _, busy = server.learned(store.jobs())  # they ask for all 4: unknown pairs planned optimistically
+    _, busy, _ = server.learned(store.jobs())  # they ask for all 4: unknown pairs planned optimistically
     assert calm is not None and busy is not None
     calm_ab, busy_ab = calm.lookup("t4", tiny, resnet), busy.lookup("t4", tiny, resnet)
     assert calm_ab is not None and busy_ab is not None and sum(calm_ab) < sum(busy_ab)

@@ -23,14 +23,14 @@ def _table(rows: list[dict[str, Any]], meta: str) -> Any:
     from common.untrusted import printable
 
     table = Table(title=Text(f"jobs · {printable(meta)}"))
-    for column in ("job", "state", "GPU type", "GPUs", "batch", "partner", "progress", "samples/s", "restarts",
-                   "crashes", "why waiting / not scaled / error"):
+    for column in ("job", "state", "GPU type", "GPUs", "batch", "partner", "progress", "samples/s", "slowdown",
+                   "restarts", "crashes", "why waiting / not scaled / error"):
         table.add_column(column, overflow="fold")
     for r in rows:
         progress = f"{r['step'] if r['target_unit'] == 'steps' else r['samples']}/{r['target']} {r['target_unit']}"
         cells = (r["name"], r["state"], r["gpu_type"] or "", str(r["num_gpus"] or ""), str(r["batch_size"] or ""),
                  r["partner"] or "", progress, f"{r['samples_per_s']:.1f}" if r["samples_per_s"] else "",
-                 str(r["restarts"]), str(r["crashes"]), _why(r))
+                 _slowdown(r), str(r["restarts"]), str(r["crashes"]), _why(r))
         table.add_row(*(Text(printable(cell)) for cell in cells))
     return table
 
@@ -42,6 +42,19 @@ def _server_line(status: dict[str, Any]) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(status["heartbeat"])) if status["heartbeat"] else None
     return ("no colocate serve is running on this state directory" + (f" (its last round: {when})" if when else "")
             + ": jobs shown running may still train, but nothing is updated until one is started")
+
+
+def _slowdown(row: dict[str, Any]) -> str:
+    """Measured solo time over its time in its group (blank when not measured: never a guess), and its memory
+    limit; ``exclusive`` or its own bound when it set one."""
+    parts = [f"{row['slowdown']:.2f}×" if row.get("slowdown") is not None else ""]
+    if row.get("memory_limit_gb"):
+        parts.append(f"≤{row['memory_limit_gb']:.1f} GiB")
+    if row.get("exclusive"):
+        parts.append("exclusive")
+    elif row.get("max_slowdown") is not None:
+        parts.append(f"bound {row['max_slowdown']:g}")
+    return " ".join(p for p in parts if p)
 
 
 def _why(row: dict[str, Any]) -> str:

@@ -16,7 +16,8 @@ REQUEST_SPEC = ConfigSpec("request", ServeRequest, panel="Where")
 # The ILP knobs serve shows as flags; the rest of the round ILP is set with --set serve.ilp.FIELD=VALUE.
 SERVE_SPEC = ConfigSpec("serve", ServeConfig, base=ServeConfig, panel="Scheduler",
                         flags=("policy", "round_s", "device", "sharing", "threads", "stop_grace_s", "ilp.restart_cost_s",
-                               "ilp.time_limit_s", "stability.min_run_s", "probe.enabled", "probe.budget_gpu_s"))
+                               "ilp.time_limit_s", "ilp.max_slowdown", "stability.min_run_s", "probe.enabled",
+                               "probe.budget_gpu_s"))
 
 
 def register(app: typer.Typer) -> None:

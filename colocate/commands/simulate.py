@@ -16,7 +16,7 @@ from scheduler.policies import POLICY_NAMES
 from scheduler.sim.config import SimConfig
 
 SIM_SPEC = ConfigSpec("sim", SimConfig, panel="Simulator", aliases=True)
-ILP_SPEC = ConfigSpec("ilp", IlpConfig, flags=("max_group_size",), panel="Round ILP (colocate, sia)")
+ILP_SPEC = ConfigSpec("ilp", IlpConfig, flags=("max_group_size", "max_slowdown"), panel="Round ILP (colocate, sia)")
 
 
 POLICY_HELP = "Scheduling policy (the README's policy table)."
@@ -107,7 +107,9 @@ def _print_summary(result: Any, title: str, out: Path | None) -> None:
         ("median JCT", _hours(s["p50_jct_s"])), ("p99 JCT", _hours(s["p99_jct_s"])),
         ("makespan", _hours(s["makespan_s"])), ("GPU-hours", f"{s['gpu_hours']:.1f}"),
         ("utilization", f"{s['utilization']:.1%}"), ("restarts", str(s["restarts"])),
-        ("packed fraction", f"{s['packed_fraction']:.1%}"), ("wall time", f"{s['wall_s']:.1f} s"),
+        ("packed fraction", f"{s['packed_fraction']:.1%}"),
+        ("worst slowdown in a group", f"{s['worst_slowdown']:.2f}×"),
+        ("job-time above its bound", f"{s['over_bound_fraction']:.1%}"), ("wall time", f"{s['wall_s']:.1f} s"),
     ]
     if result.meta.get("max_group_size", 2) >= 3:  # GPU-time share with three jobs on the GPUs
         rows.insert(-1, ("triple fraction", f"{s['triple_fraction']:.1%}"))

@@ -175,6 +175,14 @@ def _make_root(base: Path | None = None) -> Path:
     return root
 
 
+def pinned_memory_env(limit_bytes: int, devices: int = 1) -> dict[str, str]:
+    """One MPS client's device-memory limit: ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` = ``0=<MB>M,1=<MB>M,...`` over the
+    client's ``devices`` (ordinals as the client enumerates them; the daemon owns exactly the group's GPUs).
+    Allocations past it fail in that client alone (NVIDIA's MPS documentation, "Environment Variables")."""
+    megabytes = max(int(limit_bytes) // 2**20, 1)
+    return {"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": ",".join(f"{d}={megabytes}M" for d in range(max(devices, 1)))}
+
+
 def start_daemon(visible_device: str | None, *, nvml_index: int | None = None, start_timeout_s: float = 20.0,
                  base: Path | None = None) -> MpsDaemon:
     """Start a private control daemon and wait until it answers on our pipe; raise :class:`MpsUnavailable`."""

@@ -17,7 +17,11 @@ Each :class:`SharingMode` says everything a layer needs about a mode, so no code
   script (``scheduler.executor.slurm``: launch's scripts and serve's batch jobs); the tear-down runs in its ``cleanup`` trap;
 * ``k8s_mode``: the HAMi ``nvidia.com/vgpu-mode`` annotation for co-located pods (``scheduler.executor.k8s``);
 * ``thread_partitions``: whether ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``-style SM partitions apply, which
-  makes cells of this mode carry a percentage and labels like ``mps50``.
+  makes cells of this mode carry a percentage and labels like ``mps50``;
+* ``client_memory_env(limit_bytes, devices)``: what one client's environment needs so that the mode itself holds
+  it to ``limit_bytes`` of each of its ``devices`` GPUs (MPS: the client's pinned device-memory limit,
+  ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``); ``{}`` where the mode has no such limit (time-slicing: the job's own
+  allocator cap is the limit, ``colocate serve``'s trainer sets it).
 
 To add a mode, build a :class:`SharingMode` and :func:`register_sharing_mode` it (see ARCHITECTURE.md).
 """
@@ -32,7 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import SharingUnavailable
-from profiler.gpu.mps import MpsDaemon, mps_daemon, mps_unavailable_reason, start_daemon, stop_daemon
+from profiler.gpu.mps import (
+    MpsDaemon,
+    mps_daemon,
+    mps_unavailable_reason,
+    pinned_memory_env,
+    start_daemon,
+    stop_daemon,
+)
 from profiler.gpu.nvml import mps_client_pids
 
 SHARING_SOLO = "none"  # solo runs share nothing; their t is reused by every sharing mode
@@ -64,6 +75,10 @@ def isolated_worker_environment(handle: Any, private_root: Path, base_env: Mappi
     return WorkerEnvironment(env, (), pipe)
 
 
+def _no_memory_limit(limit_bytes: int, devices: int) -> dict[str, str]:
+    return {}
+
+
 def _nothing_to_stop(handle: Any) -> bool:
     return True
 
@@ -89,6 +104,7 @@ class SharingMode:
     worker_environment: Callable[[Any, Path, Mapping[str, str], int | None], WorkerEnvironment] = (
         isolated_worker_environment)
     check_clients: Callable[[Any, Sequence[tuple[str, int]]], str | None] = _nothing_to_prove
+    client_memory_env: Callable[[int, int], dict[str, str]] = _no_memory_limit
     shared: bool = True  # False only for the solo pseudo-mode
 
     def mode_label(self, thread_percentage: Any = None) -> str:
@@ -184,7 +200,7 @@ register_sharing_mode(SharingMode(
     slurm_setup=_MPS_SLURM_SETUP, slurm_teardown=_MPS_SLURM_TEARDOWN,
     k8s_mode="mps", thread_partitions=True,
     start_service=_start_mps, stop_service=stop_daemon, worker_environment=_mps_worker_environment,
-    check_clients=_check_mps_clients,
+    check_clients=_check_mps_clients, client_memory_env=pinned_memory_env,
 ))
 
 SHARING_MODES: tuple[str, ...] = sharing_mode_names()  # the modes at import time; later registrations: call the function

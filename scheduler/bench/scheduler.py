@@ -42,9 +42,10 @@ from scheduler.ilp.solvers.highs import highs_lp
 from scheduler.ilp.solvers.quiet import new_highs
 from scheduler.ilp.warm import WarmStart
 from scheduler.model.cluster import Cluster, load_cluster
-from scheduler.model.colocation import ColocationTable
+from scheduler.model.colocation import BoundedTable, ColocationTable
 from scheduler.model.goodput import ProfileGoodputModel
 from scheduler.model.jobs import Job
+from scheduler.model.memory import MEMORY_HEADROOM
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SIA_APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
@@ -210,8 +211,9 @@ def _dense_negative_pairs(problem: RoundProblem, ci: int, idx: np.ndarray, g: np
     r2 = second[np.ix_(cls[idx], cls[idx])]
     ok = (r1 > 0) & (r2 > 0)
     m = mem[idx]
-    both = ~np.isnan(m[:, None]) & ~np.isnan(m[None, :])
-    ok &= ~both | (np.nan_to_num(m[:, None]) + np.nan_to_num(m[None, :]) + 2 * cfg.context_memory_gb <= mem_cap)
+    # the one memory rule (scheduler.model.memory.group_fits): unknown footprints plan at 0, contexts always count
+    need = (np.nan_to_num(m[:, None]) + np.nan_to_num(m[None, :])) * (1 + MEMORY_HEADROOM) + 2 * cfg.context_memory_gb
+    ok &= need <= mem_cap + 1e-9
     ok &= np.triu(np.ones_like(ok, dtype=bool), k=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         va = g[:, None] * r1  # row job = lower index (upper triangle below)
@@ -234,7 +236,7 @@ def lp_bound_by_pricing(jobs: list[Job], cluster: Cluster, model: ProfileGoodput
     # one partner per job and pass: the fastest to converge, and closer to the dense all-pairs LP than 8 were
     # (2,048 GPUs / 1,000 jobs: +0.060 % vs +0.081 %, 1.0 s vs 2.2 s; 8,192 / 4,000: 11 s vs 21 s, lower LP)
     run_cfg = replace(cfg, top_k=1, pricing_passes=1000, max_group_size=2)
-    problem = build_problem(jobs, cluster, model, coloc, run_cfg)
+    problem = build_problem(jobs, cluster, model, bounded(coloc, cfg), run_cfg)
     passes = price_pair_columns(problem, run_cfg)
     if problem.lp_weight is None:
         return math.nan, passes
@@ -246,8 +248,15 @@ def _bound_of(jobs: list[Job], cluster: Cluster, model: ProfileGoodputModel, col
     """The all-pairs LP bound of a round (dense pricing up to DENSE_BOUND_MAX_JOBS jobs, else by rank)."""
     if len(jobs) > DENSE_BOUND_MAX_JOBS:
         return lp_bound_by_pricing(jobs, cluster, model, coloc, cfg)[0], "lp-bound (pricing)"
+    coloc = bounded(coloc, cfg)
     problem = build_problem(jobs, cluster, model, coloc, cfg)
     return lp_bound_all_pairs(problem, coloc, cfg)[0], "lp-bound"
+
+
+def bounded(coloc: ColocationTable, cfg: IlpConfig) -> ColocationTable:
+    """The table as the policy's ILP reads it (its slowdown bounds: :class:`scheduler.model.colocation.BoundedTable`),
+    so a bound computed here bounds the policy's own problem."""
+    return BoundedTable(coloc.ratios, inner=coloc, default_bound=cfg.max_slowdown) if cfg.packing else coloc
 
 
 def run_case(num_gpus: int, num_jobs: int, model: ProfileGoodputModel, coloc: ColocationTable, *, repeats: int,
@@ -261,6 +270,7 @@ def run_case(num_gpus: int, num_jobs: int, model: ProfileGoodputModel, coloc: Co
     ``DENSE_BOUND_MAX_JOBS`` jobs the bound (by pricing, 20–30 s at 4,000 jobs: the costly part) is
     computed once per case, for the last round of the first sequence."""
     cluster = sia_cluster(num_gpus)
+    coloc = bounded(coloc, cfg)  # what PackingPolicy.allocate gives the ILP
     rows = []
     for rep in range(repeats):
         jobs = synthetic_jobs(cluster, model, num_jobs, seed=seed + 1000 * rep + num_jobs)

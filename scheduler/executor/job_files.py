@@ -16,6 +16,10 @@ progress (``progress.json``)    a JSON object; ``step`` and ``restored_step`` in
 exit record (``exit.json``)     written by the group's supervisor (the job could overwrite it): ``returncode``
                                 null or an integer in [-255, 255], ``stop_requested`` a boolean, ``last_line`` a
                                 string of at most 1,000 characters, ``generation`` null or a string
+out-of-memory record            written by a job that ran out of GPU memory (the built-in trainer; a command
+(``oom.json``)                  may): ``reached_bytes`` and ``limit_bytes`` null or numbers in [0, 10¹⁵] (what it
+                                had when the allocation failed, and the limit it ran under), ``local_batch``
+                                null or an integer in [1, 10⁷], ``message`` a string of at most 1,000 characters
 ==============================  ================================================================================
 
 A file that fails is a *problem* naming the file and what is wrong (``progress.json: is a named pipe (not a
@@ -28,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common.bounds import MAX_PROGRESS_SAMPLES, MAX_PROGRESS_STEPS, MAX_SECONDS, MAX_STEPS, in_range
+from common.bounds import MAX_BATCH, MAX_PROGRESS_SAMPLES, MAX_PROGRESS_STEPS, MAX_SECONDS, MAX_STEPS, in_range
 from common.errors import InputError
 from common.safe_load import parse_json
 from common.untrusted import UntrustedFile, read_regular
@@ -92,6 +96,30 @@ def check_exit(data: Any, name: str = "exit.json") -> dict[str, Any]:
             "stop_requested": bool(data.get("stop_requested", False)), "last_line": line}
 
 
+MAX_MEMORY_BYTES = 1e15  # a petabyte: no device has that much
+
+
+def check_oom(data: Any, name: str = "oom.json") -> dict[str, Any]:
+    """An out-of-memory record with its fields checked; :class:`BadRecord` otherwise."""
+    if not isinstance(data, dict):
+        raise BadRecord(f"{name}: is not a JSON object")
+    out: dict[str, Any] = {}
+    for key in ("reached_bytes", "limit_bytes"):
+        value = data.get(key)
+        if value is not None and not in_range(value, 0, MAX_MEMORY_BYTES):
+            raise BadRecord(f"{name}: field '{key}': {_shown(value)} is not a number of bytes in [0, 1e15]")
+        out[key] = None if value is None else float(value)
+    batch = data.get("local_batch")
+    if batch is not None and not in_range(batch, 1, MAX_BATCH, integer=True):
+        raise BadRecord(f"{name}: field 'local_batch': {_shown(batch)} is not an integer in [1, {MAX_BATCH}]")
+    out["local_batch"] = None if batch is None else int(batch)
+    message = data.get("message", "")
+    if not isinstance(message, str) or len(message) > MAX_LAST_LINE:
+        raise BadRecord(f"{name}: field 'message': not a string of at most {MAX_LAST_LINE} characters")
+    out["message"] = message
+    return out
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -115,11 +143,13 @@ def read_record(directory: str | Path, name: str, check: Callable[[Any, str], di
         raise BadRecord(f"{name}: {err.detail}") from None
 
 
-def job_records(directory: str | Path, progress_file: str, exit_file: str) -> dict[str, Any]:
-    """``{"progress", "exit", "problem"}`` of one job: each record checked, or None with the problem named."""
-    out: dict[str, Any] = {"progress": None, "exit": None, "problem": None}
+def job_records(directory: str | Path, progress_file: str, exit_file: str, oom_file: str = "oom.json"
+                ) -> dict[str, Any]:
+    """``{"progress", "exit", "oom", "problem"}`` of one job: each record checked, or None with the problem named."""
+    out: dict[str, Any] = {"progress": None, "exit": None, "oom": None, "problem": None}
     problems = []
-    for key, name, check in (("progress", progress_file, check_progress), ("exit", exit_file, check_exit)):
+    for key, name, check in (("progress", progress_file, check_progress), ("exit", exit_file, check_exit),
+                             ("oom", oom_file, check_oom)):
         try:
             out[key] = read_record(directory, name, check)
         except BadRecord as err:
@@ -133,9 +163,9 @@ def checked_files(files: Any) -> dict[str, Any]:
     here: whatever fails is dropped and named in ``problem``."""
     if not isinstance(files, dict):
         return {"progress": None, "exit": None, "problem": "the executor reported no records for it"}
-    out: dict[str, Any] = {"progress": None, "exit": None}
+    out: dict[str, Any] = {"progress": None, "exit": None, "oom": None}
     problems = [files["problem"]] if isinstance(files.get("problem"), str) and files["problem"] else []
-    for key, check in (("progress", check_progress), ("exit", check_exit)):
+    for key, check in (("progress", check_progress), ("exit", check_exit), ("oom", check_oom)):
         if files.get(key) is None:
             continue
         try:

@@ -21,9 +21,13 @@ Started from a Ray actor (``die_with_parent``), the supervisor also gets ``PR_SE
 its actor, and its jobs with it.
 
 ``GROUP.json``: ``{"key", "sharing", "cuda_visible_devices" (null on CPU), "grace_s", "pid_file",
-"jobs": [{"name", "argv", "env", "dir"}]}`` and, optional, ``"sharing_ready": true`` when the sharing mode is
-set up already (the Slurm backend's batch script runs the mode's ``slurm_setup``); a job's ``dir`` holds
-``train.log`` (appended across restarts), ``progress.json``, ``checkpoint.pt`` and ``exit.json``.
+"jobs": [{"name", "argv", "env", "dir", "memory_limit_bytes"}]}`` and, optional, ``"sharing_ready": true`` when the
+sharing mode is set up already (the Slurm backend's batch script runs the mode's ``slurm_setup``); a job's ``dir``
+holds ``train.log`` (appended across restarts), ``progress.json``, ``checkpoint.pt``, ``exit.json`` and, when it ran
+out of GPU memory, ``oom.json``. A member with a ``memory_limit_bytes`` (``colocate serve``: every member of a group)
+gets the sharing mode's own limit in its environment beside the group's daemon (MPS:
+``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, :attr:`profiler.gpu.sharing.SharingMode.client_memory_env`); its
+``COLOCATE_MEMORY_LIMIT_BYTES`` is in ``env``.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ POLL_S = 0.2
 EXIT_FILE = "exit.json"
 LOG_FILE = "train.log"
 PROGRESS_FILE = "progress.json"
+OOM_FILE = "oom.json"  # what a job that ran out of GPU memory reached (job_files.check_oom)
 STOP_FILE = "stop"
 CHECKPOINT_FILE = "checkpoint.pt"
 GENERATION_FILE = "generation"
@@ -124,11 +129,11 @@ def spawn_supervisor(group_file: Path, *, env: dict[str, str] | None = None,
 
 def prepare_jobs(doc: dict[str, Any]) -> None:
     """Before a new supervisor of ``doc`` starts (here or in a Slurm job): its generation fences earlier copies,
-    and the jobs' exit and progress records of an earlier run are removed."""
+    and the jobs' exit, progress and out-of-memory records of an earlier run are removed."""
     for job in doc["jobs"]:
         Path(job["dir"]).mkdir(parents=True, exist_ok=True)
         _write_atomic(Path(job["dir"]) / GENERATION_FILE, str(doc.get("key", "")))
-        for name in (EXIT_FILE, PROGRESS_FILE):
+        for name in (EXIT_FILE, PROGRESS_FILE, OOM_FILE):
             _remove(Path(job["dir"]) / name)
 
 
@@ -176,6 +181,7 @@ def _start_job(job: dict[str, Any], base_env: dict[str, str]) -> subprocess.Pope
     job_dir.mkdir(parents=True, exist_ok=True)
     _remove(job_dir / EXIT_FILE)
     _remove(job_dir / STOP_FILE)
+    _remove(job_dir / OOM_FILE)
     log = os.fdopen(open_log(job_dir / LOG_FILE), "ab")
     with log:
         log.write(f"# colocate serve: {job['name']} started {time.strftime('%Y-%m-%d %H:%M:%S')}; "
@@ -247,14 +253,20 @@ def supervise(doc: dict[str, Any]) -> int:
     with ExitStack() as daemons:
         # the group's sharing mode sets itself up for its jobs (MPS: a private daemon; solo "none": nothing),
         # unless whoever started this supervisor did it already (a Slurm batch script: the mode's slurm_setup)
+        mode = sharing_mode(doc["sharing"])
         if not doc.get("sharing_ready"):
-            env.update(sharing_mode(doc["sharing"]).enter(daemons, env.get("CUDA_VISIBLE_DEVICES"), None))
+            env.update(mode.enter(daemons, env.get("CUDA_VISIBLE_DEVICES"), None))
+            if mode.start_service is not None:  # MPS: the daemon owns the group's GPUs, remapped from 0; a client
+                env.pop("CUDA_VISIBLE_DEVICES", None)  # narrowing them again by index would find none (NVIDIA's docs)
+        devices = len(str(doc.get("cuda_visible_devices") or env.get("CUDA_VISIBLE_DEVICES") or "0").split(","))
         running = {}
         for job in doc["jobs"]:
             if stop["at"] is not None:  # stopped before it started: nothing ran, nothing to lose
                 _write_exit(job, -signal.SIGTERM, True, key)
-            else:
-                running[job["name"]] = (job, _start_job(job, env))
+            else:  # a member's memory limit, held by the sharing mode where it has one (MPS: the client limit)
+                limit = job.get("memory_limit_bytes")
+                job_env = {**env, **mode.client_memory_env(int(limit), devices)} if limit else env
+                running[job["name"]] = (job, _start_job(job, job_env))
         # the jobs' process groups too: a user command's children may not die with the supervisor
         _write_pid_file(doc, {name: [p.pid, process_start_time(p.pid)] for name, (_, p) in running.items()})
         signalled: set[str] = set()
@@ -317,11 +329,11 @@ if __name__ == "__main__":
 
 
 def group_files(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """What each job of a group has written: ``{name: {"progress", "exit", "problem"}}`` — each record read
+    """What each job of a group has written: ``{name: {"progress", "exit", "oom", "problem"}}`` — each record read
     bounded and checked (:mod:`.job_files`), None when absent; ``problem`` names a bad file, else None."""
     out = {}
     for job in doc["jobs"]:
-        files = job_records(job["dir"], PROGRESS_FILE, EXIT_FILE)
+        files = job_records(job["dir"], PROGRESS_FILE, EXIT_FILE, OOM_FILE)
         ended = files["exit"]
         if ended is not None and ended.get("generation", doc.get("key")) != doc.get("key"):
             files["exit"] = None  # an older copy's end (fenced): not this group's

@@ -23,6 +23,10 @@ Progress is a JSON object rewritten atomically (``--progress-file``, rank 0 only
 excluded). A line per ``--log-every`` steps goes to stdout (the job's log). A stop signal ends the current
 step, writes the checkpoint and the final progress and exits 0 with state "stopped": being stopped by the
 scheduler is not a failure.
+
+A member of a group runs under its memory limit (``COLOCATE_MEMORY_LIMIT_BYTES``, :mod:`.memory_cap`): an
+allocation past it writes an out-of-memory record (``COLOCATE_OOM_FILE``), checkpoints what it trained and exits
+with status 3; its partner runs on.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from typing import Any
 
 from common.files import atomic_write_text
 from common.signals import die_with_parent
+from scheduler.executor.memory_cap import OOM_EXIT, MemoryCap, is_out_of_memory, limit_from_env, write_oom_record
 
 PROGRESS_INTERVAL_S = 0.5
 WARMUP_STEPS = 3  # iterations excluded from the measured iteration time (allocator, autotuning)
@@ -164,9 +169,16 @@ def main(argv: list[str] | None = None) -> int:
         device_ids = [device.index] if device.type == "cuda" else None
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
     local_batch = max(args.batch_size // world, 1)
-    inputs, labels = synthetic_inputs(args.model, local_batch, image_size=args.image_size, num_classes=num_classes,
-                                      seq_len=128, device=device, seed=args.seed + rank)
-    _train(args, model, optimizer, (inputs, labels), counters, stop, world=world, rank=rank, device=device)
+    cap = MemoryCap(limit_from_env(), device)  # a member of a group: its memory limit (memory_cap)
+    try:
+        inputs, labels = synthetic_inputs(args.model, local_batch, image_size=args.image_size,
+                                          num_classes=num_classes, seq_len=128, device=device, seed=args.seed + rank)
+        _train(args, model, optimizer, (inputs, labels), counters, stop, world=world, rank=rank, device=device,
+               cap=cap)
+    except Exception as err:  # an allocation past the limit fails this job alone, with a record of it
+        if not is_out_of_memory(err):
+            raise
+        return _out_of_memory(args, cap, err, local_batch, (model, optimizer, counters), rank)
     if world > 1:
         import torch.distributed as dist
 
@@ -178,6 +190,23 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(0)
     return 0
+
+
+def _out_of_memory(args: argparse.Namespace, cap: MemoryCap, err: BaseException, local_batch: int,
+                   state: tuple[Any, Any, _Counters], rank: int) -> int:
+    """Record what the job reached (``COLOCATE_OOM_FILE``), keep what it trained (a checkpoint, best effort: the
+    failed step never reached the optimizer) and exit with :data:`OOM_EXIT`."""
+    write_oom_record(cap, err, local_batch)
+    limit = f" (limit {cap.limit / 2**30:.2f} GiB)" if cap.limit else " (no limit: alone on its GPUs)"
+    print(f"[{args.job}] out of memory at step {state[2].step}{limit}: {str(err).splitlines()[0][:200]}", flush=True)
+    if rank == 0 and args.checkpoint is not None:
+        with contextlib.suppress(Exception):
+            import torch
+
+            if cap.device.type == "cuda":
+                torch.cuda.empty_cache()
+            save_checkpoint(args.checkpoint, *state)
+    return OOM_EXIT
 
 
 def _stop_agreed(requested: bool, world: int, device: Any) -> bool:
@@ -193,7 +222,7 @@ def _stop_agreed(requested: bool, world: int, device: Any) -> bool:
 
 
 def _train(args: argparse.Namespace, model: Any, optimizer: Any, batch: tuple[Any, Any], counters: _Counters,
-           stop: dict[str, bool], *, world: int, rank: int, device: Any) -> None:
+           stop: dict[str, bool], *, world: int, rank: int, device: Any, cap: MemoryCap | None = None) -> None:
     import torch
 
     inputs, labels = batch
@@ -207,10 +236,13 @@ def _train(args: argparse.Namespace, model: Any, optimizer: Any, batch: tuple[An
     loss = None
     while not counters.done(args) and not _stop_agreed(stop["requested"], world, device):
         optimizer.zero_grad(set_to_none=True)
-        outputs = model(inputs)  # (B, C) for classifiers, (B, T, V) for a language model
-        loss = loss_fn(outputs.reshape(-1, outputs.shape[-1]), labels.reshape(-1))
+        with cap.first_step() if cap is not None else contextlib.nullcontext():
+            outputs = model(inputs)  # (B, C) for classifiers, (B, T, V) for a language model
+            loss = loss_fn(outputs.reshape(-1, outputs.shape[-1]), labels.reshape(-1))
         loss.backward()
         optimizer.step()
+        if cap is not None:
+            cap.check(model, optimizer)  # on the CPU: the first step's memory against the limit
         counters.step += 1
         counters.samples += global_batch
         now = time.perf_counter()

@@ -19,6 +19,8 @@ with attribution in each file's header (CSV ``#`` lines; the JSON file has a sid
   and ``timeslice``), from ``results/<gpu>/matrices/colocation-<sharing>.csv`` (:func:`build_measured`).
   ``colocate serve`` starts from the file of its ``--sharing`` mode on a cluster with that GPU type
   (:func:`measured_table`); the simulator's default table holds the ``mps`` rows.
+* ``solo-<gpu>.csv`` — solo iteration times and peak memory of the zoo's models measured on that GPU
+  (:mod:`scheduler.formats.solo_times`): ``colocate serve``'s memory estimates and ``scripts/live-gpu.sh``'s.
 * ``cluster-default.yaml`` — a 32-GPU two-type cluster over which ``colocate demo`` simulates.
 
 Licences and the derivation in full: ``scheduler/data/SOURCE.md``.
@@ -238,7 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     shared = Path(args[0]) if args else shared_data_dir()
-    files = build(shared) + build_measured()
+    from scheduler.formats.solo_times import build_solo_times
+
+    files = build(shared) + build_measured() + build_solo_times(REPO_RESULTS)
     size = sum(f.stat().st_size for f in DATA_DIR.rglob("*") if f.is_file())
     print(f"wrote {len(files)} files; scheduler/data holds {size / 1e6:.2f} MB")
     return 0

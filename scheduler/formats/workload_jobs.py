@@ -12,7 +12,7 @@ from pathlib import Path
 from common.errors import InputError
 
 SIA_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
-OPTIONAL_COLUMNS = ("work", "duration")
+OPTIONAL_COLUMNS = ("work", "duration", "max_slowdown", "exclusive")
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,8 @@ class WorkloadJob:
     batch_size: int | None = None
     work: float | None = None
     duration_s: float | None = None
+    max_slowdown: float | None = None  # its own slowdown bound in a group (None: the cluster-wide one)
+    exclusive: bool = False  # never shares its GPUs
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,10 @@ class Workload:
                 row["work"] = "" if j.work is None else j.work
             if any(x.duration_s is not None for x in self.jobs):
                 row["duration"] = "" if j.duration_s is None else j.duration_s
+            if any(x.max_slowdown is not None for x in self.jobs):
+                row["max_slowdown"] = "" if j.max_slowdown is None else j.max_slowdown
+            if any(x.exclusive for x in self.jobs):
+                row["exclusive"] = "true" if j.exclusive else "false"
             rows.append(row)
         return rows
 

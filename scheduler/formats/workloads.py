@@ -90,7 +90,8 @@ def _number(text: str | None, *, source: str, row: int, field_name: str, valid: 
 
 
 def read_sia_workload(path: str | Path) -> Workload:
-    """Read a Sia/Pollux workload CSV (``name,time,application,num_replicas,batch_size[,work][,duration]``)."""
+    """Read a Sia/Pollux workload CSV (``name,time,application,num_replicas,batch_size[,work][,duration]`` and,
+    per job, ``[,max_slowdown][,exclusive]``: its slowdown bound in a group, or never sharing its GPUs)."""
     p = Path(path)
     source = str(p)
     if not p.is_file():
@@ -105,7 +106,7 @@ def read_sia_workload(path: str | Path) -> Workload:
         missing = [c for c in SIA_COLUMNS if c not in header]
         if missing:
             raise InputError(f"header lacks {', '.join(missing)}", source=source, field=missing[0],
-                             valid="header " + ",".join(SIA_COLUMNS) + "[,work][,duration]")
+                             valid="header " + ",".join(SIA_COLUMNS) + "[,work][,duration][,max_slowdown][,exclusive]")
         unknown = [h for h in header if h not in SIA_COLUMNS and h not in OPTIONAL_COLUMNS]
         if unknown:
             raise InputError(f"unknown column {shown(unknown[0])}", source=source, field=unknown[0][:40],
@@ -151,7 +152,17 @@ def read_sia_workload(path: str | Path) -> Workload:
                 duration = _number(rec["duration"], source=source, row=row, field_name="duration",
                                    valid=f"seconds alone on the reference GPU type, in (0, {MAX_WORKLOAD_SECONDS:g}]",
                                    strict=True)
-            jobs.append(WorkloadJob(name, app, arrival, int(gpus), batch, work, duration))
+            bound = None
+            if rec.get("max_slowdown"):
+                bound = _number(rec["max_slowdown"], source=source, row=row, field_name="max_slowdown",
+                                valid="a slowdown in [1, 1000]: never slower than 1/this of its solo speed in a group",
+                                minimum=1.0, maximum=1000.0)
+            exclusive = str(rec.get("exclusive") or "").lower()
+            if exclusive not in ("", "true", "false", "1", "0"):
+                raise InputError(f"row {row}: {shown(exclusive)}", source=source, field="exclusive",
+                                 valid="true or false: never shares its GPUs")
+            jobs.append(WorkloadJob(name, app, arrival, int(gpus), batch, work, duration, bound,
+                                    exclusive in ("true", "1")))
     if not jobs:
         raise InputError("no jobs", source=source, field="name", valid="at least one job row")
     return Workload(p.stem, _sorted(jobs), source)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from scheduler.ilp.config import IlpConfig
+from scheduler.model.colocation import class_key
 from scheduler.model.configs import Configuration
 from scheduler.model.jobs import Job
 
@@ -14,16 +15,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from scheduler.model.colocation import ColocationTable
 
 
-def class_key(job: Job) -> tuple[str, str]:
-    return (job.application, job.job_type)
-
-
 def pair_candidates(jobs: Sequence[Job], options: Sequence["JobColumns"], configs: tuple[Configuration, ...],
                     colocation: "ColocationTable", cfg: IlpConfig, only: "set[int] | None" = None
                     ) -> tuple[set[tuple[int, int]], "Any"]:
     """Unordered job pairs worth a pair variable, and the class-level compatibility graph.
 
-    Jobs are grouped into classes (application, job type): ratios depend only on the class and GPU type.
+    Jobs are grouped into classes (:func:`class_key`): ratios depend only on the class and GPU type.
     The networkx graph has one node per class and an edge where some GPU type gives ``ρ_a, ρ_b > 0`` and
     ``ρ_a + ρ_b ≥ 1 + β`` (weight = the best such sum). Each job takes up to ``top_k`` partners from its
     classes' neighbours, best edge first; within a partner class, partners are spread by rank (job j of
@@ -32,7 +29,7 @@ def pair_candidates(jobs: Sequence[Job], options: Sequence["JobColumns"], config
     With ``pair_candidates="all"`` every pair of jobs in adjacent classes is a candidate. ``only``: seed
     the top-k partners of these jobs only (a warm-started round seeds the jobs it has no history for).
     """
-    classes: dict[tuple[str, str], list[int]] = {}
+    classes: dict[tuple, list[int]] = {}
     for i, job in enumerate(jobs):
         if any(configs[ci].single_node for ci in options[i].single):
             classes.setdefault(class_key(job), []).append(i)
@@ -101,7 +98,7 @@ def held_pairs(jobs: Sequence[Job]) -> set[tuple[int, int]]:
     return out
 
 
-def _class_graph(jobs: Sequence[Job], classes: dict[tuple[str, str], list[int]], colocation: "ColocationTable",
+def _class_graph(jobs: Sequence[Job], classes: dict[tuple, list[int]], colocation: "ColocationTable",
                  cfg: IlpConfig) -> "Any":
     """networkx graph of job classes; an edge (weight = best ratio sum) where some GPU type makes the pair pay."""
     import networkx as nx

@@ -14,9 +14,11 @@ from scheduler.ilp.config import IlpConfig
 from scheduler.ilp.objective import Objective, beneficial_ratio
 from scheduler.ilp.problem import RoundProblem
 from scheduler.model.cluster import Cluster
+from scheduler.model.colocation import class_key
 from scheduler.model.configs import Configuration
 from scheduler.model.goodput import GoodputEstimate, GoodputModel, estimate_arrays
 from scheduler.model.jobs import Job
+from scheduler.model.memory import group_fits
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.model.colocation import ColocationTable
@@ -306,7 +308,7 @@ def add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int]
     order_key = [(c.gpu_type, c.num_gpus) for c in configs_t]
     objective, min_benefit, restart_cost_s = Objective.of(cfg), cfg.min_benefit, cfg.restart_cost_s
     new: list[tuple] = []
-    ratio_caches: dict[tuple[str, ...], dict[str, tuple[float, float] | None]] = {}
+    ratio_caches: dict[tuple, dict[str, tuple[float, float] | None]] = {}
     for i, k in candidates:
         a, b = jobs[i], jobs[k]
         opts_i, opts_k = options[i], options[k]
@@ -314,8 +316,10 @@ def add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int]
             # a pinned job keeps its configuration; it may keep (not gain) a partner
             if not (a.current_partner == b.name and b.current_partner == a.name):
                 continue
-        # ratios depend only on the two jobs' classes: one cache per class pair for the whole call
-        ratio_cache = ratio_caches.setdefault((a.application, a.job_type, b.application, b.job_type), {})
+        # ratios depend only on the two jobs' classes (and, for a held pair, on its being held: a bounded table
+        # keeps a held pair's ratio): one cache per class pair for the whole call
+        held = (a.pinned or b.pinned) and a.current_partner == b.name and b.current_partner == a.name
+        ratio_cache = ratio_caches.setdefault((class_key(a), class_key(b), held), {})
         kept: dict[str, list[tuple[float, float]]] = {}
         split_tables: dict[str, list[tuple[int, float]]] = {}
         single_i, single_k = opts_i.single, opts_k.single
@@ -325,9 +329,8 @@ def add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int]
             r = beneficial_ratio(colocation, ratio_cache, c.gpu_type, a, b, min_benefit)
             if r is None:
                 continue
-            if a.memory_gb is not None and b.memory_gb is not None:
-                if a.memory_gb + b.memory_gb + 2 * cfg.context_memory_gb > mem_of[c.gpu_type]:
-                    continue
+            if not group_fits(mem_of[c.gpu_type], (a.memory_gb, b.memory_gb), cfg.context_memory_gb):
+                continue
             gi, ei = single_i[ci]
             gk, ek = single_k[ci]
             gi, gk = pair_move_values(a, b, c, gi, gk, restart_cost_s, cfg.charge_partner_changes)

@@ -23,13 +23,23 @@ class IlpConfig:
     """Knobs of the round ILP; the defaults are the ones the README and the benchmarks use.
 
     The objective (``p``, ``lambda_unallocated``, restart factors with ``restart_cost_s``) and the group
-    columns (``packing``, ``max_group_size``, ``top_k``, ``min_benefit``) are the model of
+    columns (``packing``, ``max_group_size``, ``top_k``, ``min_benefit``, ``max_slowdown``) are the model of
     :mod:`scheduler.ilp`; ``time_limit_s`` and ``mip_gap`` always reach the solver (when time runs out the best
     incumbent, else the greedy selection, answers). ``warm_start``: a policy that runs many rounds starts each
     round's LP from the last one's basis, groups and priced-in singles (:mod:`scheduler.ilp.warm`; the optimum
     is unchanged, only where the solver starts). ``charge_resumes``, ``resume_floor``,
     ``charge_partner_changes`` and ``keep_bonus`` make a live scheduler hold its decisions (``colocate serve``
     turns them on, :mod:`scheduler.service.config`; off here so the simulator keeps Sia's restart semantics).
+
+    ``max_slowdown`` (2.5): no group column in which a member runs below ``1/2.5`` of its solo speed under the
+    round's ratios. Why 2.5: an even share of a GPU with one partner is a slowdown of 2 and time-slicing two jobs
+    costs ~10 % more (every time-sliced pair measured on the H100 ran at Σ t/t' 0.89-0.91: slowdowns 2.21-2.26,
+    ``results/h100/REPORT.md``), so 2.5 = 1.25 x the even share: no member of a pair does much worse than it would
+    time-sharing the GPU with one job. Of the 37 H100 MPS pairs with Σ t/t' >= 1.05 it keeps the 13 whose members
+    stay within slowdowns 1.64-2.06 and drops the 24 where the lighter member runs at 0.19-0.29 of its speed
+    (slowdown 3.5-5.3: a ResNet beside a VGG, ResNet-18 + VGG-19 with δ 1.06 among them); of the 38 paying pairs
+    of the transferred table the simulator reads it keeps 36 (98.5 % of their Σ t/t' - 1). ``colocate-triples``
+    applies 1.25 x an even third, 3.75 (:mod:`scheduler.policies`).
     """
 
     p: float = option(-0.5, "Goodput power: -0.5 = Sia (fairness), 1 = sum of normalised goodputs.")
@@ -38,6 +48,9 @@ class IlpConfig:
     packing: bool = option(True, "Group variables (co-location); --no-packing is exactly Sia's ILP.")
     max_group_size: int = option(2, "Jobs per GPU group: 2 (pairs) or 3 (pairs and triples).")
     min_benefit: float = option(0.05, "A group needs the sum of its ratios >= 1 + this.")
+    max_slowdown: float | None = option(
+        2.5, "No member of a group runs slower than 1/this of its solo speed (a job's own max_slowdown overrides "
+             "it; none: no bound).", metavar="X|none")
     time_limit_s: float = option(10.0, "Time limit of pricing and solving, seconds.", flag="--time-limit")
     top_k: int = option(3, "Partners per job: seeded from the compatibility graph, added per pricing pass.",
                         experimental=True, aliases=("--top-k",))
@@ -85,6 +98,9 @@ class IlpConfig:
             raise InputError(f"{shown(self.max_group_size)}", field="max_group_size", valid="2 or 3")
         check_number(self.top_k, field="top_k", low=0, high=1000, integer=True)
         check_number(self.min_benefit, field="min_benefit", low=0, high=2)
+        if self.max_slowdown is not None:
+            check_number(self.max_slowdown, field="max_slowdown", low=1, high=1000,
+                         valid="a slowdown in [1, 1000] (1.25: never slower than 1/1.25 of its solo speed), or none")
         check_number(self.pricing_passes, field="pricing_passes", low=0, high=1000, integer=True)
         check_number(self.time_limit_s, field="time_limit_s", low=0, high=86400, low_open=True,
                      valid="seconds in (0, 86400]")

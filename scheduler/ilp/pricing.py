@@ -22,6 +22,7 @@ from scheduler.ilp.solvers.highs import highs_lp
 from scheduler.ilp.solvers.quiet import new_highs
 from scheduler.ilp.triples import add_triple_columns, dual_ranked_triples
 from scheduler.model.configs import Configuration
+from scheduler.model.memory import group_fits
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.ilp.warm import WarmStart
@@ -47,12 +48,12 @@ def _pricing_plan(problem: RoundProblem, options: Sequence[JobColumns], configs:
     if data is not None and data.plan is not None:
         return data.plan
     jobs = problem.jobs
-    class_of: dict[tuple[str, str], list[int]] = {}
+    class_of: dict[tuple, list[int]] = {}
     for i, job in enumerate(jobs):
         if options[i].single and not options[i].pinned:
             class_of.setdefault(class_key(job), []).append(i)
     single_node = [ci for ci, c in enumerate(configs) if c.single_node]
-    members_at: dict[tuple[tuple[str, str], int], tuple["np.ndarray", "np.ndarray"]] = {}
+    members_at: dict[tuple[tuple, int], tuple["np.ndarray", "np.ndarray"]] = {}
     for key, members in class_of.items():
         for ci in single_node:
             ids = [i for i in members if ci in options[i].single]
@@ -214,10 +215,8 @@ def _top_partners(problem: RoundProblem, cfg: IlpConfig, left: list[int], right:
     for i, k, value, t in zip(left, right, cost, type_of):
         if exclude is not None and (min(i, k), max(i, k)) in exclude:
             continue  # already a candidate: do not let it use up one of the job's top-k slots
-        mem_i, mem_k = mem[i], mem[k]
-        if mem_i is not None and mem_k is not None:
-            if mem_i + mem_k + 2 * cfg.context_memory_gb > cap_mem[t]:
-                continue
+        if not group_fits(cap_mem[t], (mem[i], mem[k]), cfg.context_memory_gb):
+            continue
         best.setdefault(i, []).append((value, k))
         best.setdefault(k, []).append((value, i))
     pairs: set[tuple[int, int]] = set()

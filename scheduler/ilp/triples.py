@@ -27,6 +27,7 @@ from scheduler.ilp.objective import Objective
 from scheduler.ilp.problem import RoundProblem
 from scheduler.model.configs import Configuration
 from scheduler.model.jobs import Job
+from scheduler.model.memory import group_fits
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.model.colocation import ColocationTable
@@ -108,15 +109,13 @@ def add_triple_columns(problem: RoundProblem, triples: Sequence[tuple[int, int, 
         kept: dict[str, list[tuple[float, ...]]] = {}
         for ci in sorted(common, key=lambda ci: (configs[ci].gpu_type, configs[ci].num_gpus)):
             c = configs[ci]
-            key = (c.gpu_type, *((j.application, j.job_type) for j in members))
+            key = (c.gpu_type, *(class_key(j) for j in members))
             if key not in ratio_cache:
                 ratio_cache[key] = predicted_triple_ratios(colocation, c.gpu_type, members)
             r = ratio_cache[key]
             if r is None or sum(r) < 1 + cfg.min_benefit:
                 continue
-            mem = [j.memory_gb for j in members]
-            known = [m for m in mem if m is not None]
-            if len(known) == len(mem) and sum(known) + 3 * cfg.context_memory_gb > mem_of[c.gpu_type]:
+            if not group_fits(mem_of[c.gpu_type], [j.memory_gb for j in members], cfg.context_memory_gb):
                 continue
             g = group_move_values(members, c, [options[i].single[ci][0] for i in triple], cfg.restart_cost_s,
                                   cfg.charge_partner_changes)
@@ -145,7 +144,7 @@ def dual_ranked_triples(problem: RoundProblem, options: Sequence[JobColumns], co
     y, mu = prices
     jobs, configs = problem.jobs, problem.configs
     weight = Objective.of(cfg).member_weight
-    classes: dict[tuple[str, str], list[int]] = {}
+    classes: dict[tuple, list[int]] = {}
     for i, job in enumerate(jobs):
         if options[i].single and not options[i].pinned:
             classes.setdefault(class_key(job), []).append(i)
@@ -160,8 +159,7 @@ def dual_ranked_triples(problem: RoundProblem, options: Sequence[JobColumns], co
         for combo in combinations_with_replacement(sorted(k for k, v in valid.items() if len(v)), 3):
             found = _rank_aligned(combo, valid, ci, c, colocation, jobs, options, weight, y, mu, cfg)
             for cost, triple in found:
-                m = [mem[i] for i in triple]
-                if None not in m and sum(m) + 3 * cfg.context_memory_gb > cap_mem[c.gpu_type]:  # type: ignore[arg-type]
+                if not group_fits(cap_mem[c.gpu_type], [mem[i] for i in triple], cfg.context_memory_gb):
                     continue
                 if triple in exclude:
                     continue

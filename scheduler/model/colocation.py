@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from scheduler.model.jobs import Job
 
 TRIPLE_RATIOS = "predicted from pairs (additive slowdowns)"  # where a group of three's ratios come from
+MeasuredKey = tuple[str, str, str]  # (GPU type, job type a, job type b): what the live server measured
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,11 @@ class ColocationTable:
                     return hit
         return None
 
+    def measured_ratios(self, gpu_type: str, job_a: "Job", job_b: "Job") -> tuple[float, float] | None:
+        """Ratios ``(r_a, r_b)`` the live server *measured* for these two job types on ``gpu_type`` (not the belief
+        it plans with); None when they never ran together. A plain table measured nothing."""
+        return None
+
     def triple_ratios(self, gpu_type: str, jobs: "Sequence[Job]") -> tuple[float, float, float] | None:
         """Each member's ratio in a group of three, predicted from the pairs by adding slowdowns; None if unknown.
 
@@ -103,3 +109,82 @@ class ColocationTable:
         if len(jobs) == 3:
             return self.triple_ratios(gpu_type, jobs)
         return None
+
+
+@dataclass(frozen=True, eq=False)
+class MeasuredTable(ColocationTable):
+    """A round's table (``inner``) with what the live server measured beside it: the ratios a running pair of
+    job types reached (:meth:`measured_ratios`, keys in both orders), so a bound a pair was measured to break
+    keeps it out of the plan whatever the belief says (:class:`BoundedTable`). Lookups are the inner table's."""
+
+    inner: ColocationTable | None = None
+    measured: Mapping[MeasuredKey, tuple[float, float]] = field(default_factory=dict)
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def lookup(self, gpu_type: str, job_a: "Job", job_b: "Job") -> tuple[float, float] | None:
+        return self.inner.lookup(gpu_type, job_a, job_b) if self.inner is not None else None
+
+    def triple_ratios(self, gpu_type: str, jobs: "Sequence[Job]") -> tuple[float, float, float] | None:
+        return self.inner.triple_ratios(gpu_type, jobs) if self.inner is not None else None
+
+    def measured_ratios(self, gpu_type: str, job_a: "Job", job_b: "Job") -> tuple[float, float] | None:
+        return self.measured.get((gpu_type, job_a.job_type, job_b.job_type))
+
+
+def within_bound(ratio: float, bound: float | None) -> bool:
+    """Whether a member at ``ratio`` of its solo speed keeps its slowdown bound (None: any slowdown)."""
+    return bound is None or ratio * bound >= 1.0 - 1e-9
+
+
+def _held_together(jobs: "Sequence[Job]") -> bool:
+    """The jobs run together now and one is held there (pinned): a group the round may keep but not form."""
+    names = {j.name for j in jobs}
+    return any(j.pinned for j in jobs) and all(j.current_partner in names for j in jobs)
+
+
+@dataclass(frozen=True, eq=False)
+class BoundedTable(ColocationTable):
+    """The ILP's view of ``inner``: no ratio for a group with an ``exclusive`` member, or in which a member would run
+    slower than its bound (its own ``max_slowdown``, else ``default_bound``) — under the ratios ``inner`` plans
+    with, and under what the server measured for the pair (:meth:`ColocationTable.measured_ratios`), whichever is
+    lower. A group running now with a held (pinned) member keeps its ratio while it is held: it cannot move anyway,
+    and the live server releases the members of a group that breaks a bound (:mod:`scheduler.service.server`)."""
+
+    inner: ColocationTable | None = None
+    default_bound: float | None = None
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def measured_ratios(self, gpu_type: str, job_a: "Job", job_b: "Job") -> tuple[float, float] | None:
+        return self.inner.measured_ratios(gpu_type, job_a, job_b) if self.inner is not None else None
+
+    def lookup(self, gpu_type: str, job_a: "Job", job_b: "Job") -> tuple[float, float] | None:
+        hit = self.inner.lookup(gpu_type, job_a, job_b) if self.inner is not None else None
+        if hit is None or job_a.exclusive or job_b.exclusive:
+            return None
+        if _held_together((job_a, job_b)):
+            return hit
+        seen = self.measured_ratios(gpu_type, job_a, job_b)
+        worst = (min(hit[0], seen[0]), min(hit[1], seen[1])) if seen is not None else hit
+        if within_bound(worst[0], job_a.slowdown_bound(self.default_bound)) and within_bound(
+                worst[1], job_b.slowdown_bound(self.default_bound)):
+            return hit
+        return None
+
+    def triple_ratios(self, gpu_type: str, jobs: "Sequence[Job]") -> tuple[float, float, float] | None:
+        hit = self.inner.triple_ratios(gpu_type, jobs) if self.inner is not None else None
+        if hit is None or any(j.exclusive for j in jobs):
+            return None
+        if _held_together(jobs) or all(within_bound(r, j.slowdown_bound(self.default_bound))
+                                       for r, j in zip(hit, jobs)):
+            return hit
+        return None
+
+
+def class_key(job: "Job") -> tuple:
+    """Jobs of one class get the same answers from a round's (bounded) table: same application, job type and
+    bounds (``max_slowdown``, ``exclusive``: :class:`BoundedTable`)."""
+    return (job.application, job.job_type, job.max_slowdown, job.exclusive)

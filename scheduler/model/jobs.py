@@ -3,7 +3,7 @@
 Jobs CSV columns (``name`` and ``application`` required, the rest optional)::
 
     name,application,arrival,num_gpus,max_gpus,batch_size,min_batch_size,max_batch_size,adaptive,
-    memory_gb,age_s,restarts,current_gpu_type,current_num_gpus,current_partner,pinned
+    memory_gb,age_s,restarts,current_gpu_type,current_num_gpus,current_partner,pinned,max_slowdown,exclusive
 
 * **Rigid** jobs (``adaptive`` false, the default) keep ``num_gpus`` (default 1) and ``batch_size`` (the
   global batch; default: the goodput model's choice at ``num_gpus``).
@@ -11,6 +11,8 @@ Jobs CSV columns (``name`` and ``application`` required, the rest optional)::
   max_batch_size``) chosen by goodput, as in Sia/Pollux.
 * ``age_s``, ``restarts`` and ``current_*`` describe the job's present state (for Sia's restart factor and
   for keeping placements stable); ``pinned`` marks a job in checkpoint-restore that must keep its config.
+* ``max_slowdown``: this job never runs slower than ``1 / max_slowdown`` of its solo speed in a group (default:
+  the policy's cluster-wide ``IlpConfig.max_slowdown``); ``exclusive`` true: it never shares its GPUs.
 * ``progress`` is the statistical progress made so far (the unit of the ``progress`` column of Sia's
   ``validation-*.csv`` curves); the goodput model reads the gradient noise there.
 
@@ -53,6 +55,8 @@ class Job:
     pinned: bool = False
     progress: float = 0.0
     restart_cost_s: float | None = None  # this job's restart penalty for the ILP (None: the policy's default)
+    max_slowdown: float | None = None  # its own slowdown bound in a group (None: the policy's cluster-wide one)
+    exclusive: bool = False  # never shares its GPUs
 
     @property
     def job_type(self) -> str:
@@ -62,6 +66,10 @@ class Job:
     @property
     def is_running(self) -> bool:
         return self.current_gpu_type is not None and self.current_num_gpus > 0
+
+    def slowdown_bound(self, default: float | None) -> float | None:
+        """The slowdown this job accepts in a group: its own, else the cluster-wide ``default`` (None: any)."""
+        return self.max_slowdown if self.max_slowdown is not None else default
 
     def with_state(self, **changes: Any) -> "Job":
         """A copy with some fields changed (the simulator uses this each round)."""
@@ -114,6 +122,8 @@ _COLUMNS: dict[str, tuple[Any, str]] = {
     "current_partner": (_parse_str, "another job's name or empty"),
     "pinned": (_parse_bool, "true/false"),
     "progress": (_parse_float, "a number in [0, 1e15]"),
+    "max_slowdown": (_parse_float, "a number in [1, 1000]: never slower than 1/this of its solo speed in a group"),
+    "exclusive": (_parse_bool, "true/false: never shares its GPUs"),
 }
 _ALIASES = {"time": "arrival", "num_replicas": "num_gpus"}
 
@@ -140,6 +150,8 @@ def _check_job(job: Job, *, source: str, row: int) -> None:
         raise bad("max_batch_size", f"max_batch_size {job.max_batch_size} < min_batch_size {job.min_batch_size}")
     if job.memory_gb is not None and job.memory_gb <= 0:
         raise bad("memory_gb", f"memory_gb {job.memory_gb} <= 0")
+    if job.max_slowdown is not None and not 1 <= job.max_slowdown <= 1000:
+        raise bad("max_slowdown", f"max_slowdown {job.max_slowdown:g} is out of range")
     if job.age_s < 0:
         raise bad("age_s", f"negative age {job.age_s}")
     if job.restarts < 0:
@@ -177,7 +189,7 @@ def jobs_from_rows(rows: Sequence[dict[str, str]], *, source: str = "<jobs>") ->
                 raise InputError(f"unknown column {shown(column)}", source=source, field=column[:40],
                                  valid=", ".join(_COLUMNS))
             text = "" if text is None else str(text).strip()
-            if text == "" and key not in ("adaptive", "pinned"):
+            if text == "" and key not in ("adaptive", "pinned", "exclusive"):
                 continue
             parser, valid = _COLUMNS[key]
             try:

@@ -186,12 +186,15 @@ class PolicyTraits:
     ``adaptive``: it chooses GPU counts and batch sizes (Sia's jobs) rather than running jobs as submitted.
     ``max_group_size``: jobs that may share one GPU group (1: no packing). ``splits_across_nodes``: a rigid
     job may be placed on GPUs of several nodes in any layout (Sia's Gavel mechanism,
-    :func:`scheduler.model.placement.place` with ``split=True``).
+    :func:`scheduler.model.placement.place` with ``split=True``). ``max_slowdown``: the slowdown bound it keeps
+    for members of a group (``IlpConfig.max_slowdown``; None: it keeps none — the simulator then measures its
+    groups against the cluster-wide default).
     """
 
     adaptive: bool = False
     max_group_size: int = 1
     splits_across_nodes: bool = False
+    max_slowdown: float | None = None
 
 
 @runtime_checkable

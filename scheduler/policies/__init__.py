@@ -39,6 +39,9 @@ class PolicySpec:
     factory: Callable[..., Policy]
 
 
+TRIPLE_MAX_SLOWDOWN = 3.75  # colocate-triples' own default bound (IlpConfig.max_slowdown: why)
+
+
 def _colocate(seed: int = 0, **options: Any) -> Policy:
     from scheduler.ilp.config import IlpConfig
     from scheduler.ilp.policy import PackingPolicy
@@ -50,7 +53,9 @@ def _colocate_triples(seed: int = 0, **options: Any) -> Policy:
     from scheduler.ilp.config import IlpConfig
     from scheduler.ilp.policy import PackingPolicy
 
-    return PackingPolicy(IlpConfig(packing=True, **{"max_group_size": 3, **options}), name="colocate-triples")
+    # groups of three: the slowdown bound is 1.25 x an even third of the GPU, as colocate's 2.5 is of a half
+    defaults = {"max_group_size": 3, "max_slowdown": TRIPLE_MAX_SLOWDOWN}
+    return PackingPolicy(IlpConfig(packing=True, **{**defaults, **options}), name="colocate-triples")
 
 
 def _sia(seed: int = 0, **options: Any) -> Policy:

@@ -93,6 +93,8 @@ def aggregate_table(frame: Any) -> list[str]:
     ]
     if has_triples(frame):  # GPU-time share with three jobs on the GPUs (part of the packed fraction)
         cols.insert(-1, ("triple fraction", "triple_fraction", 1.0, 3))
+    if "worst_slowdown" in frame:  # how slow jobs ran in groups (runs logged before the bound lack it)
+        cols[-1:-1] = [("worst slowdown", "worst_slowdown", 1.0, 2), ("time above bound", "over_bound_fraction", 1.0, 3)]
     lines = ["| policy | runs | completed | " + " | ".join(c[0] for c in cols) + " |",
              "|---|---|---|" + "---|" * len(cols)]
     for policy in _order(frame["policy"]):

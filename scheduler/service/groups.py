@@ -11,18 +11,21 @@ own directory in the state directory and the environment of the checkpoint-resto
 ``COLOCATE_CHECKPOINT``         the checkpoint file: load it at start if present, write it on SIGTERM
 ``COLOCATE_TARGET_STEPS``       the job's target (or ``COLOCATE_TARGET_SAMPLES``), counted from its first start
 ``COLOCATE_JOB_DIR``            the job's directory (log, progress, checkpoint)
+``COLOCATE_MEMORY_LIMIT_BYTES`` a member of a group: its hard GPU-memory limit per GPU (:mod:`.memory`); unset alone
+``COLOCATE_OOM_FILE``           where a job that runs out of memory writes what it reached (``oom.json``)
 ==============================  ===============================================================
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scheduler.executor.command import RunSettings, job_argv
 from scheduler.executor.plan import GpuGroup, build_plan, job_environment
-from scheduler.executor.supervise import CHECKPOINT_FILE, PROGRESS_FILE
+from scheduler.executor.supervise import CHECKPOINT_FILE, OOM_FILE, PROGRESS_FILE
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.service.config import ServeConfig
@@ -51,8 +54,9 @@ def build_group(unit: "Unit", rows: dict[str, "JobRow"], config: "ServeConfig") 
 
 
 def group_document(key: str, group: GpuGroup, rows: dict[str, "JobRow"], config: "ServeConfig",
-                   state_dir: Path) -> dict[str, Any]:
-    """What :func:`scheduler.executor.supervise.supervise` runs (see its docstring for the format)."""
+                   state_dir: Path, limits: Mapping[str, int | None] | None = None) -> dict[str, Any]:
+    """What :func:`scheduler.executor.supervise.supervise` runs (see its docstring for the format); ``limits``:
+    each member's memory limit in bytes per GPU (None alone)."""
     jobs = []
     for job in group.jobs:
         spec = rows[job.name].spec
@@ -67,7 +71,11 @@ def group_document(key: str, group: GpuGroup, rows: dict[str, "JobRow"], config:
             env["COLOCATE_TARGET_STEPS"] = str(spec.steps)
         else:
             env["COLOCATE_TARGET_SAMPLES"] = str(spec.samples)
-        jobs.append({"name": job.name, "dir": str(directory), "env": env,
+        env["COLOCATE_OOM_FILE"] = str(directory / OOM_FILE)
+        limit = (limits or {}).get(job.name)
+        if limit is not None:
+            env["COLOCATE_MEMORY_LIMIT_BYTES"] = str(limit)
+        jobs.append({"name": job.name, "dir": str(directory), "env": env, "memory_limit_bytes": limit,
                      "argv": job_argv(job, settings, python=config.python, progress_file=str(progress))})
     return {"key": key, "sharing": group.sharing, "gpu": config.device != "cpu", "grace_s": config.stop_grace_s,
             "pid_file": str(state_dir / "runs" / f"{key}.pid"), "jobs": jobs}

@@ -17,6 +17,9 @@ A job file is YAML::
     gpu_types: [h100, a100]    # allowed GPU types (default: any)
     image_size: 32             # built-in trainer input size
     max_retries: 2             # restarts after crashes before the job is marked failed
+    memory_gb: 6               # GPU memory per GPU it needs (default: measured or estimated; a command: unknown)
+    max_slowdown: 1.25         # in a group, never slower than 1/1.25 of its solo speed (default: the cluster's)
+    exclusive: false           # true: never shares its GPUs
 
 :func:`job_from_dict` is the one validator of a job: ``colocate submit`` runs it on the file, and the server
 runs it again on every row it reads from the state database (a row written behind ``submit``'s back, or by
@@ -49,6 +52,8 @@ from common.placeholders import check_placeholders
 MAX_JOB_FILE_BYTES = 64 * 1024  # a job file is a dozen lines
 MAX_COMMAND_CHARS = 4096  # a command template, and the command once filled in
 MAX_FORMAT_WIDTH = 256  # widths/precisions in a placeholder's format spec ({batch_size:>8})
+MAX_MEMORY_GB = 10_000.0  # a GPU's memory (the cluster file's bound)
+MAX_SLOWDOWN = 1000.0
 # (low, high) of every numeric key: generous, finite (a typo such as steps: 1e30 fails at submit).
 BOUNDS: dict[str, tuple[int, int]] = {
     "steps": (1, MAX_STEPS), "samples": (1, MAX_SAMPLES), "batch_size": (1, MAX_BATCH), "min_batch_size": (1, MAX_BATCH),
@@ -64,6 +69,9 @@ FIELDS: dict[str, str] = {
     "adaptive": "true or false",
     "gpu_types": "a list of GPU type names of the cluster",
     **{key: f"an integer in [{low}, {high}]" for key, (low, high) in BOUNDS.items()},
+    "memory_gb": f"GPU memory per GPU in GB, a number in (0, {MAX_MEMORY_GB:g}]",
+    "max_slowdown": f"a slowdown in [1, {MAX_SLOWDOWN:g}]: in a group, never slower than 1/this of its solo speed",
+    "exclusive": "true (never shares its GPUs) or false",
 }
 FIELDS["min_batch_size"] += ", <= batch_size"
 FIELDS["max_batch_size"] += ", >= batch_size"
@@ -90,6 +98,9 @@ class JobSpec:
     gpu_types: tuple[str, ...] = ()
     image_size: int = 32
     max_retries: int = 2
+    memory_gb: float | None = None  # declared GPU memory per GPU (None: measured or estimated, see service.memory)
+    max_slowdown: float | None = None  # its own slowdown bound in a group (None: the cluster's)
+    exclusive: bool = False
 
     @property
     def app(self) -> str:
@@ -99,6 +110,8 @@ class JobSpec:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["gpu_types"] = list(self.gpu_types)
+        if not self.exclusive:
+            del out["exclusive"]  # the stored spec of a job without it reads as before
         return {k: v for k, v in out.items() if v is not None}
 
     @classmethod
@@ -134,6 +147,15 @@ def _int(data: dict[str, Any], key: str, source: str) -> int | None:
         return None
     low, high = BOUNDS[key]
     return int(check_number(value, field=key, low=low, high=high, source=source, integer=True, valid=FIELDS[key]))
+
+
+def _float(data: dict[str, Any], key: str, source: str, *, low: float, high: float, low_open: bool = False
+           ) -> float | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    return float(check_number(value, field=key, low=low, high=high, low_open=low_open, source=source,
+                              valid=FIELDS[key]))
 
 
 def _text(data: dict[str, Any], key: str, source: str) -> str | None:
@@ -225,13 +247,19 @@ def job_from_dict(data: Any, *, source: str = "<job>", default_name: str | None 
     if ints["max_gpus"] is not None and ints["max_gpus"] < min_gpus:
         raise InputError(f"{ints['max_gpus']} < min_gpus {min_gpus}", source=source, field="max_gpus",
                          valid=FIELDS["max_gpus"])
+    exclusive = data.get("exclusive", False)
+    if not isinstance(exclusive, bool):
+        raise InputError(f"{shown(exclusive)} is not valid", source=source, field="exclusive", valid=FIELDS["exclusive"])
+    memory = _float(data, "memory_gb", source, low=0, high=MAX_MEMORY_GB, low_open=True)
+    bound = _float(data, "max_slowdown", source, low=1, high=MAX_SLOWDOWN)
     spec = JobSpec(
         name=name, batch_size=batch, model=data.get("model"), command=data.get("command"),
         application=data.get("application"), steps=ints["steps"], samples=ints["samples"],
         min_batch_size=ints["min_batch_size"], max_batch_size=ints["max_batch_size"], min_gpus=min_gpus,
         max_gpus=ints["max_gpus"], adaptive=adaptive, gpu_types=_gpu_types(data.get("gpu_types"), source, gpu_types),
         image_size=ints["image_size"] or 32,
-        max_retries=ints["max_retries"] if ints["max_retries"] is not None else 2)
+        max_retries=ints["max_retries"] if ints["max_retries"] is not None else 2, memory_gb=memory,
+        max_slowdown=bound, exclusive=exclusive)
     if spec.command is not None:
         check_command(spec.command, representative_values(spec), source=source)
     return spec

@@ -13,7 +13,22 @@ metric                             type       what
 ``colocate_rounds_total``          counter    rounds run
 ``colocate_learned_pairs``         gauge      pairs learned: both members measured together and alone (what
                                              ``colocate learned`` counts and ``learned --out`` writes)
+``colocate_gpu_jobs{gpu_type,      gauge      jobs on each GPU of the cluster (0 idle, 1 alone, 2-3 shared)
+node,gpu}``
+``colocate_job_samples_per_second  gauge      per running job: its last measured samples/s
+{job_name,gpu_type,partners}``
+``colocate_job_slowdown{job,       gauge      per running member of a group: its last measured time per step over
+gpu_type,partners}``                          its solo time on that GPU type, count and batch (only when both are
+                                             measured: never a guess)
+``colocate_job_memory_limit_bytes  gauge      per running member of a group: its hard GPU-memory limit per GPU
+{job_name,gpu_type,partners}``
+``colocate_ooms_total{gpu_type}``  counter    out-of-memory failures (``oom`` events)
+``colocate_splits_total``          counter    groups split because a member was measured past its slowdown bound
 =================================  =========  ================================================================
+
+The per-job series carry bounded labels (``job_name``, its GPU type, its partners comma-joined: at most two) and are
+removed when the job stops running, so a long-lived server exports series for its running jobs only. The job's label
+is ``job_name``, not ``job``: Prometheus gives every scraped series its scrape job's name as ``job``.
 """
 
 from __future__ import annotations
@@ -47,6 +62,19 @@ class ServeMetrics:
         self.restarts = Counter("colocate_restarts", "Job restarts for a change.", registry=r)
         self.rounds = Counter("colocate_rounds", "Rounds run.", registry=r)
         self.learned_pairs = Gauge("colocate_learned_pairs", "Pairs learned (measured together and alone).", registry=r)
+        self.gpu_jobs = Gauge("colocate_gpu_jobs", "Jobs on each GPU.", ["gpu_type", "node", "gpu"], registry=r)
+        per_job = ["job_name", "gpu_type", "partners"]  # not "job": Prometheus sets that to the scrape target's
+        self.job_rate = Gauge("colocate_job_samples_per_second", "A running job's measured samples/s.", per_job,
+                              registry=r)
+        self.job_slowdown = Gauge("colocate_job_slowdown", "A running member's measured time per step over its solo "
+                                  "time (same GPU type, count and batch).", per_job, registry=r)
+        self.job_limit = Gauge("colocate_job_memory_limit_bytes", "A running member's GPU-memory limit per GPU.",
+                               per_job, registry=r)
+        self.ooms = Counter("colocate_ooms", "Out-of-memory failures.", ["gpu_type"], registry=r)
+        self.splits = Counter("colocate_splits", "Groups split: a member measured past its slowdown bound.", registry=r)
+        self._job_series: dict[Any, set[tuple[str, ...]]] = {}
+        self._ooms_seen: dict[str, int] | None = None
+        self._splits_seen = 0
         self._restarts_seen: int | None = None
         self._http: Any = None
         self._reasons: set[str] = set()
@@ -105,5 +133,52 @@ class ServeMetrics:
         self._reasons |= set(counts)
         measurements = server.state.measurements()
         self.learned_pairs.set(learned_pairs(learned_ratios(measurements, SoloTimes(measurements))))
+        self._per_gpu(server, sharing)
+        self._per_job(server, rows, SoloTimes(measurements))
+        self._failures(server)
         self.round_seconds.observe(stats.total_s)
         self.rounds.inc()
+
+    def _per_gpu(self, server: "Server", sharing: dict[tuple[str, int, int], int]) -> None:
+        for t in server.cluster:
+            for node in range(t.nodes):
+                for gpu in range(t.gpus_per_node):
+                    self.gpu_jobs.labels(gpu_type=t.name, node=str(node), gpu=str(gpu)).set(
+                        sharing.get((t.name, node, gpu), 0))
+
+    def _per_job(self, server: "Server", rows: list[Any], solo: Any) -> None:
+        """The running jobs' series; those of jobs no longer running (or running elsewhere) are removed."""
+        from scheduler.service.contract import measured_slowdown
+        from scheduler.service.views import running_limits
+
+        limits = running_limits(server.state)
+        now: dict[Any, set[tuple[str, ...]]] = {self.job_rate: set(), self.job_slowdown: set(), self.job_limit: set()}
+        for r in rows:
+            if r.state != RUNNING or not r.gpu_type:
+                continue
+            labels = (r.name, r.gpu_type, ",".join(sorted(r.others)))
+            values = {self.job_rate: r.samples_per_s, self.job_slowdown: measured_slowdown(r, solo),
+                      self.job_limit: limits.get(r.name)}
+            for gauge, value in values.items():
+                if value is not None:
+                    gauge.labels(*labels).set(value)
+                    now[gauge].add(labels)
+        for gauge, series in now.items():
+            for stale in self._job_series.get(gauge, set()) - series:
+                gauge.remove(*stale)
+        self._job_series = now
+
+    def _failures(self, server: "Server") -> None:
+        """Out-of-memory failures by GPU type (from the jobs' records) and splits, as counters."""
+        from scheduler.service.contract import memory_records, oom_totals
+
+        ooms = oom_totals(memory_records(server.state))
+        seen_before = self._ooms_seen if self._ooms_seen is not None else server.ooms_at_start
+        for gpu, count in ooms.items():
+            self.ooms.labels(gpu_type=gpu)  # the series exists (at 0) from the first failure's GPU type on
+            if count > seen_before.get(gpu, 0):
+                self.ooms.labels(gpu_type=gpu).inc(count - seen_before.get(gpu, 0))
+        self._ooms_seen = ooms
+        if server.splits > self._splits_seen:
+            self.splits.inc(server.splits - self._splits_seen)
+        self._splits_seen = server.splits

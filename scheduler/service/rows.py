@@ -289,6 +289,16 @@ def _reason(key: Any, value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("code"), str) and isinstance(value.get("text"), str)
 
 
+def _memory(key: Any, value: Any) -> bool:
+    """A job's out-of-memory record (:mod:`.memory`): numbers in range, None where unknown."""
+    if not is_safe_name(key) or not isinstance(value, dict):
+        return False
+    gb = [value.get(k) for k in ("floor_gb", "limit_gb", "reached_gb")]
+    return (all(v is None or in_range(v, 0, 1e7) for v in gb) and in_range(value.get("batch"), 1, MAX_BATCH, integer=True)
+            and is_safe_name(value.get("gpu_type")) and in_range(value.get("ooms"), 1, MAX_COUNT, integer=True)
+            and in_range(value.get("at", 0), 0, MAX_EPOCH_S))
+
+
 def _gpus(key: Any, value: Any) -> bool:
     return is_safe_name(key) and in_range(value, 1, MAX_GPUS, integer=True)
 
@@ -299,6 +309,7 @@ META_CHECKS: dict[str, Callable[[str], Any]] = {
     "startup_s": _json_value(dict, _startup), "waiting": _json_value(dict, _reason),
     "cluster": _json_value(dict, _gpus), "instance": lambda text: _safe_text(text),
     "probes": lambda text: _records(text),
+    "memory": _json_value(dict, _memory),
 }
 
 

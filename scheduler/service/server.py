@@ -32,25 +32,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from common.bounds import MAX_SECONDS
 from scheduler.executor.base import Executor, GroupPoll
 from scheduler.executor.job_files import checked_files
-from scheduler.learning.measured import job_type, learned_ratios
+from scheduler.learning.measured import learned_ratios
 from scheduler.learning.online import LearnedGoodputModel, policy_table, round_job_types
 from scheduler.model.cluster import Cluster
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import GoodputModelBase
 from scheduler.model.jobs import Job
-from scheduler.service import admission, rounds, waiting
+from scheduler.service import admission, contract, rounds, settle, waiting
 from scheduler.service import lock as server_lock
 from scheduler.service.batch_hold import HeldBatchModel, batch_holds
 from scheduler.service.config import ServeConfig
 from scheduler.service.probes import ProbeManager, probing_enabled
-from scheduler.service.rows import MIN_ITER_TIME_S, GroupRecord
+from scheduler.service.rows import GroupRecord
 from scheduler.service.stability import fold_startup, hurting_members, load_startups, pinned_jobs
-from scheduler.service.store import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobRow, StateStore, Transaction
+from scheduler.service.store import CANCELLED, QUEUED, RUNNING, JobRow, StateStore, Transaction
 
-WARMUP_STEPS = 3  # steps of a fresh process not measured (the trainer's own warm-up)
 BAD_FILE_GRACE_S = 2.0  # how long a job's records may stay unreadable before it misbehaves
 
 
@@ -96,6 +94,12 @@ class Server:
         # job -> when its files were first seen bad: still bad BAD_FILE_GRACE_S later is misbehaviour (a first bad
         # look may be a record caught half written by a command that does not write it atomically)
         self._bad_look: dict[str, float] = {}
+        self._memory = contract.memory_records(state)  # job -> what its out-of-memory failures taught
+        self.splits = 0  # groups this server split because a member was measured past its slowdown bound
+        self.ooms_at_start = contract.oom_totals(self._memory)  # the metrics count those after this
+        # the slowdown a member accepts unless it says otherwise: the policy's own bound, else the cluster's
+        bound = self.policy.traits.max_slowdown
+        self._default_bound = bound if bound is not None else config.ilp.max_slowdown
 
     # -- lifetime ----------------------------------------------------------------------------------------
     def acquire(self, lock: Any = None) -> None:
@@ -151,10 +155,12 @@ class Server:
         rows = admission.screen(self.state, active, self.cluster)  # invalid jobs fail, infeasible ones wait
         kept = {r.name for r in rows}
         held_back = [r for r in active if r.name not in kept and r.state == QUEUED and not r.invalid]
-        model, table = self.learned(everyone)
+        model, table, measurements = self.learned(everyone)
         now = time.time()
         previous = rounds.current_placement(rows)
-        policy_jobs = rounds.policy_jobs(rows, now, self._held(rows, now, table))
+        breaks = contract.broken_bounds(self._running_groups(rows), measurements, self._default_bound)
+        planned = contract.planned_memory(rows, self.cluster.type_names, self._memory)
+        policy_jobs = rounds.policy_jobs(rows, now, self._held(rows, now, table, set(breaks)), planned)
         context = RoundContext(goodput=self._batches_held(model, policy_jobs, rows), time_s=now, colocation=table,
                                previous_placement=previous, round_duration_s=self.config.round_s)
         decided, decided_cpu = time.perf_counter(), time.process_time()
@@ -165,6 +171,7 @@ class Server:
         current = rounds.current_units(rounds.without(everyone, leaving))
         plan = rounds.plan_changes(current, desired, set(self._stopping))
         enacting, enacting_cpu = time.perf_counter(), time.process_time()
+        self._record_splits([b for k in plan.stop if k not in self._stopping for b in breaks.get(k, ())])
         self.request_stops(tuple(k for k in plan.stop if k not in self._stopping))
         started, self._pending = self.start_units(plan.start)
         if self.probes is not None:  # GPUs this round left idle may measure a never-measured job type
@@ -188,11 +195,13 @@ class Server:
             self.on_round_end(self, stats)
         return stats
 
-    def _held(self, rows: list[JobRow], now: float, table: ColocationTable | None) -> set[str]:
+    def _held(self, rows: list[JobRow], now: float, table: ColocationTable | None, breaking: set[str]) -> set[str]:
         """Running jobs within their minimum run (or still warming up): the policy keeps them where they are,
-        unless their group is now known to hurt (``table`` plans it infeasible)."""
+        unless their group is now known to hurt (``table`` plans it infeasible) or was measured to break a
+        member's slowdown bound (``breaking``: group keys, :func:`contract.broken_bounds`)."""
         groups = self.state.groups()
-        live = [r for r in rows if r.state == RUNNING and r.group_key in groups and r.group_key not in self._stopping]
+        live = [r for r in rows if r.state == RUNNING and r.group_key in groups and r.group_key not in self._stopping
+                and r.group_key not in breaking]
         running = [(r.name, r.spec.app, groups[r.group_key].created_at, r.sample_step is not None) for r in live]
         startups = {app: mean for app, (mean, _) in self._startups.items()}
         held = pinned_jobs(running, now, self.config.stability, self.config.round_s, startups,
@@ -204,6 +213,22 @@ class Server:
         shared = [(g[0].gpu_type or "", [Job(r.name, r.spec.app, batch_size=r.batch_size) for r in g])
                   for g in members.values()]
         return held - hurting_members(shared, table)
+
+    def _running_groups(self, rows: list[JobRow]) -> dict[str, list[JobRow]]:
+        """Running groups the server is not stopping: key -> members."""
+        groups: dict[str, list[JobRow]] = {}
+        for r in rows:
+            if r.state == RUNNING and r.group_key and r.group_key not in self._stopping:
+                groups.setdefault(r.group_key, []).append(r)
+        return groups
+
+    def _record_splits(self, broken: list[contract.BrokenBound]) -> None:
+        """The reason a group measured to break a member's bound is stopped (its members restart apart)."""
+        if broken:
+            with self.state.transaction() as db:
+                for b in broken:
+                    db.event(b.job, "split", b.text())
+            self.splits += len({b.group for b in broken})
 
     def _batches_held(self, model: LearnedGoodputModel, jobs: list[Job], rows: list[JobRow]) -> HeldBatchModel:
         """The round's goodput model with running jobs' batches kept unless a change pays (:mod:`.batch_hold`)."""
@@ -239,15 +264,18 @@ class Server:
 
         return job_dir(self.state.dir, name)
 
-    def learned(self, rows: list[JobRow]) -> tuple[LearnedGoodputModel, ColocationTable | None]:
-        """The goodput model and colocation table of this round, measurements on top of the priors."""
+    def learned(self, rows: list[JobRow]) -> tuple[LearnedGoodputModel, ColocationTable | None, list[dict[str, Any]]]:
+        """The goodput model and colocation table of this round, measurements on top of the priors (the table
+        carries the pairs' measured ratios too, for the slowdown bounds: :func:`contract.measured_table`), and the
+        measurements they came from."""
         measurements = self.state.measurements()
         model = LearnedGoodputModel(measurements, {r.name: r.spec for r in rows}, base=self.profiles)
         active = [r for r in rows if r.state in (QUEUED, RUNNING)]
         types = round_job_types(self.cluster.type_names, [(r.spec.app, r.batch_size) for r in active])
         # unknown pairs are explored only while the jobs ask for the whole cluster (scheduler.learning.explore)
-        return model, policy_table(self.colocation, learned_ratios(measurements, model), types,
-                                   demands=[r.spec.min_gpus for r in active], gpus=self.cluster.total_gpus)
+        table = policy_table(self.colocation, learned_ratios(measurements, model), types,
+                             demands=[r.spec.min_gpus for r in active], gpus=self.cluster.total_gpus)
+        return model, contract.measured_table(table, measurements), measurements
 
     def _cancel_queued(self) -> None:
         names = self.state.cancel_requested(QUEUED)
@@ -278,7 +306,7 @@ class Server:
                     db.drop_group(key)
                     finished.append(key)
             for row in orphans:
-                self._crashed(db, row, "its group's record is missing or was set aside")
+                settle.crashed(db, row, "its group's record is missing or was set aside")
             if self._startups_changed:
                 db.set_meta("startup_s", json.dumps(self._startups))
                 self._startups_changed = False
@@ -286,8 +314,8 @@ class Server:
             self._stopping.pop(key, None)
             self.executor.release(groups[key].handle, groups[key].doc)
 
-    def _collect_group(self, db: Transaction, key: str, group: GroupRecord, poll: GroupPoll | None, rows: dict[str, JobRow],
-                       stopping: bool) -> bool:
+    def _collect_group(self, db: Transaction, key: str, group: GroupRecord, poll: GroupPoll | None,
+                       rows: dict[str, JobRow], stopping: bool) -> bool:
         """Fold one group's poll into its jobs' rows; True when every member has ended.
 
         A group asked to stop that vanished without exit records (killed before its supervisor could
@@ -298,6 +326,7 @@ class Server:
         ended: list[str] = []
         ended_by = poll.ended_by if poll is not None and not stopping else None
         members = [n for n in group.jobs if n in rows]
+        limits = {j["name"]: contract.limit_of(j.get("memory_limit_bytes")) for j in group.doc["jobs"]}
         if not members:  # every member's row is set aside: leave the group as it is
             return False
         for name in members:
@@ -313,95 +342,40 @@ class Server:
             if files.get("problem"):  # still bad: it misbehaves, stopped alone and counted as a crash
                 self._bad_look.pop(name, None)
                 db.event(row.name, "bad-file", files["problem"][:1000])
-                self._crashed(db, row, f"misbehaved: {files['problem']}"[:1000])
+                settle.crashed(db, row, f"misbehaved: {files['problem']}"[:1000])
                 if len(members) > 1:  # alone, its group is released (killed) once this collect drops it
                     admission.stop_member(self._job_dir(name))
                 ended.append(name)
                 continue
             self._bad_look.pop(name, None)
-            if row.sample_step is None and self._progress(db, row, files.get("progress"), rows):
+            if row.sample_step is None and settle.fold_progress(db, row, files.get("progress"), rows):
                 fold_startup(self._startups, row.spec.app, time.time() - group.created_at)  # first warm steps
                 self._startups_changed = True
             elif row.sample_step is not None:
-                self._progress(db, row, files.get("progress"), rows)
-            if files.get("exit") is None and self._finished_but_lingering(db, row, files.get("progress")):
-                self._ended(db, row, {"returncode": 0, "stop_requested": False}, files.get("progress"))
+                settle.fold_progress(db, row, files.get("progress"), rows)
+            lingering = settle.finished_but_lingering(db, row, files.get("progress"), self.config.stop_grace_s)
+            if files.get("exit") is None and lingering:
+                settle.ended(db, row, {"returncode": 0, "stop_requested": False}, files.get("progress"), self._memory)
                 ended.append(name)
             elif files.get("exit") is not None and ended_by and files["exit"].get("stop_requested") and not (
                     row.cancel_requested or (files.get("progress") or {}).get("state") == "finished"):
-                self._crashed(db, row, ended_by)
+                settle.crashed(db, row, ended_by)
                 ended.append(name)
             elif files.get("exit") is not None:
-                self._ended(db, row, files["exit"], files.get("progress"))
+                settle.ended(db, row, files["exit"], files.get("progress"), self._memory, files.get("oom"),
+                             limits.get(name))
                 ended.append(name)
             elif (poll is None or not poll.alive) and stopping:
-                self._ended(db, row, {"returncode": None, "stop_requested": True}, files.get("progress"))
+                settle.ended(db, row, {"returncode": None, "stop_requested": True}, files.get("progress"), self._memory)
                 ended.append(name)
             elif poll is None or not poll.alive:
-                self._crashed(db, row, ended_by or "its group is gone (supervisor, runner or node died)")
+                settle.crashed(db, row, ended_by or "its group is gone (supervisor, runner or node died)")
                 ended.append(name)
         alone = [n for n in members if n not in ended]
         if ended:
             for name in alone:  # a member ended: the survivors share these GPUs with fewer jobs (or none)
                 db.update_job(name, partner=",".join(o for o in rows[name].others if o in alone) or None)
         return not alone
-
-    def _finished_but_lingering(self, db: Transaction, row: JobRow, progress: dict[str, Any] | None) -> bool:
-        """A job that reported "finished" but has not exited within the grace (a hung process-group teardown)
-        is complete: its group is then released (killed) so it does not hold its GPUs."""
-        if not progress or progress.get("state") != "finished":
-            return False
-        if row.finished_at is None:
-            db.update_job(row.name, finished_at=time.time())  # first seen finished; still running
-            return False
-        return time.time() - row.finished_at > self.config.stop_grace_s
-
-    def _progress(self, db: Transaction, row: JobRow, progress: dict[str, Any] | None, rows: dict[str, JobRow]) -> bool:
-        """Fold a job's progress into its row; True when this poll took its first sample of this run."""
-        if not progress:
-            return False
-        step, elapsed = int(progress["step"]), float(progress["elapsed_s"])  # checked: job_files.check_progress
-        own = step - int(progress["restored_step"])
-        fields: dict[str, Any] = {"step": step, "samples": int(progress["samples"])}
-        if own >= WARMUP_STEPS:
-            if (row.sample_step is not None and row.sample_elapsed is not None and step - row.sample_step >= 2
-                    and elapsed > row.sample_elapsed):
-                iter_time = (elapsed - row.sample_elapsed) / (step - row.sample_step)
-                if MIN_ITER_TIME_S <= iter_time <= MAX_SECONDS:  # else not a time anything trains at: not learned
-                    partner_type = group_type([rows[o] for o in row.others if o in rows])
-                    db.add_measurement(row.spec.app, row.gpu_type or "", row.num_gpus, row.batch_size or 0,
-                                       partner_type, iter_time)
-                    fields["samples_per_s"] = (row.batch_size or 0) / iter_time
-            if row.sample_step is None or step - row.sample_step >= 2:
-                fields.update(sample_step=step, sample_elapsed=elapsed)
-        db.update_job(row.name, **fields)
-        return row.sample_step is None and "sample_step" in fields
-
-    def _ended(self, db: Transaction, row: JobRow, exit: dict[str, Any], progress: dict[str, Any] | None) -> None:
-        finished = (progress or {}).get("state") == "finished" or (row.target and (row.done >= row.target)) or (
-            exit.get("returncode") == 0 and not exit.get("stop_requested"))
-        cleared = {"group_key": None, "sample_step": None, "sample_elapsed": None}
-        if finished:
-            db.update_job(row.name, state=COMPLETED, finished_at=time.time(), **cleared)
-            db.event(row.name, "completed", f"step {(progress or {}).get('step', row.step)}")
-        elif row.cancel_requested:
-            db.update_job(row.name, state=CANCELLED, finished_at=time.time(), **cleared)
-            db.event(row.name, "cancelled", f"at step {row.step}")
-        elif exit.get("stop_requested"):
-            db.update_job(row.name, state=QUEUED, restarts=row.restarts + 1, **cleared)
-            db.event(row.name, "stopped", f"checkpointed at step {(progress or {}).get('step', row.step)}")
-        else:
-            self._crashed(db, row, f"exit status {exit.get('returncode')}: {exit.get('last_line', '')}")
-
-    def _crashed(self, db: Transaction, row: JobRow, reason: str) -> None:
-        crashes = row.crashes + 1
-        cleared = {"group_key": None, "sample_step": None, "sample_elapsed": None}
-        if crashes > row.spec.max_retries:
-            db.update_job(row.name, state=FAILED, crashes=crashes, finished_at=time.time(), error=reason, **cleared)
-            db.event(row.name, "failed", reason)
-        else:
-            db.update_job(row.name, state=QUEUED, crashes=crashes, error=reason, **cleared)
-            db.event(row.name, "crashed", f"retry {crashes} of {row.spec.max_retries}: {reason}")
 
     # -- enacting ----------------------------------------------------------------------------------------
     def request_stops(self, keys: tuple[str, ...]) -> None:
@@ -459,7 +433,9 @@ class Server:
             # submitters and readers never wait behind it; a server killed here only skipped a group number
             with admission.unit_problems():  # a job its group cannot be built for fails, not the server
                 group = build_group(unit, rows, self.config)
-                doc = group_document(key, group, rows, self.config, self.state.dir)
+                limits = contract.unit_limits(unit, rows, self.cluster[unit[0].gpu_type].memory_gb, self._memory,
+                                              self.config.ilp.context_memory_gb)
+                doc = group_document(key, group, rows, self.config, self.state.dir, limits)
             with self.state.transaction() as db:
                 db.put_group(key, self.executor.name, {"doc": doc, "handle": {}}, [s.job for s in unit])
                 for slot in unit:
@@ -467,7 +443,7 @@ class Server:
                     db.update_job(slot.job, state=RUNNING, group_key=key, gpu_type=slot.gpu_type,
                                   num_gpus=slot.num_gpus, batch_size=slot.batch_size, partner=slot.partner,
                                   nodes=slot.nodes, gpus=slot.gpus, started_at=before.started_at or time.time(),
-                                  sample_step=None, sample_elapsed=None)
+                                  sample_step=None, sample_elapsed=None, samples_per_s=None)
                     db.event(slot.job, rounds.change_kind(slot, before), _describe(slot, key))
         except admission.UnitProblem as problem:
             admission.fail_unit(self.state, [s.job for s in unit], problem.error)
@@ -490,9 +466,3 @@ def _describe(slot: rounds.Slot, key: str) -> str:
     partner = f" with {slot.partner}" if slot.partner else ""
     return (f"{slot.num_gpus}×{slot.gpu_type} (node {','.join(map(str, slot.nodes))}, GPU "
             f"{','.join(map(str, slot.gpus))}), batch {slot.batch_size}{partner}, group {key}")
-
-
-def group_type(others: list[JobRow]) -> str:
-    """What a measurement is recorded against: ``""`` alone, the partner's job type in a pair, and in a group
-    of three both others' types joined by ``+`` (sorted), so each member's ratio is kept against its group."""
-    return "+".join(sorted(job_type(o.spec.app, o.batch_size or 0) for o in others))

@@ -9,14 +9,22 @@ from scheduler.service.store import StateStore
 
 
 def job_views(state: StateStore) -> list[dict[str, Any]]:
-    """One dict per job: state, GPU type and count, batch, partner, progress, measured throughput, restarts, and
-    for a queued job why it waits, for a running adaptive one why it is not scaled up (``note``; the last round's
-    reasons, :mod:`.waiting`)."""
+    """One dict per job: state, GPU type and count, batch, partner, progress, measured throughput, restarts, for a
+    queued job why it waits, for a running adaptive one why it is not scaled up (``note``; the last round's reasons,
+    :mod:`.waiting`), and its share of a GPU (:mod:`.contract`): the slowdown measured in its group (None when unknown:
+    alone, queued, or not measured both ways yet), the memory limit it runs under, its own bound, and its
+    out-of-memory failures."""
+    from scheduler.service.contract import measured_slowdown, memory_records
     from scheduler.service.waiting import META_KEY, loads
 
     reasons = loads(state.meta(META_KEY))
+    solo = SoloTimes(state.measurements())
+    limits = running_limits(state)
+    memory = memory_records(state)
     out = []
     for row in state.jobs():
+        slowdown = measured_slowdown(row, solo)
+        limit = limits.get(row.name) if row.state == "running" else None
         out.append({
             "name": row.name, "state": row.state, "gpu_type": row.gpu_type if row.state == "running" else None,
             "num_gpus": row.num_gpus if row.state == "running" else 0, "batch_size": row.batch_size,
@@ -28,7 +36,24 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
             "application": row.spec.app, "error": row.error or row.invalid, "submitted_at": row.submitted_at,
             "finished_at": row.finished_at,
             "waiting": reasons.get(row.name) if row.state == "queued" else None,
-            "note": reasons.get(row.name) if row.state == "running" else None})  # e.g. why it is not scaled up
+            "note": reasons.get(row.name) if row.state == "running" else None,  # e.g. why it is not scaled up
+            "slowdown": round(slowdown, 3) if slowdown is not None else None,
+            "memory_limit_gb": round(limit / 2**30, 3) if limit else None,
+            "max_slowdown": row.spec.max_slowdown, "exclusive": row.spec.exclusive,
+            "ooms": int(memory.get(row.name, {}).get("ooms", 0))})
+    return out
+
+
+def running_limits(state: StateStore) -> dict[str, int]:
+    """The memory limit (bytes per GPU) each member of a running group was started with (its group document)."""
+    from scheduler.service.contract import limit_of
+
+    out: dict[str, int] = {}
+    for group in state.groups().values():
+        for job in group.doc.get("jobs", []):
+            limit = limit_of(job.get("memory_limit_bytes")) if isinstance(job, dict) else None
+            if limit is not None:
+                out[str(job.get("name"))] = limit
     return out
 
 

@@ -12,6 +12,10 @@ code                          meaning
                               (its goodput on them is below the objective's bar)
 ``would-hurt-partner``        all GPUs busy; sharing with every job it could pair with is predicted to
                               pay too little (Σ ratios < 1 + β) or is unknown
+``slowdown-bound``            all GPUs busy; a pair would pay, but it or its partner would run slower
+                              than its slowdown bound (``max_slowdown``)
+``exclusive``                 all GPUs busy; it, or every job it could share with, never shares its GPUs
+                              (``exclusive: true``)
 ``fair-share``                all GPUs busy with jobs at their share; it starts when one ends or when a
                               change pays for its restarts
 ============================  =======================================================================
@@ -117,13 +121,24 @@ def _unallocated(row: JobRow, cluster: Cluster, used: dict[str, int], allocated:
                                    "costs more than it would gain now")
         return "not-worth-it", f"{max(free.values())} GPU(s) free, but its goodput there is below the objective's bar"
     busy = sum(cluster.capacity(t) for t in types)
+    if row.spec.exclusive:
+        return "exclusive", f"all {busy} GPU(s) busy; it never shares its GPUs (exclusive: true)"
     if getattr(policy, "name", "") in PACKING_POLICIES and table is not None and row.name in jobs:
         beta = getattr(getattr(policy, "config", None), "min_benefit", 0.0)
         me = jobs[row.name]
         partners = [(a, jobs[a.job]) for a in allocated.values() if a.gpu_type in types and a.job in jobs
                     and a.num_gpus == me.num_gpus and not a.others]
         known = [(sum(r), other.name) for a, other in partners if (r := table.lookup(a.gpu_type, me, other))]
-        if partners and not any(total >= 1.0 + beta for total, _ in known):
+        from scheduler.model.colocation import BoundedTable
+
+        bounded = BoundedTable(table.ratios, inner=table, default_bound=policy.traits.max_slowdown)
+        paying = [(total, name) for total, name in known if total >= 1.0 + beta]
+        if paying and not any(bounded.lookup(a.gpu_type, me, other) for a, other in partners):
+            if all(other.exclusive for _, other in partners):
+                return "exclusive", f"all {busy} GPU(s) busy with jobs that never share their GPUs (exclusive: true)"
+            return "slowdown-bound", (f"all {busy} GPU(s) busy; sharing with {max(paying)[1]} would pay (Σ t/t′ "
+                                      f"{max(paying)[0]:.2f}) but slow it or its partner past a slowdown bound")
+        if partners and not paying:
             best = (f"; the best, with {max(known)[1]}, is believed at Σ t/t′ {max(known)[0]:.2f}" if known
                     else "; none of the pairs is known")
             return "would-hurt-partner", (f"all {busy} GPU(s) busy; sharing with any of {len(partners)} running "

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from scheduler.model.cluster import Cluster
 from scheduler.model.jobs import Job
+from scheduler.model.memory import MEMORY_HEADROOM
 from scheduler.model.policy import Placement, RoundDecision, check_decision
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -125,7 +126,8 @@ def check_group_memory(round_index: int, time_s: float, gpu_type: str, members: 
     others = " and ".join(job for job, _, _ in members[1:])
     raise SimulationError(
         f"round {round_index} (t={time_s:.0f} s): job {members[0][0]}: packed with {others} on {gpu_type} needs "
-        f"{sizes} GB + {len(members)} x {memory.context_gb} GB context > {memory.cluster[gpu_type].memory_gb} GB")
+        f"{sizes} GB (+ {MEMORY_HEADROOM:.0%} each) + {len(members)} x {memory.context_gb} GB context > "
+        f"{memory.cluster[gpu_type].memory_gb} GB")
 
 
 __all__ = ["MAX_GROUP", "SimulationError", "check_group_memory", "check_placement", "check_round"]

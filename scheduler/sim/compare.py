@@ -338,6 +338,7 @@ def compare_policies(req: CompareRequest, progress: ProgressHook | None = None) 
     if "triple_fraction" not in frame:  # runs logged before groups of three were simulated
         frame["triple_fraction"] = 0.0
     metrics = ["avg_jct_s", "p99_jct_s", "gpu_hours", "packed_fraction", "triple_fraction", "restarts"]
+    metrics += [m for m in ("worst_slowdown", "over_bound_fraction") if m in frame]
     means = frame.groupby(["load", "policy"])[metrics].mean()
     return report, means, failed
 

@@ -40,6 +40,7 @@ from scheduler.model.goodput import (
     estimate_arrays,
 )
 from scheduler.model.jobs import Job
+from scheduler.model.memory import free_for_footprints_gb, group_fits
 from scheduler.model.state_memo import StateMemo
 from scheduler.model.step_time import STEP_TIME_MODES
 
@@ -295,9 +296,10 @@ class MemoryModel:
     ``static`` = parameters × 16 bytes (:data:`MODEL_PARAMS_M`); ``per_sample`` is set so that the
     largest local batch profiled on the type (Sia's profiles stop where memory runs out: its adaptdl
     ``profiles/`` record exactly that batch per GPU type) fills the GPU less one CUDA context. So a job
-    alone always fits; n jobs on one GPU (a pair, a group of three) fit when
-    ``Σ (static + per_sample·m) + n·context ≤ memory``. The linear form overstates activations at small
-    batches, so the check errs toward rejecting a group.
+    alone always fits; n jobs on one GPU (a pair, a group of three) fit by the rule the ILP plans with and
+    ``colocate serve`` enforces (:func:`scheduler.model.memory.group_fits`: ``Σ (1 + h)·(static + per_sample·m)
+    + n·context ≤ memory``, h the stated headroom). The linear form overstates activations at small batches, so
+    the check errs toward rejecting a group.
     """
 
     model: GoodputModelBase
@@ -335,7 +337,7 @@ class MemoryModel:
         sizes = [self.footprint_gb(app, gpu_type, local) for app, local in members]
         if any(f is None for f in sizes):
             return True
-        return sum(sizes) + len(members) * self.context_gb <= self.cluster[gpu_type].memory_gb + 1e-9  # type: ignore[arg-type]
+        return group_fits(self.cluster[gpu_type].memory_gb, sizes, self.context_gb)
 
     def group_locals(self, gpu_type: str, *members: tuple[str, float],
                      floors: Sequence[float] | None = None) -> tuple[float, ...]:
@@ -350,7 +352,7 @@ class MemoryModel:
         out = [float(local) for _, local in members]
         fixed: set[int] = set()
         for _ in members:  # each pass fixes at least one more member at its floor, or ends
-            free = (self.cluster[gpu_type].memory_gb - len(members) * self.context_gb
+            free = (free_for_footprints_gb(self.cluster[gpu_type].memory_gb, len(members), self.context_gb)
                     - sum(self.static_gb(app) for app, _ in members)
                     - sum((per[i] or 0.0) * lowest[i] for i in fixed))
             need = sum((per[i] or 0.0) * members[i][1] for i in range(len(members)) if i not in fixed)

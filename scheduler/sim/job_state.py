@@ -14,6 +14,7 @@ from scheduler.model.policy import Allocation
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.model.cluster import Cluster
+    from scheduler.model.policy import Policy
     from scheduler.sim.job_model import AccumulatingGoodput
 
 
@@ -35,6 +36,18 @@ class JobState:
     gpu_s: float = 0.0
     run_s: float = 0.0
     packed_s: float = 0.0
+    bound: float | None = None       # the slowdown it accepts in a group (its own, else the cluster-wide one)
+    worst_slowdown: float = 1.0      # the largest solo / co-located rate it ran at in a group (1: never slowed)
+    over_bound_s: float = 0.0        # seconds it ran in a group slower than its bound
+
+    def note_slowdown(self, solo: float, packed: float, seconds: float) -> None:
+        """A stretch of ``seconds`` run in a group at ``packed`` of its ``solo`` rate (the truth, not the belief)."""
+        if seconds <= 0 or not packed > 0:
+            return
+        slowdown = solo / packed
+        self.worst_slowdown = max(self.worst_slowdown, slowdown)
+        if self.bound is not None and slowdown > self.bound * (1 + 1e-9):
+            self.over_bound_s += seconds
 
 
 @dataclass
@@ -182,4 +195,15 @@ def _unit_times(units: list[Member], R: float) -> UnitTimes:
     return UnitTimes(order[0], shared, triple, share)
 
 
-__all__ = ["JobState", "Member", "UnitTimes", "advance", "initial_state"]
+
+def cluster_bound(policy: "Policy") -> float | None:
+    """The slowdown bound a run's groups are measured against: the policy's own (an ILP policy keeps one), else
+    the cluster-wide default of :class:`scheduler.ilp.config.IlpConfig` (baselines keep none, but a job in a
+    group beyond it is slowed past what the cluster promises)."""
+    from scheduler.ilp.config import IlpConfig
+
+    bound = policy.traits.max_slowdown
+    return bound if bound is not None else IlpConfig().max_slowdown
+
+
+__all__ = ["JobState", "Member", "UnitTimes", "advance", "cluster_bound", "initial_state"]

@@ -15,7 +15,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 SUMMARY_KEYS = ("policy", "jobs", "completed", "avg_jct_s", "p50_jct_s", "p99_jct_s", "makespan_s", "gpu_hours",
-                "utilization", "restarts", "packed_fraction", "triple_fraction", "wall_s")
+                "utilization", "restarts", "packed_fraction", "triple_fraction", "worst_slowdown", "over_bound_fraction",
+                "wall_s")
 ROUND_COLUMNS = ("round", "time_s", "active", "running", "waiting", "unplaced", "gpus_busy", "gpu_s", "utilization",
                  "packed_jobs", "packed_gpu_s", "triple_jobs", "triple_gpu_s", "restarts", "completed", "solver", "status",
                  "fallback", "objective", "policy_s")
@@ -65,6 +66,7 @@ def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[di
     import pandas as pd
 
     from scheduler.model.colocation import TRIPLE_RATIOS
+    from scheduler.sim.job_state import cluster_bound
 
     busy_gpu_s, packed_gpu_s, triple_gpu_s = gpu_s
     rows = []
@@ -78,6 +80,8 @@ def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[di
             "jct_s": jct, "completed": st.completion is not None, "restarts": st.restarts,
             "gpu_hours": st.gpu_s / 3600.0, "run_s": st.run_s, "packed_s": st.packed_s,
             "progress": st.done / st.work if st.work else 1.0,
+            "slowdown_bound": st.bound if st.bound is not None else float("nan"),
+            "worst_slowdown": st.worst_slowdown, "over_bound_s": st.over_bound_s,
         })
     jobs = pd.DataFrame(rows)
     rounds = pd.DataFrame(round_rows, columns=list(ROUND_COLUMNS))
@@ -98,6 +102,11 @@ def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[di
         "restarts": int(jobs["restarts"].sum()) if len(jobs) else 0,
         "packed_fraction": packed_gpu_s / busy_gpu_s if busy_gpu_s > 0 else 0.0,
         "triple_fraction": triple_gpu_s / busy_gpu_s if busy_gpu_s > 0 else 0.0,
+        # the truth of every group a job ran in: its worst solo / co-located rate, and the share of all jobs' run
+        # time spent slower than each job's own bound (with --belief != truth, where a wrong prior shows)
+        "worst_slowdown": float(jobs["worst_slowdown"].max()) if len(jobs) else 1.0,
+        "over_bound_fraction": (float(jobs["over_bound_s"].sum() / jobs["run_s"].sum())
+                                if len(jobs) and jobs["run_s"].sum() > 0 else 0.0),
         "wall_s": wall,
     }
     meta = {
@@ -107,6 +116,7 @@ def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[di
         "policy_s_total": float(sum(r["policy_s"] for r in round_rows)),
         "colocation_rows": len(sim.colocation) if sim.colocation is not None else 0,
         "max_group_size": sim.max_group_size,
+        "slowdown_bound": cluster_bound(sim.policy),
         "triple_ratios": TRIPLE_RATIOS if sim.max_group_size >= 3 else "none (pairs only)",
         "model": {f.name: getattr(sim.config, f.name) for f in fields(sim.config) if is_option(f)},
     }

@@ -72,7 +72,7 @@ from scheduler.sim.job_model import (
     sia_max_gpus,
     simulation_goodput_model,
 )
-from scheduler.sim.job_state import JobState, Member, UnitTimes, advance, initial_state
+from scheduler.sim.job_state import JobState, Member, UnitTimes, advance, cluster_bound, initial_state
 from scheduler.sim.result import SimulationResult, build_result
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -130,6 +130,9 @@ class Simulator:
         self._caps: dict[tuple[str, int | None], int] = {}
         self.states = {j.name: initial_state(j, self.goodput, cluster, config.slowdown_of(j.application),
                                              workload.source) for j in workload.jobs}
+        bound = cluster_bound(policy)
+        for st in self.states.values():  # what each job's time in a group is measured against
+            st.bound = st.spec.max_slowdown if st.spec.max_slowdown is not None else bound
         if len(self.states) != len(workload.jobs):
             raise InputError("duplicate job names", source=workload.source, field="name", valid="unique names")
 
@@ -170,6 +173,7 @@ class Simulator:
             current_gpu_type=a.gpu_type if a else None, current_num_gpus=a.num_gpus if a else 0,
             current_partner=a.partner if a else None, pinned=bool(a is not None and st.delay > 0),
             progress=st.done / st.m0, restart_cost_s=self.config.restart_penalty(spec.application),
+            max_slowdown=spec.max_slowdown, exclusive=spec.exclusive,
         )
 
     # ------------------------------------------------------------------ what happens
@@ -373,6 +377,8 @@ class Simulator:
         m.run_s += u.run_s
         m.packed_s += u.packed_s
         m.gpu_s += a.num_gpus * times.gpu_share[m.spec.name]  # the GPUs split evenly among the members there
+        if size > 1:
+            m.note_slowdown(u.solo, u.packed, u.packed_s)
         if u.run_s > 0:
             self._learn(m, a, u)
         if self.config.log_allocations:

@@ -1,0 +1,99 @@
+"""How a polled job's records change its row (``colocate serve``'s collect step): progress and measured iteration
+times folded in, and the end of a run settled — completed, cancelled, stopped for a change, out of memory, crashed.
+
+Pure bookkeeping inside one transaction of :meth:`scheduler.service.server.Server.collect`; the records were read
+bounded and checked (:mod:`scheduler.executor.job_files`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from common.bounds import MAX_SECONDS
+from scheduler.learning.measured import job_type
+from scheduler.service import contract
+from scheduler.service.rows import MIN_ITER_TIME_S
+from scheduler.service.store import CANCELLED, COMPLETED, FAILED, QUEUED, JobRow, Transaction
+
+WARMUP_STEPS = 3  # steps of a fresh process not measured (the trainer's own warm-up)
+
+
+def finished_but_lingering(db: Transaction, row: JobRow, progress: dict[str, Any] | None, grace_s: float) -> bool:
+    """A job that reported "finished" but has not exited within the grace (a hung process-group teardown)
+    is complete: its group is then released (killed) so it does not hold its GPUs."""
+    if not progress or progress.get("state") != "finished":
+        return False
+    if row.finished_at is None:
+        db.update_job(row.name, finished_at=time.time())  # first seen finished; still running
+        return False
+    return time.time() - row.finished_at > grace_s
+
+
+def fold_progress(db: Transaction, row: JobRow, progress: dict[str, Any] | None, rows: dict[str, JobRow]) -> bool:
+    """Fold a job's progress into its row; True when this poll took its first sample of this run."""
+    if not progress:
+        return False
+    step, elapsed = int(progress["step"]), float(progress["elapsed_s"])  # checked: job_files.check_progress
+    own = step - int(progress["restored_step"])
+    fields: dict[str, Any] = {"step": step, "samples": int(progress["samples"])}
+    if own >= WARMUP_STEPS:
+        if (row.sample_step is not None and row.sample_elapsed is not None and step - row.sample_step >= 2
+                and elapsed > row.sample_elapsed):
+            iter_time = (elapsed - row.sample_elapsed) / (step - row.sample_step)
+            if MIN_ITER_TIME_S <= iter_time <= MAX_SECONDS:  # else not a time anything trains at: not learned
+                partner_type = group_type([rows[o] for o in row.others if o in rows])
+                db.add_measurement(row.spec.app, row.gpu_type or "", row.num_gpus, row.batch_size or 0,
+                                   partner_type, iter_time)
+                fields["samples_per_s"] = (row.batch_size or 0) / iter_time
+        if row.sample_step is None or step - row.sample_step >= 2:
+            fields.update(sample_step=step, sample_elapsed=elapsed)
+    db.update_job(row.name, **fields)
+    return row.sample_step is None and "sample_step" in fields
+
+
+def ended(db: Transaction, row: JobRow, exit: dict[str, Any], progress: dict[str, Any] | None,
+      memory: dict[str, dict[str, Any]], oom: dict[str, Any] | None = None, limit: int | None = None) -> None:
+    """Settle a job whose run ended: completed, cancelled, stopped for a change (back to the queue), out of
+    memory under its limit (back to the queue, estimate raised: :func:`contract.record_oom`) or crashed."""
+    finished = (progress or {}).get("state") == "finished" or (row.target and (row.done >= row.target)) or (
+        exit.get("returncode") == 0 and not exit.get("stop_requested"))
+    cleared = {"group_key": None, "sample_step": None, "sample_elapsed": None}
+    if finished:
+        db.update_job(row.name, state=COMPLETED, finished_at=time.time(), **cleared)
+        db.event(row.name, "completed", f"step {(progress or {}).get('step', row.step)}")
+    elif row.cancel_requested:
+        db.update_job(row.name, state=CANCELLED, finished_at=time.time(), **cleared)
+        db.event(row.name, "cancelled", f"at step {row.step}")
+    elif exit.get("stop_requested"):
+        db.update_job(row.name, state=QUEUED, restarts=row.restarts + 1, **cleared)
+        db.event(row.name, "stopped", f"checkpointed at step {(progress or {}).get('step', row.step)}")
+    elif contract.is_oom(exit, oom):  # under its limit it failed alone: queued with a raised estimate
+        text = contract.record_oom(db, row, oom, limit, memory)
+        if limit is None:
+            crashed(db, row, f"oom: {text}"[:1000])
+        else:
+            db.update_job(row.name, state=QUEUED, error=f"oom: {text}"[:1000], **cleared)
+    else:
+        crashed(db, row, f"exit status {exit.get('returncode')}: {exit.get('last_line', '')}")
+
+
+def crashed(db: Transaction, row: JobRow, reason: str) -> None:
+    """A crash: retried up to the job's ``max_retries``, then failed with ``reason``."""
+    crashes = row.crashes + 1
+    cleared = {"group_key": None, "sample_step": None, "sample_elapsed": None}
+    if crashes > row.spec.max_retries:
+        db.update_job(row.name, state=FAILED, crashes=crashes, finished_at=time.time(), error=reason, **cleared)
+        db.event(row.name, "failed", reason)
+    else:
+        db.update_job(row.name, state=QUEUED, crashes=crashes, error=reason, **cleared)
+        db.event(row.name, "crashed", f"retry {crashes} of {row.spec.max_retries}: {reason}")
+
+
+def group_type(others: list[JobRow]) -> str:
+    """What a measurement is recorded against: ``""`` alone, the partner's job type in a pair, and in a group
+    of three both others' types joined by ``+`` (sorted), so each member's ratio is kept against its group."""
+    return "+".join(sorted(job_type(o.spec.app, o.batch_size or 0) for o in others))
+
+
+__all__ = ["WARMUP_STEPS", "crashed", "ended", "finished_but_lingering", "fold_progress", "group_type"]

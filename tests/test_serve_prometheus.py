@@ -1,0 +1,96 @@
+"""A real Prometheus server scrapes a live ``colocate serve`` and answers PromQL about one job: its measured
+slowdown in a group, the dashboard's queries and the documented examples. Needs the ``prometheus`` binary (Debian's
+``prometheus`` package; ``.ci/run`` installs it): skipped with the reason elsewhere."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler.service.metrics import ServeMetrics
+from tests.serve_helpers import kill_groups
+from tests.test_serve_contract import _drive, _job, _server
+
+REPO = Path(__file__).resolve().parents[1]
+PROMETHEUS = shutil.which("prometheus")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+    PROMETHEUS is None, reason="no prometheus binary (Debian's prometheus package: apt-get install prometheus; "
+                               ".ci/run installs it)")]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _query(port: int, promql: str) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+def _documented_queries(job: str) -> list[str]:
+    """Every PromQL expression of the dashboard and of docs/serve.md's examples (the example job's name replaced)."""
+    dashboard = json.loads((REPO / "docs" / "grafana" / "colocate-serve.json").read_text())
+    exprs = [t["expr"].replace('"$job"', '".*"') for p in dashboard["panels"] for t in p["targets"]]
+    text = (REPO / "docs" / "serve.md").read_text()
+    block = text.split("```promql", 1)[1].split("```", 1)[0]
+    exprs += [line.strip() for line in block.splitlines() if line.strip() and not line.strip().startswith("#")]
+    return [e.replace("resnet50-a", job) for e in exprs]
+
+
+def test_prometheus_scrapes_a_live_server_and_answers_a_jobs_slowdown(tmp_path: Path) -> None:
+    state, server = _server(tmp_path)
+    metrics, port, web = ServeMetrics(), _free_port(), _free_port()
+    metrics.serve(port)
+    server.on_round_end = metrics.update
+    config = tmp_path / "prometheus.yml"
+    config.write_text(f"global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:\n"
+                      f"  - job_name: colocate\n    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n")
+    prometheus = subprocess.Popen([str(PROMETHEUS), f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                   f"--web.listen-address=127.0.0.1:{web}"], stdout=subprocess.DEVNULL,
+                                  stderr=(tmp_path / "prometheus.log").open("wb"))
+    try:
+        # a alone first (its solo time), then b beside it: each 2x slower in the pair (within the bound 2.5)
+        state.submit(_job(tmp_path, "a", 10**6, env="SHARED_SLOWDOWN=2"))
+        _drive(server, lambda: any(not m["partner_type"] for m in state.measurements()), 120)
+        state.submit(_job(tmp_path, "b", 10**6, env="SHARED_SLOWDOWN=2"))
+        answer: dict[str, Any] = {}
+
+        def scraped() -> bool:
+            nonlocal answer
+            try:
+                answer = _query(web, 'colocate_job_slowdown{job_name="a"}')
+            except OSError:  # Prometheus still starting
+                return False
+            return bool(answer.get("data", {}).get("result"))
+
+        _drive(server, scraped, 240)  # a loaded machine: Prometheus starts and scrapes slowly
+        (series,) = answer["data"]["result"]
+        assert series["metric"]["partners"] == "b" and series["metric"]["gpu_type"] == "t4"
+        assert 1.4 < float(series["value"][1]) < 2.5  # measured: about 2x slower beside b (its step's sleep)
+        slowed = _query(web, "colocate_job_slowdown > 1.3")["data"]["result"]
+        assert "a" in {s["metric"]["job_name"] for s in slowed}  # the documented "slowed by more than 30 %"
+        assert {s["metric"]["job"] for s in slowed} == {"colocate"}  # Prometheus' own label: the scrape job
+        for promql in _documented_queries("a"):  # every dashboard query and documented example is valid PromQL
+            assert _query(web, promql)["status"] == "success", promql
+        assert re.search(r"colocate_gpu_jobs\{", urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode())
+    finally:
+        prometheus.terminate()
+        try:
+            prometheus.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            prometheus.kill()
+            prometheus.wait()
+        metrics.shutdown()
+        kill_groups(state.dir)
