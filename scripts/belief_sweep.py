@@ -171,14 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--explore-contention", type=float, default=None,
                         help="Learning beliefs explore only in rounds whose jobs ask for >= this x the GPUs "
                              "(default: SimConfig's; 0 = in every round, the rule of results/sim/belief-defaults).")
-    parser.add_argument("--explore-optimism", default=None,
-                        help="unknown | all: which pairs are planned at their upper bound (default: SimConfig's; "
-                             "'all' is the rule of results/sim/belief-defaults).")
     args = parser.parse_args(argv)
     models: dict[str, Any] = {k: v for k, v in (("throughput", args.throughput), ("step_times", args.step_times),
                                                 ("measure_batches", args.measure_batches),
-                                                ("explore_contention", args.explore_contention),
-                                                ("explore_optimism", args.explore_optimism)) if v is not None}
+                                                ("explore_contention", args.explore_contention)) if v is not None}
     try:  # a bad model option is refused before any run, in one line naming it
         from scheduler.sim.config import SimConfig
 

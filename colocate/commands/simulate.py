@@ -176,10 +176,6 @@ def simulate_command(
         None, "--explore-contention",
         help="A learning --belief tries unknown pairs only in rounds whose jobs ask for >= this x the cluster's "
              "GPUs (default 1); 0: in every round (the earlier rule)."),
-    explore_optimism: Optional[str] = typer.Option(
-        None, "--explore-optimism",
-        help="Which pairs a learning --belief plans at the top of their interval: unknown (no prior, never run; "
-             "default) or all (the earlier rule: every pair, re-trying measured ones)."),
 ) -> None:
     """Simulate a workload under one policy; print JCTs, makespan, GPU-hours, utilization, packing."""
     from common.bounds import check_number
@@ -205,8 +201,6 @@ def simulate_command(
                        step_times=step_times, gavel_rounds=gavel_rounds, substeps=substeps)
     if explore_contention is not None:
         config = replace(config, explore_contention=explore_contention)
-    if explore_optimism is not None:
-        config = replace(config, explore_optimism=explore_optimism)
     table = _colocation(colocation)
     _check_belief_table(belief)
     cluster_obj = load_cluster(cluster)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from common.errors import InputError
 from scheduler.learning.belief import parse_belief
-from scheduler.learning.explore import DEFAULT_EXPLORE, OPTIMISM, ExploreConfig
+from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig
 from scheduler.sim.job_model import SIA_RESTART_COST_S, SIA_RESTART_PENALTY_S, SIA_SLOWDOWN
 
 CHOICES = {"throughput": ("fitted", "bootstrap", "oracle"), "step_times": ("interpolated", "fitted"),
@@ -60,8 +60,6 @@ class SimConfig:
     belief: str = "truth"  # what packing policies believe about pairs (scheduler.learning.belief)
     # a learning belief explores only in rounds whose jobs ask for >= this × the GPUs; 0: always (earlier)
     explore_contention: float = DEFAULT_EXPLORE.contention
-    # which pairs a learning belief plans optimistically: "unknown" (no prior, never run) or "all" (earlier)
-    explore_optimism: str = DEFAULT_EXPLORE.optimism
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -73,9 +71,6 @@ class SimConfig:
                 raise InputError(f"{name} {getattr(self, name)!r}", source="simulate", field=name,
                                  valid=", ".join(valid))
         parse_belief(self.belief)
-        if self.explore_optimism not in OPTIMISM:
-            raise InputError(f"explore optimism {self.explore_optimism!r}", source="--explore-optimism",
-                             field="explore_optimism", valid=", ".join(OPTIMISM))
         _ = self.explore  # builds the exploration knobs, which validates the contention
         if not (isinstance(self.substeps, int) and 1 <= self.substeps <= 600):
             raise InputError(f"substeps {self.substeps!r}", source="--substeps", field="substeps",
@@ -87,7 +82,7 @@ class SimConfig:
     @property
     def explore(self) -> ExploreConfig:
         """The exploration rule's knobs for a learning ``belief``."""
-        return ExploreConfig(contention=self.explore_contention, optimism=self.explore_optimism)
+        return ExploreConfig(contention=self.explore_contention)
 
     def restart_cost(self, application: str) -> float:
         return float(self.restart_cost_s.get(application, self.default_restart_cost_s))

@@ -109,7 +109,7 @@ def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[di
         "model": {k: getattr(sim.config, k) for k in (
             "throughput", "throughput_fit", "efficiency_belief", "measure_batches", "first_run", "step_times", "batch",
             "restart_on", "efficiency", "memory", "colocation_strength", "belief", "gavel_rounds", "substeps",
-            "explore_contention", "explore_optimism")},
+            "explore_contention")},
     }
     learner = getattr(sim, "learner", None)
     if learner is not None:
