@@ -234,3 +234,13 @@ def test_colocation_provenance_describes_the_rows_of_the_cluster_types():
     sia = colocation_provenance([DEFAULT_TABLE, COLOCATION_FILE], ("aws", "rtx"))
     assert "colocation-sia-transferred.csv" in sia.split("Not used")[0] and "GPU types aws, rtx" in sia
     assert "could not pair" in colocation_provenance([COLOCATION_FILE], ("a100",))
+
+
+def test_colocation_provenance_counts_predicted_rows_apart_from_measurements(tmp_path):
+    from scheduler.report.comparison import colocation_provenance
+
+    table = tmp_path / "predicted.csv"
+    table.write_text("gpu_type,type_a,type_b,ratio_a,ratio_b,source,low_a,high_a,low_b,high_b\n"
+                     "t4,a,b,0.5,0.6,predicted,0.3,0.8,0.4,0.9\nt4,a,a,0.5,0.5,measured,,,,\n")
+    note = colocation_provenance([table], ("t4",))
+    assert "**1 are predicted**" in note and "1 are measurements" in note

@@ -157,7 +157,7 @@ def _evaluate(datasets: list, only: list[str], config: PredictorConfig, report_d
                                           seconds=e.seconds) for e in evaluations], ignore_index=True)
     summary.to_csv(report_dir / "evaluation.csv", index=False)
     pd.concat([e.predictions.assign(dataset=e.dataset, protocol=e.protocol) for e in evaluations],
-              ignore_index=True).to_csv(report_dir / "held_out_predictions.csv", index=False)
+              ignore_index=True).to_csv(report_dir / "held_out_predictions.csv", index=False, float_format="%.5g")
     atomic_write_json({"config": evaluations[0].config, "datasets": [
         {"dataset": e.dataset, "protocol": e.protocol, "predictions": e.pairs, "measured_pairs": e.measured_pairs,
          "job_types": e.job_types, "features": list(e.features), "baseline_features": list(e.baseline_features),

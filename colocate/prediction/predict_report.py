@@ -36,9 +36,12 @@ def overview(results: Sequence[EvaluationResult]) -> list[str]:
         mae_name, mae = _best(r, "mae_delta", lower=True)
         acc_name, acc = _best(r, "balanced_accuracy", lower=False)
         cover_ratio, cover_delta = r.coverage()
-        lines.append(f"| {r.dataset} | {PROTOCOL_TITLES[r.protocol]} | {r.pairs} | **{row['mae_delta']:.4f}** / "
-                     f"{mae:.4f} ({mae_name}) | **{_fmt(row['balanced_accuracy'])}** / {_fmt(acc)} ({acc_name}) | "
-                     f"{cover_ratio:.3f} / {cover_delta:.3f} |")
+        ours_mae = f"{row['mae_delta']:.4f}"
+        ours_acc = _fmt(row["balanced_accuracy"])
+        ours_mae = f"**{ours_mae}**" if row["mae_delta"] < mae else ours_mae  # bold: the predictor is ahead
+        ours_acc = f"**{ours_acc}**" if row["balanced_accuracy"] >= acc else ours_acc
+        lines.append(f"| {r.dataset} | {PROTOCOL_TITLES[r.protocol]} | {r.pairs} | {ours_mae} / {mae:.4f} ({mae_name}) | "
+                     f"{ours_acc} / {_fmt(acc)} ({acc_name}) | {cover_ratio:.3f} / {cover_delta:.3f} |")
     return lines
 
 

@@ -243,7 +243,7 @@ class Predictor:
             have = np.zeros_like(have)
         out = np.zeros(len(v))
         known = self.evidence.measured[self.d, v] & self.evidence.measured[self.d, a]
-        patterns = [tuple(np.nonzero(row)[0]) for row in have]
+        patterns = [tuple(int(k) for k in np.nonzero(row)[0]) for row in have]
         for pattern in dict.fromkeys(patterns):
             cells = np.array([p == pattern for p in patterns])
             new_types = not bool(known[cells].all())

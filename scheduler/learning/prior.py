@@ -183,15 +183,16 @@ def leave_pair_out_table(table: ColocationTable, config: PredictorConfig | None 
     """
     config = config or PredictorConfig()
     frame = table_frame(table)
-    datasets, copies = [], {}
-    for d in table_datasets(frame):
-        twin = next((k for k, other in enumerate(datasets) if other.pairs.equals(d.pairs)), None)
+    datasets: list[Dataset] = []
+    copies: dict[str, int] = {}
+    for dataset in table_datasets(frame):
+        twin = next((k for k, other in enumerate(datasets) if other.pairs.equals(dataset.pairs)), None)
         if twin is None:
-            datasets.append(d)
+            datasets.append(dataset)
             twin = len(datasets) - 1
-        copies[d.name] = twin
+        copies[dataset.name] = twin
     pairs = PairSet(datasets) if datasets else None
-    predicted: dict[int, dict[tuple[str, str], tuple[float, float, tuple, tuple]]] = {}
+    predicted: dict[int, dict[tuple[str, str], tuple]] = {}
     for d in range(len(datasets)):
         predicted[d] = _held_out_rows(pairs, d, config) if pairs is not None else {}
     ratios: dict[tuple[str, str, str], tuple[float, float]] = {}
