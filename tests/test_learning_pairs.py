@@ -169,3 +169,21 @@ def test_serve_plans_with_the_same_load_aware_rule() -> None:
     assert calm.ratios[("t4", "a", "b")] == (0.5, 0.5)
     assert sum(busy.ratios[("t4", "a", "b")]) > 1.2
     assert unsaid.ratios == busy.ratios == earlier.ratios
+
+
+def test_serve_plans_each_pair_at_the_top_of_the_predictors_interval_wider_for_a_model_no_table_has() -> None:
+    from scheduler.learning.online import _predicted_prior, policy_table
+
+    types = {"v100": ["LM@20", "ResNet-50@64", "mymodel@8"]}  # Gavel's V100 pairs know the first two
+    busy = policy_table(None, [], types, predicted=True, demands=[8], gpus=4)
+    calm = policy_table(None, [], types, predicted=True, demands=[1], gpus=4)
+    assert busy is not None and calm is not None
+    prior = _predicted_prior(None)
+    known, new = prior("v100", "LM@20", "ResNet-50@64"), prior("v100", "mymodel@8", "LM@20")
+    assert known.interval_a is not None and new.interval_a is not None
+    width = lambda i: i[1] / i[0]  # noqa: E731
+    assert width(new.interval_a) > width(known.interval_a)  # a model no table has: a wider interval
+    for (a, b), answer in ((("LM@20", "ResNet-50@64"), known), (("mymodel@8", "LM@20"), new)):
+        low, high = answer.interval_a
+        assert busy.ratios[("v100", a, b)][0] == pytest.approx(min(high, 0.95))  # contended: its top (capped)
+        assert calm.ratios[("v100", a, b)][0] == pytest.approx(math.sqrt(low * high))  # calm: its centre

@@ -121,3 +121,24 @@ def test_simulate_refuses_a_negative_explore_contention() -> None:
             "scheduler/examples/demo-workload.csv", "--policy", "colocate", "--belief", "none"]
     bad = CliRunner().invoke(app, [*args, "--explore-contention", "-1"])  # the CLI's main prints it as one line
     assert isinstance(bad.exception, InputError) and bad.exception.field == "contention", bad.output
+
+
+def test_priors_carry_their_intervals_and_a_simulated_sample_is_exact() -> None:
+    from scheduler.learning.belief import SAMPLE_NOISE, SimBelief, parse_belief
+    from scheduler.learning.prior import leave_pair_out_table
+
+    truth = ColocationTable.from_rows([("g", "a", "b", 0.8, 0.6), ("g", "a", "a", 0.0, 0.0)])
+    noisy = noisy_table(truth, 0.3, seed=1)
+    (low, high), _ = noisy.intervals[("g", "a", "b")]
+    assert low < noisy.ratios[("g", "a", "b")][0] < high  # the interval the noise implies
+    assert ("g", "a", "a") not in noisy.intervals  # infeasible: no interval
+    rows = [("g", x, y, 0.4 + 0.05 * i, 0.5 + 0.03 * j) for i, x in enumerate("abcde") for j, y in enumerate("abcde")
+            if x <= y]
+    predicted = leave_pair_out_table(ColocationTable.from_rows(rows))
+    assert set(predicted.intervals) == {k for k, (ra, rb) in predicted.ratios.items() if ra > 0}
+    learner = SimBelief(parse_belief("predicted"), ColocationTable.from_rows(rows), lambda t: t)
+    assert learner.belief.explore.sigma == SAMPLE_NOISE  # the truth's own ratio: as exact as a GPU's repeat
+    before = learner.belief.planned("g", "a", "c")
+    learner.belief.observe("g", "a", "c", 0.45, 0.55)
+    after = learner.belief.planned("g", "a", "c")
+    assert after == pytest.approx((0.45, 0.55), rel=0.02) and sum(after) < sum(before)  # measured: no more hope

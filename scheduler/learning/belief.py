@@ -17,8 +17,10 @@ Each prior comes with its interval where it has one (``predicted``: the held-out
 other pairs, :func:`scheduler.learning.prior.leave_pair_out_table`), and the exploration rule plans each
 pair at the upper end of its belief's interval (:mod:`scheduler.learning.explore`).
 
-A pair that ran together for part of a round yields one sample: the ratios the truth gave it (a real
-measurement would add noise; the belief's interval assumes ``σ`` per sample anyway). Which pairs cannot run
+A pair that ran together for part of a round yields one sample: the ratios the truth gave it, exactly. The
+belief is told so: its per-sample noise is :data:`SAMPLE_NOISE` (an H100's repeats of one pair agree within
+1–2 %), not ``serve``'s :attr:`~scheduler.learning.explore.ExploreConfig.sigma`, so a measured pair is planned at
+what it measured and not re-tried on an interval its samples do not have. Which pairs cannot run
 at all is memory, not interference: a pair the truth marks infeasible is infeasible in every belief, as
 the memory model makes it. Every observation is logged (:meth:`SimBelief.frame`: round, pair, truth,
 belief, planned ratios, samples), so a run shows belief against truth over time.
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from scheduler.model.jobs import Job
 
 BELIEFS = ("truth", "none", "predicted", "table:FILE", "noisy:SIGMA")
+SAMPLE_NOISE = 0.01  # log-ratio noise of one simulated sample: the truth's own ratio, as exact as an H100 repeat
 BELIEF_COLUMNS = ("round", "time_s", "gpu_type", "type_a", "type_b", "truth_a", "truth_b", "belief_a", "belief_b",
                   "planned_a", "planned_b", "samples")
 
@@ -141,7 +144,7 @@ class SimBelief:
                 return PriorAnswer(0.0, 0.0)  # memory: known without trying
             return given(gpu, a, b) if given is not None else None
 
-        self.belief = PairBelief(prior, explore=explore)
+        self.belief = PairBelief(prior, explore=replace(explore, sigma=SAMPLE_NOISE))
         self.keys = sorted(k for k in truth.ratios if k[1] <= k[2])  # the pairs that exist (the truth knows them)
         self.rows: list[dict[str, Any]] = []
         self._views: dict[bool, tuple[int, ColocationTable]] = {}

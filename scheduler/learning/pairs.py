@@ -50,16 +50,20 @@ class PriorAnswer:
     def swapped(self) -> PriorAnswer:
         return PriorAnswer(self.ratio_b, self.ratio_a, self.interval_b, self.interval_a, self.level)
 
-    def spreads(self) -> tuple[float | None, float | None]:
-        """Each ratio's spread in log space (the interval's width over 2z), None without an interval."""
+    def normal(self, sample_spread: float) -> tuple[tuple[float, float], tuple[float, float]]:
+        """Each ratio as a normal belief in log space, ``((center, spread), (center, spread))``: with an interval,
+        centered on its log midpoint (the prediction corrected by the bias of its held-out residuals) with the
+        half-width over z as spread, so the belief's upper end before any sample is the interval's own; without
+        one, the ratio itself, as sure as one sample (``sample_spread``)."""
         z = z_of(self.level)
 
-        def spread(interval: Interval | None) -> float | None:
+        def one(ratio: float, interval: Interval | None) -> tuple[float, float]:
             if interval is None or not (interval[0] > 0 and interval[1] >= interval[0]):
-                return None
-            return max(math.log(interval[1] / interval[0]) / (2 * z), MIN_SPREAD)
+                return math.log(ratio), sample_spread
+            low, high = math.log(interval[0]), math.log(interval[1])
+            return (low + high) / 2, max((high - low) / (2 * z), MIN_SPREAD)
 
-        return spread(self.interval_a), spread(self.interval_b)
+        return one(self.ratio_a, self.interval_a), one(self.ratio_b, self.interval_b)
 
 
 MIN_SPREAD = 1e-3  # a prior is never surer than this (log units): one sample still moves it
@@ -74,9 +78,9 @@ class PairConfig:
     min_ratio: float = 0.01
     max_ratio: float = 1.1  # co-location never makes a job much faster than alone: more is noise
     prior_weight: float = 1.0  # pseudo-samples of a prior without an interval (a measured table: one sample)
-    # "nothing known": true log ratios spread about 0.4 around time-slicing (sd of the measured ratios of the
-    # shipped tables: 0.21 K80, 0.25 P100, 0.47 V100, 0.43 the transferred Sia table)
-    unknown_spread: float = 0.4
+    # "nothing known": measured log ratios spread 0.36 around time-slicing (the root mean square of log(r / 0.5)
+    # over the 2,034 ratios of the shipped tables, scheduler.learning.prior.default_training_frame)
+    unknown_spread: float = 0.36
     unknown_ratio: float = 0.5  # each member at half its solo speed: plain time-slicing
 
     def __post_init__(self) -> None:
@@ -223,9 +227,9 @@ class PairBelief:
         if hit is not None:
             if hit.ratio_a <= 0 or hit.ratio_b <= 0:
                 return 0.0, 0.0, 0.0, 0.0, "infeasible"
-            spread_a, spread_b = hit.spreads()
-            return (self.config.bound(hit.ratio_a), self.config.bound(hit.ratio_b),
-                    sample if spread_a is None else spread_a, sample if spread_b is None else spread_b, "prior")
+            (center_a, spread_a), (center_b, spread_b) = hit.normal(sample)
+            return (self.config.bound(math.exp(center_a)), self.config.bound(math.exp(center_b)), spread_a, spread_b,
+                    "prior")
         u, s = self.config.unknown_ratio, self.config.unknown_spread
         return u, u, s, s, "unknown"
 
