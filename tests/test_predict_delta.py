@@ -251,3 +251,18 @@ def test_report_dir_defaults_under_the_output_and_a_committed_report_needs_force
     assert refused.returncode == 2 and "committed report" in refused.stderr and "--force" in refused.stderr
     forced = subprocess.run([*run, "--force"], capture_output=True, text=True, timeout=300)
     assert forced.returncode == 0, forced.stderr
+
+
+def test_every_dataset_is_evidence_and_only_the_asked_ones_are_written() -> None:
+    root = Path(__file__).resolve().parents[1] / "results" / "h100"
+    datasets = make_datasets(load_results([root / "first-call", root / "thesis-grid"]))
+    assert [d.key for d in datasets] == ["h100/mps", "h100/timeslice"]
+    table = predict_datasets(datasets, only=["h100/mps"])
+    assert set(table["sharing"]) == {"mps"}
+    predicted = table[table["source"] == "predicted"]
+    assert len(predicted) and predicted[["low_a", "high_a", "delta_low", "delta_high"]].notna().all().all()
+    # batch 512 was never measured in a pair under MPS: new job types there, told by their models at 64-256
+    at_512 = predicted[predicted["type_a"].str.contains("@512") & predicted["type_b"].str.contains("@512")]
+    assert len(at_512) and "new type, model known" in set(at_512["evidence"])
+    assert set(at_512["evidence"]) <= {"pair", "new type, model known", "new type"}
+    assert ((at_512["low_a"] <= at_512["ratio_a"]) & (at_512["ratio_a"] <= at_512["high_a"])).all()
