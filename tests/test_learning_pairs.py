@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.errors import InputError
-from scheduler.learning.explore import ExploreConfig, contended, hurts, planning_ratios
+from scheduler.learning.explore import ExploreConfig, contended, hurts, planning_ratios, z_of
 from scheduler.learning.pairs import PairBelief, PairConfig, PriorAnswer, table_prior
 from scheduler.model.colocation import ColocationTable
 
@@ -68,8 +68,9 @@ def test_the_optimism_is_the_upper_end_of_the_priors_own_interval() -> None:
         answer = PriorAnswer(0.45, 0.5, (0.45 / width, 0.45 * width), (0.5 / width, 0.5 * width), 0.8)
         return PairBelief(lambda gpu, a, b: answer)
 
-    sure, unsure = prior(1.05), prior(1.8)
-    assert sure.planned("t4", "a", "b") == pytest.approx((0.45 * 1.05, 0.5 * 1.05))  # its interval's top
+    sure, unsure = prior(1.05), prior(2.5)
+    z = ExploreConfig().z / z_of(0.8)  # the rule's interval (50 %) within the prior's (80 %)
+    assert sure.planned("t4", "a", "b") == pytest.approx((0.45 * 1.05 ** z, 0.5 * 1.05 ** z))
     assert sum(sure.planned("t4", "a", "b")) < 1.0 < sum(unsure.planned("t4", "a", "b"))  # tried only if unsure
     assert sure.planned("t4", "a", "b", explore=False) == pytest.approx((0.45, 0.5))  # calm: the prediction
     unsure.observe("t4", "a", "b", 0.55, 0.5)  # one measurement outweighs a wide prior ...
@@ -81,6 +82,8 @@ def test_the_optimism_is_the_upper_end_of_the_priors_own_interval() -> None:
     with pytest.raises(InputError) as info:
         ExploreConfig(level=1.2)
     assert info.value.field == "level"
+    assert sum(PairBelief(None, explore=ExploreConfig(level=0.8)).planned("t4", "x", "y")) > sum(
+        PairBelief(None).planned("t4", "x", "y"))  # a wider interval, more hope
 
 
 def test_a_pair_that_hurts_is_split_after_one_or_two_rounds_of_samples() -> None:
@@ -89,8 +92,8 @@ def test_a_pair_that_hurts_is_split_after_one_or_two_rounds_of_samples() -> None
     assert sum(belief.planned("t4", "a", "b")) > 1.5
     belief.observe("t4", "a", "b", 0.3, 0.35)  # one round: δ < 1 far beyond its interval
     assert belief.planned("t4", "a", "b") == (0.0, 0.0)
-    assert hurts(0.3, 0.35, 1) and not hurts(0.48, 0.5, 1)  # 0.98 is within the interval of 1: not yet
-    assert not hurts(0.47, 0.47, 1) and hurts(0.47, 0.47, 2)  # two rounds decide a pair at 0.94
+    assert hurts(0.3, 0.35, 1) and not hurts(0.49, 0.49, 1)  # 0.98 is within the interval of 1: not yet
+    assert not hurts(0.485, 0.485, 1) and hurts(0.485, 0.485, 2)  # two rounds decide a pair at 0.97
     table = belief.planning_table({"t4": ["a", "b"]})
     assert table.ratios[("t4", "a", "b")] == (0.0, 0.0) and table.ratios[("t4", "a", "a")][0] > 0
 
@@ -183,7 +186,10 @@ def test_serve_plans_each_pair_at_the_top_of_the_predictors_interval_wider_for_a
     assert known.interval_a is not None and new.interval_a is not None
     width = lambda i: i[1] / i[0]  # noqa: E731
     assert width(new.interval_a) > width(known.interval_a)  # a model no table has: a wider interval
+    z = ExploreConfig().z / z_of(0.8)  # the rule's interval (50 %) within the predictor's (80 %)
     for (a, b), answer in ((("LM@20", "ResNet-50@64"), known), (("mymodel@8", "LM@20"), new)):
         low, high = answer.interval_a
-        assert busy.ratios[("v100", a, b)][0] == pytest.approx(min(high, 0.95))  # contended: its top (capped)
-        assert calm.ratios[("v100", a, b)][0] == pytest.approx(math.sqrt(low * high))  # calm: its centre
+        centre = math.sqrt(low * high)
+        assert calm.ratios[("v100", a, b)][0] == pytest.approx(centre)  # calm: its centre
+        top = centre * (high / centre) ** z  # contended: the top of the rule's interval (capped)
+        assert busy.ratios[("v100", a, b)][0] == pytest.approx(min(top, max(0.95, centre)))
