@@ -266,3 +266,12 @@ def test_every_dataset_is_evidence_and_only_the_asked_ones_are_written() -> None
     assert len(at_512) and "new type, model known" in set(at_512["evidence"])
     assert set(at_512["evidence"]) <= {"pair", "new type, model known", "new type"}
     assert ((at_512["low_a"] <= at_512["ratio_a"]) & (at_512["ratio_a"] <= at_512["high_a"])).all()
+
+
+def test_a_bad_interval_level_is_refused_in_one_line_naming_its_flag(cpu_campaign: Path) -> None:  # noqa: F811
+    from typer.testing import CliRunner
+
+    from colocate.cli import app
+
+    bad = CliRunner().invoke(app, ["predict", str(cpu_campaign), "--interval", "1.5"])
+    assert isinstance(bad.exception, InputError) and bad.exception.field == "--interval", bad.output

@@ -111,10 +111,6 @@ class PairSet:
         n = len(self.types)
         return np.minimum(self.victim, self.aggressor) * n + np.maximum(self.victim, self.aggressor)
 
-    def observations(self, d: int, pair: int) -> np.ndarray:
-        """The two directed observations of pair ``pair`` of dataset ``d`` (their indices)."""
-        return np.nonzero((self.dataset == d) & (self.pair == pair))[0]
-
     def of_type(self, job_type: str) -> np.ndarray:
         """Every observation, in any dataset, of a pair with ``job_type`` in it."""
         t = self.index[job_type]
