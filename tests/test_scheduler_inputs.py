@@ -143,6 +143,11 @@ def test_interval_columns_are_read_with_the_table_and_older_tables_still_read(tm
     assert wide.sd_a > measured.sd_a  # a predicted row's interval is its prior's spread; a measured row is sure
     older = read_colocation_table(write(tmp_path, "old.csv", "gpu_type,type_a,type_b,ratio_a,ratio_b\na100,x,y,0.5,0.6\n"))
     assert ColocationTable.from_frame(older).intervals == {}
+    from scheduler.formats.colocation_table import load_colocation_tables
+
+    both = load_colocation_tables([tmp_path / "predicted.csv", tmp_path / "old.csv"])  # the later file's row wins
+    assert both.ratios[("a100", "x", "y")] == (0.5, 0.6) and ("a100", "x", "y") not in both.intervals
+    assert load_colocation_tables([tmp_path / "old.csv", tmp_path / "predicted.csv"]).intervals[("a100", "x", "y")]
 
 
 @pytest.mark.parametrize("rows, field", [

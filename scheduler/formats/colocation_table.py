@@ -165,10 +165,18 @@ def load_colocation_table(path: str | Path) -> "ColocationTable":
 
 
 def load_colocation_tables(paths: "Iterable[str | Path]") -> "ColocationTable":
-    """Several colocation CSVs as one table; a pair in more than one file takes the last file's ratios."""
+    """Several colocation CSVs as one table; a pair in more than one file takes the last file's ratios (and
+    interval, if it has one)."""
     from scheduler.model.colocation import ColocationTable
 
     ratios: dict[tuple[str, str, str], tuple[float, float]] = {}
+    intervals: dict = {}
+    level = 0.8
     for path in paths:
-        ratios.update(load_colocation_table(path).ratios)
-    return ColocationTable(ratios)
+        table = load_colocation_table(path)
+        for key in table.ratios:  # a later file's row replaces the pair, its interval (or its lack of one) too
+            intervals.pop(key, None)
+        ratios.update(table.ratios)
+        intervals.update(table.intervals)
+        level = table.interval_level if table.intervals else level
+    return ColocationTable(ratios, intervals=intervals, interval_level=level)
