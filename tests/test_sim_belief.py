@@ -107,7 +107,7 @@ def test_a_calm_cluster_plans_unknown_pairs_without_optimism_unless_the_earlier_
         planned[contention] = spy.seen[0].lookup("g", ja, jb)
         assert result.meta["model"]["explore_contention"] == contention
     assert planned[1.0] == (0.5, 0.5)  # two 1-GPU jobs on 4 GPUs: calm, so the unknown pair is not worth trying
-    assert sum(planned[0.0]) > 1.2  # the earlier rule explores it anyway
+    assert sum(planned[0.0]) > 1.1  # the earlier rule explores it anyway
     with pytest.raises(InputError):
         SimConfig(explore_contention=-0.5)
 
@@ -138,7 +138,8 @@ def test_priors_carry_their_intervals_and_a_simulated_sample_is_exact() -> None:
     assert set(predicted.intervals) == {k for k, (ra, rb) in predicted.ratios.items() if ra > 0}
     learner = SimBelief(parse_belief("predicted"), ColocationTable.from_rows(rows), lambda t: t)
     assert learner.belief.explore.sigma == SAMPLE_NOISE  # the truth's own ratio: as exact as a GPU's repeat
-    before = learner.belief.planned("g", "a", "c")
+    hope = lambda: learner.belief.planned("g", "a", "c")[0] / learner.belief.estimate("g", "a", "c").ratio_a  # noqa
+    before = hope()
     learner.belief.observe("g", "a", "c", 0.45, 0.55)
-    after = learner.belief.planned("g", "a", "c")
-    assert after == pytest.approx((0.45, 0.55), rel=0.02) and sum(after) < sum(before)  # measured: no more hope
+    assert learner.belief.planned("g", "a", "c") == pytest.approx((0.45, 0.55), rel=0.01)
+    assert before > 1.02 and hope() < 1.005  # measured: planned at what it measured, no more hope
