@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.errors import InputError
-from scheduler.learning.explore import ExploreConfig, contended, hurts, planning_ratios
-from scheduler.learning.pairs import PairBelief, PairConfig, table_prior
+from scheduler.learning.explore import ExploreConfig, contended, hurts, planning_ratios, z_of
+from scheduler.learning.pairs import PairBelief, PairConfig, PriorAnswer, table_prior
 from scheduler.model.colocation import ColocationTable
 
 
@@ -53,32 +53,37 @@ def test_learned_ratios_are_always_bounded(ra: float, rb: float, n: int) -> None
 
 
 def test_unknown_pairs_are_planned_optimistically_and_the_optimism_shrinks() -> None:
-    belief = PairBelief(None)  # nothing known: time-slicing, held weakly
+    belief = PairBelief(None)  # nothing known: time-slicing, with the spread of ratios around it
     fresh = belief.planned("t4", "a", "b")
-    assert sum(fresh) > 1.0  # worth trying when jobs wait
+    assert sum(fresh) > 1.1  # worth trying when jobs wait
     belief.observe("t4", "a", "b", 0.5, 0.5, count=50)
     settled = belief.planned("t4", "a", "b")
     assert sum(settled) < sum(fresh) and sum(settled) == pytest.approx(1.0, abs=0.05)
-    assert max(planning_ratios(0.94, 0.94, 0.1)) <= 0.95  # the optimism is bounded
+    assert max(planning_ratios(0.94, 0.94, 0.3, 0.3)) <= 0.95  # the optimism is bounded
+    assert planning_ratios(0.97, 0.5, 0.3, 0.0) == (0.97, 0.5)  # ... but never below the belief itself
 
 
-def test_optimism_is_for_pairs_nothing_specific_is_known_of_and_all_is_the_earlier_rule() -> None:
+def test_the_optimism_is_the_upper_end_of_the_priors_own_interval() -> None:
+    def prior(width: float) -> PairBelief:
+        answer = PriorAnswer(0.45, 0.5, (0.45 / width, 0.45 * width), (0.5 / width, 0.5 * width), 0.8)
+        return PairBelief(lambda gpu, a, b: answer)
 
-    given = table_prior(ColocationTable.from_rows([("t4", "a", "b", 0.55, 0.55)]))
-    assert PairBelief(given).planned("t4", "a", "b") == pytest.approx((0.55, 0.55))  # a prior: its mean
-    assert sum(PairBelief(given, explore=ExploreConfig(optimism="all")).planned("t4", "a", "b")) > 1.2
-    unknown, earlier = PairBelief(None), PairBelief(None, explore=ExploreConfig(optimism="all"))
-    assert sum(unknown.planned("t4", "x", "y")) > 1.2  # nothing known: worth trying
-    for belief in (unknown, earlier):
-        belief.observe("t4", "x", "y", 0.53, 0.53)
-    assert sum(unknown.planned("t4", "x", "y")) < 1.1  # measured: planned at what it measured, not tried again
-    assert sum(earlier.planned("t4", "x", "y")) > 1.15  # the earlier rule: still at the top of its interval
-    generic = PairBelief(lambda gpu, a, b: (0.55, 0.55, False))  # a prior's guess for types it never saw
-    assert not generic.estimate("t4", "a", "b").specific and sum(generic.planned("t4", "a", "b")) > 1.2
-    assert generic.planned("t4", "a", "b", explore=False) == pytest.approx((0.55, 0.55))
+    sure, unsure = prior(1.05), prior(2.5)
+    z = ExploreConfig().z / z_of(0.8)  # the rule's interval (30 %) within the prior's (80 %)
+    assert sure.planned("t4", "a", "b") == pytest.approx((0.45 * 1.05 ** z, 0.5 * 1.05 ** z))
+    assert sum(sure.planned("t4", "a", "b")) < 1.0 < sum(unsure.planned("t4", "a", "b"))  # tried only if unsure
+    assert sure.planned("t4", "a", "b", explore=False) == pytest.approx((0.45, 0.5))  # calm: the prediction
+    unsure.observe("t4", "a", "b", 0.55, 0.5)  # one measurement outweighs a wide prior ...
+    est = unsure.estimate("t4", "a", "b")
+    assert est.ratio_a == pytest.approx(0.55, rel=0.02) and est.sd_a < 0.06
+    assert sum(unsure.planned("t4", "a", "b")) < 1.15  # ... and the pair is not tried again on hope
+    given = table_prior(ColocationTable.from_rows([("t4", "a", "b", 0.55, 0.55)]))  # a table without intervals:
+    assert sum(PairBelief(given).planned("t4", "a", "b")) < 1.2  # as sure as one measured sample
     with pytest.raises(InputError) as info:
-        ExploreConfig(optimism="some")
-    assert info.value.field == "optimism"
+        ExploreConfig(level=1.2)
+    assert info.value.field == "level"
+    assert sum(PairBelief(None, explore=ExploreConfig(level=0.8)).planned("t4", "x", "y")) > sum(
+        PairBelief(None).planned("t4", "x", "y"))  # a wider interval, more hope
 
 
 def test_a_pair_that_hurts_is_split_after_one_or_two_rounds_of_samples() -> None:
@@ -87,8 +92,8 @@ def test_a_pair_that_hurts_is_split_after_one_or_two_rounds_of_samples() -> None
     assert sum(belief.planned("t4", "a", "b")) > 1.5
     belief.observe("t4", "a", "b", 0.3, 0.35)  # one round: δ < 1 far beyond its interval
     assert belief.planned("t4", "a", "b") == (0.0, 0.0)
-    assert hurts(0.3, 0.35, 1) and not hurts(0.45, 0.5, 1)  # 0.95 is within the interval of 1: not yet
-    assert hurts(0.44, 0.44, 2)  # two rounds decide a pair at 0.88
+    assert hurts(0.3, 0.35, 1) and not hurts(0.495, 0.495, 1)  # 0.99 is within the interval of 1: not yet
+    assert not hurts(0.492, 0.492, 1) and hurts(0.492, 0.492, 2)  # two rounds decide a pair at 0.984
     table = belief.planning_table({"t4": ["a", "b"]})
     assert table.ratios[("t4", "a", "b")] == (0.0, 0.0) and table.ratios[("t4", "a", "a")][0] > 0
 
@@ -104,24 +109,35 @@ def test_infeasible_stays_infeasible_and_bad_knobs_are_refused() -> None:
         PairConfig(max_ratio=2.0)
 
 
-def test_the_prior_knows_every_pair_and_leave_pair_out_never_sees_the_pair() -> None:
+def test_the_prior_knows_every_pair_with_an_interval_and_leave_pair_out_never_sees_the_pair() -> None:
+    import random
+
     from scheduler.learning.prior import fit_table_prior, leave_pair_out_table, table_frame
 
-    rows = [("t4", a, b, ra, rb) for a, b, ra, rb in [
-        ("x", "x", 0.4, 0.4), ("x", "y", 0.45, 0.5), ("x", "z", 0.5, 0.6), ("y", "y", 0.6, 0.6),
-        ("y", "z", 0.7, 0.7), ("z", "z", 0.8, 0.8), ("w", "w", 0.0, 0.0)]]
+    rng = random.Random(3)  # ten job types: a sensitivity and a pressure each, and some noise
+    names = ["x", "y", "z", *(f"t{k}" for k in range(7))]
+    sense = {n: rng.uniform(0.4, 0.9) for n in names}
+    press = {n: rng.uniform(0.6, 1.0) for n in names}
+    noisy = lambda a, b: min(sense[a] * press[b] * rng.uniform(0.9, 1.1), 1.0)  # noqa: E731
+    rows = [("t4", a, b, noisy(a, b), noisy(b, a)) for i, a in enumerate(names) for b in names[i:]]
+    rows.append(("t4", "w", "w", 0.0, 0.0))
     table = ColocationTable.from_rows(rows)
     prior = fit_table_prior(table_frame(table))
-    ra, rb = prior("t4", "x", "z")
-    assert 0.3 < ra < 0.7 and 0.4 < rb < 0.8
+    known = prior("t4", "x", "z")
+    assert known.ratio_a == pytest.approx(table.ratios[("t4", "x", "z")][0], rel=0.15)
+    assert known.interval_a is not None and known.interval_a[0] < known.ratio_a < known.interval_a[1]
     new = prior("a100", "never", "seen")  # an unknown GPU type and job types: the pooled model's mean
-    assert all(0.3 < r < 0.8 for r in new)
-    assert prior.knows("t4", "x", "z") and prior.knows("a100", "x", "y")  # seen types, on any GPU type
-    assert not prior.knows("t4", "x", "never") and not prior.knows("a100", "never", "seen")
+    assert all(0.3 < r < 0.8 for r in (new.ratio_a, new.ratio_b))
+    unseen = prior("t4", "x", "never")  # a type it never saw: a wider interval than a type it knows
+    assert unseen.interval_b is not None and known.interval_b is not None
+    assert unseen.interval_b[1] / unseen.interval_b[0] > known.interval_b[1] / known.interval_b[0]
     out = leave_pair_out_table(table)
     assert out.ratios[("t4", "w", "w")] == (0.0, 0.0)  # memory facts are kept
     held = out.ratios[("t4", "z", "z")]
-    assert held != (0.8, 0.8) and all(math.isfinite(r) and r > 0 for r in held)
+    assert held != table.ratios[("t4", "z", "z")] and all(math.isfinite(r) and r > 0 for r in held)
+    (low_a, high_a), _ = out.intervals[("t4", "x", "z")]
+    assert low_a < out.ratios[("t4", "x", "z")][0] < high_a
+    assert out.intervals[("t4", "z", "x")][1] == (low_a, high_a)  # both orders, swapped
 
 
 def test_exploration_is_load_aware_and_the_earlier_rule_explores_in_every_round() -> None:
@@ -132,7 +148,7 @@ def test_exploration_is_load_aware_and_the_earlier_rule_explores_in_every_round(
     assert contended(calm, 4, ExploreConfig(contention=0.5)) and not contended([1], 4, ExploreConfig(contention=0.5))
     belief = PairBelief(None)  # nothing known: 0.5 each
     assert belief.planned("t4", "a", "b", explore=False) == (0.5, 0.5)  # calm: not worth trying (Σ 1)
-    assert sum(belief.planned("t4", "a", "b", explore=True)) > 1.2
+    assert sum(belief.planned("t4", "a", "b", explore=True)) > 1.1
     measured = PairBelief(None)
     measured.observe("t4", "a", "b", 0.3, 0.35)
     assert measured.planned("t4", "a", "b", explore=False) == (0.0, 0.0)  # a pair that hurts splits in any round
@@ -154,5 +170,26 @@ def test_serve_plans_with_the_same_load_aware_rule() -> None:
                            explore=ExploreConfig(contention=0.0))
     assert calm is not None and busy is not None and unsaid is not None and earlier is not None
     assert calm.ratios[("t4", "a", "b")] == (0.5, 0.5)
-    assert sum(busy.ratios[("t4", "a", "b")]) > 1.2
+    assert sum(busy.ratios[("t4", "a", "b")]) > 1.1
     assert unsaid.ratios == busy.ratios == earlier.ratios
+
+
+def test_serve_plans_each_pair_at_the_top_of_the_predictors_interval_wider_for_a_model_no_table_has() -> None:
+    from scheduler.learning.online import _predicted_prior, policy_table
+
+    types = {"v100": ["LM@20", "ResNet-50@64", "mymodel@8"]}  # Gavel's V100 pairs know the first two
+    busy = policy_table(None, [], types, predicted=True, demands=[8], gpus=4)
+    calm = policy_table(None, [], types, predicted=True, demands=[1], gpus=4)
+    assert busy is not None and calm is not None
+    prior = _predicted_prior(None)
+    known, new = prior("v100", "LM@20", "ResNet-50@64"), prior("v100", "mymodel@8", "LM@20")
+    assert known.interval_a is not None and new.interval_a is not None
+    width = lambda i: i[1] / i[0]  # noqa: E731
+    assert width(new.interval_a) > width(known.interval_a)  # a model no table has: a wider interval
+    z = ExploreConfig().z / z_of(0.8)  # the rule's interval (30 %) within the predictor's (80 %)
+    for (a, b), answer in ((("LM@20", "ResNet-50@64"), known), (("mymodel@8", "LM@20"), new)):
+        low, high = answer.interval_a
+        centre = math.sqrt(low * high)
+        assert calm.ratios[("v100", a, b)][0] == pytest.approx(centre)  # calm: its centre
+        top = centre * (high / centre) ** z  # contended: the top of the rule's interval (capped)
+        assert busy.ratios[("v100", a, b)][0] == pytest.approx(min(top, max(0.95, centre)))

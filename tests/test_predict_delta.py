@@ -1,4 +1,5 @@
-"""δ predictor: matrix completion, filling the colocation table, leave-one-pair-out against the baselines."""
+"""δ predictor: matrix completion, evidence levels, filling the colocation table with intervals, both protocols
+against the baselines, the intervals' coverage."""
 
 from __future__ import annotations
 
@@ -13,18 +14,13 @@ from analysis_fixtures import cpu_campaign  # noqa: F401  (session fixture)
 
 from colocate.analysis.gavel import gavel_results
 from colocate.analysis.results import load_results
-from colocate.prediction.predict import feature_matrix, make_datasets, predict_dataset
-from colocate.prediction.predict_eval import (
-    METHODS,
-    EvaluationResult,
-    _summary,
-    decision_metrics,
-    evaluation_report,
-    leave_one_pair_out,
-)
+from colocate.prediction.predict import feature_matrix, make_datasets, predict_dataset, predict_datasets
+from colocate.prediction.predict_eval import METHODS, EvaluationResult, decision_metrics, evaluate, summarise
+from colocate.prediction.predict_report import evaluation_report
 from common.errors import InputError
 from scheduler.formats.colocation_table import MAX_RATIO, read_colocation_table, validate_colocation_table
-from scheduler.learning.prior import PredictorConfig, fit_ratio_model, soft_impute
+from scheduler.learning.predictor_config import PredictorConfig
+from scheduler.learning.ratio_model import fit_arrays, soft_impute
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +44,11 @@ def test_fit_reproduces_training_pairs_better_than_their_spread(gavel_path: Path
     dataset = make_datasets(gavel_results(gavel_path, gpu_types=("v100",)))[0]
     features, used = feature_matrix(dataset.solo)
     assert used == ["solo_iter_time_s", "batch_size"]  # all Gavel's file has measured alone
-    model = fit_ratio_model(dataset.pairs, features)
     index = {t: i for i, t in enumerate(features.index)}
     a = np.array([index[t] for t in dataset.pairs["type_a"]])
     b = np.array([index[t] for t in dataset.pairs["type_b"]])
+    target = np.log(np.concatenate([dataset.pairs["ratio_a"], dataset.pairs["ratio_b"]]))
+    model = fit_arrays(np.concatenate([a, b]), np.concatenate([b, a]), target, features.to_numpy(), PredictorConfig())
     fitted = np.exp(model.predict_log(a, b))
     truth = dataset.pairs["ratio_a"].to_numpy()
     assert np.abs(fitted - truth).mean() < 0.5 * np.abs(truth - truth.mean()).mean()
@@ -67,6 +64,10 @@ def test_gavel_held_out_pairs_are_predicted_from_the_others(gavel_path: Path) ->
     table = predict_dataset(training).set_index(["type_a", "type_b"])
     guesses = table.loc[list(zip(held["type_a"], held["type_b"]))]
     assert set(guesses["source"]) == {"predicted"}
+    assert (guesses["low_a"] <= guesses["high_a"]).all() and (guesses["delta_low"] <= guesses["delta_high"]).all()
+    inside = (held["ratio_a"].to_numpy() >= guesses["low_a"].to_numpy()) & (
+        held["ratio_a"].to_numpy() <= guesses["high_a"].to_numpy())
+    assert 0.6 <= inside.mean() <= 0.97  # 80 % intervals on pairs the fit never saw
     ours = np.abs(guesses["ratio_a"].to_numpy() - held["ratio_a"].to_numpy()).mean()
     mean_guess = np.concatenate([training.pairs["ratio_a"], training.pairs["ratio_b"]]).mean()
     baseline = np.abs(mean_guess - held["ratio_a"].to_numpy()).mean()
@@ -74,15 +75,25 @@ def test_gavel_held_out_pairs_are_predicted_from_the_others(gavel_path: Path) ->
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("gpu", ["v100", "p100"])
-def test_leave_one_pair_out_beats_every_baseline_on_gavel(gavel_path: Path, gpu: str) -> None:
-    dataset = make_datasets(gavel_results(gavel_path, gpu_types=(gpu,)))[0]
-    result = leave_one_pair_out(dataset)
-    assert result.pairs == len(dataset.pairs) > 300
-    summary = result.summary.set_index("method")
-    assert set(summary.index) == set(METHODS)
-    assert result.beats_baselines(), summary.to_string()
-    assert summary.loc["predictor", "balanced_accuracy"] > summary.loc["same-models-mean", "balanced_accuracy"]
+def test_both_protocols_beat_every_baseline_on_gavel_with_calibrated_intervals(gavel_path: Path) -> None:
+    datasets = make_datasets(gavel_results(gavel_path))  # K80, P100, V100: each is evidence for the others
+    results = evaluate(datasets, only=["v100/timeslice", "p100/timeslice"])
+    assert [(r.gpu_type, r.protocol) for r in results] == [("p100", "pair"), ("p100", "type"), ("v100", "pair"),
+                                                          ("v100", "type")]
+    for result in results:
+        summary = result.summary.set_index("method")
+        assert set(summary.index) == set(METHODS)
+        assert result.beats_baselines(), summary.to_string()
+        assert result.calibrated(), result.coverage()  # the 80 % intervals cover 75-85 % of held-out ratios
+        assert 0.7 <= result.coverage()[1] <= 0.9
+    pair, new_type = results[2], results[3]
+    assert pair.pairs == pair.measured_pairs > 300 and new_type.pairs > pair.pairs  # a pair once per member
+    assert set(pair.predictions["evidence"]) <= {"pair", "models"}  # the same pair on the K80 and P100 stays
+    assert set(new_type.predictions["evidence"]) <= {"new type, model known", "new type"}
+    mae = lambda r: r.summary.set_index("method").loc["predictor", "mae_delta"]  # noqa: E731
+    assert mae(pair) < mae(new_type)  # a new job type is the harder question
+    width = lambda r: r.summary.set_index("method").loc["predictor", "interval_width"]  # noqa: E731
+    assert width(pair) < width(new_type)  # ... and its intervals say so
 
 
 def test_table_fills_every_pair_and_keeps_measurements(cpu_campaign: Path) -> None:  # noqa: F811
@@ -99,10 +110,12 @@ def test_table_fills_every_pair_and_keeps_measurements(cpu_campaign: Path) -> No
     validate_colocation_table(table)  # the scheduler accepts it
 
 
-def test_cpu_leave_one_pair_out_runs_and_reports(cpu_campaign: Path) -> None:  # noqa: F811
+def test_cpu_both_protocols_run_and_report(cpu_campaign: Path) -> None:  # noqa: F811
     dataset = make_datasets(load_results(cpu_campaign))[0]
-    result = leave_one_pair_out(dataset)
+    result, by_type = evaluate([dataset])
     assert len(result.predictions) == len(METHODS) * len(dataset.pairs)
+    pairs_with_two_types = int((dataset.pairs["type_a"] != dataset.pairs["type_b"]).sum())
+    assert by_type.pairs == len(dataset.pairs) + pairs_with_two_types  # each member's fold predicts the pair
     assert result.summary["mae_ratio"].notna().all()
     assert ((result.predictions["pred_ratio_a"] > 0) & (result.predictions["pred_ratio_a"] <= 1.5)).all()
 
@@ -127,7 +140,7 @@ def test_too_few_pairs_is_an_input_error(cpu_campaign: Path) -> None:  # noqa: F
     with pytest.raises(InputError, match="at least 2"):
         predict_dataset(replace(dataset, pairs=dataset.pairs.iloc[:1]))
     with pytest.raises(InputError, match="at least 3"):
-        leave_one_pair_out(replace(dataset, pairs=dataset.pairs.iloc[:2]))
+        evaluate([replace(dataset, pairs=dataset.pairs.iloc[:2])])
 
 
 @pytest.mark.slow
@@ -145,7 +158,13 @@ def test_cli_predict_and_evaluate(cpu_campaign: Path, tmp_path: Path) -> None:  
     text = (report / "report.md").read_text()
     assert "cpu/timeslice" in text and "| predictor |" in text and "| mean |" in text
     assert "| job-type-mean |" in text and "| same-models-mean |" in text and "## Verdict" in text
-    assert (report / "loo_predictions.csv").is_file() and (report / "evaluation.json").is_file()
+    assert "leave one pair out" in text and "leave one job type out" in text and "coverage" in text
+    assert (report / "held_out_predictions.csv").is_file() and (report / "evaluation.json").is_file()
+    # the table carries each prediction's interval; measured rows leave it blank
+    predicted = frame[frame["source"] == "predicted"]
+    assert {"low_a", "high_a", "low_b", "high_b", "delta_low", "delta_high", "evidence"} <= set(frame.columns)
+    assert predicted["low_a"].notna().all() and frame.loc[frame["source"] == "measured", "low_a"].isna().all()
+    assert (frame["interval_level"] == 0.8).all()
     # rounded values in the filled table
     assert all(len(str(v).split(".")[-1]) <= 4 for v in frame["ratio_a"])
     # an unknown sharing mode names the modes present
@@ -158,7 +177,7 @@ def test_cli_predict_and_evaluate(cpu_campaign: Path, tmp_path: Path) -> None:  
 @pytest.mark.slow
 def test_mean_baselines_predict_ratios_and_delta_follows_the_formula(gavel_path: Path) -> None:
     dataset = make_datasets(gavel_results(gavel_path, gpu_types=("p100",)))[0]
-    result = leave_one_pair_out(dataset)
+    result = evaluate([dataset], protocols=("pair",))[0]
     preds = result.predictions
     solo = dataset.solo["solo_iter_time_s"]
     for method in ("mean", "job-type-mean", "same-models-mean"):
@@ -205,7 +224,8 @@ def test_decision_metrics_and_shortfalls() -> None:
             rows.append({"method": method, "type_a": f"a{k}", "type_b": "b", "ratio_a": 0.5, "ratio_b": 0.5,
                          "delta": truth, "pred_ratio_a": 0.5, "pred_ratio_b": 0.5, "pred_delta": guess})
     predictions = pd.DataFrame(rows)
-    result = EvaluationResult("toy", "g", "timeslice", 6, 2, (), (), _summary(predictions), predictions, 0.0)
+    result = EvaluationResult("toy", "g", "timeslice", "pair", 6, 6, 2, (), (), summarise(predictions), predictions,
+                              0.0, {"level": 0.8})
     falls = result.shortfalls()
     assert not result.beats_baselines()
     assert {(f["baseline"], f["metric"]) for f in falls} >= {("mean", "mae_delta"), ("job-type-mean", "mae_delta")}
@@ -231,3 +251,27 @@ def test_report_dir_defaults_under_the_output_and_a_committed_report_needs_force
     assert refused.returncode == 2 and "committed report" in refused.stderr and "--force" in refused.stderr
     forced = subprocess.run([*run, "--force"], capture_output=True, text=True, timeout=300)
     assert forced.returncode == 0, forced.stderr
+
+
+def test_every_dataset_is_evidence_and_only_the_asked_ones_are_written() -> None:
+    root = Path(__file__).resolve().parents[1] / "results" / "h100"
+    datasets = make_datasets(load_results([root / "first-call", root / "thesis-grid"]))
+    assert [d.key for d in datasets] == ["h100/mps", "h100/timeslice"]
+    table = predict_datasets(datasets, only=["h100/mps"])
+    assert set(table["sharing"]) == {"mps"}
+    predicted = table[table["source"] == "predicted"]
+    assert len(predicted) and predicted[["low_a", "high_a", "delta_low", "delta_high"]].notna().all().all()
+    # batch 512 was never measured in a pair under MPS: new job types there, told by their models at 64-256
+    at_512 = predicted[predicted["type_a"].str.contains("@512") & predicted["type_b"].str.contains("@512")]
+    assert len(at_512) and "new type, model known" in set(at_512["evidence"])
+    assert set(at_512["evidence"]) <= {"pair", "new type, model known", "new type"}
+    assert ((at_512["low_a"] <= at_512["ratio_a"]) & (at_512["ratio_a"] <= at_512["high_a"])).all()
+
+
+def test_a_bad_interval_level_is_refused_in_one_line_naming_its_flag(cpu_campaign: Path) -> None:  # noqa: F811
+    from typer.testing import CliRunner
+
+    from colocate.cli import app
+
+    bad = CliRunner().invoke(app, ["predict", str(cpu_campaign), "--interval", "1.5"])
+    assert isinstance(bad.exception, InputError) and bad.exception.field == "--interval", bad.output

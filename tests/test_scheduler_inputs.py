@@ -123,7 +123,40 @@ def test_colocation_table_round_trip_and_lookup(tmp_path: Path) -> None:
         read_colocation_table(write(tmp_path, "q.csv", "gpu_type,type_a,type_b,ratio_a,ratio_b\na100,x@64:,y,0.5,0.5\n"))
 
 
+def test_interval_columns_are_read_with_the_table_and_older_tables_still_read(tmp_path: Path) -> None:
+    from scheduler.learning.pairs import PairBelief, table_prior
+
+    text = ("gpu_type,type_a,type_b,ratio_a,ratio_b,source,low_a,high_a,low_b,high_b,delta_low,delta_high,"
+            "interval_level\n"
+            "a100,x,y,0.5,0.6,predicted,0.3,0.8,0.4,0.9,0.7,1.2,0.8\n"
+            "a100,x,x,0.55,0.55,measured,,,,,,,0.8\n")
+    back = read_colocation_table(write(tmp_path, "predicted.csv", text))
+    assert back["low_a"].iloc[0] == 0.3 and pd.isna(back["low_a"].iloc[1])
+    table = ColocationTable.from_frame(back)
+    assert table.intervals[("a100", "x", "y")] == ((0.3, 0.8), (0.4, 0.9))
+    assert table.intervals[("a100", "y", "x")] == ((0.4, 0.9), (0.3, 0.8))  # the other order, swapped
+    assert ("a100", "x", "x") not in table.intervals and table.interval_level == 0.8
+    answer = table_prior(table)("a100", "y", "x")
+    assert answer is not None and answer.interval_a == (0.4, 0.9) and answer.ratio_a == 0.6
+    belief = PairBelief(table_prior(table))
+    wide, measured = belief.estimate("a100", "x", "y"), belief.estimate("a100", "x", "x")
+    assert wide.sd_a > measured.sd_a  # a predicted row's interval is its prior's spread; a measured row is sure
+    older = read_colocation_table(write(tmp_path, "old.csv", "gpu_type,type_a,type_b,ratio_a,ratio_b\na100,x,y,0.5,0.6\n"))
+    assert ColocationTable.from_frame(older).intervals == {}
+    from scheduler.formats.colocation_table import load_colocation_tables
+
+    both = load_colocation_tables([tmp_path / "predicted.csv", tmp_path / "old.csv"])  # the later file's row wins
+    assert both.ratios[("a100", "x", "y")] == (0.5, 0.6) and ("a100", "x", "y") not in both.intervals
+    assert load_colocation_tables([tmp_path / "old.csv", tmp_path / "predicted.csv"]).intervals[("a100", "x", "y")]
+
+
 @pytest.mark.parametrize("rows, field", [
+    ("gpu_type,type_a,type_b,ratio_a,ratio_b,low_a,high_a\na100,x,y,0.5,0.5,0.4,0.6\n", "low_b"),
+    ("gpu_type,type_a,type_b,ratio_a,ratio_b,low_a,high_a,low_b,high_b\na100,x,y,0.5,0.5,0.4,,0.4,0.6\n", "high_a"),
+    ("gpu_type,type_a,type_b,ratio_a,ratio_b,low_a,high_a,low_b,high_b\na100,x,y,0.5,0.5,0.7,0.6,0.4,0.6\n", "low_a"),
+    ("gpu_type,type_a,type_b,ratio_a,ratio_b,low_a,high_a,low_b,high_b\na100,x,y,0.5,0.5,0.4,0.6,n/a,0.6\n", "low_b"),
+    ("gpu_type,type_a,type_b,ratio_a,ratio_b,interval_level\na100,x,y,0.5,0.5,80\n", "interval_level"),
+    ("gpu_type,type_a,type_b,ratio_a,ratio_b,delta_low\na100,x,y,0.5,0.5,-1\n", "delta_low"),
     ("gpu_type,type_a,type_b,ratio_a,ratio_b\na100,x,y,0.5,2.5\n", "ratio_b"),
     ("gpu_type,type_a,type_b,ratio_a,ratio_b\na100,x,y,-0.1,0.5\n", "ratio_a"),
     ("gpu_type,type_a,type_b,ratio_a,ratio_b\na100,x,y,abc,0.5\n", "ratio_a"),

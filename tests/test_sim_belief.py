@@ -106,3 +106,23 @@ def test_a_calm_cluster_plans_unknown_pairs_without_optimism() -> None:
     assert spy.seen[0].lookup("g", ja, jb) == (0.5, 0.5)
 
 
+def test_priors_carry_their_intervals_and_a_simulated_sample_is_exact() -> None:
+    from scheduler.learning.belief import SAMPLE_NOISE, SimBelief, parse_belief
+    from scheduler.learning.prior import leave_pair_out_table
+
+    truth = ColocationTable.from_rows([("g", "a", "b", 0.8, 0.6), ("g", "a", "a", 0.0, 0.0)])
+    noisy = noisy_table(truth, 0.3, seed=1)
+    (low, high), _ = noisy.intervals[("g", "a", "b")]
+    assert low < noisy.ratios[("g", "a", "b")][0] < high  # the interval the noise implies
+    assert ("g", "a", "a") not in noisy.intervals  # infeasible: no interval
+    rows = [("g", x, y, 0.4 + 0.05 * i, 0.5 + 0.03 * j) for i, x in enumerate("abcde") for j, y in enumerate("abcde")
+            if x <= y]
+    predicted = leave_pair_out_table(ColocationTable.from_rows(rows))
+    assert set(predicted.intervals) == {k for k, (ra, rb) in predicted.ratios.items() if ra > 0}
+    learner = SimBelief(parse_belief("predicted"), ColocationTable.from_rows(rows), lambda t: t)
+    assert learner.belief.explore.sigma == SAMPLE_NOISE  # the truth's own ratio: as exact as a GPU's repeat
+    hope = lambda: learner.belief.planned("g", "a", "c")[0] / learner.belief.estimate("g", "a", "c").ratio_a  # noqa
+    before = hope()
+    learner.belief.observe("g", "a", "c", 0.45, 0.55)
+    assert learner.belief.planned("g", "a", "c") == pytest.approx((0.45, 0.55), rel=0.01)
+    assert before > 1.02 and hope() < 1.005  # measured: planned at what it measured, no more hope

@@ -258,3 +258,11 @@ def test_simulate_and_compare_read_a_results_directory_as_their_table(tmp_path):
     assert "colocation-measured.csv" in provenance and "GPU types v100" in provenance
     summary = pd.read_csv(out / "summary.csv")
     assert summary["avg_jct_s"].iloc[0] == pytest.approx(json.loads(simulated.stdout)["avg_jct_s"])
+def test_colocation_provenance_counts_predicted_rows_apart_from_measurements(tmp_path):
+    from scheduler.report.comparison import colocation_provenance
+
+    table = tmp_path / "predicted.csv"
+    table.write_text("gpu_type,type_a,type_b,ratio_a,ratio_b,source,low_a,high_a,low_b,high_b\n"
+                     "t4,a,b,0.5,0.6,predicted,0.3,0.8,0.4,0.9\nt4,a,a,0.5,0.5,measured,,,,\n")
+    note = colocation_provenance([table], ("t4",))
+    assert "**1 are predicted**" in note and "1 are measurements" in note

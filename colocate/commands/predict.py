@@ -1,4 +1,5 @@
-"""``colocate predict``: fill the colocation table for unmeasured pairs; ``--evaluate``: leave-one-pair-out report."""
+"""``colocate predict``: fill the colocation table for unmeasured pairs, each prediction with its interval;
+``--evaluate``: the report of both protocols (leave one pair out, leave one job type out)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from typing import Any
 
 import typer
 
+from colocate.cli_config import ConfigSpec, config_command
 from common.errors import InputError
+from scheduler.learning.predictor_config import PredictorConfig
 
-TABLE_COLUMNS = ["gpu_type", "type_a", "type_b", "ratio_a", "ratio_b", "delta", "source", "repeats", "sharing"]
+TABLE_COLUMNS = ["gpu_type", "type_a", "type_b", "ratio_a", "ratio_b", "delta", "source", "repeats", "sharing",
+                 "evidence", "low_a", "high_a", "low_b", "high_b", "delta_low", "delta_high", "interval_level"]
 DIGITS = 4  # ratios and δ are written and printed to 4 decimals: measurement noise is larger than that
 
 
@@ -19,8 +23,10 @@ def register(app: typer.Typer) -> None:
     app.command("predict")(predict)
 
 
-def _advance(progress: Any, task: Any, done: int, total: int) -> None:
-    progress.update(task, completed=done)
+def _advance(progress: Any, tasks: dict[str, Any], name: str, done: int, total: int) -> None:
+    if name not in tasks:
+        tasks[name] = progress.add_task(name, total=total)
+    progress.update(tasks[name], completed=done)
 
 
 def _default_output_dir(results_dirs: list[Path] | None, out: Path | None) -> Path:
@@ -42,6 +48,7 @@ def _committed(path: Path) -> bool:
     return done.returncode == 0
 
 
+@config_command(ConfigSpec("predictor", PredictorConfig, panel="Predictor"))
 def predict(
     results_dirs: list[Path] = typer.Argument(None, metavar="RESULTS_DIR...", help="Results directories."),
     gavel: list[Path] = typer.Option(None, "--gavel", help="Gavel throughput JSON (repeatable)."),
@@ -49,21 +56,21 @@ def predict(
     sharing: str = typer.Option(None, "--sharing", help="Sharing mode when the inputs hold several."),
     out: Path = typer.Option(None, "--out", "-o", help="Colocation table CSV.",
                                show_default="RESULTS_DIR/colocation_predicted.csv"),
-    evaluate: bool = typer.Option(False, "--evaluate", help="Leave-one-pair-out evaluation against four baselines."),
+    evaluate: bool = typer.Option(False, "--evaluate", help="Leave one pair out and leave one job type out, against "
+                                                            "five baselines, with the intervals' coverage."),
     report_dir: Path = typer.Option(None, "--report-dir", help="Where --evaluate writes its report.",
                                     show_default="<output>/predictor-evaluation"),
     force: bool = typer.Option(False, "--force", help="Overwrite a report that git tracks (a committed one)."),
-    nuclear_lambda: float = typer.Option(0.3, "--nuclear-lambda", min=0.0, help="Matrix-completion shrinkage."),
-    ridge_lambda: float = typer.Option(1.0, "--ridge-lambda", min=0.0, help="Ridge penalty of the feature model."),
+    *, predictor: PredictorConfig,
 ) -> None:
-    """Predict t/t' (and δ) of every pair of measured job types per GPU type and sharing mode."""
+    """Predict t/t' (and δ), with intervals, of every pair of measured job types per GPU type and sharing mode;
+    every GPU type and sharing mode given is evidence for the others."""
     from colocate.analysis.gavel import load_inputs
     from colocate.analysis.results import choose_sharing
     from colocate.prediction.predict import make_datasets
-    from scheduler.learning.prior import PredictorConfig
 
     results = load_inputs(results_dirs or [], gavel or [], gpu_types=gpu_type or None)
-    config = PredictorConfig(ridge_lambda=ridge_lambda, nuclear_lambda=nuclear_lambda)
+    config = predictor
     every_mode = make_datasets(results)  # one per (GPU type, sharing mode)
     if not every_mode:
         raise InputError("no pairs measured", source=results.label, field="kind",
@@ -76,25 +83,26 @@ def predict(
         if _committed(target / "report.md") and not force:
             raise InputError("a committed report is there", source=target / "report.md", field="--report-dir",
                              valid="another --report-dir, or --force to overwrite it")
-        _evaluate([d for d in every_mode if sharing is None or d.sharing == sharing], config, target, results,
-                  results_dirs or [], gavel or [], gpu_type or [])
+        only = [d.key for d in every_mode if sharing is None or d.sharing == sharing]
+        _evaluate(every_mode, only, config, target, results, results_dirs or [], gavel or [], gpu_type or [])
         return
     mode = choose_sharing(modes, sharing, results.label)  # the table holds one mode
-    _fill([d for d in every_mode if d.sharing == mode], config, out or _default_output_dir(results_dirs, None)
-          / "colocation_predicted.csv")
+    _fill(every_mode, [d.key for d in every_mode if d.sharing == mode], config,
+          out or _default_output_dir(results_dirs, None) / "colocation_predicted.csv")
 
 
-def _fill(datasets: list, config, target: Path) -> None:  # noqa: ANN001 - PredictorConfig, imported lazily
-    import pandas as pd
+def _fill(datasets: list, only: list[str], config: PredictorConfig, target: Path) -> None:
     from rich.table import Table
 
     from colocate.commands._output import console
-    from colocate.prediction.predict import predict_dataset
+    from colocate.prediction.predict import predict_datasets
     from profiler.campaign.outdir import prepare_out_file
     from scheduler.formats.colocation_table import write_colocation_table
 
-    table = pd.concat([predict_dataset(d, config) for d in datasets], ignore_index=True)
-    table[["ratio_a", "ratio_b", "delta"]] = table[["ratio_a", "ratio_b", "delta"]].astype(float).round(DIGITS)
+    table = predict_datasets(datasets, config, only=only)
+    numbers = ["ratio_a", "ratio_b", "delta", "low_a", "high_a", "low_b", "high_b", "delta_low", "delta_high"]
+    table[numbers] = table[numbers].astype(float).round(DIGITS)
+    table["interval_level"] = config.level
     prepare_out_file(target)  # --out that is a directory, lies under a file or is unwritable: one line
     write_colocation_table(table[TABLE_COLUMNS], target)
     summary = table.groupby(["gpu_type", "source"]).size().unstack(fill_value=0)
@@ -105,66 +113,78 @@ def _fill(datasets: list, config, target: Path) -> None:  # noqa: ANN001 - Predi
     for gpu, row in summary.iterrows():
         view.add_row(str(gpu), *[str(int(v)) for v in row])
     console.print(view)
-    preview = Table(title="predicted pairs with the highest δ (ratio = t/t′)")
-    for column in ("GPU type", "type a", "type b", "ratio a", "ratio b", "δ"):
+    preview = Table(title=f"predicted pairs with the highest δ (ratio = t/t′; {config.level:.0%} intervals)")
+    for column in ("GPU type", "type a", "type b", "ratio a", "ratio b", "δ", "δ interval", "evidence"):
         preview.add_column(column)
     best = table[table["source"] == "predicted"].sort_values("delta", ascending=False).head(10)
     for row in best.itertuples(index=False):
-        preview.add_row(str(row.gpu_type), row.type_a, row.type_b, f"{row.ratio_a:.{DIGITS}f}",
-                        f"{row.ratio_b:.{DIGITS}f}", f"{row.delta:.{DIGITS}f}")
+        preview.add_row(str(row.gpu_type), row.type_a, row.type_b, _with_interval(row.ratio_a, row.low_a, row.high_a),
+                        _with_interval(row.ratio_b, row.low_b, row.high_b), f"{row.delta:.{DIGITS}f}",
+                        _interval(row.delta_low, row.delta_high), str(row.evidence))
     if len(best):
         console.print(preview)
 
 
-def _evaluate(datasets: list, config, report_dir: Path, results, results_dirs: list[Path],  # noqa: ANN001
-              gavel: list[Path], gpu_types: list[str]) -> None:
+def _interval(low: float, high: float) -> str:
+    return "–" if low != low or high != high else f"[{low:.{DIGITS - 1}f}, {high:.{DIGITS - 1}f}]"
+
+
+def _with_interval(value: float, low: float, high: float) -> str:
+    return f"{value:.{DIGITS}f} {_interval(low, high)}"
+
+
+def _evaluate(datasets: list, only: list[str], config: PredictorConfig, report_dir: Path, results: Any,
+              results_dirs: list[Path], gavel: list[Path], gpu_types: list[str]) -> None:
     import pandas as pd
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from colocate.commands._output import console, error_console
-    from colocate.prediction.predict_eval import evaluation_report, leave_one_pair_out, ties
+    from colocate.prediction.predict_eval import PROTOCOL_TITLES, evaluate, ties
+    from colocate.prediction.predict_report import evaluation_report
     from common.files import atomic_write_json
     from profiler.campaign.outdir import prepare_out_dir
 
-    evaluations = []
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=error_console, transient=False) as progress:
-        for dataset in datasets:
-            task = progress.add_task(f"leave-one-pair-out {dataset.gpu_type}/{dataset.sharing}", total=len(dataset.pairs))
-            evaluations.append(leave_one_pair_out(dataset, config, progress=partial(_advance, progress, task)))
+        evaluations = evaluate(datasets, config, only=only, progress=partial(_advance, progress, {}))
     prepare_out_dir(report_dir, field="--report-dir")  # a file or an unwritable place: one line
     command = ("colocate predict --evaluate " + " ".join(str(p) for p in results_dirs)
                + "".join(f" --gavel {g}" for g in gavel) + "".join(f" --gpu-type {g}" for g in gpu_types))
     provenance = [f"Inputs: {', '.join(str(s) for s in results.sources)}.", f"Command: `{command.strip()}`."]
     (report_dir / "report.md").write_text(evaluation_report(evaluations, provenance=provenance))
-    summary = pd.concat([e.summary.assign(dataset=e.dataset, pairs=e.pairs, seconds=e.seconds) for e in evaluations],
-                        ignore_index=True)
+    summary = pd.concat([e.summary.assign(dataset=e.dataset, protocol=e.protocol, predictions=e.pairs,
+                                          seconds=e.seconds) for e in evaluations], ignore_index=True)
     summary.to_csv(report_dir / "evaluation.csv", index=False)
-    pd.concat([e.predictions.assign(dataset=e.dataset) for e in evaluations], ignore_index=True).to_csv(
-        report_dir / "loo_predictions.csv", index=False)
+    pd.concat([e.predictions.assign(dataset=e.dataset, protocol=e.protocol) for e in evaluations],
+              ignore_index=True).to_csv(report_dir / "held_out_predictions.csv", index=False, float_format="%.5g")
     atomic_write_json({"config": evaluations[0].config, "datasets": [
-        {"dataset": e.dataset, "pairs": e.pairs, "job_types": e.job_types, "features": list(e.features),
-         "baseline_features": list(e.baseline_features), "beats_baselines": e.beats_baselines(),
-         "shortfalls": e.shortfalls(), "seconds": round(e.seconds, 2)} for e in evaluations]},
-        report_dir / "evaluation.json")
-    view = Table(title="leave-one-pair-out: MAE (lower is better); δ > 1 decision (higher is better)")
-    for column in ("dataset", "pairs", "method", "MAE δ", "MAE ratio", "acc δ>1", "balanced acc", "precision", "recall"):
+        {"dataset": e.dataset, "protocol": e.protocol, "predictions": e.pairs, "measured_pairs": e.measured_pairs,
+         "job_types": e.job_types, "features": list(e.features), "baseline_features": list(e.baseline_features),
+         "beats_baselines": e.beats_baselines(), "shortfalls": e.shortfalls(),
+         "coverage_ratio": e.coverage()[0], "coverage_delta": e.coverage()[1], "calibrated": e.calibrated(),
+         "seconds": round(e.seconds, 2)} for e in evaluations]}, report_dir / "evaluation.json")
+    view = Table(title="held out: MAE (lower is better); δ > 1 decision (higher is better); interval coverage")
+    for column in ("dataset", "protocol", "n", "method", "MAE δ", "MAE ratio", "balanced acc", "coverage r / δ"):
         view.add_column(column)
     for e in evaluations:
         for row in e.summary.itertuples(index=False):
-            view.add_row(e.dataset, str(e.pairs), row.method, f"{row.mae_delta:.4f}", f"{row.mae_ratio:.4f}",
-                         *("–" if v != v else f"{v:.3f}" for v in (row.accuracy_delta_gt_1, row.balanced_accuracy,
-                                                                   row.precision, row.recall)))
+            cover = "" if row.coverage_ratio != row.coverage_ratio else f"{row.coverage_ratio:.3f} / {row.coverage_delta:.3f}"
+            view.add_row(e.dataset, PROTOCOL_TITLES[e.protocol], str(e.pairs), row.method, f"{row.mae_delta:.4f}",
+                         f"{row.mae_ratio:.4f}", "–" if row.balanced_accuracy != row.balanced_accuracy
+                         else f"{row.balanced_accuracy:.3f}", cover)
     console.print(view)
     for e in evaluations:
         falls = e.shortfalls()
         if not falls:
             tied = ties(e)
-            console.print(f"{e.dataset}: predictor [green]beats every baseline[/] on MAE and is at least as good on "
+            console.print(f"{e.title}: predictor [green]beats every baseline[/] on MAE and is at least as good on "
                           f"the δ > 1 decision" + (f" (ties {', '.join(tied)})" if tied else ""))
         for f in falls:
-            console.print(f"{e.dataset}: predictor [red]does not beat {f['baseline']}[/] on {f['metric']} "
+            console.print(f"{e.title}: predictor [red]does not beat {f['baseline']}[/] on {f['metric']} "
                           f"({f['predictor']:.4f} vs {f['baseline_value']:.4f}, paired SE {f['paired_se']:.4f}"
                           f"{', within noise' if f['within_noise'] else ''})")
-    console.print(f"report: {report_dir / 'report.md'} (+ evaluation.csv, loo_predictions.csv, evaluation.json)")
+        if not e.calibrated():
+            console.print(f"{e.title}: intervals cover [red]{e.coverage()[0]:.1%}[/] of held-out ratios "
+                          f"(level {e.config['level']:.0%})")
+    console.print(f"report: {report_dir / 'report.md'} (+ evaluation.csv, held_out_predictions.csv, evaluation.json)")

@@ -1,60 +1,47 @@
-"""Predict co-location ratios (and so δ) for pairs nobody measured.
+"""Predict co-location ratios (and so δ), with calibrated intervals, for pairs nobody measured.
 
-The model itself (:mod:`scheduler.learning.prior`, where the scheduler uses it as the prior of its pair
-belief) — for a job a sharing a GPU with job b (a is the "victim", b the "aggressor"), the log of a's ratio
-r(a|b) = t_a / t′_a is
+The model (:mod:`scheduler.learning.ratio_model`, :mod:`scheduler.learning.evidence`, where the scheduler uses
+it as the prior of its pair belief) predicts each job's ratio r(a|b) = t_a / t′_a from every level of
+evidence the inputs hold, closest first: the same pair measured on another GPU type or sharing mode, the
+same two models at another batch size or precision (each with a learned transfer factor), the two job types
+against other partners (job effects and a matrix completion), and the jobs' solo features (log solo time,
+batch size, peak memory, NVML/GPM utilization and occupancy, DRAM bandwidth, kernel profiles — whichever the
+data has). All datasets given are read together: an H100's time-sliced pairs are evidence for its MPS pairs,
+Gavel's K80 pairs for its V100 pairs.
 
-    log r(a|b) = w·[1, f(a), f(b), f(a)⊙f(b), f(a)², f(b)²] + s_a + p_b + c·[a = b] + Z[a, b]
-
-* f(j): standardized features of job j measured **alone** — log solo iteration time, log batch size, log
-  peak memory, NVML/GPM utilization and the kernel profile's duration-weighted occupancy / DRAM throughput,
-  whichever the data has (Gavel's file has only the first two);
-* s_a, p_b: per-job-type sensitivity and pressure (one-hot columns), c: same-type pairs;
-  all of the above fitted by ridge regression (``ridge_lambda``);
-* Z: matrix completion of the remaining residuals over the job-type × job-type matrix (soft-impute,
-  i.e. nuclear-norm-regularised least squares, ``nuclear_lambda``), in the spirit of Quasar / Gavel's
-  collaborative filtering: jobs that interfere alike with the partners we measured interfere alike with
-  the ones we did not.
-
-The co-located iteration times follow as t′ = t / r, and δ = (t_a + t_b) / max(t′_a, t′_b) with the solo
-t measured. Predictions are clipped to [0.01, max ratio seen in training].
-
-Evaluation (:mod:`colocate.prediction.predict_eval`): leave one measured pair out, fit on the rest, predict it; MAE of
-δ and of each ratio and the decision δ > 1 (balanced accuracy, precision, recall), side by side with the
-mean, per-job-type mean, same-models mean and solo-utilization baselines.
+Each prediction carries an interval (:mod:`scheduler.learning.conformal`): split conformal on the residuals of
+the dataset's own held-out predictions (:mod:`scheduler.learning.folds`: leave one pair out, leave one job type
+out), per evidence level. The co-located iteration times follow as t′ = t / r, and
+δ = (t_a + t_b) / max(t′_a, t′_b) with the solo t measured; δ's interval is calibrated the same way on δ.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from colocate.analysis.results import (
-    UTILIZATION_COLUMNS,
-    ResultsSet,
-    group_table,
-    solo_table,
-    sort_job_types,
-)
+from colocate.analysis.results import UTILIZATION_COLUMNS, ResultsSet, group_table, solo_table, sort_job_types
 from common.errors import InputError
 from profiler.results.schema import STATUS_INFEASIBLE, STATUS_OK
 from scheduler.formats.colocation_table import MAX_RATIO  # predictions stay within the table's bound
-from scheduler.learning.prior import (
-    PredictorConfig,
-    _predict_pairs,
-    fit_ratio_model,
-)
-from scheduler.learning.prior import feature_matrix as _feature_matrix
+from scheduler.learning.conformal import Calibration
+from scheduler.learning.evidence import LEVELS, Dataset, Evidence, PairSet, Predictor
+from scheduler.learning.folds import held_out, ratio_calibration
+from scheduler.learning.predictor_config import PredictorConfig
+from scheduler.learning.ratio_model import feature_matrix as _feature_matrix
 
 SOLO_FEATURES = ("solo_iter_time_s", "batch_size", "peak_memory_mib", *UTILIZATION_COLUMNS,
                  "kernel_occupancy_pct", "kernel_dram_throughput_pct", "kernel_sm_throughput_pct")
 # Features the "solo utilization" baseline prefers; when a dataset has none it falls back to all solo features.
 UTILIZATION_FEATURES = (*UTILIZATION_COLUMNS, "kernel_occupancy_pct", "kernel_dram_throughput_pct",
                         "kernel_sm_throughput_pct")
-
+INTERVAL_COLUMNS = ("low_a", "high_a", "low_b", "high_b", "delta_low", "delta_high")
+DEFAULT_PREDICTOR = PredictorConfig()
 
 
 @dataclass(frozen=True)
@@ -74,8 +61,15 @@ class PairDataset:
         return f"{self.gpu_type}/{self.sharing} ({sources})"
 
     @property
+    def key(self) -> str:
+        return f"{self.gpu_type}/{self.sharing}"
+
+    @property
     def job_types(self) -> list[str]:
         return list(self.solo.index)
+
+    def solo_times(self, types: Sequence[str]) -> np.ndarray:
+        return self.solo["solo_iter_time_s"].reindex(list(types)).to_numpy(dtype=float)
 
 
 def make_datasets(results: ResultsSet, *, sharing: str | None = None, source: str = "") -> list[PairDataset]:
@@ -96,62 +90,134 @@ def make_datasets(results: ResultsSet, *, sharing: str | None = None, source: st
     return datasets
 
 
-DEFAULT_PREDICTOR = PredictorConfig()
-
-
 def feature_matrix(solo: pd.DataFrame, columns: Sequence[str] = SOLO_FEATURES) -> tuple[pd.DataFrame, list[str]]:
-    """Standardized solo features per job type (:func:`scheduler.learning.prior.feature_matrix`) over every
+    """Standardized solo features per job type (:func:`scheduler.learning.ratio_model.feature_matrix`) over every
     solo feature a campaign can measure."""
     return _feature_matrix(solo, columns)
 
 
-def _baseline_features(features: pd.DataFrame) -> list[str]:
+def baseline_features(features: pd.DataFrame) -> list[str]:
+    """The solo-utilization baseline's features: the utilization ones where measured, else every solo feature."""
     preferred = [c for c in features.columns if c in UTILIZATION_FEATURES]
     return preferred or list(features.columns)
 
 
-# --------------------------------------------------------------------------------------------------------
-# Filling a table
+def pair_set(datasets: Sequence[PairDataset]) -> PairSet:
+    """The datasets as one pair set: each one's pairs are evidence for the others' (same job-type names)."""
+    return PairSet([Dataset(d.key, d.pairs[["type_a", "type_b", "ratio_a", "ratio_b"]], feature_matrix(d.solo)[0])
+                    for d in datasets])
+
+
+def delta_of(t_a: np.ndarray, t_b: np.ndarray, r_a: np.ndarray, r_b: np.ndarray) -> np.ndarray:
+    """δ = (t_a + t_b) / max(t_a/r_a, t_b/r_b): increasing in both ratios."""
+    return (t_a + t_b) / np.maximum(t_a / r_a, t_b / r_b)
+
+
+@dataclass(frozen=True)
+class Calibrations:
+    """One dataset's interval calibration: residuals of held-out ratios and δs per evidence level."""
+
+    ratios: Calibration
+    delta: Calibration
+
+
+def calibrate(pairs: PairSet, dataset: PairDataset, d: int, config: PredictorConfig) -> Calibrations:
+    """Both protocols' held-out predictions of dataset ``d`` (:mod:`scheduler.learning.folds`): leave one pair
+    out gives the residuals of the levels a measured type has, leave one job type out those of a new type."""
+    results = [held_out(pairs, d, protocol, config) for protocol in ("pair", "type") if len(dataset.pairs) >= 3]
+    deltas, levels = [], []
+    a_of, b_of = pairs.pair_types(d)
+    for r in results:
+        t_a, t_b = dataset.solo_times([pairs.types[i] for i in a_of[r.pair]]), dataset.solo_times(
+            [pairs.types[i] for i in b_of[r.pair]])
+        deltas.append(np.log(dataset.pairs["delta"].to_numpy(dtype=float)[r.pair])
+                      - np.log(delta_of(t_a, t_b, r.ratio_a, r.ratio_b)))
+        levels.append(np.maximum(r.level_a, r.level_b))  # a pair is as uncertain as its least-known member
+    delta = Calibration.from_arrays(np.concatenate(deltas) if deltas else np.zeros(0),
+                                    np.concatenate(levels) if levels else np.zeros(0, dtype=int), config.level,
+                                    len(LEVELS))
+    return Calibrations(ratio_calibration(pairs, d, results, config.level), delta)
+
+
+def predict_datasets(datasets: Sequence[PairDataset], config: PredictorConfig = DEFAULT_PREDICTOR, *,
+                     only: Sequence[str] | None = None) -> pd.DataFrame:
+    """Every unordered pair of each dataset's job types (of the datasets keyed in ``only``, default all):
+    measured values where measured, predictions with their intervals elsewhere; every dataset is evidence.
+
+    ``source`` is ``measured`` (ok), ``measured-infeasible`` (ratios 0) or ``predicted``; failed/skipped
+    pairs are predicted. ``evidence`` names the closest evidence a prediction had (:data:`LEVELS`). Needs at
+    least two measured pairs per dataset to learn from (three to calibrate intervals).
+    """
+    from threadpoolctl import threadpool_limits
+
+    for dataset in datasets:
+        if len(dataset.pairs) < 2 and (only is None or dataset.key in only):
+            raise InputError(f"{dataset.name}: {len(dataset.pairs)} measured pair(s); the predictor needs at least 2",
+                             source=dataset.source, field="pairs", valid="a campaign with group_sizes including 2")
+    pairs = pair_set(datasets)
+    mask = np.ones(len(pairs), dtype=bool)
+    evidence = Evidence(pairs, mask)
+    tables = []
+    with threadpool_limits(limits=1, user_api="blas"):
+        for d, dataset in enumerate(datasets):
+            if only is None or dataset.key in only:
+                tables.append(_fill(pairs, evidence, mask, d, dataset, config))
+    return pd.concat(tables, ignore_index=True)
 
 
 def predict_dataset(dataset: PairDataset, config: PredictorConfig = DEFAULT_PREDICTOR) -> pd.DataFrame:
-    """Every unordered pair of the dataset's job types: measured values where measured, predictions elsewhere.
+    """:func:`predict_datasets` of one dataset alone."""
+    return predict_datasets([dataset], config)
 
-    ``source`` is ``measured`` (ok), ``measured-infeasible`` (ratios 0) or ``predicted``; failed/skipped
-    pairs are predicted. Needs at least two measured pairs to learn from.
-    """
-    if len(dataset.pairs) < 2:
-        raise InputError(f"{dataset.name}: {len(dataset.pairs)} measured pair(s); the predictor needs at least 2",
-                         source=dataset.source, field="pairs", valid="a campaign with group_sizes including 2")
-    features, _ = feature_matrix(dataset.solo)
-    fitted = fit_ratio_model(dataset.pairs, features, config)
-    index = {t: i for i, t in enumerate(features.index)}
+
+def _fill(pairs: PairSet, evidence: Evidence, mask: np.ndarray, d: int, dataset: PairDataset,
+          config: PredictorConfig) -> pd.DataFrame:
     types = sort_job_types(dataset.job_types)
     measured = {(r.type_a, r.type_b): r for r in dataset.pairs.itertuples(index=False)}
     infeasible = {(r.type_a, r.type_b) for r in dataset.infeasible.itertuples(index=False)}
     todo = [(a, b) for i, a in enumerate(types) for b in types[i:] if (a, b) not in measured and (a, b) not in infeasible]
-    predicted = _predict_pairs(fitted, [a for a, _ in todo], [b for _, b in todo], dataset.solo, index) if todo else None
-    rows = []
-    for (a, b), row in measured.items():
-        # A measured ratio above the table's bound is noise (a slow solo baseline); cap it like colocation-table.
-        rows.append({"type_a": a, "type_b": b, "ratio_a": min(row.ratio_a, MAX_RATIO),
-                     "ratio_b": min(row.ratio_b, MAX_RATIO), "delta": row.delta, "source": "measured",
-                     "repeats": row.repeats})
-    for a, b in infeasible:
-        rows.append({"type_a": a, "type_b": b, "ratio_a": 0.0, "ratio_b": 0.0, "delta": 0.0,
-                     "source": "measured-infeasible", "repeats": 0})
-    if predicted is not None:
-        for row in predicted.itertuples(index=False):
-            rows.append({"type_a": row.type_a, "type_b": row.type_b, "ratio_a": row.ratio_a, "ratio_b": row.ratio_b,
-                         "delta": row.delta, "source": "predicted", "repeats": 0})
+    rows = [{"type_a": a, "type_b": b, "ratio_a": min(r.ratio_a, MAX_RATIO), "ratio_b": min(r.ratio_b, MAX_RATIO),
+             "delta": r.delta, "source": "measured", "repeats": r.repeats, "evidence": "measured"}
+            for (a, b), r in measured.items()]  # a ratio above the table's bound is noise: capped as colocation-table
+    rows += [{"type_a": a, "type_b": b, "ratio_a": 0.0, "ratio_b": 0.0, "delta": 0.0,
+              "source": "measured-infeasible", "repeats": 0, "evidence": "measured"} for a, b in infeasible]
+    if todo:
+        rows += _predicted_rows(pairs, evidence, mask, d, dataset, config, todo)
     table = pd.DataFrame(rows)
+    for column in INTERVAL_COLUMNS:
+        if column not in table:
+            table[column] = math.nan
     table.insert(0, "gpu_type", dataset.gpu_type)
     table.insert(1, "sharing", dataset.sharing)
     order = {t: i for i, t in enumerate(types)}
-    table = table.sort_values(["type_a", "type_b"], key=lambda s: s.map(order)).reset_index(drop=True)
-    return table
+    return table.sort_values(["type_a", "type_b"], key=lambda s: s.map(order)).reset_index(drop=True)
 
 
-# The leave-one-pair-out evaluation (it imports the fitting code above) lives in colocate.prediction.predict_eval.
+def _predicted_rows(pairs: PairSet, evidence: Evidence, mask: np.ndarray, d: int, dataset: PairDataset,
+                    config: PredictorConfig, todo: list[tuple[str, str]]) -> list[dict]:
+    model = Predictor(evidence, d, mask, config)
+    a = np.array([pairs.index[t] for t, _ in todo])
+    b = np.array([pairs.index[t] for _, t in todo])
+    ratios, levels = model.predict(np.concatenate([a, b]), np.concatenate([b, a]))
+    n = len(todo)
+    ra, rb, la, lb = ratios[:n], ratios[n:], levels[:n], levels[n:]
+    t_a, t_b = dataset.solo_times([x for x, _ in todo]), dataset.solo_times([y for _, y in todo])
+    delta = delta_of(t_a, t_b, ra, rb)
+    columns: dict[str, np.ndarray] = {}
+    if len(dataset.pairs) >= 3:
+        calibration = calibrate(pairs, dataset, d, config)
+        columns["low_a"], columns["high_a"] = calibration.ratios.interval(ra, la)
+        columns["low_b"], columns["high_b"] = calibration.ratios.interval(rb, lb)
+        for key in ("low_a", "high_a", "low_b", "high_b"):
+            columns[key] = np.clip(columns[key], 0.0, MAX_RATIO)
+        columns["delta_low"], columns["delta_high"] = calibration.delta.interval(delta, np.maximum(la, lb))
+    rows = []
+    for k, (x, y) in enumerate(todo):
+        row = {"type_a": x, "type_b": y, "ratio_a": ra[k], "ratio_b": rb[k], "delta": delta[k],
+               "source": "predicted", "repeats": 0, "evidence": LEVELS[max(la[k], lb[k])]}
+        rows.append(row | {key: float(values[k]) for key, values in columns.items()})
+    return rows
 
-__all__ = ["PairDataset", "feature_matrix", "make_datasets", "predict_dataset"]
+
+__all__ = ["INTERVAL_COLUMNS", "SOLO_FEATURES", "Calibrations", "PairDataset", "baseline_features", "calibrate",
+           "delta_of", "feature_matrix", "make_datasets", "pair_set", "predict_dataset", "predict_datasets"]

@@ -1,22 +1,33 @@
-"""Leave-one-pair-out evaluation of the δ predictor against honest baselines.
+"""The δ predictor against honest baselines, under two protocols, with its intervals' coverage.
 
-Each measured (feasible) pair is held out in turn; every method is fitted on the remaining pairs and predicts
-the held-out pair's two ratios r = t/t′; δ always follows from the predicted ratios and the measured solo
-times, δ = (t_a + t_b) / max(t_a/r_a, t_b/r_b) — no method predicts a constant δ. Methods:
+Protocols (:mod:`scheduler.learning.folds`), on every dataset given (one per GPU type and sharing mode, all
+read together so each is evidence for the others):
 
-* ``predictor`` — :mod:`colocate.prediction.predict` (ridge on solo features + per-job effects + matrix completion);
+* **leave one pair out** — each measured (feasible) pair is held out of its dataset in turn; its
+  measurements on other GPU types and sharing modes stay (the closest evidence there is);
+* **leave one job type out** — every pair of the held-out type, in every dataset, is removed; only its solo
+  measurements stay. A pair is predicted once per member held out.
+
+Every method predicts the held-out pair's two ratios r = t/t′; δ always follows from them and the measured
+solo times, δ = (t_a + t_b) / max(t_a/r_a, t_b/r_b) — no method predicts a constant δ. Methods:
+
+* ``predictor`` — :mod:`colocate.prediction.predict` (every level of evidence, closest first);
 * ``mean`` — the training mean ratio, for both jobs;
-* ``job-type-mean`` — r(a|b) = mean of a's ratios over its other measured pairs (the training mean if none):
+* ``job-type-mean`` — r(a|b) = mean of a's ratios over its measured pairs (the training mean if none):
   what an operator who measured each job type against a few partners would guess;
-* ``same-models-mean`` — mean of the ratios measured between the same two *models* at other batch sizes,
-  else the job-type mean;
+* ``same-models-mean`` — mean of the ratios measured between the same two *models* at other batch sizes or
+  precisions, else the job-type mean;
+* ``same-pair-elsewhere`` — the same pair's ratios measured on the other GPU types or sharing modes given,
+  averaged, else the same-models mean: what copying a table from another GPU gives;
 * ``solo-utilization`` — linear regression of log ratio on the two jobs' solo utilization features (all solo
   features where the data has none).
 
 Metrics: MAE of δ and of the ratios; the decision δ > 1 ("pack this pair") as accuracy, balanced accuracy
 (mean of the recalls of both classes: the honest figure when most pairs are on one side), precision and
-recall. :meth:`EvaluationResult.shortfalls` lists every baseline metric the predictor does not beat, with the
-paired standard error of the difference, so the report says where and by how much.
+recall; the coverage of the predictor's intervals (:mod:`scheduler.learning.conformal`, each held-out
+prediction's interval from the residuals of the evaluation's *other* folds, per evidence level) on the ratios
+and on δ. :meth:`EvaluationResult.shortfalls` lists every baseline metric the predictor does not beat, with
+the paired standard error of the difference, so the report says where and by how much.
 """
 
 from __future__ import annotations
@@ -25,39 +36,52 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from colocate.analysis.results import split_job_type
-from colocate.prediction.predict import PairDataset, _baseline_features, feature_matrix
+from colocate.prediction.predict import PairDataset, baseline_features, delta_of, feature_matrix, pair_set
 from common.errors import InputError
 from scheduler.formats.colocation_table import MAX_RATIO
-from scheduler.learning.prior import MIN_RATIO, SOLO_BASELINE, PredictorConfig, _design, _fit_arrays, _observations
+from scheduler.learning.conformal import cross_conformal
+from scheduler.learning.evidence import LEVELS, PairSet
+from scheduler.learning.folds import PROTOCOLS, FoldFit, fold_fits, folds
+from scheduler.learning.predictor_config import PredictorConfig
+from scheduler.learning.ratio_model import MIN_RATIO, SOLO_BASELINE, fit_arrays
 
 DEFAULT_CONFIG = PredictorConfig()  # the defaults, chosen once on Gavel's V100 data
-METHODS = ("predictor", "mean", "job-type-mean", "same-models-mean", "solo-utilization")
+METHODS = ("predictor", "mean", "job-type-mean", "same-models-mean", "same-pair-elsewhere", "solo-utilization")
 BASELINES = METHODS[1:]
 MAE_METRICS = ("mae_delta", "mae_ratio")
 DECISION_METRIC = "balanced_accuracy"
+PROTOCOL_TITLES = {"pair": "leave one pair out", "type": "leave one job type out"}
+COVERAGE_TOLERANCE = 0.05  # the issue's band: the 80 % interval covers 75-85 % of held-out pairs
+Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
 class EvaluationResult:
-    """Leave-one-pair-out results of one dataset: per-pair predictions and a summary per method."""
+    """One dataset under one protocol: per-prediction rows and a summary per method."""
 
     dataset: str
     gpu_type: str
     sharing: str
-    pairs: int
+    protocol: str
+    pairs: int  # held-out predictions (a pair once per fold it is predicted in)
+    measured_pairs: int
     job_types: int
     features: tuple[str, ...]
     baseline_features: tuple[str, ...]
     summary: pd.DataFrame  # one row per method
-    predictions: pd.DataFrame  # one row per held-out pair and method
+    predictions: pd.DataFrame  # one row per held-out prediction and method
     seconds: float
     config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        return f"{self.dataset}, {PROTOCOL_TITLES[self.protocol]}"
 
     def shortfalls(self) -> list[dict[str, Any]]:
         """Every (baseline, metric) the predictor does not beat: lower MAE, balanced accuracy at least as high."""
@@ -77,8 +101,18 @@ class EvaluationResult:
         """True when the predictor beats every baseline on MAE (δ, ratios) and on the δ > 1 decision."""
         return not self.shortfalls()
 
+    def coverage(self) -> tuple[float, float]:
+        """(ratios, δ): the share of held-out values inside the predictor's intervals."""
+        row = self.summary.set_index("method").loc["predictor"]
+        return float(row["coverage_ratio"]), float(row["coverage_delta"])
+
+    def calibrated(self) -> bool:
+        """Whether the ratio intervals cover within ``COVERAGE_TOLERANCE`` of their level."""
+        level = float(self.config.get("level", DEFAULT_CONFIG.level))
+        return abs(self.coverage()[0] - level) <= COVERAGE_TOLERANCE + 1e-12
+
     def _shortfall(self, baseline: str, metric: str, ours: float, theirs: float) -> dict[str, Any]:
-        se = _paired_se(self.predictions, baseline, metric)
+        se = paired_se(self.predictions, baseline, metric)
         noise = math.isfinite(se) and abs(ours - theirs) <= 2 * se
         return {"baseline": baseline, "metric": metric, "predictor": float(ours), "baseline_value": float(theirs),
                 "paired_se": se, "within_noise": bool(noise)}
@@ -93,8 +127,8 @@ def _errors(part: pd.DataFrame, metric: str) -> np.ndarray:
     return ((part["pred_delta"] > 1) != (part["delta"] > 1)).to_numpy(dtype=float)
 
 
-def _paired_se(predictions: pd.DataFrame, baseline: str, metric: str) -> float:
-    """Standard error of the per-pair difference of errors (predictor − baseline), pairs in the same order."""
+def paired_se(predictions: pd.DataFrame, baseline: str, metric: str) -> float:
+    """Standard error of the per-prediction difference of errors (predictor − baseline), in the same order."""
     ours = _errors(predictions[predictions["method"] == "predictor"], metric)
     theirs = _errors(predictions[predictions["method"] == baseline], metric)
     diff = ours - theirs
@@ -114,135 +148,150 @@ def decision_metrics(predicted_delta: np.ndarray, delta: np.ndarray) -> dict[str
             "precision": tp / (tp + fp) if tp + fp else math.nan, "recall": recall}
 
 
-class _GroupMeans:
-    """Mean ratio per key over all directed observations, with the held-out pair's rows subtracted per fold."""
+class _Means:
+    """Ratio sums of the training observations (a fold's mask) that the mean baselines read."""
 
-    def __init__(self, keys: np.ndarray, ratios: np.ndarray) -> None:
-        self.keys = keys
-        self.sums: dict[Any, float] = {}
-        self.counts: dict[Any, int] = {}
-        for key, r in zip(keys.tolist(), ratios.tolist()):
-            self.sums[key] = self.sums.get(key, 0.0) + r
-            self.counts[key] = self.counts.get(key, 0) + 1
-        self.ratios = ratios
+    def __init__(self, pairs: PairSet, mask: np.ndarray, d: int) -> None:
+        n, m = len(pairs.types), pairs.n_models
+        ratio = np.exp(pairs.y)
+        here, there = mask & (pairs.dataset == d), mask & (pairs.dataset != d)
+        v, a = pairs.victim[here], pairs.aggressor[here]
+        self.model = pairs.model
+        self.mean = float(ratio[here].mean()) if here.any() else 0.5
+        self.victim = np.zeros((2, n))
+        np.add.at(self.victim, (0, v), ratio[here])
+        np.add.at(self.victim, (1, v), 1.0)
+        self.models = np.zeros((2, m, m))
+        np.add.at(self.models, (0, pairs.model[v], pairs.model[a]), ratio[here])
+        np.add.at(self.models, (1, pairs.model[v], pairs.model[a]), 1.0)
+        self.elsewhere = np.zeros((2, n, n))
+        np.add.at(self.elsewhere, (0, pairs.victim[there], pairs.aggressor[there]), ratio[there])
+        np.add.at(self.elsewhere, (1, pairs.victim[there], pairs.aggressor[there]), 1.0)
 
-    def without(self, key: Any, out: Sequence[int]) -> float | None:
-        total, count = self.sums.get(key, 0.0), self.counts.get(key, 0)
-        for k in out:
-            if self.keys[k] == key:
-                total, count = total - self.ratios[k], count - 1
-        return total / count if count > 0 else None
+    @staticmethod
+    def _mean(sums: np.ndarray, counts: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+        return np.where(counts > 0, sums / np.maximum(counts, 1.0), fallback)
+
+    def predict(self, v: np.ndarray, a: np.ndarray) -> dict[str, np.ndarray]:
+        mean = np.full(len(v), self.mean)
+        job = self._mean(self.victim[0, v], self.victim[1, v], mean)
+        mv, ma = self.model[v], self.model[a]
+        models = self._mean(self.models[0, mv, ma], self.models[1, mv, ma], job)
+        elsewhere = self._mean(self.elsewhere[0, v, a], self.elsewhere[1, v, a], models)
+        return {"mean": mean, "job-type-mean": job, "same-models-mean": models, "same-pair-elsewhere": elsewhere}
 
 
-def _fold_baselines(held: int, out: list[int], victims: np.ndarray, aggressors: np.ndarray, by_type: _GroupMeans,
-                    by_models: _GroupMeans, models: list[str], global_mean: float) -> dict[str, np.ndarray]:
-    """Ratios (held-out job a, job b) predicted by the three mean baselines for one fold."""
-    pairs = ((victims[held], aggressors[held]), (aggressors[held], victims[held]))
-    type_mean = [by_type.without(v, out) for v, _ in pairs]
-    type_mean = [global_mean if m is None else m for m in type_mean]
-    model_mean = [by_models.without(f"{models[v]}|{models[a]}", out) for v, a in pairs]
-    model_mean = [type_mean[k] if m is None else m for k, m in enumerate(model_mean)]
-    return {"mean": np.array([global_mean, global_mean]), "job-type-mean": np.array(type_mean),
-            "same-models-mean": np.array(model_mean)}
+def _solo_utilization(pairs: PairSet, fit: FoldFit, d: int, columns: list[int], v: np.ndarray,
+                      a: np.ndarray) -> np.ndarray:
+    rows = fit.mask & (pairs.dataset == d)
+    local, features = pairs.local[d], pairs.features[d][:, columns]
+    fitted = fit_arrays(local[pairs.victim[rows]], local[pairs.aggressor[rows]], pairs.y[rows], features, SOLO_BASELINE)
+    return fitted.ratios(local[v], local[a])
 
 
-def leave_one_pair_out(
-    dataset: PairDataset, config: PredictorConfig = DEFAULT_CONFIG, *,
-    progress: Callable[[int, int], None] | None = None,
-) -> EvaluationResult:
-    """Hold out each measured pair in turn; fit every method on the others; predict the held-out pair.
-
-    Runs with one BLAS thread: the matrices are small (job types × job types), and on a busy machine
-    OpenBLAS's thread hand-offs made each 55 × 55 SVD 18× slower than one thread.
-    """
+def evaluate(datasets: Sequence[PairDataset], config: PredictorConfig = DEFAULT_CONFIG,
+             protocols: Sequence[str] = PROTOCOLS, *, only: Sequence[str] | None = None,
+             progress: Callable[[str, int, int], None] | None = None) -> list[EvaluationResult]:
+    """Every dataset (keyed in ``only``, default all) under every protocol; all datasets are evidence."""
     from threadpoolctl import threadpool_limits
 
+    pairs = pair_set(datasets)
+    out = []
     with threadpool_limits(limits=1, user_api="blas"):
-        return _leave_one_pair_out(dataset, config, progress)
+        for d, dataset in enumerate(datasets):
+            if only is not None and dataset.key not in only:
+                continue
+            if len(dataset.pairs) < 3:
+                raise InputError(f"{dataset.name}: {len(dataset.pairs)} measured pairs; leave-one-out needs at least 3",
+                                 source=dataset.source, field="pairs", valid="a campaign with at least 3 measured pairs")
+            for protocol in protocols:
+                tick = None if progress is None else partial(progress, f"{PROTOCOL_TITLES[protocol]} {dataset.key}")
+                out.append(_evaluate_one(pairs, d, dataset, protocol, config, tick))
+    return out
 
 
-def _leave_one_pair_out(dataset: PairDataset, config: PredictorConfig,
-                        progress: Callable[[int, int], None] | None) -> EvaluationResult:
-    if len(dataset.pairs) < 3:
-        raise InputError(f"{dataset.name}: {len(dataset.pairs)} measured pairs; leave-one-out needs at least 3",
-                         source=dataset.source, field="pairs", valid="a campaign with at least 3 measured pairs")
+def _evaluate_one(pairs: PairSet, d: int, dataset: PairDataset, protocol: str, config: PredictorConfig,
+                  progress: Progress | None) -> EvaluationResult:
     started = time.perf_counter()
     features, used = feature_matrix(dataset.solo)
-    baseline_columns = _baseline_features(features)
-    index = {t: i for i, t in enumerate(features.index)}
-    models = [split_job_type(t)[0] for t in features.index]
-    pairs, n_pairs, n = dataset.pairs, len(dataset.pairs), len(index)
-    victims, aggressors, target = _observations(pairs, index)  # rows k and k + n_pairs: jobs a and b of pair k
-    matrix = features.to_numpy(dtype=float) if len(used) else np.zeros((n, 0))
-    baseline_matrix = features[baseline_columns].to_numpy(dtype=float) if baseline_columns else np.zeros((n, 0))
-    design = _design(victims, aggressors, matrix, n, interactions=config.use_interactions,
-                     job_effects=config.use_job_effects)
-    baseline_design = _design(victims, aggressors, baseline_matrix, n, interactions=False, job_effects=False)
-    solo_times = dataset.solo["solo_iter_time_s"].reindex(features.index).to_numpy(dtype=float)
-    ratios = np.concatenate([pairs["ratio_a"].to_numpy(dtype=float), pairs["ratio_b"].to_numpy(dtype=float)])
-    by_type = _GroupMeans(victims, ratios)
-    by_models = _GroupMeans(np.array([f"{models[v]}|{models[a]}" for v, a in zip(victims, aggressors)]), ratios)
-    total_ratio = ratios.sum()
-    types_a, types_b = pairs["type_a"].tolist(), pairs["type_b"].tolist()
-    deltas = pairs["delta"].to_numpy(dtype=float)
-    # Gram matrices of all observations; each fold subtracts its two held-out rows (a rank-2 downdate). The
-    # completion of the full data warm-starts every fold's (convex) completion: same optimum, fewer iterations.
-    gram = (design.T @ design, design.T @ target)
-    baseline_gram = (baseline_design.T @ baseline_design, baseline_design.T @ target)
-    warm = _fit_arrays(victims, aggressors, target, matrix, config, design, gram).completion
-    rows = []
-    for held in range(n_pairs):
-        out = [held, held + n_pairs]
-        keep = np.ones(2 * n_pairs, dtype=bool)
-        keep[out] = False
-        fold = (gram[0] - design[out].T @ design[out], gram[1] - design[out].T @ target[out])
-        fold_baseline = (baseline_gram[0] - baseline_design[out].T @ baseline_design[out],
-                         baseline_gram[1] - baseline_design[out].T @ target[out])
-        i, j = victims[held], aggressors[held]
-        both_ways = (np.array([i, j]), np.array([j, i]))
-        fitted = {
-            "predictor": _fit_arrays(victims[keep], aggressors[keep], target[keep], matrix, config, design[keep],
-                                     fold, warm_start=warm),
-            "solo-utilization": _fit_arrays(victims[keep], aggressors[keep], target[keep], baseline_matrix,
-                                            SOLO_BASELINE, baseline_design[keep], fold_baseline),
-        }
-        predicted = {m: np.clip(np.exp(f.predict_log(*both_ways)), MIN_RATIO, f.max_ratio) for m, f in fitted.items()}
-        global_mean = (total_ratio - ratios[out].sum()) / (2 * n_pairs - 2)
-        for method, values in _fold_baselines(held, out, victims, aggressors, by_type, by_models, models,
-                                              global_mean).items():
-            predicted[method] = np.clip(values, MIN_RATIO, MAX_RATIO)
+    util = baseline_features(features)
+    util_columns = [used.index(c) for c in util]
+    truth_a, truth_b = pairs.pair_ratios(d)
+    measured = dataset.pairs.reset_index(drop=True)
+    total = len(folds(pairs, d, protocol))
+    parts = []
+    for fit in fold_fits(pairs, d, protocol, config):
+        v, a = np.concatenate([fit.a, fit.b]), np.concatenate([fit.b, fit.a])
+        predicted = {"predictor": np.concatenate([fit.ratio_a, fit.ratio_b]), **_Means(pairs, fit.mask, d).predict(v, a),
+                     "solo-utilization": _solo_utilization(pairs, fit, d, util_columns, v, a)}
+        n = len(fit.a)
+        frame = pd.DataFrame({"fold": fit.number, "pair": fit.fold.pairs, "level": np.maximum(fit.level_a, fit.level_b),
+                              "level_a": fit.level_a, "level_b": fit.level_b})
         for method in METHODS:
-            ra, rb = predicted[method]
-            rows.append({"method": method, "type_a": types_a[held], "type_b": types_b[held],
-                         "ratio_a": ratios[held], "ratio_b": ratios[held + n_pairs], "delta": deltas[held],
-                         "pred_ratio_a": float(ra), "pred_ratio_b": float(rb),
-                         "pred_delta": float((solo_times[i] + solo_times[j]) / max(solo_times[i] / ra,
-                                                                                   solo_times[j] / rb))})
+            values = np.clip(predicted[method], MIN_RATIO, MAX_RATIO)
+            parts.append(frame.assign(method=method, pred_ratio_a=values[:n], pred_ratio_b=values[n:]))
         if progress is not None:
-            progress(held + 1, n_pairs)
-    predictions = pd.DataFrame(rows)
+            progress(fit.number + 1, total)
+    predictions = pd.concat(parts, ignore_index=True)
+    rows = predictions["pair"].to_numpy()
+    predictions.insert(0, "type_a", measured["type_a"].to_numpy()[rows])
+    predictions.insert(1, "type_b", measured["type_b"].to_numpy()[rows])
+    predictions["ratio_a"], predictions["ratio_b"] = truth_a[rows], truth_b[rows]
+    predictions["delta"] = measured["delta"].to_numpy(dtype=float)[rows]
+    t_a, t_b = dataset.solo_times(predictions["type_a"]), dataset.solo_times(predictions["type_b"])
+    predictions["pred_delta"] = delta_of(t_a, t_b, predictions["pred_ratio_a"].to_numpy(),
+                                         predictions["pred_ratio_b"].to_numpy())
+    predictions = _with_intervals(predictions, config.level)
     return EvaluationResult(
-        dataset=dataset.name, gpu_type=dataset.gpu_type, sharing=dataset.sharing, pairs=n_pairs, job_types=n,
-        features=tuple(used), baseline_features=tuple(baseline_columns), summary=_summary(predictions),
-        predictions=predictions, seconds=time.perf_counter() - started, config=asdict(config),
-    )
+        dataset=dataset.name, gpu_type=dataset.gpu_type, sharing=dataset.sharing, protocol=protocol,
+        pairs=int((predictions["method"] == "predictor").sum()), measured_pairs=len(measured),
+        job_types=len(dataset.job_types), features=tuple(used), baseline_features=tuple(util),
+        summary=summarise(predictions), predictions=predictions, seconds=time.perf_counter() - started,
+        config=asdict(config))
 
 
-def _summary(predictions: pd.DataFrame) -> pd.DataFrame:
+def _with_intervals(predictions: pd.DataFrame, level: float) -> pd.DataFrame:
+    """The predictor's rows with their cross-conformal intervals (other folds' residuals, per evidence level)."""
+    ours = predictions["method"] == "predictor"
+    part = predictions[ours]
+    n = len(part)
+    predicted = np.concatenate([part["pred_ratio_a"], part["pred_ratio_b"]])
+    truth = np.concatenate([part["ratio_a"], part["ratio_b"]])
+    levels = np.concatenate([part["level_a"], part["level_b"]])
+    fold_ids = np.concatenate([part["fold"], part["fold"]])
+    low, high = cross_conformal(predicted, truth, levels, fold_ids, level, len(LEVELS))
+    delta_low, delta_high = cross_conformal(part["pred_delta"].to_numpy(), part["delta"].to_numpy(),
+                                            part["level"].to_numpy(), part["fold"].to_numpy(), level, len(LEVELS))
+    out = predictions.copy()
+    for column, values in (("low_a", low[:n]), ("high_a", high[:n]), ("low_b", low[n:]), ("high_b", high[n:]),
+                           ("delta_low", delta_low), ("delta_high", delta_high)):
+        out[column] = math.nan
+        out.loc[ours, column] = values
+    out["evidence"] = [LEVELS[k] for k in out["level"]]
+    return out.drop(columns=["level", "level_a", "level_b"])
+
+
+def summarise(predictions: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for method in METHODS:
         part = predictions[predictions["method"] == method]
         err_a = (part["pred_ratio_a"] - part["ratio_a"]).abs()
         err_b = (part["pred_ratio_b"] - part["ratio_b"]).abs()
-        rows.append({"method": method, "mae_delta": float((part["pred_delta"] - part["delta"]).abs().mean()),
-                     "mae_ratio_a": float(err_a.mean()), "mae_ratio_b": float(err_b.mean()),
-                     "mae_ratio": float(pd.concat([err_a, err_b]).mean()),
-                     **decision_metrics(part["pred_delta"].to_numpy(), part["delta"].to_numpy())})
+        row = {"method": method, "mae_delta": float((part["pred_delta"] - part["delta"]).abs().mean()),
+               "mae_ratio_a": float(err_a.mean()), "mae_ratio_b": float(err_b.mean()),
+               "mae_ratio": float(pd.concat([err_a, err_b]).mean()),
+               **decision_metrics(part["pred_delta"].to_numpy(), part["delta"].to_numpy()),
+               "coverage_ratio": math.nan, "coverage_delta": math.nan, "interval_width": math.nan}
+        if method == "predictor" and "low_a" in part:
+            inside_a = (part["ratio_a"] >= part["low_a"]) & (part["ratio_a"] <= part["high_a"])
+            inside_b = (part["ratio_b"] >= part["low_b"]) & (part["ratio_b"] <= part["high_b"])
+            row["coverage_ratio"] = float(pd.concat([inside_a, inside_b]).mean())
+            row["coverage_delta"] = float(((part["delta"] >= part["delta_low"])
+                                           & (part["delta"] <= part["delta_high"])).mean())
+            widths = np.concatenate([part["high_a"] / part["low_a"], part["high_b"] / part["low_b"]])
+            row["interval_width"] = float(np.median(widths))
+        rows.append(row)
     return pd.DataFrame(rows)
-
-
-def _fmt(value: float, digits: int = 3) -> str:
-    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
 def ties(result: EvaluationResult) -> list[str]:
@@ -251,48 +300,8 @@ def ties(result: EvaluationResult) -> list[str]:
     return [b for b in BASELINES if math.isclose(table[b], table["predictor"], abs_tol=1e-12)]
 
 
-def _verdict_lines(result: EvaluationResult) -> list[str]:
-    falls = result.shortfalls()
-    tied = ties(result)
-    tie_note = (f" It ties {', '.join(tied)} on the δ > 1 balanced accuracy ({result.pairs} pairs: one pair moves "
-                f"it by about {1 / max(result.pairs, 1):.2f})." if tied else "")
-    if not falls:
-        return [f"- {result.dataset}: the predictor beats every baseline on MAE δ and MAE ratio, and is at least as "
-                f"good on the δ > 1 decision (balanced accuracy).{tie_note}"]
-    lines = [f"- {result.dataset}: the predictor does **not** beat every baseline:"]
-    for f in falls:
-        why = ("the difference is within two paired standard errors (noise at this many pairs)" if f["within_noise"]
-               else "the baseline is better by more than two paired standard errors")
-        lines.append(f"  - {f['metric']} vs {f['baseline']}: {f['predictor']:.4f} vs {f['baseline_value']:.4f} "
-                     f"(paired SE {_fmt(f['paired_se'], 4)}): {why}.")
-    return lines + ([f"  - {tie_note.strip()}"] if tied else [])
-
-
-def evaluation_report(results: Sequence[EvaluationResult], *, title: str = "δ predictor: leave-one-pair-out evaluation",
-                      provenance: Sequence[str] = ()) -> str:
-    """A Markdown report: one table per dataset, then a verdict naming every baseline metric not beaten."""
-    lines = [f"# {title}", "", *provenance, *([""] if provenance else [])]
-    lines += [part.strip() + "\n" for part in (__doc__ or "").split("\n\n")[1:4]]
-    lines += ["Ratio a/b follow the canonical job-type order of the pair; infeasible (OOM) pairs are not regression "
-              "targets and are excluded.", ""]
-    if results:
-        config = ", ".join(f"{k}={v}" for k, v in results[0].config.items())
-        lines += [f"Predictor settings: {config}.", ""]
-    verdicts: list[str] = []
-    for result in results:
-        lines += [f"## {result.dataset}", "",
-                  f"{result.pairs} measured pairs over {result.job_types} job types; predictor features: "
-                  f"{', '.join(result.features) or 'none'}; solo-utilization features: "
-                  f"{', '.join(result.baseline_features) or 'none'}; {result.seconds:.1f} s.", "",
-                  "| method | MAE δ | MAE ratio a | MAE ratio b | MAE ratio | accuracy δ>1 | balanced acc. | "
-                  "precision | recall |", "|---|---|---|---|---|---|---|---|---|"]
-        for row in result.summary.itertuples(index=False):
-            lines.append(f"| {row.method} | {row.mae_delta:.4f} | {row.mae_ratio_a:.4f} | {row.mae_ratio_b:.4f} | "
-                         f"{row.mae_ratio:.4f} | {_fmt(row.accuracy_delta_gt_1)} | {_fmt(row.balanced_accuracy)} | "
-                         f"{_fmt(row.precision)} | {_fmt(row.recall)} |")
-        lines.append("")
-        verdicts += _verdict_lines(result)
-    return "\n".join([*lines, "## Verdict", "", *verdicts, ""])
+__all__ = ["BASELINES", "DEFAULT_CONFIG", "METHODS", "PROTOCOL_TITLES", "EvaluationResult", "decision_metrics",
+           "evaluate", "paired_se", "summarise", "ties"]
 
 
 def synthetic_dataset(job_types: int, seed: int = 0) -> PairDataset:

@@ -1,16 +1,18 @@
-"""Does the scheduler's prior earn its place? Leave-one-pair-out on colocation tables, against the job-type mean.
+"""Does the scheduler's prior earn its place? Both protocols on colocation tables, against the job-type mean.
 
 The prior the scheduler plans with before a pair has run (:mod:`scheduler.learning.prior`) sees only a
-colocation table: job types and measured ratios, no solo features. This evaluation gives it exactly that:
-each feasible pair of a set is held out in turn, the prior is fitted on the set's other pairs and predicts
-the held-out pair's two ratios; the **job-type mean** baseline predicts r(a|b) as the mean of a's ratios over
-its other pairs (the training mean when a has none). The decision scored is the scheduler's: *pack* when
-the two jobs together do more than one alone, ``r_a + r_b > 1`` (accuracy and balanced accuracy, the mean
-of both classes' recalls), beside the mean absolute error of that sum.
+colocation table: job types and measured ratios per GPU type, no solo features. This evaluation gives it exactly
+that, under the two protocols of :mod:`scheduler.learning.folds`: each feasible pair held out of its GPU type in
+turn (its measurements on the set's other GPU types stay), and each job type held out of every GPU type. The
+**job-type mean** baseline predicts r(a|b) as the mean of a's ratios over its other pairs (the training mean when
+a has none). The decision scored is the scheduler's: *pack* when the two jobs together do more than one alone,
+``r_a + r_b > 1`` (accuracy and balanced accuracy, the mean of both classes' recalls), beside the mean absolute
+error of that sum and the coverage of the prior's 80 % intervals on the ratios (each from the residuals of the
+evaluation's other folds, :func:`scheduler.learning.conformal.cross_conformal`).
 
 Sets: the pairs the project ships (``scheduler/data/colocation-default.csv``; its GPU types that are copies
 of another are evaluated once), Gavel's measured K80/P100/V100 pairs (``scheduler/data/gavel_throughputs_sf1.json``)
-and the project's own measured CPU pairs (``results/cpu-pairs``) when present.
+and the project's own measured CPU and H100 pairs (``results/cpu-pairs``, ``results/h100/...``) when present.
 
     python -m colocate.prediction.prior_eval [--out results/predict/prior-evaluation.md]
 """
@@ -26,38 +28,48 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scheduler.formats.colocation_table import MAX_RATIO
-from scheduler.learning.prior import PredictorConfig, fit_table_prior
+from scheduler.learning.conformal import cross_conformal
+from scheduler.learning.evidence import LEVELS, PairSet
+from scheduler.learning.folds import PROTOCOLS, fold_fits
+from scheduler.learning.predictor_config import PredictorConfig
+from scheduler.learning.prior import table_datasets
 
 METHODS = ("prior", "job-type-mean")
+PROTOCOL_NAMES = {"pair": "leave one pair out", "type": "leave one job type out"}
 
 
-def _victim_means(train: pd.DataFrame) -> tuple[dict[str, float], float]:
-    both = pd.concat([train[["type_a", "ratio_a"]].set_axis(["t", "r"], axis=1),
-                      train[["type_b", "ratio_b"]].set_axis(["t", "r"], axis=1)])
-    return both.groupby("t")["r"].mean().to_dict(), float(both["r"].mean())
+def held_out(pairs: PairSet, d: int, protocol: str, config: PredictorConfig) -> pd.DataFrame:
+    """One row per held-out prediction: the true ratios, the prior's (with intervals) and the job-type mean's."""
+    from threadpoolctl import threadpool_limits
 
-
-def leave_one_out(gpu: str, pairs: pd.DataFrame, config: PredictorConfig | None = None) -> pd.DataFrame:
-    """One row per held-out feasible pair: the true ratios and each method's prediction."""
-    ok = pairs[(pairs["ratio_a"] > 0) & (pairs["ratio_b"] > 0)].reset_index(drop=True).copy()
-    ok[["ratio_a", "ratio_b"]] = ok[["ratio_a", "ratio_b"]].clip(upper=MAX_RATIO)
-    ok["gpu_type"] = gpu
-    rows = []
-    for i, held in ok.iterrows():
-        train = ok.drop(index=i)
-        prior = fit_table_prior(train, config)
-        pa, pb = prior(gpu, held["type_a"], held["type_b"])
-        means, overall = _victim_means(train)
-        ja, jb = means.get(held["type_a"], overall), means.get(held["type_b"], overall)
-        rows.append({"type_a": held["type_a"], "type_b": held["type_b"], "ratio_a": held["ratio_a"],
-                     "ratio_b": held["ratio_b"], "prior_a": pa, "prior_b": pb, "job-type-mean_a": ja,
-                     "job-type-mean_b": jb})
-    return pd.DataFrame(rows)
+    truth_a, truth_b = pairs.pair_ratios(d)
+    ratio = np.exp(pairs.y)
+    parts = []
+    with threadpool_limits(limits=1, user_api="blas"):
+        for fit in fold_fits(pairs, d, protocol, config):
+            here = fit.mask & (pairs.dataset == d)
+            sums, counts = np.zeros(len(pairs.types)), np.zeros(len(pairs.types))
+            np.add.at(sums, pairs.victim[here], ratio[here])
+            np.add.at(counts, pairs.victim[here], 1.0)
+            overall = float(ratio[here].mean()) if here.any() else 0.5
+            mean = np.where(counts > 0, sums / np.maximum(counts, 1.0), overall)
+            parts.append(pd.DataFrame({
+                "fold": fit.number, "ratio_a": truth_a[fit.fold.pairs], "ratio_b": truth_b[fit.fold.pairs],
+                "prior_a": fit.ratio_a, "prior_b": fit.ratio_b, "level_a": fit.level_a, "level_b": fit.level_b,
+                "job-type-mean_a": mean[fit.a], "job-type-mean_b": mean[fit.b]}))
+    frame = pd.concat(parts, ignore_index=True)
+    n = len(frame)
+    low, high = cross_conformal(np.concatenate([frame["prior_a"], frame["prior_b"]]),
+                                np.concatenate([frame["ratio_a"], frame["ratio_b"]]),
+                                np.concatenate([frame["level_a"], frame["level_b"]]),
+                                np.concatenate([frame["fold"], frame["fold"]]), config.level, len(LEVELS))
+    frame["inside_a"] = (frame["ratio_a"] >= low[:n]) & (frame["ratio_a"] <= high[:n])
+    frame["inside_b"] = (frame["ratio_b"] >= low[n:]) & (frame["ratio_b"] <= high[n:])
+    return frame
 
 
 def score(predictions: pd.DataFrame) -> pd.DataFrame:
-    """Per method: accuracy and balanced accuracy of ``Σr > 1``, MAE of Σr."""
+    """Per method: accuracy and balanced accuracy of ``Σr > 1``, MAE of Σr; the prior's interval coverage."""
     truth_sum = predictions["ratio_a"] + predictions["ratio_b"]
     truth = truth_sum.to_numpy() > 1
     out = []
@@ -67,14 +79,16 @@ def score(predictions: pd.DataFrame) -> pd.DataFrame:
         recalls = [float((guess & truth).sum() / truth.sum()) if truth.any() else math.nan,
                    float((~guess & ~truth).sum() / (~truth).sum()) if (~truth).any() else math.nan]
         known = [r for r in recalls if not math.isnan(r)]
+        coverage = float(pd.concat([predictions["inside_a"], predictions["inside_b"]]).mean()) \
+            if method == "prior" else math.nan
         out.append({"method": method, "pairs": len(truth), "pack_share": float(truth.mean()),
                     "accuracy": float((guess == truth).mean()), "balanced_accuracy": float(np.mean(known)),
-                    "mae_sum": float((total - truth_sum).abs().mean())})
+                    "mae_sum": float((total - truth_sum).abs().mean()), "coverage": coverage})
     return pd.DataFrame(out)
 
 
-def datasets(root: Path = Path(".")) -> Iterator[tuple[str, str, pd.DataFrame]]:
-    """(set name, GPU type, pairs) for every evaluation set available."""
+def datasets(root: Path = Path(".")) -> Iterator[tuple[str, pd.DataFrame]]:
+    """(set name, table frame) for every evaluation set available; a set's GPU types are evaluated together."""
     from colocate.analysis.gavel import load_inputs
     from colocate.prediction.predict import make_datasets
     from scheduler.formats.bundled import default_colocation, gavel_throughputs
@@ -82,51 +96,63 @@ def datasets(root: Path = Path(".")) -> Iterator[tuple[str, str, pd.DataFrame]]:
 
     shipped = read_colocation_table(default_colocation())
     seen: list[pd.DataFrame] = []
+    keep = []
     for gpu, rows in shipped.groupby("gpu_type", sort=True):
-        rows = rows[["type_a", "type_b", "ratio_a", "ratio_b"]].reset_index(drop=True)
-        if any(rows.equals(other) for other in seen):
-            continue  # a GPU type whose rows copy another's
-        seen.append(rows)
-        yield "shipped (colocation-default.csv)", str(gpu), rows
-    for d in make_datasets(load_inputs([], [gavel_throughputs()], gpu_types=["k80", "p100", "v100"])):
-        yield "Gavel", d.gpu_type, d.pairs[["type_a", "type_b", "ratio_a", "ratio_b"]]
-    cpu = root / "results" / "cpu-pairs"
-    if cpu.is_dir():
-        for d in make_datasets(load_inputs([cpu], [])):
-            yield "ours (results/cpu-pairs)", d.gpu_type, d.pairs[["type_a", "type_b", "ratio_a", "ratio_b"]]
+        body = rows[["type_a", "type_b", "ratio_a", "ratio_b"]].reset_index(drop=True)
+        if not any(body.equals(other) for other in seen):  # a GPU type whose rows copy another's
+            seen.append(body)
+            keep.append(gpu)
+    yield "shipped (colocation-default.csv)", shipped[shipped["gpu_type"].isin(keep)]
+    sources = [("Gavel", [], [gavel_throughputs()]), ("ours (results/cpu-pairs)", [root / "results" / "cpu-pairs"], []),
+               ("ours (results/h100)", [root / "results" / "h100" / "first-call", root / "results" / "h100" / "thesis-grid"],
+                [])]
+    for name, dirs, gavel in sources:
+        if not all(d.is_dir() for d in dirs):
+            continue
+        found = make_datasets(load_inputs(dirs, gavel))
+        several = len({d.sharing for d in found}) > 1  # an H100 under MPS and time-sliced: two "GPU types" here
+        parts = [d.pairs.assign(gpu_type=d.key if several else d.gpu_type) for d in found]
+        yield name, pd.concat(parts, ignore_index=True)[["gpu_type", "type_a", "type_b", "ratio_a", "ratio_b"]]
 
 
 def evaluate(config: PredictorConfig | None = None) -> pd.DataFrame:
+    config = config or PredictorConfig()
     frames = []
-    for name, gpu, pairs in datasets():
-        summary = score(leave_one_out(gpu, pairs, config))
-        summary.insert(0, "gpu_type", gpu)
-        summary.insert(0, "set", name)
-        frames.append(summary)
+    for name, frame in datasets():
+        pairs = PairSet(table_datasets(frame))
+        for d, gpu in enumerate(pairs.names):
+            for protocol in PROTOCOLS:
+                summary = score(held_out(pairs, d, protocol, config))
+                summary.insert(0, "protocol", PROTOCOL_NAMES[protocol])
+                summary.insert(0, "gpu_type", gpu)
+                summary.insert(0, "set", name)
+                frames.append(summary)
     return pd.concat(frames, ignore_index=True)
 
 
 def report(table: pd.DataFrame) -> str:
-    lines = ["# The scheduler's pair prior: leave-one-pair-out against the job-type mean", "",
+    lines = ["# The scheduler's pair prior: both protocols against the job-type mean", "",
              (__doc__ or "").split("\n\n")[1].replace("\n", " "), "",
              "Command: `python -m colocate.prediction.prior_eval --out results/predict/prior-evaluation.md`.", "",
-             "| set | GPU type | pairs | share Σr>1 | method | accuracy | balanced acc. | MAE Σr |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| set | GPU type | protocol | predictions | share Σr>1 | method | accuracy | balanced acc. | MAE Σr | "
+             "coverage of the 80 % interval |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples(index=False):
-        lines.append(f"| {r.set} | {r.gpu_type} | {r.pairs} | {r.pack_share:.2f} | {r.method} | {r.accuracy:.3f} | "
-                     f"{r.balanced_accuracy:.3f} | {r.mae_sum:.3f} |")
+        cover = "–" if r.coverage != r.coverage else f"{r.coverage:.3f}"
+        lines.append(f"| {r.set} | {r.gpu_type} | {r.protocol} | {r.pairs} | {r.pack_share:.2f} | {r.method} | "
+                     f"{r.accuracy:.3f} | {r.balanced_accuracy:.3f} | {r.mae_sum:.3f} | {cover} |")
     lines += ["", "## Verdict", ""]
-    for (name, gpu), part in table.groupby(["set", "gpu_type"], sort=False):
+    for (name, gpu, protocol), part in table.groupby(["set", "gpu_type", "protocol"], sort=False):
         ours, base = part.set_index("method").loc["prior"], part.set_index("method").loc["job-type-mean"]
         ok = ours["accuracy"] >= base["accuracy"] and ours["balanced_accuracy"] >= base["balanced_accuracy"]
-        lines.append(f"- {name} {gpu}: the prior is {'at least as accurate as' if ok else 'LESS accurate than'} the "
-                     f"job-type mean on the pack decision (accuracy {ours['accuracy']:.3f} vs {base['accuracy']:.3f}, "
-                     f"balanced {ours['balanced_accuracy']:.3f} vs {base['balanced_accuracy']:.3f}).")
+        lines.append(f"- {name} {gpu}, {protocol}: the prior is {'at least as accurate as' if ok else 'LESS accurate than'}"
+                     f" the job-type mean on the pack decision (accuracy {ours['accuracy']:.3f} vs "
+                     f"{base['accuracy']:.3f}, balanced {ours['balanced_accuracy']:.3f} vs "
+                     f"{base['balanced_accuracy']:.3f}); its intervals cover {ours['coverage']:.1%}.")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Leave-one-pair-out evaluation of the scheduler's pair prior.")
+    parser = argparse.ArgumentParser(description="Both protocols' evaluation of the scheduler's pair prior.")
     parser.add_argument("--out", type=Path, default=None, help="Write the markdown report here.")
     args = parser.parse_args(argv)
     text = report(evaluate())

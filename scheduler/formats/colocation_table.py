@@ -10,7 +10,11 @@ Columns::
   of 0.7 means the job runs at 70 % of its solo speed while sharing the GPU). 0 marks an infeasible pair
   (OOM or crash). Values must lie in [0, 1.5]: co-location never makes a job much faster than alone, so a
   larger value is almost certainly t'/t written the wrong way round.
-* Optional extra columns (``source``, ``delta``, ``n``, ...) are kept but ignored by the scheduler.
+* Optional interval columns ``low_a, high_a, low_b, high_b`` (with ``interval_level``, default 0.8): each ratio's
+  interval, as ``colocate predict`` writes for predicted rows (blank for measured ones) and ``colocate learned``
+  for learned ones; the pair belief takes a row's interval as its prior's spread. All four or none per row,
+  numbers >= 0 with low <= high. ``delta_low, delta_high``: δ's interval, shown, not read.
+* Other extra columns (``source``, ``delta``, ``n``, ``evidence``, ...) are kept but ignored by the scheduler.
 
 The format lives with the scheduler, which reads these tables (:func:`read_colocation_table`, wrapped by
 ``scheduler.model.colocation.ColocationTable``); the analysis layer (``colocate.analysis.matrix``,
@@ -32,6 +36,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from scheduler.model.colocation import ColocationTable
 
 COLUMNS: tuple[str, ...] = ("gpu_type", "type_a", "type_b", "ratio_a", "ratio_b")
+INTERVAL_COLUMNS: tuple[str, ...] = ("low_a", "high_a", "low_b", "high_b")
+OPTIONAL_NUMBERS: tuple[str, ...] = ("delta_low", "delta_high")
 MAX_RATIO = 1.5
 PRECISION_BATCH = r"[1-9][0-9]{0,7}(?::[A-Za-z0-9_]{1,16})?"  # after '@': 64 or 64:bf16
 
@@ -73,6 +79,7 @@ def validate_colocation_table(frame: "pd.DataFrame", *, source: str = "<colocati
             raise InputError(f"row {i + 2}: {col} = '{str(frame[col].iloc[i])[:60]}'", source=source, field=col,
                              valid=f"a number in [0, {MAX_RATIO}] (t/t'; 0 = infeasible)")
         out[col] = numeric.astype(float)
+    _validate_intervals(frame, out, source)
     keys = out.apply(lambda r: (r.gpu_type,) + tuple(sorted((r.type_a, r.type_b))), axis=1) if len(out) else []
     if len(out):
         dup = pd.Series(list(keys)).duplicated()
@@ -82,6 +89,46 @@ def validate_colocation_table(frame: "pd.DataFrame", *, source: str = "<colocati
                              f"{out.gpu_type.iloc[i]} appears twice", source=source, field="type_b",
                              valid="one row per GPU type and unordered pair")
     return out.reset_index(drop=True)
+
+
+def _bad_number(frame: "pd.DataFrame", column: str, bad: "pd.Series", source: str, valid: str) -> InputError:
+    i = int(bad.to_numpy().nonzero()[0][0])
+    return InputError(f"row {i + 2}: {column} = '{str(frame[column].iloc[i])[:60]}'", source=source, field=column,
+                      valid=valid)
+
+
+def _validate_intervals(frame: "pd.DataFrame", out: "pd.DataFrame", source: str) -> None:
+    """The optional interval columns: all four or none; per row all blank or numbers >= 0 with low <= high."""
+    import pandas as pd
+
+    present = [c for c in INTERVAL_COLUMNS if c in out.columns]
+    if present and len(present) < len(INTERVAL_COLUMNS):
+        missing = [c for c in INTERVAL_COLUMNS if c not in out.columns]
+        raise InputError(f"interval column(s) {', '.join(present)} without {', '.join(missing)}", source=source,
+                         field=missing[0], valid="all of " + ",".join(INTERVAL_COLUMNS) + " or none")
+    valid = "blank or a number >= 0 (the ratio's interval)"
+    for col in (*present, *(c for c in OPTIONAL_NUMBERS if c in out.columns)):
+        numeric = pd.to_numeric(out[col], errors="coerce")
+        bad = (numeric.isna() & out[col].notna() & (out[col].astype(str).str.strip() != "")) | (numeric < 0)
+        if bad.any():
+            raise _bad_number(frame, col, bad, source, valid)
+        out[col] = numeric.astype(float)
+    if present:
+        blank = out[list(INTERVAL_COLUMNS)].isna()
+        partial = blank.any(axis=1) & ~blank.all(axis=1)
+        if partial.any():
+            raise _bad_number(frame, str(blank[partial].iloc[0].idxmax()), partial, source,
+                              "all four interval columns given, or all four blank")
+        for side in ("a", "b"):
+            inverted = out[f"low_{side}"] > out[f"high_{side}"]
+            if inverted.any():
+                raise _bad_number(frame, f"low_{side}", inverted, source, f"a number <= high_{side}")
+    if "interval_level" in out.columns:
+        level = pd.to_numeric(out["interval_level"], errors="coerce")
+        bad = (level.isna() & out["interval_level"].notna()) | (level <= 0) | (level >= 1)
+        if bad.any():
+            raise _bad_number(frame, "interval_level", bad, source, "a coverage in (0, 1), e.g. 0.8")
+        out["interval_level"] = level.astype(float)
 
 
 def read_colocation_table(path: str | Path) -> "pd.DataFrame":
@@ -122,10 +169,18 @@ def load_colocation_table(path: str | Path) -> "ColocationTable":
 
 
 def load_colocation_tables(paths: "Iterable[str | Path]") -> "ColocationTable":
-    """Several colocation CSVs as one table; a pair in more than one file takes the last file's ratios."""
+    """Several colocation CSVs as one table; a pair in more than one file takes the last file's ratios (and
+    interval, if it has one)."""
     from scheduler.model.colocation import ColocationTable
 
     ratios: dict[tuple[str, str, str], tuple[float, float]] = {}
+    intervals: dict = {}
+    level = 0.8
     for path in paths:
-        ratios.update(load_colocation_table(path).ratios)
-    return ColocationTable(ratios)
+        table = load_colocation_table(path)
+        for key in table.ratios:  # a later file's row replaces the pair, its interval (or its lack of one) too
+            intervals.pop(key, None)
+        ratios.update(table.ratios)
+        intervals.update(table.intervals)
+        level = table.interval_level if table.intervals else level
+    return ColocationTable(ratios, intervals=intervals, interval_level=level)

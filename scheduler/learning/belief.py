@@ -10,10 +10,17 @@ code as ``colocate serve`` (:class:`scheduler.learning.pairs.PairBelief`, the ex
 * ``predicted`` — the δ predictor's output for each pair, fitted on the table's *other* pairs
   (leave-the-pair-out, :func:`scheduler.learning.prior.leave_pair_out_table`);
 * ``table:FILE`` — a colocation table the user has (pairs it lacks are unknown);
-* ``noisy:σ`` — the truth × lognormal noise of σ per ratio (a misleading prior; seeded).
+* ``noisy:σ`` — the truth × lognormal noise of σ per ratio (a misleading prior; seeded), with the interval that
+  noise implies.
 
-A pair that ran together for part of a round yields one sample: the ratios the truth gave it (a real
-measurement would add noise; the belief's interval assumes ``σ`` per sample anyway). Which pairs cannot run
+Each prior comes with its interval where it has one (``predicted``: the held-out residuals of the table's
+other pairs, :func:`scheduler.learning.prior.leave_pair_out_table`), and the exploration rule plans each
+pair at the upper end of its belief's interval (:mod:`scheduler.learning.explore`).
+
+A pair that ran together for part of a round yields one sample: the ratios the truth gave it, exactly. The
+belief is told so: its per-sample noise is :data:`SAMPLE_NOISE` (an H100's repeats of one pair agree within
+1–2 %), not ``serve``'s :attr:`~scheduler.learning.explore.ExploreConfig.sigma`, so a measured pair is planned at
+what it measured and not re-tried on an interval its samples do not have. Which pairs cannot run
 at all is memory, not interference: a pair the truth marks infeasible is infeasible in every belief, as
 the memory model makes it. Every observation is logged (:meth:`SimBelief.frame`: round, pair, truth,
 belief, planned ratios, samples), so a run shows belief against truth over time.
@@ -23,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from scheduler.model.jobs import Job
 
 BELIEFS = ("truth", "none", "predicted", "table:FILE", "noisy:SIGMA")
+SAMPLE_NOISE = 0.01  # log-ratio noise of one simulated sample: the truth's own ratio, as exact as an H100 repeat
 BELIEF_COLUMNS = ("round", "time_s", "gpu_type", "type_a", "type_b", "truth_a", "truth_b", "belief_a", "belief_b",
                   "planned_a", "planned_b", "samples")
 
@@ -74,12 +82,15 @@ def parse_belief(text: str) -> BeliefSpec:
     raise InputError(f"{text!r}", source="simulate", field="--belief", valid=" | ".join(BELIEFS) + " (SIGMA >= 0)")
 
 
-def noisy_table(truth: ColocationTable, sigma: float, seed: int) -> ColocationTable:
-    """The truth with each ratio × exp(N(0, σ²)), bounded to the table's range; infeasible stays infeasible."""
+def noisy_table(truth: ColocationTable, sigma: float, seed: int, level: float = 0.8) -> ColocationTable:
+    """The truth with each ratio × exp(N(0, σ²)), bounded to the table's range, each with the interval of
+    coverage ``level`` that this noise implies; infeasible stays infeasible."""
     from scheduler.formats.colocation_table import MAX_RATIO
+    from scheduler.learning.explore import z_of
 
     rng = np.random.default_rng(seed)
-    rows = []
+    rows, intervals = [], []
+    width = float(np.exp(z_of(level) * sigma))
     for (gpu, a, b), (ra, rb) in sorted(truth.ratios.items()):
         if a > b:
             continue
@@ -87,8 +98,10 @@ def noisy_table(truth: ColocationTable, sigma: float, seed: int) -> ColocationTa
             rows.append((gpu, a, b, 0.0, 0.0))
             continue
         na, nb = np.exp(rng.normal(0.0, sigma, 2))
-        rows.append((gpu, a, b, min(ra * na, MAX_RATIO), min(rb * nb, MAX_RATIO)))
-    return ColocationTable.from_rows(rows)
+        ra, rb = min(ra * na, MAX_RATIO), min(rb * nb, MAX_RATIO)
+        rows.append((gpu, a, b, ra, rb))
+        intervals.append((gpu, a, b, (ra / width, ra * width), (rb / width, rb * width)))
+    return ColocationTable.with_intervals(ColocationTable.from_rows(rows).ratios, intervals, level)
 
 
 def read_belief_table(spec: BeliefSpec) -> ColocationTable:
@@ -128,10 +141,10 @@ class SimBelief:
         def prior(gpu: str, a: str, b: str) -> PriorAnswer | None:
             known = truth.ratios.get((gpu, a, b))
             if known is not None and (known[0] <= 0 or known[1] <= 0):
-                return 0.0, 0.0  # memory: known without trying
+                return PriorAnswer(0.0, 0.0)  # memory: known without trying
             return given(gpu, a, b) if given is not None else None
 
-        self.belief = PairBelief(prior, explore=explore)
+        self.belief = PairBelief(prior, explore=replace(explore, sigma=SAMPLE_NOISE))
         self.keys = sorted(k for k in truth.ratios if k[1] <= k[2])  # the pairs that exist (the truth knows them)
         self.rows: list[dict[str, Any]] = []
         self._views: dict[bool, tuple[int, ColocationTable]] = {}
@@ -176,7 +189,7 @@ class SimBelief:
 
     def prior_error(self) -> float:
         """Mean |prior belief − truth| of the ratio sums over the feasible pairs (before any sample)."""
-        fresh = PairBelief(self.belief.prior)
+        fresh = PairBelief(self.belief.prior, explore=self.belief.explore)
         errors = []
         for gpu, a, b in self.keys:
             ta, tb = self.truth.ratios[(gpu, a, b)]

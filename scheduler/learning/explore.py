@@ -1,31 +1,27 @@
 """The exploration rule: which ratios the policy plans with for a pair, given what is believed about it.
 
 One function, :func:`planning_ratios`, used by the live server and by the simulator alike. The rule is
-*optimism bounded by a confidence interval* (UCB): each member's ratio is planned at the upper end of its
-interval, ``r · exp(z · se)`` with ``se = σ / √(n₀ + n)`` in log space (``n₀`` the prior's weight, ``n``
-the samples measured), so a pair nobody has run looks better than its prior says and gets tried, and the
-bonus shrinks as samples come in. The optimism is bounded: a planned ratio never exceeds
-:attr:`ExploreConfig.max_planned_ratio`, so an unknown pair's planned sum stays below two jobs' worth.
+*optimism bounded by the belief's own interval* (UCB): each member's ratio is planned at the upper end of
+its interval, ``r · exp(z · sd)``, ``z`` the normal quantile of :attr:`ExploreConfig.level` and ``sd`` the
+belief's standard deviation in log space (:mod:`scheduler.learning.pairs`): the prior's own spread — the
+calibrated interval of the δ predictor (:mod:`scheduler.learning.conformal`), wide for a job type it never
+saw or a GPU type its error is large on, narrow where the same pair was measured elsewhere; the noise of one
+sample for a table that gives no interval; the spread of ratios around time-slicing where nothing is known —
+shrunk by every sample measured, ``sd = 1 / √(1/s₀² + n/σ²)``. So a pair is tried when the top of what it
+might be would pay, a confident prediction is planned near its value, and a measured pair near what was
+measured. The optimism is bounded: no member is planned above :attr:`ExploreConfig.max_planned_ratio`
+unless its belief already is.
 
-A pair that hurts — measured (``n ≥ min_samples``) with the *upper* end of its ratio-sum interval below 1
-(δ < 1 beyond its CI: the two jobs together do less than one alone) — is planned as infeasible (ratios 0),
-so every packing policy splits it in the next round. An infeasible pair (a ratio of 0 measured or given)
-stays infeasible.
-
-The optimism is for what nothing is known of (:attr:`ExploreConfig.optimism` ``"unknown"``, the default): a pair
-with neither a prior (a given table, the δ predictor) nor a measurement is planned at its upper bound, so it gets
-tried; a pair with a prior or a measurement is planned at its shrunk mean. Optimism over a prior overrides what the
-prior says, and optimism over a measurement re-tries a pair measured to gain little, each try costing both jobs
-a restart (the simulated Philly 2 at 2× load: with the δ predictor as prior, the interval's optimism kept
-re-forming pairs of long yolov3 jobs and lost two thirds of the truth-given gain; ``results/sim/belief-replicates``).
-``"all"`` is the earlier rule: every pair at its upper bound.
+A pair that hurts — measured (``n ≥ min_samples``) with the *upper* end of its measured ratio-sum interval
+below 1 (δ < 1 beyond its CI: the two jobs together do less than one alone) — is planned as infeasible
+(ratios 0), so every packing policy splits it in the next round. An infeasible pair (a ratio of 0 measured or
+given) stays infeasible.
 
 The optimism is *load-aware* (:func:`contended`): it pays only in a round whose jobs ask for at least
 :attr:`ExploreConfig.contention` × the cluster's GPUs (the sum of each job's stated GPU count, ``Job.num_gpus``:
 the trace's request in the simulator, ``min_gpus`` in ``serve``). In a calmer round every pair is planned at
-its shrunk mean, so a pair nobody has run (time-slicing, ``0.5`` each, or its prior) is not packed to be
-tried: at light load packing gains little and each exploration of an unknown pair costs its restarts.
-Measured pairs that pay are still packed, and harmful ones still split.
+its believed ratio: at light load packing gains little and each exploration costs its restarts. Measured
+pairs that pay are still packed, and harmful ones still split.
 """
 
 from __future__ import annotations
@@ -33,45 +29,57 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from common.errors import InputError
+from common.options import option
 
-OPTIMISM = ("unknown", "all")  # which pairs the rule plans at their upper bound (module docstring)
+
+def z_of(level: float) -> float:
+    """The normal quantile of the upper end of a two-sided interval of coverage ``level`` (0.8 → 1.2816)."""
+    return NormalDist().inv_cdf(0.5 + level / 2)
 
 
 @dataclass(frozen=True)
 class ExploreConfig:
     """Knobs of the exploration rule (the one source of their defaults)."""
 
-    z: float = 1.0  # width of the optimism, in standard errors
-    sigma: float = 0.15  # per-sample noise of a log ratio (a measured mean over a round's iterations)
+    # the upper end of the belief's 30 % interval (z = 0.39): on the simulated Philly 2 the 80 % interval's top
+    # tried every poorly predicted pair in turn, each at two restarts (results/sim/belief-interval/NOTES.md)
+    level: float = option(0.3, "Pairs are planned at the upper end of their belief's interval of this coverage "
+                               "(the δ predictor's calibrated interval, rescaled, before a pair runs).",
+                          flag="--explore-level", experimental=True)
+    # per-sample noise of a log ratio: a round's mean co-located over a measured solo time. Repeats of one pair
+    # on an H100 differ by 1-2 % (results/h100/REPORT.md); 5 % leaves room for a round's shorter window
+    sigma: float = 0.05
     max_planned_ratio: float = 0.95  # the bound on optimism: no member is planned faster than this
     min_samples: int = 1  # samples before a pair can be judged harmful
-    enabled: bool = True  # False: plan with the shrunk means (no optimism), harmful pairs still split
-    # optimism only in rounds whose jobs ask for >= this × the cluster's GPUs (Σ Job.num_gpus / GPUs);
-    # 0: in every round (the rule before it was load-aware)
+    enabled: bool = True  # False: plan with the believed ratios (no optimism), harmful pairs still split
+    # optimism only in rounds whose jobs ask for >= this × the cluster's GPUs (Σ Job.num_gpus / GPUs)
     contention: float = 1.0
-    # which pairs are planned optimistically: "unknown" (no prior, never measured) or "all" (the earlier rule)
-    optimism: str = "unknown"
 
     def __post_init__(self) -> None:
-        if self.optimism not in OPTIMISM:
-            raise InputError(f"optimism {self.optimism!r}", source="explore", field="optimism",
-                             valid=", ".join(OPTIMISM))
-        for name in ("z", "sigma", "contention"):
+        if not 0 < self.level < 1:
+            raise InputError(f"level {self.level}", source="explore", field="level", valid="a coverage in (0, 1)")
+        for name in ("sigma", "contention"):
             if not getattr(self, name) >= 0:
                 raise InputError(f"{name} {getattr(self, name)}", source="explore", field=name, valid="a number >= 0")
         if not 0 < self.max_planned_ratio <= 1.5:
             raise InputError(f"max_planned_ratio {self.max_planned_ratio}", source="explore",
                              field="max_planned_ratio", valid="a number in (0, 1.5]")
 
+    @property
+    def z(self) -> float:
+        """Width of the interval's upper end, in standard deviations."""
+        return z_of(self.level)
+
 
 DEFAULT_EXPLORE = ExploreConfig()
 
 
-def standard_error(weight: float, config: ExploreConfig = DEFAULT_EXPLORE) -> float:
-    """Standard error of a log ratio backed by ``weight`` samples (prior weight included)."""
-    return config.sigma / math.sqrt(max(weight, 1e-6))
+def standard_error(samples: float, config: ExploreConfig = DEFAULT_EXPLORE) -> float:
+    """Standard error of the mean log ratio of ``samples`` measurements (no prior)."""
+    return config.sigma / math.sqrt(max(samples, 1e-6))
 
 
 def hurts(measured_a: float, measured_b: float, samples: int, config: ExploreConfig = DEFAULT_EXPLORE) -> bool:
@@ -82,9 +90,7 @@ def hurts(measured_a: float, measured_b: float, samples: int, config: ExploreCon
     """
     if samples < config.min_samples or measured_a <= 0 or measured_b <= 0:
         return False
-    se = standard_error(samples, config)
-    ratio_a, ratio_b = measured_a, measured_b
-    upper = (ratio_a + ratio_b) * math.exp(config.z * se)
+    upper = (measured_a + measured_b) * math.exp(config.z * standard_error(samples, config))
     return upper < 1.0
 
 
@@ -99,27 +105,24 @@ def contended(demands: Iterable[int], gpus: int, config: ExploreConfig = DEFAULT
     return sum(demands) >= config.contention * max(gpus, 1)
 
 
-def planning_ratios(ratio_a: float, ratio_b: float, weight: float,
+def planning_ratios(ratio_a: float, ratio_b: float, sd_a: float, sd_b: float,
                     measured: tuple[float, float, int] | None = None,
-                    config: ExploreConfig = DEFAULT_EXPLORE, explore: bool = True, known: bool = False
-                    ) -> tuple[float, float]:
-    """The ratios a policy plans with for a pair believed at ``(ratio_a, ratio_b)`` with ``weight`` evidence.
+                    config: ExploreConfig = DEFAULT_EXPLORE, explore: bool = True) -> tuple[float, float]:
+    """The ratios a policy plans with for a pair believed at ``(ratio_a, ratio_b)``, each with its belief's
+    standard deviation in log space (``sd_a``, ``sd_b``).
 
-    ``weight`` = prior weight + samples (the shrinkage's denominator); ``measured`` = the measured mean
-    ratios and their sample count, when the pair has run; ``explore`` = False in a calm round
-    (:func:`contended`): the shrunk means, no optimism; ``known``: the pair has a prior (or ``measured``), so
-    with ``config.optimism == "unknown"`` it is planned at its shrunk mean too.
+    ``measured`` = the measured mean ratios and their sample count, when the pair has run; ``explore`` = False
+    in a calm round (:func:`contended`): the believed ratios, no optimism.
     """
     if ratio_a <= 0 or ratio_b <= 0:
         return 0.0, 0.0  # infeasible stays infeasible
     if measured is not None and hurts(*measured, config=config):
         return 0.0, 0.0  # split it: planned as infeasible until the evidence says otherwise
-    known = known or (measured is not None and measured[2] > 0)
-    if not config.enabled or not explore or (known and config.optimism == "unknown"):
+    if not config.enabled or not explore:
         return ratio_a, ratio_b
-    bonus = math.exp(config.z * standard_error(weight, config))
     cap = config.max_planned_ratio
-    return min(ratio_a * bonus, max(cap, ratio_a)), min(ratio_b * bonus, max(cap, ratio_b))
+    upper_a, upper_b = ratio_a * math.exp(config.z * sd_a), ratio_b * math.exp(config.z * sd_b)
+    return min(upper_a, max(cap, ratio_a)), min(upper_b, max(cap, ratio_b))
 
 
-__all__ = ["DEFAULT_EXPLORE", "OPTIMISM", "ExploreConfig", "contended", "hurts", "planning_ratios", "standard_error"]
+__all__ = ["DEFAULT_EXPLORE", "ExploreConfig", "contended", "hurts", "planning_ratios", "standard_error", "z_of"]

@@ -186,13 +186,8 @@ def pair_belief(base: ColocationTable | None, rows: Sequence[Mapping[str, Any]],
     """The belief of a round: the user's table, then the δ predictor (``predicted``) as the prior; every
     measured row (``learned_ratios``; pending rows are skipped) folded in with its sample count."""
     prior = table_prior(base)
-    if predicted:
-        predictor = _predicted_prior(base)
-
-        def predict(gpu: str, a: str, b: str) -> tuple[float, float, bool]:
-            return (*predictor(gpu, a, b), predictor.knows(gpu, a, b))  # a guess for unseen types: explored
-
-        prior = chain_priors(prior, predict)
+    if predicted:  # the predictor's answer comes with its calibrated interval: wide for a type it never saw
+        prior = chain_priors(prior, _predicted_prior(base))
     belief = PairBelief(prior, config, explore)
     for r in rows:
         if r["solo_source"] == "measured":
@@ -258,5 +253,6 @@ def learned_table_frame(rows: Sequence[Mapping[str, Any]], config: PairConfig = 
     frame = pd.DataFrame(measured, columns=["gpu_type", "type_a", "type_b", "measured_a", "measured_b", "n",
                                             "low_a", "high_a", "low_b", "high_b"])
     frame = frame.rename(columns={"measured_a": "ratio_a", "measured_b": "ratio_b"})
+    frame["interval_level"] = belief.explore.level
     frame["source"] = "measured"
     return frame

@@ -3,19 +3,21 @@
 One belief per (GPU type, job type a, job type b), kept in log space, where ratios multiply:
 
 * a **prior** — a table the user gave (``--colocation``), the δ predictor's output
-  (:mod:`scheduler.learning.prior`), or nothing (then plain time-slicing, ``0.5`` each, held weakly) —
-  counts as :attr:`PairConfig.prior_weight` samples (:attr:`PairConfig.unknown_weight` for nothing);
+  (:mod:`scheduler.learning.prior`), or nothing (then plain time-slicing, ``0.5`` each) — with its own
+  spread in log space: the prior's interval where it gives one (the predictor's calibrated interval, or a
+  table's ``low_a``/``high_a``... columns), one sample's noise for a table without intervals, and
+  :attr:`PairConfig.unknown_spread` for nothing; a prior of spread ``s₀`` counts as ``(σ / s₀)²`` samples;
 * **observations** — ratios ``t/t'`` measured for both members (the live server: a co-located mean
   iteration time over a *measured* solo time of the same configuration, :mod:`scheduler.learning.online`;
   the simulator: the ratios the true table gave a pair that ran), each bounded to
   [:attr:`PairConfig.min_ratio`, :attr:`PairConfig.max_ratio`];
-* the **estimate** is the sample-weighted mean of the two, so ratios are shrunk toward the prior by their
-  sample counts, with a confidence interval ``exp(mean ± z·σ/√(w₀ + n))``
-  (:func:`scheduler.learning.explore.standard_error`).
+* the **estimate** is the precision-weighted mean of the two, so ratios are shrunk toward the prior by their
+  sample counts, with an interval ``exp(mean ± z·sd)``, ``sd = σ/√(w₀ + n)`` (``σ``, ``z``:
+  :class:`scheduler.learning.explore.ExploreConfig`).
 
 A pair measured at one batch size informs the same two applications at every other batch size: its
 application-level belief is the prior of the exact one. What a policy plans with comes from
-:func:`scheduler.learning.explore.planning_ratios` (optimism bounded by the interval; harmful pairs split),
+:func:`scheduler.learning.explore.planning_ratios` (the upper end of the interval; harmful pairs split),
 built into a :class:`~scheduler.model.colocation.ColocationTable` by :meth:`PairBelief.planning_table`.
 """
 
@@ -27,13 +29,45 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.errors import InputError
-from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig, planning_ratios, standard_error
+from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig, planning_ratios, z_of
 from scheduler.model.colocation import ColocationTable
 
 Key = tuple[str, str, str]  # (GPU type, job type a, job type b), a <= b
-# (gpu, a, b) -> ratios in that order, optionally with whether the prior knows these two job types (False: a
-# generic guess, e.g. the predictor's mean for types it never saw); None when it has no answer
-PriorAnswer = tuple[float, float] | tuple[float, float, bool]
+Interval = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class PriorAnswer:
+    """What a prior says of a pair (ratios in the order asked), with its interval of coverage ``level`` where it
+    has one (None: a measured value, as sure as one sample)."""
+
+    ratio_a: float
+    ratio_b: float
+    interval_a: Interval | None = None
+    interval_b: Interval | None = None
+    level: float = 0.8
+
+    def swapped(self) -> PriorAnswer:
+        return PriorAnswer(self.ratio_b, self.ratio_a, self.interval_b, self.interval_a, self.level)
+
+    def normal(self, sample_spread: float) -> tuple[tuple[float, float], tuple[float, float]]:
+        """Each ratio as a normal belief in log space, ``((center, spread), (center, spread))``: with an interval,
+        centered on its log midpoint (the prediction corrected by the bias of its held-out residuals) with the
+        half-width over z as spread, so the belief's upper end before any sample is the interval's own; without
+        one, the ratio itself, as sure as one sample (``sample_spread``)."""
+        z = z_of(self.level)
+
+        def one(ratio: float, interval: Interval | None) -> tuple[float, float]:
+            if interval is None or not (interval[0] > 0 and interval[1] >= interval[0]):
+                return math.log(ratio), sample_spread
+            low, high = math.log(interval[0]), math.log(interval[1])
+            return (low + high) / 2, max((high - low) / (2 * z), MIN_SPREAD)
+
+        return one(self.ratio_a, self.interval_a), one(self.ratio_b, self.interval_b)
+
+
+MIN_SPREAD = 1e-3  # a prior is never surer than this (log units): one sample still moves it
+# (gpu, a, b) -> what the prior says of the pair, None when it has no answer
 PriorFn = Callable[[str, str, str], "PriorAnswer | None"]
 
 
@@ -43,16 +77,19 @@ class PairConfig:
 
     min_ratio: float = 0.01
     max_ratio: float = 1.1  # co-location never makes a job much faster than alone: more is noise
-    prior_weight: float = 1.0  # pseudo-samples of a given or predicted prior (its error ~ one sample's σ)
-    unknown_weight: float = 0.15  # "nothing known": (σ / 0.4)², true log ratios spread ~0.4 around it
+    prior_weight: float = 1.0  # pseudo-samples of a prior without an interval (a measured table: one sample)
+    # "nothing known": measured log ratios spread 0.36 around time-slicing (the root mean square of log(r / 0.5)
+    # over the 2,034 ratios of the shipped tables, scheduler.learning.prior.default_training_frame)
+    unknown_spread: float = 0.36
     unknown_ratio: float = 0.5  # each member at half its solo speed: plain time-slicing
 
     def __post_init__(self) -> None:
         if not 0 < self.min_ratio < self.unknown_ratio < self.max_ratio <= 1.5:
             raise InputError(f"ratios {self.min_ratio}/{self.unknown_ratio}/{self.max_ratio}", source="pairs",
                              field="min_ratio", valid="0 < min_ratio < unknown_ratio < max_ratio <= 1.5")
-        if not (self.prior_weight > 0 and self.unknown_weight > 0):
-            raise InputError("prior weights must be > 0", source="pairs", field="prior_weight", valid="a number > 0")
+        if not (self.prior_weight > 0 and self.unknown_spread > 0):
+            raise InputError("prior weight and spread must be > 0", source="pairs", field="prior_weight",
+                             valid="a number > 0")
 
     def bound(self, ratio: float) -> float:
         return min(max(float(ratio), self.min_ratio), self.max_ratio)
@@ -73,7 +110,8 @@ class PairEstimate:
     interval_a: tuple[float, float]
     interval_b: tuple[float, float]
     source: str  # "measured", "prior", "unknown", "infeasible"
-    specific: bool = True  # a prior that knows both job types (False: a generic guess for types it never saw)
+    sd_a: float = 0.0  # each ratio's standard deviation in log space (prior and samples together)
+    sd_b: float = 0.0
 
     @property
     def feasible(self) -> bool:
@@ -86,16 +124,20 @@ def application(job_type: str) -> str:
 
 
 def table_prior(table: ColocationTable | None) -> PriorFn | None:
-    """A prior that looks pairs up in a table: exact types first, then application names."""
+    """A prior that looks pairs up in a table: exact types first, then application names; a row's interval
+    (the table's ``low_a``/``high_a``/``low_b``/``high_b`` columns, e.g. a predicted table) comes with it."""
     if table is None:
         return None
 
-    def lookup(gpu: str, a: str, b: str) -> tuple[float, float] | None:
+    def lookup(gpu: str, a: str, b: str) -> PriorAnswer | None:
         for ka in dict.fromkeys((a, application(a))):
             for kb in dict.fromkeys((b, application(b))):
                 hit = table.ratios.get((gpu, ka, kb))
                 if hit is not None:
-                    return hit
+                    bounds = table.intervals.get((gpu, ka, kb))
+                    if bounds is None:
+                        return PriorAnswer(*hit)
+                    return PriorAnswer(hit[0], hit[1], bounds[0], bounds[1], table.interval_level)
         return None
 
     return lookup
@@ -115,6 +157,17 @@ def chain_priors(*priors: PriorFn | None) -> PriorFn | None:
         return None
 
     return lookup
+
+
+def _posterior(prior_mean: float, prior_spread: float, log_sum: float, n: int, sigma: float
+               ) -> tuple[float, float, float]:
+    """(mean, sd, weight in samples) of a log ratio: a normal prior of ``prior_spread`` and ``n`` samples of
+    noise ``sigma`` (the prior counts as (σ / spread)² samples)."""
+    w0 = (sigma / prior_spread) ** 2 if sigma > 0 else 1.0
+    weight = w0 + n
+    mean = (w0 * prior_mean + log_sum) / weight
+    sd = sigma / math.sqrt(weight) if sigma > 0 else prior_spread / math.sqrt(1 + n)
+    return mean, sd, weight
 
 
 @dataclass
@@ -161,23 +214,24 @@ class PairBelief:
         self.version += 1
 
     # -- believing ---------------------------------------------------------------------------------------
-    def _prior(self, gpu: str, a: str, b: str) -> tuple[float, float, float, str, bool]:
-        """(ratio a, ratio b, weight, source, specific) before this pair's own samples."""
+    def _prior(self, gpu: str, a: str, b: str) -> tuple[float, float, float, float, str]:
+        """(ratio a, ratio b, log spread a, log spread b, source) before this pair's own samples."""
+        sample = self.explore.sigma / math.sqrt(self.config.prior_weight)  # a prior worth prior_weight samples
         exact = application(a) != a or application(b) != b
         if exact:  # the same two applications at any batch: their learned belief is this pair's prior
             coarse = self.samples.get(_key(gpu, application(a), application(b))[0])
             if coarse is not None and coarse.n:
                 est = self.estimate(gpu, application(a), application(b))
-                return est.ratio_a, est.ratio_b, self.config.prior_weight, "prior", True
+                return est.ratio_a, est.ratio_b, max(est.sd_a, sample), max(est.sd_b, sample), "prior"
         hit = self.prior(gpu, a, b) if self.prior is not None else None
         if hit is not None:
-            ra, rb = hit[0], hit[1]
-            specific = bool(hit[2]) if len(hit) > 2 else True
-            if ra <= 0 or rb <= 0:
-                return 0.0, 0.0, self.config.prior_weight, "infeasible", True
-            return self.config.bound(ra), self.config.bound(rb), self.config.prior_weight, "prior", specific
-        u = self.config.unknown_ratio
-        return u, u, self.config.unknown_weight, "unknown", False
+            if hit.ratio_a <= 0 or hit.ratio_b <= 0:
+                return 0.0, 0.0, 0.0, 0.0, "infeasible"
+            (center_a, spread_a), (center_b, spread_b) = hit.normal(sample)
+            return (self.config.bound(math.exp(center_a)), self.config.bound(math.exp(center_b)), spread_a, spread_b,
+                    "prior")
+        u, s = self.config.unknown_ratio, self.config.unknown_spread
+        return u, u, s, s, "unknown"
 
     def estimate(self, gpu: str, a: str, b: str) -> PairEstimate:
         """The shrunk belief about ``a`` sharing a GPU of type ``gpu`` with ``b`` (ratios in that order)."""
@@ -185,20 +239,19 @@ class PairBelief:
         first, second = key[1], key[2]
         if key in self.infeasible or _key(gpu, application(a), application(b))[0] in self.infeasible:
             return self._ordered(PairEstimate(0.0, 0.0, 0.0, 0, None, (0.0, 0.0), (0.0, 0.0), "infeasible"), swapped)
-        pa, pb, w0, source, specific = self._prior(gpu, first, second)
+        pa, pb, spread_a, spread_b, source = self._prior(gpu, first, second)
         if source == "infeasible":
-            return self._ordered(PairEstimate(0.0, 0.0, w0, 0, None, (0.0, 0.0), (0.0, 0.0), source), swapped)
+            return self._ordered(PairEstimate(0.0, 0.0, 0.0, 0, None, (0.0, 0.0), (0.0, 0.0), source), swapped)
         s = self.samples.get(key, _Samples())
-        weight = w0 + s.n
-        mean_a = (w0 * math.log(pa) + s.log_a) / weight
-        mean_b = (w0 * math.log(pb) + s.log_b) / weight
-        se = standard_error(weight, self.explore)
-        z = self.explore.z
+        sigma, z = self.explore.sigma, self.explore.z
+        mean_a, sd_a, w_a = _posterior(math.log(pa), spread_a, s.log_a, s.n, sigma)
+        mean_b, sd_b, w_b = _posterior(math.log(pb), spread_b, s.log_b, s.n, sigma)
         measured = (math.exp(s.log_a / s.n), math.exp(s.log_b / s.n)) if s.n else None
         est = PairEstimate(
-            self.config.bound(math.exp(mean_a)), self.config.bound(math.exp(mean_b)), weight, s.n, measured,
-            (math.exp(mean_a - z * se), math.exp(mean_a + z * se)), (math.exp(mean_b - z * se), math.exp(mean_b + z * se)),
-            "measured" if s.n else source, specific)
+            self.config.bound(math.exp(mean_a)), self.config.bound(math.exp(mean_b)), min(w_a, w_b), s.n, measured,
+            (math.exp(mean_a - z * sd_a), math.exp(mean_a + z * sd_a)), (math.exp(mean_b - z * sd_b),
+                                                                         math.exp(mean_b + z * sd_b)),
+            "measured" if s.n else source, sd_a, sd_b)
         return self._ordered(est, swapped)
 
     @staticmethod
@@ -207,7 +260,7 @@ class PairBelief:
             return est
         measured = (est.measured[1], est.measured[0]) if est.measured is not None else None
         return PairEstimate(est.ratio_b, est.ratio_a, est.weight, est.samples, measured, est.interval_b,
-                            est.interval_a, est.source, est.specific)
+                            est.interval_a, est.source, est.sd_b, est.sd_a)
 
     def planned(self, gpu: str, a: str, b: str, explore: bool = True) -> tuple[float, float]:
         """What a policy plans with for the pair (:func:`scheduler.learning.explore.planning_ratios`;
@@ -216,8 +269,7 @@ class PairBelief:
         if not est.feasible:
             return 0.0, 0.0
         measured = (*est.measured, est.samples) if est.measured is not None else None
-        known = est.source == "prior" and est.specific  # a measured pair is known through ``measured``
-        return planning_ratios(est.ratio_a, est.ratio_b, est.weight, measured, self.explore, explore, known=known)
+        return planning_ratios(est.ratio_a, est.ratio_b, est.sd_a, est.sd_b, measured, self.explore, explore)
 
     def planning_table(self, job_types: Mapping[str, Iterable[str]], explore: bool = True) -> ColocationTable:
         """The table a policy reads: every pair of ``job_types[gpu]`` on each GPU type, plus every pair measured
@@ -243,5 +295,5 @@ class PairBelief:
         return rows
 
 
-__all__ = ["DEFAULT_PAIRS", "PairBelief", "PairConfig", "PairEstimate", "PriorAnswer", "application", "chain_priors",
-           "table_prior"]
+__all__ = ["DEFAULT_PAIRS", "PairBelief", "PairConfig", "PairEstimate", "PriorAnswer", "PriorFn", "application",
+           "chain_priors", "table_prior"]

@@ -27,13 +27,21 @@ if TYPE_CHECKING:  # pragma: no cover
 
 TRIPLE_RATIOS = "predicted from pairs (additive slowdowns)"  # where a group of three's ratios come from
 MeasuredKey = tuple[str, str, str]  # (GPU type, job type a, job type b): what the live server measured
+Interval = tuple[float, float]
 
 
 @dataclass(frozen=True)
 class ColocationTable:
-    """Lookup of pair ratios; keys are stored in both orders so lookups need no sorting."""
+    """Lookup of pair ratios; keys are stored in both orders so lookups need no sorting.
+
+    ``intervals``: for the rows that have one (a predicted table's ``low_a``/``high_a``/``low_b``/``high_b``), each
+    ratio's interval of coverage ``interval_level``, in the key's order; the pair belief reads them as its
+    prior's spread (:func:`scheduler.learning.pairs.table_prior`). Policies never read them.
+    """
 
     ratios: Mapping[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)
+    intervals: Mapping[tuple[str, str, str], tuple[Interval, Interval]] = field(default_factory=dict, kw_only=True)
+    interval_level: float = field(default=0.8, kw_only=True)
 
     def __hash__(self) -> int:
         return id(self)
@@ -52,9 +60,29 @@ class ColocationTable:
 
     @classmethod
     def from_frame(cls, frame: "pd.DataFrame") -> "ColocationTable":
-        """Build from the validated DataFrame returned by :func:`scheduler.formats.colocation_table.read_colocation_table`."""
+        """Build from the validated DataFrame returned by :func:`scheduler.formats.colocation_table.read_colocation_table`
+        (with the intervals of the rows that carry them, when the frame has interval columns)."""
         cols = ["gpu_type", "type_a", "type_b", "ratio_a", "ratio_b"]
-        return cls.from_rows(frame[cols].itertuples(index=False, name=None))
+        table = cls.from_rows(frame[cols].itertuples(index=False, name=None))
+        bounds = ["low_a", "high_a", "low_b", "high_b"]
+        if not set(bounds) <= set(frame.columns):
+            return table
+        rows = [(g, a, b, (la, ha), (lb, hb)) for g, a, b, la, ha, lb, hb in frame[cols[:3] + bounds].itertuples(
+            index=False, name=None) if la == la and ha == ha and lb == lb and hb == hb]  # NaN: no interval
+        level = float(frame["interval_level"].dropna().iloc[0]) if "interval_level" in frame.columns and \
+            frame["interval_level"].notna().any() else 0.8
+        return cls.with_intervals(table.ratios, rows, level)
+
+    @classmethod
+    def with_intervals(cls, ratios: Mapping[tuple[str, str, str], tuple[float, float]],
+                       rows: Iterable[tuple[str, str, str, Interval, Interval]], level: float) -> "ColocationTable":
+        """A table of ``ratios`` (both orders, as stored) with ``(gpu_type, a, b, interval_a, interval_b)`` rows."""
+        intervals: dict[tuple[str, str, str], tuple[Interval, Interval]] = {}
+        for gpu_type, a, b, ia, ib in rows:
+            ia, ib = (float(ia[0]), float(ia[1])), (float(ib[0]), float(ib[1]))
+            intervals[(gpu_type, a, b)] = (ia, ib)
+            intervals[(gpu_type, b, a)] = (ib, ia)
+        return cls(dict(ratios), intervals=intervals, interval_level=level)
 
 
     @property

@@ -347,11 +347,15 @@ def colocation_provenance(tables: Sequence[str | Path], gpu_types: Sequence[str]
         n = len(frame)
         flags = frame["transferred"].astype(str).str.lower() if "transferred" in frame.columns else None
         transferred = int(flags.isin(["true", "1"]).sum()) if flags is not None else 0
+        # a table of `colocate predict` marks its predictions (with intervals): they are not measurements
+        predicted = int((frame["source"].astype(str) == "predicted").sum()) if "source" in frame.columns else 0
         types = ", ".join(sorted(frame["gpu_type"].astype(str).unique()))
         parts.append(f"Table `{shown}`: {n} rows for the cluster's GPU types {types}; **{transferred} of {n} values "
                      f"are transferred** from Gavel's measured pairs (K80/P100/V100) by the mapping of "
-                     f"`scheduler/formats/transfer.py`, {n - transferred} are measurements."
-                     + (" Each row's `source` column names the Gavel pair used." if "source" in frame.columns else ""))
+                     f"`scheduler/formats/transfer.py`, "
+                     + (f"**{predicted} are predicted** by the δ predictor (`colocate predict`), " if predicted else "")
+                     + f"{n - transferred - predicted} are measurements."
+                     + (" Each row's `source` column names the Gavel pair used." if transferred else ""))
     if not parts:
         return (f"No co-location table covers the cluster's GPU types ({', '.join(sorted(wanted))}): packing "
                 f"policies could not pair jobs.")

@@ -2,8 +2,9 @@
 
 Both run on Gavel's published throughputs (real measurements: 3 GPU types × 26 job types, 1,131 runs at
 scale factor 1) as bundled in the package (``scheduler/data/gavel_throughputs_sf1.json``) unless ``--gavel``
-names a file. ``bench predictor --job-types N`` times the leave-one-pair-out evaluation on a synthetic
-low-rank dataset of N job types (N(N+1)/2 pairs; 55 → 1,540).
+names a file; ``bench predictor`` adds the project's own CPU and H100 campaigns where present and times the
+evaluation of every dataset under both protocols. ``bench predictor --job-types N`` times leave one pair out
+on a synthetic low-rank dataset of N job types (N(N+1)/2 pairs; 55 → 1,540).
 """
 
 from __future__ import annotations
@@ -72,32 +73,47 @@ def bench_matrices(
                   f"with CSV/GraphML files {write_s:.3f} s; with {len(outputs.matrices)} PNG heatmaps {png_s:.2f} s")
 
 
+DEFAULT_RESULTS = (Path("results/cpu-pairs"), Path("results/h100/first-call"), Path("results/h100/thesis-grid"))
+
+
 def bench_predictor(
-    gavel: Path = typer.Option(DEFAULT_GAVEL, "--gavel", help="Gavel throughput JSON to fit on."),
-    gpu_type: str = typer.Option("v100", "--gpu-type", help="Worker type to fit."),
-    repeats: int = typer.Option(3, "--repeats", min=1, help="Timed repetitions; the best is reported."),
+    gavel: Path = typer.Option(DEFAULT_GAVEL, "--gavel", help="Gavel throughput JSON to evaluate on."),
+    results_dir: list[Path] = typer.Option(
+        None, "--results", help="Results directories to evaluate on as well (repeatable).",
+        show_default="results/cpu-pairs and results/h100/{first-call,thesis-grid} where present"),
     job_types: int = typer.Option(0, "--job-types", min=0, help="Instead: a synthetic dataset of this many job "
-                                                                "types (all pairs), leave-one-pair-out only."),
+                                                                "types (all pairs), leave one pair out only."),
 ) -> None:
-    """Time one predictor fit (features, ridge, matrix completion) and a full table fill and LOO evaluation."""
-    from colocate.analysis.gavel import gavel_results
+    """Time the evaluation of every dataset under both protocols (the predictor and five baselines, every fold)
+    and one table fill with its intervals' calibration; CPU seconds (this process) and wall seconds."""
+    import time
+    from dataclasses import replace
+
+    from colocate.analysis.gavel import load_inputs
     from colocate.commands._output import console
-    from colocate.prediction.predict import feature_matrix, make_datasets, predict_dataset
-    from colocate.prediction.predict_eval import leave_one_pair_out
-    from scheduler.learning.prior import fit_ratio_model
+    from colocate.prediction.predict import make_datasets, predict_datasets
+    from colocate.prediction.predict_eval import evaluate
 
     if job_types:
         from colocate.prediction.predict_eval import synthetic_dataset
 
         dataset = synthetic_dataset(job_types)
-        loo_s, result = _best_of(1, lambda: leave_one_pair_out(dataset))
-        console.print(f"synthetic: {len(dataset.pairs)} pairs, {job_types} job types: leave-one-pair-out "
-                      f"({len(dataset.pairs)} folds, every method) {loo_s:.1f} s (target <= 30 s for 1,500 pairs)")
+        loo_s, _ = _best_of(1, lambda: evaluate([dataset], protocols=("pair",)))
+        console.print(f"synthetic: {len(dataset.pairs)} pairs, {job_types} job types: leave one pair out "
+                      f"({len(dataset.pairs)} folds, every method) {loo_s:.1f} s")
         return
-    dataset = make_datasets(gavel_results(gavel, gpu_types=(gpu_type,)))[0]
-    fit_s, _ = _best_of(repeats, lambda: fit_ratio_model(dataset.pairs, feature_matrix(dataset.solo)[0]))
-    fill_s, table = _best_of(repeats, lambda: predict_dataset(dataset))
-    loo_s, result = _best_of(1, lambda: leave_one_pair_out(dataset))
-    console.print(f"{dataset.name}: {len(dataset.pairs)} pairs, {len(dataset.job_types)} job types: "
-                  f"fit {fit_s:.3f} s (target < 10 s); fit + fill {len(table)} pairs {fill_s:.3f} s; "
-                  f"leave-one-pair-out ({len(dataset.pairs)} folds, every method) {loo_s:.1f} s")
+    dirs = [d for d in (results_dir or DEFAULT_RESULTS) if d.is_dir()]
+    datasets = make_datasets(load_inputs(dirs, [gavel]))
+    cpu, wall = time.process_time(), time.perf_counter()
+    results = evaluate(datasets)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    pairs = sum(len(d.pairs) for d in datasets)
+    console.print(f"{len(datasets)} datasets ({', '.join(d.key for d in datasets)}), {pairs} measured pairs: both "
+                  f"protocols, {sum(r.pairs for r in results)} held-out predictions, every method: "
+                  f"{cpu:.1f} s CPU, {wall:.1f} s wall (target < 120 s CPU)")
+    k = max(range(len(datasets)), key=lambda i: len(datasets[i].pairs))
+    sparse = [replace(d, pairs=d.pairs.iloc[::2].reset_index(drop=True)) if i == k else d for i, d in enumerate(datasets)]
+    fill_s, table = _best_of(1, lambda: predict_datasets(sparse, only=[sparse[k].key]))
+    predicted = int((table["source"] == "predicted").sum())
+    console.print(f"fill {sparse[k].key} with every other pair dropped: {predicted} of {len(table)} pairs predicted "
+                  f"with calibrated intervals in {fill_s:.1f} s")
