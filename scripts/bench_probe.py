@@ -1,8 +1,8 @@
 """What one automatic probe of ``colocate serve`` costs: wall seconds (= GPU-seconds: a probe holds one GPU for
 its whole life), CPU seconds, and how much of it is measuring windows.
 
-Runs the probe process exactly as the server starts it (``python -m scheduler.service.probe_run PROBE.json``) with
-the windows of :class:`scheduler.service.probes.ProbeConfig` (defaults, or the test lane's short ones), for a
+Runs the probe process exactly as the server starts it (``python -m scheduler.service.probes.run PROBE.json``) with
+the windows of :class:`scheduler.service.probes.manager.ProbeConfig` (defaults, or the test lane's short ones), for a
 job type alone and for a type with a partner (solo, partner solo, pair)::
 
     PYTHONPATH=$PWD nice -n 10 python scripts/bench_probe.py --device cpu --repeats 3
@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from scheduler.service.probes import ProbeConfig
+from scheduler.service.probes.manager import ProbeConfig
 
 SHORT = ProbeConfig(warmup_iters=2, min_window_iters=3, min_window_s=0.5)
 
@@ -57,7 +57,7 @@ def one_probe(config: ProbeConfig, device: str, jobs: list[list[object]], direct
     spec.write_text(json.dumps(doc))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-m", "scheduler.service.probe_run", str(spec)],
+    child = subprocess.Popen([sys.executable, "-m", "scheduler.service.probes.run", str(spec)],
                              stdout=subprocess.DEVNULL)
     seen: dict[tuple[int, str], float] = {}
     while child.poll() is None:  # sampled: a descendant's last 0.2 s may be missed (a lower bound)

@@ -38,10 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     from scheduler.executor.registry import make_executor
     from scheduler.model.cluster import cluster_from_dict
     from scheduler.service.config import LIVE_ILP, ServeConfig
-    from scheduler.service.jobspec import job_from_dict
+    from scheduler.service.front.views import learned_view
+    from scheduler.service.jobs.jobspec import job_from_dict
     from scheduler.service.server import Server
-    from scheduler.service.store import StateStore
-    from scheduler.service.views import learned_view
+    from scheduler.service.state.store import StateStore
 
     root = Path(tempfile.mkdtemp(prefix="live-explore-"))
     state = StateStore(root / "state")

@@ -179,8 +179,8 @@ def _bundled(type_a: str, type_b: str) -> tuple[float, float] | None:
 
 def summarize(policy: str, state: Path, began: float, sharing: str) -> dict[str, Any]:
     """What one run did, from its state directory (events, jobs, learned ratios, group documents)."""
-    from scheduler.service.store import StateStore
-    from scheduler.service.views import job_views, learned_view
+    from scheduler.service.front.views import job_views, learned_view
+    from scheduler.service.state.store import StateStore
 
     store = StateStore(state, create=False, readonly=True)
     events, views = store.events(), job_views(store)

@@ -72,9 +72,9 @@ def _specs(count: int, script: Path, batch_scaling: str = "free") -> list[dict[s
 
 
 def run_policy(policy: str, args: argparse.Namespace, root: Path) -> dict[str, float]:
-    from scheduler.service.jobspec import job_from_dict
-    from scheduler.service.store import StateStore
-    from scheduler.service.views import learned_view
+    from scheduler.service.front.views import learned_view
+    from scheduler.service.jobs.jobspec import job_from_dict
+    from scheduler.service.state.store import StateStore
 
     script = root / "trainer.py"
     script.write_text(TRAINER)

@@ -105,6 +105,6 @@ def kill_groups(state: Path, wait_s: float = 15.0) -> None:
 
 
 def events(state: Path, job: str | None = None) -> list[dict[str, Any]]:
-    from scheduler.service.store import StateStore
+    from scheduler.service.state.store import StateStore
 
     return StateStore(state, create=False).events(job)

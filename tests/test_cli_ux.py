@@ -82,7 +82,7 @@ def test_the_serve_lock_file_names_the_server_pid_and_a_second_server_keeps_it(t
     from scheduler.model.cluster import cluster_from_dict
     from scheduler.service.config import ServeConfig
     from scheduler.service.server import Server
-    from scheduler.service.store import StateStore
+    from scheduler.service.state.store import StateStore
 
     cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})
 

@@ -131,8 +131,8 @@ def test_plain_parameters_convert_as_typer_does_without_pydantic(tmp_path: Path)
 
 
 def test_several_files_are_one_transaction_and_a_used_name_queues_none(tmp_path: Path) -> None:
-    from scheduler.service.client import submit_jobs
-    from scheduler.service.store import StateStore
+    from scheduler.service.front.client import submit_jobs
+    from scheduler.service.state.store import StateStore
 
     state = tmp_path / "state"
     files = [_job(tmp_path / f"j{i}.yaml", f"j{i}") for i in range(3)]

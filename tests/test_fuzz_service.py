@@ -13,7 +13,7 @@ import pytest
 import yaml
 from hypothesis import given
 
-from scheduler.service.jobspec import spec_from_row
+from scheduler.service.jobs.jobspec import spec_from_row
 from tests.test_fuzz_inputs import BOMB, FUZZ, OPS, check, mutate, run_cli, snapshot, write
 
 JOB = b"""name: fuzz
@@ -37,7 +37,7 @@ def _server_builds(state: Path, name: str) -> None:
     from scheduler.service.config import ServeConfig
     from scheduler.service.groups import build_group, group_document
     from scheduler.service.rounds import Slot
-    from scheduler.service.store import StateStore
+    from scheduler.service.state.store import StateStore
 
     store = StateStore(state, create=False, readonly=True)
     row = store.job(name)
@@ -116,7 +116,7 @@ def test_infeasible_jobs_are_refused_with_the_reason(tmp_path: Path, change: dic
         if not extra:
             from scheduler.model.cluster import load_cluster
             from scheduler.service.admission import record_cluster
-            from scheduler.service.store import StateStore
+            from scheduler.service.state.store import StateStore
 
             record_cluster(StateStore(tmp_path / "state"), load_cluster(cluster))
         code, _, err = run_cli("submit", str(job), "--state", str(tmp_path / "state"), *extra)

@@ -112,7 +112,7 @@ def test_infeasible_stays_infeasible_and_bad_knobs_are_refused() -> None:
 def test_the_prior_knows_every_pair_with_an_interval_and_leave_pair_out_never_sees_the_pair() -> None:
     import random
 
-    from scheduler.learning.prior import fit_table_prior, leave_pair_out_table, table_frame
+    from scheduler.learning.predictor.prior import fit_table_prior, leave_pair_out_table, table_frame
 
     rng = random.Random(3)  # ten job types: a sensitivity and a pressure each, and some noise
     names = ["x", "y", "z", *(f"t{k}" for k in range(7))]

@@ -19,8 +19,8 @@ from colocate.prediction.predict_eval import METHODS, EvaluationResult, decision
 from colocate.prediction.predict_report import evaluation_report
 from common.errors import InputError
 from scheduler.formats.colocation_table import MAX_RATIO, read_colocation_table, validate_colocation_table
-from scheduler.learning.predictor_config import PredictorConfig
-from scheduler.learning.ratio_model import fit_arrays, soft_impute
+from scheduler.learning.predictor.config import PredictorConfig
+from scheduler.learning.predictor.ratio_model import fit_arrays, soft_impute
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduler.learning.conformal import Calibration, cross_conformal, order_bounds
-from scheduler.learning.evidence import LEVELS, Dataset, Evidence, PairSet, Predictor
-from scheduler.learning.folds import folds, held_out, ratio_calibration
-from scheduler.learning.predictor_config import PredictorConfig
+from scheduler.learning.predictor.config import PredictorConfig
+from scheduler.learning.predictor.conformal import Calibration, cross_conformal, order_bounds
+from scheduler.learning.predictor.evidence import LEVELS, Dataset, Evidence, PairSet, Predictor
+from scheduler.learning.predictor.folds import folds, held_out, ratio_calibration
 
 TYPES = [f"m{k // 3}@{2 ** (4 + k % 3)}" for k in range(12)]  # four models at three batch sizes each
 

@@ -14,9 +14,9 @@ import yaml
 
 from common.errors import InputError
 from scheduler.service import admission
-from scheduler.service import lock as server_lock
-from scheduler.service.jobspec import job_from_dict
-from scheduler.service.store import StateStore
+from scheduler.service.jobs.jobspec import job_from_dict
+from scheduler.service.state import lock as server_lock
+from scheduler.service.state.store import StateStore
 from tests.serve_helpers import write_cluster
 from tests.test_fuzz_inputs import SPEC, run_cli
 

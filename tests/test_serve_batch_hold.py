@@ -16,10 +16,10 @@ from scheduler.model.jobs import Job
 from scheduler.model.policy import RoundContext
 from scheduler.service.batch_hold import HeldBatchModel, batch_holds
 from scheduler.service.config import LIVE_ILP, ServeConfig
-from scheduler.service.jobspec import job_from_dict
+from scheduler.service.jobs.jobspec import job_from_dict
 from scheduler.service.server import Server
 from scheduler.service.stability import StabilityConfig
-from scheduler.service.store import StateStore
+from scheduler.service.state.store import StateStore
 from tests.serve_helpers import kill_groups
 from tests.test_serve_live_rules import _drive, _job  # the checkpoint-restore contract job and the round driver
 

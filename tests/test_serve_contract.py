@@ -16,9 +16,9 @@ from scheduler.executor.registry import make_executor
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.colocation import ColocationTable
 from scheduler.service.config import ServeConfig
-from scheduler.service.jobspec import job_from_dict
+from scheduler.service.jobs.jobspec import job_from_dict
 from scheduler.service.server import Server
-from scheduler.service.store import StateStore
+from scheduler.service.state.store import StateStore
 from tests.serve_helpers import kill_groups
 
 # The checkpoint-restore contract with two knobs: $NEED_BYTES of GPU memory it "allocates" (past a limit in force
@@ -115,7 +115,7 @@ def test_each_member_of_a_group_gets_a_limit_that_sums_within_the_gpu_and_a_job_
         assert limits["a"] == int((1.0 * 1.1 + 0.5) * GIB)  # its footprint + 10 % + one context
         assert limits["b"] == int((4.0 - 1.6) * GIB) and sum(limits.values()) <= 4 * GIB
         assert envs["a"]["COLOCATE_MEMORY_LIMIT_BYTES"] == str(limits["a"])
-        from scheduler.service.views import job_views
+        from scheduler.service.front.views import job_views
 
         views = {v["name"]: v for v in job_views(state)}
         assert views["a"]["memory_limit_gb"] == pytest.approx(1.6, abs=1e-3) and views["a"]["ooms"] == 0
@@ -188,7 +188,7 @@ def test_a_group_measured_past_a_members_bound_is_split_and_not_planned_again(tm
         state.submit(_job(tmp_path, "fast", 100000, env="SHARED_SLOWDOWN=1.1", application="quick"))
         together = lambda: state.job("slow").partner == "fast"  # noqa: E731
         _drive(server, together, 60)
-        from scheduler.service.views import job_views
+        from scheduler.service.front.views import job_views
 
         _drive(server, lambda: any(v["slowdown"] for v in job_views(state) if v["name"] == "slow") or not together(), 60)
         split = [e for e in state.events("slow") if e["kind"] == "split"]
@@ -234,7 +234,7 @@ def test_an_exclusive_job_never_shares_its_gpu(tmp_path: Path) -> None:
         state.submit(_job(tmp_path, "other", 60))
         _drive(server, lambda: "running" in (state.job("solo").state, state.job("other").state), 30)
         waits = next(n for n in ("solo", "other") if state.job(n).state == "queued")
-        from scheduler.service.views import job_views
+        from scheduler.service.front.views import job_views
 
         reason = next(v["waiting"] for v in job_views(state) if v["name"] == waits)
         assert reason["code"] == "exclusive", reason

@@ -16,9 +16,9 @@ from scheduler.executor.registry import make_executor
 from scheduler.executor.supervise import EXIT_FILE, process_alive, read_json, spawn_supervisor
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.service.config import ServeConfig
-from scheduler.service.jobspec import job_from_dict
+from scheduler.service.jobs.jobspec import job_from_dict
 from scheduler.service.server import Server
-from scheduler.service.store import StateStore
+from scheduler.service.state.store import StateStore
 from tests.serve_helpers import kill_groups, wait_until
 from tests.test_serve_local import CONTRACT
 

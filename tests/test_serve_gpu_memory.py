@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.model.colocation import ColocationTable
-from scheduler.service.jobspec import job_from_dict
+from scheduler.service.jobs.jobspec import job_from_dict
 from tests.serve_helpers import kill_groups
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(shutil.which("nvidia-cuda-mps-control") is None,
@@ -68,7 +68,7 @@ def test_a_member_past_its_limit_fails_alone_and_its_partner_completes(tmp_path:
     from scheduler.model.cluster import cluster_from_dict
     from scheduler.service.config import ServeConfig
     from scheduler.service.server import Server
-    from scheduler.service.store import StateStore
+    from scheduler.service.state.store import StateStore
 
     target = resolve_device("cuda")
     memory = round((target.memory_total_mib or 81559) / 1024, 1)

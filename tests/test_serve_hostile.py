@@ -15,9 +15,9 @@ import pytest
 from scheduler.executor.registry import make_executor
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.service.config import ServeConfig
-from scheduler.service.jobspec import job_from_dict
+from scheduler.service.jobs.jobspec import job_from_dict
 from scheduler.service.server import Server
-from scheduler.service.store import StateStore
+from scheduler.service.state.store import StateStore
 from tests.serve_helpers import kill_groups, wait_until
 
 GOOD = {"name": "good", "command": "echo done", "application": "mine", "steps": 1, "batch_size": 4}

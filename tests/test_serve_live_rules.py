@@ -16,9 +16,9 @@ from scheduler.executor.registry import make_executor
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.colocation import ColocationTable
 from scheduler.service.config import ServeConfig
-from scheduler.service.jobspec import job_from_dict
+from scheduler.service.jobs.jobspec import job_from_dict
 from scheduler.service.server import Server
-from scheduler.service.store import StateStore
+from scheduler.service.state.store import StateStore
 from tests.serve_helpers import kill_groups
 
 # Resume from the checkpoint, start up for $STARTUP s (an interpreter and model build), count to the target
@@ -145,7 +145,7 @@ def test_cancelling_one_member_of_a_pair_keeps_its_partner_running(tmp_path: Pat
 
 @pytest.mark.slow
 def test_a_pair_that_hurts_is_split_within_two_rounds_of_its_measurement(tmp_path: Path) -> None:
-    from scheduler.service.views import learned_view
+    from scheduler.service.front.views import learned_view
 
     state, server = _server(tmp_path, gpus=1, round_s=0.3)  # the default policy, no table: the prior decides
     decisions = Recorder(server)
@@ -197,7 +197,7 @@ def test_a_job_too_big_for_every_gpu_type_says_so(tmp_path: Path) -> None:
 
 
 def server_reasons(state: StateStore) -> dict[str, dict[str, str]]:
-    from scheduler.service.views import job_views
+    from scheduler.service.front.views import job_views
 
     return {v["name"]: v["waiting"] for v in job_views(state) if v["waiting"]}
 

@@ -12,9 +12,9 @@ import pytest
 from scheduler.executor.registry import make_executor
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.service.config import LIVE_ILP, ServeConfig
-from scheduler.service.jobspec import job_from_dict
+from scheduler.service.jobs.jobspec import job_from_dict
 from scheduler.service.server import Server
-from scheduler.service.store import StateStore
+from scheduler.service.state.store import StateStore
 from tests.serve_helpers import kill_groups, wait_until
 
 pytestmark = pytest.mark.slow

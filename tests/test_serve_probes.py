@@ -15,10 +15,10 @@ from scheduler.executor.registry import make_executor
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.colocation import ColocationTable
 from scheduler.service.config import ServeConfig
-from scheduler.service.jobspec import job_from_dict
-from scheduler.service.probes import DONE, FAILED, ProbeConfig, plan_targets, probing_enabled
+from scheduler.service.jobs.jobspec import job_from_dict
+from scheduler.service.probes.manager import DONE, FAILED, ProbeConfig, plan_targets, probing_enabled
 from scheduler.service.server import Server
-from scheduler.service.store import StateStore
+from scheduler.service.state.store import StateStore
 from tests.serve_helpers import kill_groups, wait_until
 
 TABLE = ColocationTable.from_rows([("t4", "tiny_cnn", "tiny_cnn", 0.7, 0.7), ("t4", "tiny_cnn", "resnet18", 0.5, 0.4)])
@@ -74,7 +74,7 @@ def test_probes_are_off_by_default_on_cpu_and_follow_the_flag() -> None:
 def test_learned_marks_what_probes_measured_and_reads_damaged_records_as_none(tmp_path: Path) -> None:
     import json
 
-    from scheduler.service.views import learned_view
+    from scheduler.service.front.views import learned_view
 
     state = StateStore(tmp_path / "state")
     wrote: list[list[Any]] = [["tiny_cnn", "t4", 1, 16, ""], ["tiny_cnn", "t4", 1, 16, "tiny_cnn@16"],
@@ -164,7 +164,7 @@ def test_a_never_measured_model_is_probed_on_a_spare_gpu_and_its_solo_and_pair_a
         result = CliRunner().invoke(app, ["learned", "--state", str(state.dir)])
         assert result.exit_code == 0, result.output
         assert "probe" in result.output and "tiny_cnn@16" in result.output and "done" in result.output
-        from scheduler.service.views import learned_view
+        from scheduler.service.front.views import learned_view
 
         pairs = learned_view(state)["colocation"]
         assert [(p["type_a"], p["type_b"], p["solo_source"]) for p in pairs] == [

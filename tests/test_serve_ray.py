@@ -102,7 +102,7 @@ def test_jobs_submitted_at_different_times_all_complete_on_their_gpu_type(served
     for name in jobs:
         _completed_once(state, name)
     node_types = _node_types()
-    from scheduler.service.store import StateStore
+    from scheduler.service.state.store import StateStore
 
     started = [e for e in StateStore(state).events() if e["kind"] == "started"]
     assert {e["job"]: e["detail"].split("×")[1].split()[0] for e in started} == {"a": "t4", "b": "v100", "c": "v100"}

@@ -19,9 +19,9 @@ from scheduler.executor.slurm.live import SlurmExecutor
 from scheduler.executor.slurm.settings import slurm_settings
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.service.config import LIVE_ILP, ServeConfig
-from scheduler.service.jobspec import job_from_dict
+from scheduler.service.jobs.jobspec import job_from_dict
 from scheduler.service.server import Server
-from scheduler.service.store import StateStore
+from scheduler.service.state.store import StateStore
 from tests.serve_helpers import ServeProcess, by_name, events, submit, wait_until
 from tests.test_serve_local import CONTRACT
 
@@ -119,7 +119,7 @@ def _instance(state: Path) -> str:
 
 
 def test_cancel_stops_the_job_with_a_checkpoint(slurm: Any, tmp_path: Path) -> None:
-    from scheduler.service.client import cancel_job
+    from scheduler.service.front.client import cancel_job
 
     state, server = _server(tmp_path)
     state.submit(_contract_job(tmp_path, "c", 100000))

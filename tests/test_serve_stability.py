@@ -149,7 +149,7 @@ def test_bad_stability_knobs_are_input_errors(config: type, field: str, value: f
 
 def test_the_torch_free_model_names_are_the_zoo() -> None:
     import models
-    from scheduler.service.model_names import BUILTIN_MODELS, known_models
+    from scheduler.service.jobs.model_names import BUILTIN_MODELS, known_models
 
     assert BUILTIN_MODELS == models.MODEL_NAMES and set(BUILTIN_MODELS) <= set(known_models())
 
@@ -177,7 +177,7 @@ def test_submit_takes_several_files_and_a_bad_one_queues_none(tmp_path) -> None:
     from typer.testing import CliRunner
 
     from colocate.cli import app
-    from scheduler.service.store import StateStore
+    from scheduler.service.state.store import StateStore
 
     good = [tmp_path / f"g{i}.yaml" for i in range(3)]
     for i, path in enumerate(good):

@@ -16,9 +16,9 @@ from scheduler.learning.explore import ExploreConfig
 from scheduler.learning.measured import learned_ratios
 from scheduler.learning.online import LearnedGoodputModel, learned_table_frame, policy_table
 from scheduler.model.colocation import ColocationTable
-from scheduler.service.jobspec import job_from_dict, load_job
+from scheduler.service.jobs.jobspec import job_from_dict, load_job
 from scheduler.service.rounds import Slot, plan_changes
-from scheduler.service.store import QUEUED, StateStore
+from scheduler.service.state.store import QUEUED, StateStore
 
 JOB = {"name": "a", "model": "tiny_cnn", "steps": 100, "batch_size": 8}
 
@@ -205,7 +205,7 @@ def test_a_group_of_three_is_one_unit_kept_while_unchanged_and_measured_against_
     from scheduler.model.policy import Allocation, JobPlacement, Placement, RoundDecision, SolverInfo
     from scheduler.service.rounds import current_placement, current_units, desired_units
     from scheduler.service.settle import group_type
-    from scheduler.service.store import RUNNING
+    from scheduler.service.state.store import RUNNING
 
     members = ("a", "b", "c")
     others = {j: tuple(m for m in members if m != j) for j in members}

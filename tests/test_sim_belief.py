@@ -108,7 +108,7 @@ def test_a_calm_cluster_plans_unknown_pairs_without_optimism() -> None:
 
 def test_priors_carry_their_intervals_and_a_simulated_sample_is_exact() -> None:
     from scheduler.learning.belief import SAMPLE_NOISE, SimBelief, parse_belief
-    from scheduler.learning.prior import leave_pair_out_table
+    from scheduler.learning.predictor.prior import leave_pair_out_table
 
     truth = ColocationTable.from_rows([("g", "a", "b", 0.8, 0.6), ("g", "a", "a", 0.0, 0.0)])
     noisy = noisy_table(truth, 0.3, seed=1)

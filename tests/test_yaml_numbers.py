@@ -11,7 +11,7 @@ import yaml
 from common.errors import InputError
 from common.safe_load import parse_yaml
 from profiler.campaign.spec import load_spec
-from scheduler.service.jobspec import load_job
+from scheduler.service.jobs.jobspec import load_job
 
 
 def test_exponents_are_numbers_and_other_text_stays_text() -> None:

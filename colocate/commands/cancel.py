@@ -16,7 +16,7 @@ def cancel(
     state: Path = typer.Option(..., "--state", help="State directory of the scheduler."),
 ) -> None:
     """Cancel a job."""
-    from scheduler.service.client import cancel_job
+    from scheduler.service.front.client import cancel_job
 
     previous = cancel_job(state, name)
     typer.echo(f"{name}: {'already ' + previous if previous in ('completed', 'failed', 'cancelled') else 'cancel requested'}")

@@ -71,8 +71,8 @@ def jobs(
     watch: bool = typer.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),
 ) -> None:
     """Show every job of a scheduler instance."""
-    from scheduler.service.store import StateStore
-    from scheduler.service.views import job_views, learned_view, server_status, set_aside_view
+    from scheduler.service.front.views import job_views, learned_view, server_status, set_aside_view
+    from scheduler.service.state.store import StateStore
 
     store = StateStore(state, create=False, readonly=True)
     if as_json:  # scripts poll this: no Rich console (its module imports pandas)

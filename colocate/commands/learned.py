@@ -27,8 +27,8 @@ def learned(
     from colocate.commands._output import console
     from profiler.campaign.outdir import check_out_file
     from scheduler.learning.online import learned_table_frame
-    from scheduler.service.store import StateStore
-    from scheduler.service.views import learned_pairs, learned_view
+    from scheduler.service.front.views import learned_pairs, learned_view
+    from scheduler.service.state.store import StateStore
 
     if out is not None:
         check_out_file(out)  # a directory, under a file, in a state directory: one line, before anything is read

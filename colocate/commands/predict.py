@@ -12,7 +12,7 @@ import typer
 
 from colocate.cli_config import ConfigSpec, config_command
 from common.errors import InputError
-from scheduler.learning.predictor_config import PredictorConfig
+from scheduler.learning.predictor.config import PredictorConfig
 
 TABLE_COLUMNS = ["gpu_type", "type_a", "type_b", "ratio_a", "ratio_b", "delta", "source", "repeats", "sharing",
                  "evidence", "low_a", "high_a", "low_b", "high_b", "delta_low", "delta_high", "interval_level"]

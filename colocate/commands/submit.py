@@ -21,7 +21,7 @@ def submit(
 ) -> None:
     """Queue jobs; prints each one's name. A job the cluster can never run is refused with the reason, and a bad
     file queues none of them."""
-    from scheduler.service.client import submit_jobs
+    from scheduler.service.front.client import submit_jobs
 
     for name in submit_jobs(job_files, state, cluster):
         typer.echo(name)

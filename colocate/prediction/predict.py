@@ -1,6 +1,6 @@
 """Predict co-location ratios (and so δ), with calibrated intervals, for pairs nobody measured.
 
-The model (:mod:`scheduler.learning.ratio_model`, :mod:`scheduler.learning.evidence`, where the scheduler uses
+The model (:mod:`scheduler.learning.predictor.ratio_model`, :mod:`scheduler.learning.predictor.evidence`, where the scheduler uses
 it as the prior of its pair belief) predicts each job's ratio r(a|b) = t_a / t′_a from every level of
 evidence the inputs hold, closest first: the same pair measured on another GPU type or sharing mode, the
 same two models at another batch size or precision (each with a learned transfer factor), the two job types
@@ -9,8 +9,8 @@ batch size, peak memory, NVML/GPM utilization and occupancy, DRAM bandwidth, ker
 data has). All datasets given are read together: an H100's time-sliced pairs are evidence for its MPS pairs,
 Gavel's K80 pairs for its V100 pairs.
 
-Each prediction carries an interval (:mod:`scheduler.learning.conformal`): split conformal on the residuals of
-the dataset's own held-out predictions (:mod:`scheduler.learning.folds`: leave one pair out, leave one job type
+Each prediction carries an interval (:mod:`scheduler.learning.predictor.conformal`): split conformal on the residuals of
+the dataset's own held-out predictions (:mod:`scheduler.learning.predictor.folds`: leave one pair out, leave one job type
 out), per evidence level. The co-located iteration times follow as t′ = t / r, and
 δ = (t_a + t_b) / max(t′_a, t′_b) with the solo t measured; δ's interval is calibrated the same way on δ.
 """
@@ -29,11 +29,11 @@ from colocate.analysis.results import UTILIZATION_COLUMNS, ResultsSet, group_tab
 from common.errors import InputError
 from profiler.results.schema import STATUS_INFEASIBLE, STATUS_OK
 from scheduler.formats.colocation_table import MAX_RATIO  # predictions stay within the table's bound
-from scheduler.learning.conformal import Calibration
-from scheduler.learning.evidence import LEVELS, Dataset, Evidence, PairSet, Predictor
-from scheduler.learning.folds import held_out, ratio_calibration
-from scheduler.learning.predictor_config import PredictorConfig
-from scheduler.learning.ratio_model import feature_matrix as _feature_matrix
+from scheduler.learning.predictor.config import PredictorConfig
+from scheduler.learning.predictor.conformal import Calibration
+from scheduler.learning.predictor.evidence import LEVELS, Dataset, Evidence, PairSet, Predictor
+from scheduler.learning.predictor.folds import held_out, ratio_calibration
+from scheduler.learning.predictor.ratio_model import feature_matrix as _feature_matrix
 
 SOLO_FEATURES = ("solo_iter_time_s", "batch_size", "peak_memory_mib", *UTILIZATION_COLUMNS,
                  "kernel_occupancy_pct", "kernel_dram_throughput_pct", "kernel_sm_throughput_pct")
@@ -91,7 +91,7 @@ def make_datasets(results: ResultsSet, *, sharing: str | None = None, source: st
 
 
 def feature_matrix(solo: pd.DataFrame, columns: Sequence[str] = SOLO_FEATURES) -> tuple[pd.DataFrame, list[str]]:
-    """Standardized solo features per job type (:func:`scheduler.learning.ratio_model.feature_matrix`) over every
+    """Standardized solo features per job type (:func:`scheduler.learning.predictor.ratio_model.feature_matrix`) over every
     solo feature a campaign can measure."""
     return _feature_matrix(solo, columns)
 
@@ -122,7 +122,7 @@ class Calibrations:
 
 
 def calibrate(pairs: PairSet, dataset: PairDataset, d: int, config: PredictorConfig) -> Calibrations:
-    """Both protocols' held-out predictions of dataset ``d`` (:mod:`scheduler.learning.folds`): leave one pair
+    """Both protocols' held-out predictions of dataset ``d`` (:mod:`scheduler.learning.predictor.folds`): leave one pair
     out gives the residuals of the levels a measured type has, leave one job type out those of a new type."""
     results = [held_out(pairs, d, protocol, config) for protocol in ("pair", "type") if len(dataset.pairs) >= 3]
     deltas, levels = [], []

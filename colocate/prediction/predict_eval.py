@@ -1,6 +1,6 @@
 """The δ predictor against honest baselines, under two protocols, with its intervals' coverage.
 
-Protocols (:mod:`scheduler.learning.folds`), on every dataset given (one per GPU type and sharing mode, all
+Protocols (:mod:`scheduler.learning.predictor.folds`), on every dataset given (one per GPU type and sharing mode, all
 read together so each is evidence for the others):
 
 * **leave one pair out** — each measured (feasible) pair is held out of its dataset in turn; its
@@ -24,7 +24,7 @@ solo times, δ = (t_a + t_b) / max(t_a/r_a, t_b/r_b) — no method predicts a co
 
 Metrics: MAE of δ and of the ratios; the decision δ > 1 ("pack this pair") as accuracy, balanced accuracy
 (mean of the recalls of both classes: the honest figure when most pairs are on one side), precision and
-recall; the coverage of the predictor's intervals (:mod:`scheduler.learning.conformal`, each held-out
+recall; the coverage of the predictor's intervals (:mod:`scheduler.learning.predictor.conformal`, each held-out
 prediction's interval from the residuals of the evaluation's *other* folds, per evidence level) on the ratios
 and on δ. :meth:`EvaluationResult.shortfalls` lists every baseline metric the predictor does not beat, with
 the paired standard error of the difference, so the report says where and by how much.
@@ -45,11 +45,11 @@ import pandas as pd
 from colocate.prediction.predict import PairDataset, baseline_features, delta_of, feature_matrix, pair_set
 from common.errors import InputError
 from scheduler.formats.colocation_table import MAX_RATIO
-from scheduler.learning.conformal import cross_conformal
-from scheduler.learning.evidence import LEVELS, PairSet
-from scheduler.learning.folds import PROTOCOLS, FoldFit, fold_fits, folds
-from scheduler.learning.predictor_config import PredictorConfig
-from scheduler.learning.ratio_model import MIN_RATIO, SOLO_BASELINE, fit_arrays
+from scheduler.learning.predictor.config import PredictorConfig
+from scheduler.learning.predictor.conformal import cross_conformal
+from scheduler.learning.predictor.evidence import LEVELS, PairSet
+from scheduler.learning.predictor.folds import PROTOCOLS, FoldFit, fold_fits, folds
+from scheduler.learning.predictor.ratio_model import MIN_RATIO, SOLO_BASELINE, fit_arrays
 
 DEFAULT_CONFIG = PredictorConfig()  # the defaults, chosen once on Gavel's V100 data
 METHODS = ("predictor", "mean", "job-type-mean", "same-models-mean", "same-pair-elsewhere", "solo-utilization")

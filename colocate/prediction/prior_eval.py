@@ -1,14 +1,14 @@
 """Does the scheduler's prior earn its place? Both protocols on colocation tables, against the job-type mean.
 
-The prior the scheduler plans with before a pair has run (:mod:`scheduler.learning.prior`) sees only a
+The prior the scheduler plans with before a pair has run (:mod:`scheduler.learning.predictor.prior`) sees only a
 colocation table: job types and measured ratios per GPU type, no solo features. This evaluation gives it exactly
-that, under the two protocols of :mod:`scheduler.learning.folds`: each feasible pair held out of its GPU type in
+that, under the two protocols of :mod:`scheduler.learning.predictor.folds`: each feasible pair held out of its GPU type in
 turn (its measurements on the set's other GPU types stay), and each job type held out of every GPU type. The
 **job-type mean** baseline predicts r(a|b) as the mean of a's ratios over its other pairs (the training mean when
 a has none). The decision scored is the scheduler's: *pack* when the two jobs together do more than one alone,
 ``r_a + r_b > 1`` (accuracy and balanced accuracy, the mean of both classes' recalls), beside the mean absolute
 error of that sum and the coverage of the prior's 80 % intervals on the ratios (each from the residuals of the
-evaluation's other folds, :func:`scheduler.learning.conformal.cross_conformal`).
+evaluation's other folds, :func:`scheduler.learning.predictor.conformal.cross_conformal`).
 
 Sets: the pairs the project ships (``scheduler/data/colocation-default.csv``; its GPU types that are copies
 of another are evaluated once), Gavel's measured K80/P100/V100 pairs (``scheduler/data/gavel_throughputs_sf1.json``)
@@ -28,11 +28,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scheduler.learning.conformal import cross_conformal
-from scheduler.learning.evidence import LEVELS, PairSet
-from scheduler.learning.folds import PROTOCOLS, fold_fits
-from scheduler.learning.predictor_config import PredictorConfig
-from scheduler.learning.prior import table_datasets
+from scheduler.learning.predictor.config import PredictorConfig
+from scheduler.learning.predictor.conformal import cross_conformal
+from scheduler.learning.predictor.evidence import LEVELS, PairSet
+from scheduler.learning.predictor.folds import PROTOCOLS, fold_fits
+from scheduler.learning.predictor.prior import table_datasets
 
 METHODS = ("prior", "job-type-mean")
 PROTOCOL_NAMES = {"pair": "leave one pair out", "type": "leave one job type out"}

@@ -21,7 +21,7 @@ from pathlib import Path
 from common.errors import InputError
 
 LOCK_FILE = ".lock"
-STATE_DB = "state.db"  # the scheduler's state database (scheduler.service.store): no output goes near it
+STATE_DB = "state.db"  # the scheduler's state database (scheduler.service.state.store): no output goes near it
 
 
 def check_out_dir(path: str | Path, *, field: str = "--out") -> Path:

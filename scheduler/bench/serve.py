@@ -20,7 +20,7 @@ from scheduler.formats.profiles import load_goodput_model
 
 def _specs(num_jobs: int, seed: int, cluster: Any, model: Any) -> list[Any]:
     from scheduler.bench.scheduler import synthetic_jobs
-    from scheduler.service.jobspec import JobSpec
+    from scheduler.service.jobs.jobspec import JobSpec
 
     specs = []
     for job in synthetic_jobs(cluster, model, num_jobs, seed):
@@ -43,7 +43,7 @@ def run_serve_benchmark(num_jobs: int = 1000, rounds: int = 5, gpus: int = 64, s
     from scheduler.formats.shared_data import default_profiles_dir
     from scheduler.service.config import ServeConfig
     from scheduler.service.server import Server
-    from scheduler.service.store import StateStore
+    from scheduler.service.state.store import StateStore
 
     cluster = sia_cluster(gpus)
     model = load_goodput_model(profiles or default_profiles_dir())

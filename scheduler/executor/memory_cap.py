@@ -1,7 +1,7 @@
 """A built-in job's GPU-memory limit and what it records when it runs out (``python -m scheduler.executor.train``).
 
 ``colocate serve`` gives every member of a group a hard limit (``COLOCATE_MEMORY_LIMIT_BYTES``, per GPU: its
-planned footprint plus headroom plus one CUDA context, :mod:`scheduler.service.memory`). The trainer holds itself
+planned footprint plus headroom plus one CUDA context, :mod:`scheduler.service.contract`). The trainer holds itself
 to it:
 
 * **on a GPU**, its caching allocator is capped at the limit less the context

@@ -37,8 +37,8 @@ from common.names import NAME_RULE, is_safe_name, safe_name, shown
 from common.placeholders import VALID, check_placeholders
 from profiler.gpu.sharing import sharing_mode_names
 from scheduler.formats.allocation_file import read_allocation_file
-from scheduler.model.applications import APPLICATION_MODELS
 from scheduler.model.cluster import MAX_GPUS_PER_NODE
+from scheduler.model.jobs import APPLICATION_MODELS
 
 DEFAULT_IMAGE_SIZE = 32
 

@@ -1,7 +1,7 @@
 """Every file format the scheduler reads or writes, and where its data lies.
 
 Cluster files and job CSVs are read by :mod:`scheduler.model.cluster` and :mod:`scheduler.model.jobs` beside
-their values; the job file of ``colocate submit`` by :mod:`scheduler.service.jobspec`. Here:
+their values; the job file of ``colocate submit`` by :mod:`scheduler.service.jobs.jobspec`. Here:
 
 * :mod:`.colocation_table` — measured or predicted pair ratios per GPU type;
 * :mod:`.profiles` — throughput profiles and gradient-noise curves (ours, Sia's traces);

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from common.errors import InputError
-from scheduler.model.gns import GnsCurve
+from scheduler.model.efficiency import GnsCurve
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

@@ -6,7 +6,7 @@
     gpu_type,model,batch_size,image_size,precision,iter_time_s,peak_memory_mib,peak_allocated_mib,runs
 
 ``peak_memory_mib`` is the caching allocator's reserved peak (``torch.cuda.max_memory_reserved``), what a member's
-allocator cap in ``colocate serve`` limits (:mod:`scheduler.service.memory`); ``iter_time_s`` is what
+allocator cap in ``colocate serve`` limits (:mod:`scheduler.service.contract`); ``iter_time_s`` is what
 ``scripts/live-gpu.sh --dry-run`` sizes its jobs and estimates its GPU time from. ``python -m
 scheduler.formats.bundled`` rebuilds the files (:func:`build_solo_times`); :func:`solo_table` reads one with the
 standard library only (the server reads it; nothing here imports pandas unless building).

@@ -52,7 +52,7 @@ from common.errors import InputError
 from profiler.campaign.spec import parse_job_type
 from scheduler.formats.colocation_table import load_colocation_tables
 from scheduler.formats.gavel_format import parse_gavel_key, read_gavel_json
-from scheduler.model.applications import APPLICATION_MODELS
+from scheduler.model.jobs import APPLICATION_MODELS
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

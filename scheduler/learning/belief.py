@@ -8,13 +8,13 @@ code as ``colocate serve`` (:class:`scheduler.learning.pairs.PairBelief`, the ex
 
 * ``none`` — nothing known: every pair starts at time-slicing, held weakly, and is explored;
 * ``predicted`` — the δ predictor's output for each pair, fitted on the table's *other* pairs
-  (leave-the-pair-out, :func:`scheduler.learning.prior.leave_pair_out_table`);
+  (leave-the-pair-out, :func:`scheduler.learning.predictor.prior.leave_pair_out_table`);
 * ``table:FILE`` — a colocation table the user has (pairs it lacks are unknown);
 * ``noisy:σ`` — the truth × lognormal noise of σ per ratio (a misleading prior; seeded), with the interval that
   noise implies.
 
 Each prior comes with its interval where it has one (``predicted``: the held-out residuals of the table's
-other pairs, :func:`scheduler.learning.prior.leave_pair_out_table`), and the exploration rule plans each
+other pairs, :func:`scheduler.learning.predictor.prior.leave_pair_out_table`), and the exploration rule plans each
 pair at the upper end of its belief's interval (:mod:`scheduler.learning.explore`).
 
 A pair that ran together for part of a round yields one sample: the ratios the truth gave it, exactly. The
@@ -119,7 +119,7 @@ def prior_table(spec: BeliefSpec, truth: ColocationTable, seed: int = 0) -> Colo
     if spec.kind == "none":
         return None
     if spec.kind == "predicted":
-        from scheduler.learning.prior import leave_pair_out_table
+        from scheduler.learning.predictor.prior import leave_pair_out_table
 
         return leave_pair_out_table(truth)
     if spec.kind == "table":

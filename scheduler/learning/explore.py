@@ -4,7 +4,7 @@ One function, :func:`planning_ratios`, used by the live server and by the simula
 *optimism bounded by the belief's own interval* (UCB): each member's ratio is planned at the upper end of
 its interval, ``r · exp(z · sd)``, ``z`` the normal quantile of :attr:`ExploreConfig.level` and ``sd`` the
 belief's standard deviation in log space (:mod:`scheduler.learning.pairs`): the prior's own spread — the
-calibrated interval of the δ predictor (:mod:`scheduler.learning.conformal`), wide for a job type it never
+calibrated interval of the δ predictor (:mod:`scheduler.learning.predictor.conformal`), wide for a job type it never
 saw or a GPU type its error is large on, narrow where the same pair was measured elsewhere; the noise of one
 sample for a table that gives no interval; the spread of ratios around time-slicing where nothing is known —
 shrunk by every sample measured, ``sd = 1 / √(1/s₀² + n/σ²)``. So a pair is tried when the top of what it

@@ -1,7 +1,7 @@
 """Online learning: measured iteration times become the goodput estimates and colocation ratios of the next round.
 
 The round loop folds every measured iteration time into ``measurements`` (one running mean and a sample count
-per application, GPU type, GPU count, batch and partner type; :mod:`scheduler.service.store`). From there:
+per application, GPU type, GPU count, batch and partner type; :mod:`scheduler.service.state.store`). From there:
 
 * :class:`LearnedGoodputModel` answers the policy's goodput questions: a measured solo configuration is used
   as measured; an unmeasured one comes from the base model (profiles given to ``serve --profiles``) or, for
@@ -45,7 +45,7 @@ PRIOR = StepTimeModel(alpha_c=0.02, beta_c=0.0005, alpha_r=0.005, beta_r=0.002, 
 
 
 class JobLimits(Protocol):
-    """What learning reads of a job file (:class:`scheduler.service.jobspec.JobSpec`): where the job may run."""
+    """What learning reads of a job file (:class:`scheduler.service.jobs.jobspec.JobSpec`): where the job may run."""
 
     @property
     def gpu_types(self) -> tuple[str, ...]: ...
@@ -203,7 +203,7 @@ def _predicted_prior(base: ColocationTable | None) -> Any:
     """The δ predictor fitted on the shipped pairs and ``base`` (fitted once per base table: ~1 s)."""
     hit = _PRIORS.get(id(base))
     if hit is None or hit[0] is not base:
-        from scheduler.learning.prior import build_prior, table_frame
+        from scheduler.learning.predictor.prior import build_prior, table_frame
 
         if len(_PRIORS) > 8:
             _PRIORS.clear()

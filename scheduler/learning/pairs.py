@@ -3,7 +3,7 @@
 One belief per (GPU type, job type a, job type b), kept in log space, where ratios multiply:
 
 * a **prior** — a table the user gave (``--colocation``), the δ predictor's output
-  (:mod:`scheduler.learning.prior`), or nothing (then plain time-slicing, ``0.5`` each) — with its own
+  (:mod:`scheduler.learning.predictor.prior`), or nothing (then plain time-slicing, ``0.5`` each) — with its own
   spread in log space: the prior's interval where it gives one (the predictor's calibrated interval, or a
   table's ``low_a``/``high_a``... columns), one sample's noise for a table without intervals, and
   :attr:`PairConfig.unknown_spread` for nothing; a prior of spread ``s₀`` counts as ``(σ / s₀)²`` samples;
@@ -79,7 +79,7 @@ class PairConfig:
     max_ratio: float = 1.1  # co-location never makes a job much faster than alone: more is noise
     prior_weight: float = 1.0  # pseudo-samples of a prior without an interval (a measured table: one sample)
     # "nothing known": measured log ratios spread 0.36 around time-slicing (the root mean square of log(r / 0.5)
-    # over the 2,034 ratios of the shipped tables, scheduler.learning.prior.default_training_frame)
+    # over the 2,034 ratios of the shipped tables, scheduler.learning.predictor.prior.default_training_frame)
     unknown_spread: float = 0.36
     unknown_ratio: float = 0.5  # each member at half its solo speed: plain time-slicing
 

@@ -2,7 +2,9 @@
 
 :func:`statistical_efficiency` is Pollux's form from a gradient-noise scale; :class:`ValidationCurves` hold Sia's
 per-epoch gradient statistics at the validated batches (``validation-*.csv`` of its traces, read by
-:func:`read_validation_curves`), from which a job's efficiency at its own batch and epoch is interpolated.
+:func:`read_validation_curves`), from which a job's efficiency at its own batch and epoch is interpolated; a
+:class:`GnsCurve` holds a job's gradient statistics along its training (Pollux, OSDI'21), read from the same files
+by :func:`scheduler.formats.profiles.read_gns_curves`.
 """
 
 from __future__ import annotations
@@ -109,3 +111,33 @@ def statistical_efficiency(batch_size: "np.ndarray | float", init_batch_size: in
 
 # estimates kept per model before the caches start over (an entry is a few kB; Sia's 960-job newtrace
 # workload with colocate asks for about 6,000 distinct ones, and the whole simulation peaks at 220 MB)
+
+
+@dataclass(frozen=True)
+class GnsCurve:
+    """Gradient statistics along training for one application, measured at batch ``init_batch_size``.
+
+    ``progress`` is increasing; ``grad_sqr`` (|g|²) and ``grad_var`` (tr Σ) are interpolated along it.
+    ``max_batch_size`` is the largest batch Sia validated for the application (its adaptive upper limit).
+    """
+
+    application: str
+    init_batch_size: int
+    max_batch_size: int
+    progress: tuple[float, ...]
+    grad_sqr: tuple[float, ...]
+    grad_var: tuple[float, ...]
+
+    @property
+    def max_progress(self) -> float:
+        """Progress at the end of the reference curve (training done)."""
+        return self.progress[-1]
+
+    def noise_scale(self, progress: float) -> float:
+        """Pollux's φ = M0 · tr Σ / |g|² at ``progress`` (linear interpolation, clamped to the curve)."""
+        p = np.asarray(self.progress)
+        sqr = float(np.interp(progress, p, self.grad_sqr))
+        var = float(np.interp(progress, p, self.grad_var))
+        if sqr <= 0:
+            return float("inf")
+        return self.init_batch_size * var / sqr

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
     from scheduler.model.configs import Configuration
-    from scheduler.model.gns import GnsCurve
+    from scheduler.model.efficiency import GnsCurve
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ The Sia/Pollux workload header ``name,time,application,num_replicas,batch_size``
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -249,3 +249,12 @@ def load_jobs(path: str | Path) -> list[Job]:
     if not rows:
         raise InputError("no jobs (a header only)", source=p, field="name", valid="one job per line after the header")
     return jobs_from_rows(rows, source=str(p))
+
+
+# Applications of public traces (Sia/Pollux names) and the model of our zoo that stands in for each, read by the
+# executors (a trace's ``cifar10`` job trains ``resnet18`` on 32-pixel images) and by scheduler.formats.transfer
+# (our measured ``resnet18`` pairs replace transferred ``cifar10`` ratios): application → (model, image size)
+APPLICATION_MODELS: Mapping[str, tuple[str, int]] = {
+    "cifar10": ("resnet18", 32),
+    "imagenet": ("resnet50", 224),
+}

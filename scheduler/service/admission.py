@@ -22,8 +22,8 @@ from typing import Any
 from common.errors import InputError
 from common.names import is_safe_name
 from common.untrusted import printable
-from scheduler.service.jobspec import JobSpec
-from scheduler.service.store import FAILED, QUEUED, JobRow, StateStore, Transaction
+from scheduler.service.jobs.jobspec import JobSpec
+from scheduler.service.state.store import FAILED, QUEUED, JobRow, StateStore, Transaction
 
 CLUSTER_META = "cluster"
 WAITING = "waiting: "  # prefix of the error column of a job that cannot run on the cluster served now

@@ -14,7 +14,7 @@ from common.bounds import check_number
 from common.errors import InputError
 from common.options import nested, option
 from scheduler.ilp.config import IlpConfig
-from scheduler.service.probes import ProbeConfig
+from scheduler.service.probes.manager import ProbeConfig
 from scheduler.service.stability import StabilityConfig
 
 # The round ILP as a live scheduler runs it (scheduler.service.stability, rules 2-4 and fairness): resuming a

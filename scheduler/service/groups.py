@@ -30,7 +30,7 @@ from scheduler.executor.supervise import CHECKPOINT_FILE, OOM_FILE, PROGRESS_FIL
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.service.config import ServeConfig
     from scheduler.service.rounds import Unit
-    from scheduler.service.store import JobRow
+    from scheduler.service.state.store import JobRow
 
 
 def job_dir(state_dir: Path, name: str) -> Path:

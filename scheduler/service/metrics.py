@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from common.errors import InputError
-from scheduler.service.store import ACTIVE_STATES, FINAL_STATES, RUNNING
+from scheduler.service.state.store import ACTIVE_STATES, FINAL_STATES, RUNNING
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.service.server import RoundStats, Server
@@ -100,7 +100,7 @@ class ServeMetrics:
     def update(self, server: "Server", stats: "RoundStats") -> None:
         """Refresh every metric from the state after a round."""
         from scheduler.learning.measured import SoloTimes, learned_ratios
-        from scheduler.service.views import learned_pairs
+        from scheduler.service.front.views import learned_pairs
         from scheduler.service.waiting import META_KEY, loads
 
         rows = server.state.jobs()
@@ -149,7 +149,7 @@ class ServeMetrics:
     def _per_job(self, server: "Server", rows: list[Any], solo: Any) -> None:
         """The running jobs' series; those of jobs no longer running (or running elsewhere) are removed."""
         from scheduler.service.contract import measured_slowdown
-        from scheduler.service.views import running_limits
+        from scheduler.service.front.views import running_limits
 
         limits = running_limits(server.state)
         now: dict[Any, set[tuple[str, ...]]] = {self.job_rate: set(), self.job_slowdown: set(), self.job_limit: set()}

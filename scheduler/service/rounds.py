@@ -13,7 +13,7 @@ from typing import Any
 
 from scheduler.model.jobs import Job
 from scheduler.model.policy import JobPlacement, Placement, RoundDecision
-from scheduler.service.store import RUNNING, JobRow
+from scheduler.service.state.store import RUNNING, JobRow
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def policy_jobs(rows: Sequence[JobRow], now: float, held: Collection[str] = (),
 
     ``age_s`` is the time since the job's *first* start (Sia's T); ``held`` jobs are pinned to their current
     configuration (the minimum run of :mod:`scheduler.service.stability`); ``memory``: each job's planned GPU
-    memory (:func:`scheduler.service.memory.planned_gb`); its slowdown bound and ``exclusive`` come from its spec.
+    memory (:func:`scheduler.service.contract.planned_gb`); its slowdown bound and ``exclusive`` come from its spec.
     """
     jobs = []
     for row in rows:

@@ -19,10 +19,10 @@ from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.formats.profiles import load_goodput_model
 from scheduler.model.colocation import ColocationTable
 from scheduler.service import admission
-from scheduler.service import lock as server_lock
 from scheduler.service.config import ServeConfig
 from scheduler.service.server import RoundStats, Server
-from scheduler.service.store import StateStore
+from scheduler.service.state import lock as server_lock
+from scheduler.service.state.store import StateStore
 
 
 def _backend_names() -> tuple[str, ...]:

@@ -41,13 +41,13 @@ from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import GoodputModelBase
 from scheduler.model.jobs import Job
 from scheduler.service import admission, contract, rounds, settle, waiting
-from scheduler.service import lock as server_lock
 from scheduler.service.batch_hold import HeldBatchModel, batch_holds
 from scheduler.service.config import ServeConfig
-from scheduler.service.probes import ProbeManager, probing_enabled
-from scheduler.service.rows import GroupRecord
+from scheduler.service.probes.manager import ProbeManager, probing_enabled
 from scheduler.service.stability import fold_startup, hurting_members, load_startups, pinned_jobs
-from scheduler.service.store import CANCELLED, QUEUED, RUNNING, JobRow, StateStore, Transaction
+from scheduler.service.state import lock as server_lock
+from scheduler.service.state.rows import GroupRecord
+from scheduler.service.state.store import CANCELLED, QUEUED, RUNNING, JobRow, StateStore, Transaction
 
 BAD_FILE_GRACE_S = 2.0  # how long a job's records may stay unreadable before it misbehaves
 

@@ -13,8 +13,8 @@ from typing import Any
 from common.bounds import MAX_SECONDS
 from scheduler.learning.measured import job_type
 from scheduler.service import contract
-from scheduler.service.rows import MIN_ITER_TIME_S
-from scheduler.service.store import CANCELLED, COMPLETED, FAILED, QUEUED, JobRow, Transaction
+from scheduler.service.state.rows import MIN_ITER_TIME_S
+from scheduler.service.state.store import CANCELLED, COMPLETED, FAILED, QUEUED, JobRow, Transaction
 
 WARMUP_STEPS = 3  # steps of a fresh process not measured (the trainer's own warm-up)
 

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from common.safe_load import stored_json
-from scheduler.service.store import QUEUED, RUNNING, JobRow
+from scheduler.service.state.store import QUEUED, RUNNING, JobRow
 
 if TYPE_CHECKING:  # pragma: no cover  (``colocate jobs`` reads the reasons without importing the scheduler)
     from scheduler.model.cluster import Cluster

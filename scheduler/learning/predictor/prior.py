@@ -1,6 +1,6 @@
 """The δ predictor as the scheduler's prior: fitted on colocation tables, a ratio and an interval for every pair.
 
-The model (:mod:`scheduler.learning.ratio_model`, weighing the evidence of :mod:`scheduler.learning.evidence`)
+The model (:mod:`scheduler.learning.predictor.ratio_model`, weighing the evidence of :mod:`scheduler.learning.predictor.evidence`)
 sees here only what a colocation table holds: job types and measured ratios per GPU type, no solo features.
 Each GPU type's rows are one dataset, and every GPU type is evidence for the others (the same pair measured on
 another GPU type, with a learned transfer factor); job types of one model at other batch sizes are evidence
@@ -9,7 +9,7 @@ for each other; a job type's partners give its sensitivity and pressure.
 :class:`TablePrior` fits it on the measured pairs the project ships (:func:`default_training_frame`) plus any
 table the user gives (:func:`build_prior`, ``colocate serve``) and answers for every pair with a
 :class:`~scheduler.learning.pairs.PriorAnswer`: the ratios and their intervals, calibrated by split conformal
-on the model's own held-out predictions on the same tables (:mod:`scheduler.learning.folds`; K-fold over
+on the model's own held-out predictions on the same tables (:mod:`scheduler.learning.predictor.folds`; K-fold over
 pairs for the levels a known job type has, leave one job type out for a type it never saw). A job type it
 never saw is predicted with no job effects (the model's mean, its own model's pairs at other batches where
 there are some) and a wide interval; a GPU type it never saw, by the model fitted over all GPU types pooled.
@@ -28,11 +28,11 @@ import numpy as np
 import pandas as pd
 
 from scheduler.formats.colocation_table import MAX_RATIO
-from scheduler.learning.conformal import Calibration, cross_conformal
-from scheduler.learning.evidence import LEVELS, UNKNOWN, Dataset, Evidence, PairSet, Predictor
-from scheduler.learning.folds import held_out, ratio_calibration
 from scheduler.learning.pairs import PriorAnswer, application
-from scheduler.learning.predictor_config import PredictorConfig
+from scheduler.learning.predictor.config import PredictorConfig
+from scheduler.learning.predictor.conformal import Calibration, cross_conformal
+from scheduler.learning.predictor.evidence import LEVELS, UNKNOWN, Dataset, Evidence, PairSet, Predictor
+from scheduler.learning.predictor.folds import held_out, ratio_calibration
 from scheduler.model.colocation import ColocationTable
 
 TABLE_COLUMNS = ["gpu_type", "type_a", "type_b", "ratio_a", "ratio_b"]

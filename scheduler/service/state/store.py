@@ -31,8 +31,9 @@ from typing import Any
 
 from common.errors import InputError
 from common.names import is_safe_name
-from scheduler.service.jobspec import JobSpec
-from scheduler.service.rows import (
+from scheduler.service.jobs.jobspec import JobSpec
+from scheduler.service.state.opening import lock_wait
+from scheduler.service.state.rows import (
     MAX_COUNT,
     BadRow,
     GroupRecord,
@@ -45,7 +46,6 @@ from scheduler.service.rows import (
     int_list,
     row_key,
 )
-from scheduler.service.state_open import lock_wait
 
 DB_NAME = "state.db"  # state_open.refuse_state_target knows this name too
 SCHEMA_VERSION = "1"
@@ -110,14 +110,14 @@ class JobRow:
     @classmethod
     def from_sql(cls, row: sqlite3.Row, specs: dict[Any, JobSpec | InputError] | None = None,
                  source: str = DB_NAME) -> "JobRow":
-        """Build from a row whose other columns :func:`~scheduler.service.rows.check_job` accepted; ``specs``
+        """Build from a row whose other columns :func:`~scheduler.service.state.rows.check_job` accepted; ``specs``
         caches validated specs by their JSON text (a job's spec never changes).
 
-        The spec is validated again (:func:`~scheduler.service.jobspec.spec_from_row`): a row that fails —
+        The spec is validated again (:func:`~scheduler.service.jobs.jobspec.spec_from_row`): a row that fails —
         written behind ``submit``'s back, or damaged — comes back with a stand-in spec and the reason in
         ``invalid``, so readers show it and the server fails that job instead of stopping.
         """
-        from scheduler.service.jobspec import spec_from_row
+        from scheduler.service.jobs.jobspec import spec_from_row
 
         values = dict(row)
         values.pop("seq", None)
@@ -158,7 +158,7 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     """A read of the database whose SQLite errors become one-line :class:`InputError` s naming the file."""
     @functools.wraps(method)
     def wrapper(self: "StateStore", *args: Any, **kwargs: Any) -> Any:
-        from scheduler.service.state_open import database_errors
+        from scheduler.service.state.opening import database_errors
 
         with database_errors(self.path, self.lock_wait_s):
             return method(self, *args, **kwargs)
@@ -173,7 +173,7 @@ class StateStore:
         """``readonly``: open for reading only and create nothing (a missing database reads as empty);
         ``create``: make the directory when missing; ``lock_wait_s``: how long to wait for another program's
         lock (default :func:`lock_wait`)."""
-        from scheduler.service.state_open import check_state_dir, open_database
+        from scheduler.service.state.opening import check_state_dir, open_database
 
         # absolute: group documents store paths under it, and a server restarted elsewhere must find them
         self.dir = check_state_dir(state_dir, create=create and not readonly).absolute()
@@ -201,7 +201,7 @@ class StateStore:
     @contextmanager
     def transaction(self) -> Iterator["Transaction"]:
         """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on any exception)."""
-        from scheduler.service.state_open import database_errors
+        from scheduler.service.state.opening import database_errors
 
         with database_errors(self.path, self.lock_wait_s):
             if self.readonly:

@@ -1,4 +1,4 @@
-"""The δ predictor's knobs (:mod:`scheduler.learning.ratio_model`), in a module light enough for the CLI to
+"""The δ predictor's knobs (:mod:`scheduler.learning.predictor.ratio_model`), in a module light enough for the CLI to
 import when it builds ``colocate predict``'s options from them."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.learning.measured import SoloTimes, learned_ratios
-from scheduler.service.store import StateStore
+from scheduler.service.state.store import StateStore
 
 
 def job_views(state: StateStore) -> list[dict[str, Any]]:
@@ -60,7 +60,7 @@ def running_limits(state: StateStore) -> dict[str, int]:
 def learned_view(state: StateStore) -> dict[str, Any]:
     """The learned tables: solo iteration times per configuration and pair ratios, with sample counts; each
     with its ``source`` (``run``: measured while jobs ran, ``probe``: by automatic probes, or both); the probes."""
-    from scheduler.service.probe_records import META_KEY, load_records, probe_samples
+    from scheduler.service.state.probe_records import META_KEY, load_records, probe_samples
 
     measurements = state.measurements()
     probes = load_records(state.meta(META_KEY))
@@ -90,7 +90,7 @@ def learned_view(state: StateStore) -> dict[str, Any]:
 def server_status(state: StateStore) -> dict[str, Any]:
     """Whether a ``colocate serve`` holds the state directory now (its lock, :mod:`.lock`), its pid and the time of
     its last round (``heartbeat``)."""
-    from scheduler.service.lock import server_running
+    from scheduler.service.state.lock import server_running
 
     running = server_running(state.dir)
     return {"running": running, "pid": state.meta_value("server_pid") if running else None,

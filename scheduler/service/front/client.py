@@ -12,8 +12,8 @@ from typing import Any
 
 from common.errors import InputError
 from scheduler.service.admission import check_feasible, cluster_gpus, known_cluster
-from scheduler.service.jobspec import load_job
-from scheduler.service.store import FINAL_STATES, StateStore
+from scheduler.service.jobs.jobspec import load_job
+from scheduler.service.state.store import FINAL_STATES, StateStore
 
 
 def submit_jobs(job_files: list[Path] | list[str], state_dir: str | Path, cluster_path: str | Path | None = None
@@ -74,7 +74,7 @@ def check_state(state_dir: str | Path) -> dict[str, Any]:
     every job's spec against the validator, every row of every table and every meta value (:mod:`.rows`).
     Returns a summary (``invalid``: jobs whose spec fails; ``set_aside``: damaged rows, each with its table, key
     and problem); a database that cannot be used at all is an :class:`InputError`."""
-    from scheduler.service.state_open import database_errors
+    from scheduler.service.state.opening import database_errors
 
     store = StateStore(state_dir, create=False, readonly=True)
     try:

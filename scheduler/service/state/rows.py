@@ -3,7 +3,7 @@
 The server wrote these rows, but anything may have changed them since (a hand edit, a recovery with
 ``sqlite3 .recover``, an older version, a disk error). SQLite keeps any value in any column, so each
 reader here checks the *type and range* of every column it uses and returns the row, or the reason it is
-not usable. :class:`~scheduler.service.store.StateStore` keeps the reasons (``set_aside``: table and key →
+not usable. :class:`~scheduler.service.state.store.StateStore` keeps the reasons (``set_aside``: table and key →
 problem); the server records each once as a ``set-aside`` event, ``colocate state check`` lists them, and no
 round or read-only command fails on one.
 
@@ -47,7 +47,7 @@ from common.bounds import (
 )
 from common.names import is_safe_name, shown
 from common.untrusted import printable
-from scheduler.service.probe_records import valid_record
+from scheduler.service.state.probe_records import valid_record
 
 STATES = ("queued", "running", "completed", "failed", "cancelled")
 MIN_ITER_TIME_S = 1e-6  # no training step takes less than a microsecond

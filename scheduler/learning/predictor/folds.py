@@ -2,12 +2,12 @@
 
 * ``pair`` — leave one pair out: each measured pair of a dataset is held out in turn and predicted from
   everything else, its own measurements on other GPU types and sharing modes included (the closest evidence
-  there is, :mod:`scheduler.learning.evidence`); with ``everywhere`` the pair is held out of every dataset (a
+  there is, :mod:`scheduler.learning.predictor.evidence`); with ``everywhere`` the pair is held out of every dataset (a
   pair nobody in the cluster measured: the simulator's ``--belief predicted``).
 * ``type`` — leave one job type out: every pair with the type, in every dataset, is held out; its solo
   measurements stay. What a cluster meets when a new job type arrives.
 
-The residuals of these held-out predictions calibrate the intervals (:mod:`scheduler.learning.conformal`):
+The residuals of these held-out predictions calibrate the intervals (:mod:`scheduler.learning.predictor.conformal`):
 the predictions of a filled table take their intervals from both protocols' residuals, each evidence level
 from the protocol that produces it.
 """
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler.learning.conformal import Calibration
-from scheduler.learning.evidence import LEVELS, Evidence, PairSet, Predictor
-from scheduler.learning.predictor_config import PredictorConfig
+from scheduler.learning.predictor.config import PredictorConfig
+from scheduler.learning.predictor.conformal import Calibration
+from scheduler.learning.predictor.evidence import LEVELS, Evidence, PairSet, Predictor
 
 PROTOCOLS = ("pair", "type")
 Progress = Callable[[int, int], None]

@@ -39,9 +39,9 @@ from scheduler.executor.plan import GpuGroup, JobLaunch
 from scheduler.learning.measured import job_type
 from scheduler.model.cluster import Cluster
 from scheduler.model.colocation import ColocationTable
-from scheduler.service.probe_records import META_KEY, load_records
-from scheduler.service.rows import MIN_ITER_TIME_S
-from scheduler.service.store import ACTIVE_STATES, JobRow, StateStore, Transaction
+from scheduler.service.state.probe_records import META_KEY, load_records
+from scheduler.service.state.rows import MIN_ITER_TIME_S
+from scheduler.service.state.store import ACTIVE_STATES, JobRow, StateStore, Transaction
 
 RUNNING, DONE, FAILED, INTERRUPTED = "running", "done", "failed", "interrupted"
 Gpu = tuple[str, int, int]  # (GPU type, node within the type, GPU on the node)
@@ -222,7 +222,7 @@ class ProbeManager:
                  "run_timeout_s": self.config.timeout_s / 3,  # three runs at most: the probe ends in timeout_s
                  "jobs": jobs, "out": str(directory / "result.json")}
         (directory / "probe.json").write_text(json.dumps(probe))
-        argv = [self.python, "-m", "scheduler.service.probe_run", str(directory / "probe.json")]
+        argv = [self.python, "-m", "scheduler.service.probes.run", str(directory / "probe.json")]
         name = f"probe-{key}"
         group = GpuGroup(0, gpu[0], (gpu[1],), (gpu[2],), (JobLaunch(name, gpu[0], 1, target.batch, None,
                                                                      command=" ".join(argv)),), "none")

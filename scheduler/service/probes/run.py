@@ -1,6 +1,6 @@
-"""One probe of ``colocate serve``: ``python -m scheduler.service.probe_run PROBE.json``.
+"""One probe of ``colocate serve``: ``python -m scheduler.service.probes.run PROBE.json``.
 
-The server (:mod:`scheduler.service.probes`) starts this as the one "job" of a GPU group on a spare GPU, through
+The server (:mod:`scheduler.service.probes.manager`) starts this as the one "job" of a GPU group on a spare GPU, through
 its executor (so it lands on the right node, with ``CUDA_VISIBLE_DEVICES`` set, on the local and Ray back ends
 alike). It measures with the profiler's runner (:func:`profiler.campaign.runner.execute_run`, warm workers of
 :class:`profiler.campaign.pool.WorkerPool`): each distinct job type alone, then the pair together when a partner
@@ -67,7 +67,7 @@ def _row(record: Any, labels: list[str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m scheduler.service.probe_run PROBE.json", file=sys.stderr)
+        print("usage: python -m scheduler.service.probes.run PROBE.json", file=sys.stderr)
         return 2
     doc = json.loads(Path(args[0]).read_text())
     result = measure(doc)

@@ -39,7 +39,7 @@ def valid_record(record: Any) -> bool:
 
 def load_records(text: str | None) -> list[dict[str, Any]]:
     """The stored probe records; a damaged record (written behind the server's back) is left out (the state
-    database's reader records it as set aside: :mod:`scheduler.service.rows`)."""
+    database's reader records it as set aside: :mod:`scheduler.service.state.rows`)."""
     return [r for r in stored_json(text, list) if valid_record(r)]
 
 

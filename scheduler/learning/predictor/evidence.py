@@ -13,7 +13,7 @@ in dataset d, the evidence, closest first:
 4. a job type never measured in a pair in d: its model at another batch (``new type, model known``), else
    only its solo features (``new type``).
 
-**One model, conditioned on the evidence at hand.** :func:`scheduler.learning.ratio_model.fit_arrays` fits
+**One model, conditioned on the evidence at hand.** :func:`scheduler.learning.predictor.ratio_model.fit_arrays` fits
 levels 3–4 (solo features, job effects, completion) and, for each closer evidence k the query has, a term
 ``[k available]·(α_k + β_k·e_k)``: β_k is the learned *transfer factor* (how much of, say, the K80's log
 ratio carries to the V100), α_k its offset. The model is fitted once per *pattern* of available evidence,
@@ -32,8 +32,8 @@ import numpy as np
 import pandas as pd
 
 from scheduler.formats.colocation_table import MAX_RATIO
-from scheduler.learning.predictor_config import PredictorConfig
-from scheduler.learning.ratio_model import MIN_RATIO, SELECT_MAX_ROWS, Fitted, fit_arrays
+from scheduler.learning.predictor.config import PredictorConfig
+from scheduler.learning.predictor.ratio_model import MIN_RATIO, SELECT_MAX_ROWS, Fitted, fit_arrays
 
 # closest first: the same pair elsewhere; the same models at another batch; both types measured with others;
 # a type never measured in a pair here, but its model is (at another batch); a type known only alone

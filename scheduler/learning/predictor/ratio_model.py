@@ -10,7 +10,7 @@ r(a|b) = t_a / t′_a is
   peak memory, NVML/GPM utilization and occupancy, the kernel profile's duration-weighted occupancy and DRAM
   throughput, whichever the data has (Gavel's file has only the first two; a bare colocation table none);
 * s_a, p_b: per-job-type sensitivity and pressure (one-hot columns), c: same-type pairs;
-* e_k: closer evidence about this very pair (:mod:`scheduler.learning.evidence`: the same two models at
+* e_k: closer evidence about this very pair (:mod:`scheduler.learning.predictor.evidence`: the same two models at
   another batch size or precision, the same pair on another GPU type or sharing mode), each with its learned
   transfer factor β_k and offset α_k;
 * all of the above fitted by ridge regression (``ridge_lambda``; the few evidence terms ``evidence_lambda``);
@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from scheduler.formats.colocation_table import MAX_RATIO
-from scheduler.learning.predictor_config import PredictorConfig
+from scheduler.learning.predictor.config import PredictorConfig
 
 MIN_RATIO = 0.01
 LOG_FEATURES = ("solo_iter_time_s", "batch_size", "peak_memory_mib")  # sizes and times enter as logs
@@ -71,7 +71,7 @@ def design(
     interactions: bool, job_effects: bool, evidence: np.ndarray | None = None,
 ) -> np.ndarray:
     """Rows of the ridge design for directed observations (victim index, aggressor index); ``evidence``: the
-    columns of :func:`scheduler.learning.evidence.evidence_columns`, appended last."""
+    columns of :func:`scheduler.learning.predictor.evidence.evidence_columns`, appended last."""
     fv, fa = features[victims], features[aggressors]
     parts = [np.ones((len(victims), 1)), fv, fa]
     if interactions and features.shape[1]:

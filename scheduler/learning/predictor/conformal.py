@@ -2,7 +2,7 @@
 
 A prediction's interval is ``[μ + q_lo, μ + q_hi]`` in log space, ``q_lo`` and ``q_hi`` the lower and upper
 (1 − level)/2 order statistics of held-out residuals (log truth − log prediction) of predictions made *the same
-way*: residuals of the same evidence level (:data:`scheduler.learning.evidence.LEVELS` — a pair measured on
+way*: residuals of the same evidence level (:data:`scheduler.learning.predictor.evidence.LEVELS` — a pair measured on
 another GPU type is predicted far better than a pair of a job type never measured), from the same dataset.
 With n exchangeable residuals the ⌈(n + 1)(1 − α/2)⌉-th order statistic bounds a new one with probability at
 least 1 − α/2 (Vovk et al. 2005; Lei et al. 2018, split conformal), so the interval covers with probability
