@@ -108,3 +108,18 @@ def events(state: Path, job: str | None = None) -> list[dict[str, Any]]:
     from scheduler.service.state.store import StateStore
 
     return StateStore(state, create=False).events(job)
+
+
+def drive_rounds(server: Any, done: Callable[[], bool], timeout_s: float = 240.0) -> int:
+    """Rounds as ``serve`` runs them (round_s after the end of enacting, background work in between) until
+    ``done()``; the number of rounds."""
+    rounds, deadline = 0, time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"not done after {rounds} rounds"
+        server.round()
+        rounds += 1
+        ended = time.monotonic()
+        while time.monotonic() - ended < server.config.round_s:
+            server.between_rounds()
+            time.sleep(0.05)
+    return rounds

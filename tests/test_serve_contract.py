@@ -19,7 +19,7 @@ from scheduler.service.config import ServeConfig
 from scheduler.service.jobs.jobspec import job_from_dict
 from scheduler.service.server import Server
 from scheduler.service.state.store import StateStore
-from tests.serve_helpers import kill_groups
+from tests.serve_helpers import drive_rounds, kill_groups
 
 # The checkpoint-restore contract with two knobs: $NEED_BYTES of GPU memory it "allocates" (past a limit in force
 # it writes its out-of-memory record and exits 3, as a command job may), and $SHARED_SLOWDOWN, how much slower
@@ -75,16 +75,7 @@ def _job(tmp_path: Path, name: str, steps: int, env: str = "", **fields: object)
 
 
 def _drive(server: Server, done, timeout_s: float = 120.0) -> int:
-    rounds, deadline = 0, time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, f"not done after {rounds} rounds"
-        server.round()
-        rounds += 1
-        ended = time.monotonic()
-        while time.monotonic() - ended < server.config.round_s:
-            server.between_rounds()
-            time.sleep(0.05)
-    return rounds
+    return drive_rounds(server, done, timeout_s)
 
 
 def _jobs_cli(state_dir: Path) -> dict[str, object]:

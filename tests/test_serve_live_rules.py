@@ -19,7 +19,7 @@ from scheduler.service.config import ServeConfig
 from scheduler.service.jobs.jobspec import job_from_dict
 from scheduler.service.server import Server
 from scheduler.service.state.store import StateStore
-from tests.serve_helpers import kill_groups
+from tests.serve_helpers import drive_rounds, kill_groups
 
 # Resume from the checkpoint, start up for $STARTUP s (an interpreter and model build), count to the target
 # (faster on more GPUs; $SHARED_SLOWDOWN times slower next to a partner), and on SIGTERM take $STOP_S s to
@@ -69,17 +69,7 @@ def _job(tmp_path: Path, name: str, steps: int, startup: float = 0.0, stop_s: fl
 
 
 def _drive(server: Server, done, timeout_s: float = 240.0) -> int:
-    """Rounds as ``serve`` runs them (round_s after the end of enacting, background work in between)."""
-    rounds, deadline = 0, time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, f"not done after {rounds} rounds"
-        server.round()
-        rounds += 1
-        ended = time.monotonic()
-        while time.monotonic() - ended < server.config.round_s:
-            server.between_rounds()
-            time.sleep(0.05)
-    return rounds
+    return drive_rounds(server, done, timeout_s)
 
 
 def test_equal_adaptive_jobs_with_short_rounds_and_slow_start_ups_do_not_swap(tmp_path: Path) -> None:

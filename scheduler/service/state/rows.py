@@ -243,24 +243,22 @@ def _counter(text: str) -> Any:
     return value
 
 
-def _time(text: str) -> Any:
+def _seconds(text: str, high: float, what: str) -> float:
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not 0 <= value <= MAX_EPOCH_S:
-        raise BadRow(f"{shown(text)} is not a time (seconds since 1970)")
+    if not 0 <= value <= high:
+        raise BadRow(f"{shown(text)} is not {what}")
     return value
+
+
+def _time(text: str) -> Any:
+    return _seconds(text, MAX_EPOCH_S, "a time (seconds since 1970)")
 
 
 def _duration(text: str) -> Any:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value <= MAX_SECONDS:
-        raise BadRow(f"{shown(text)} is not a duration in seconds")
-    return value
+    return _seconds(text, MAX_SECONDS, "a duration in seconds")
 
 
 def _json_value(kind: type, item: Callable[[Any, Any], bool]) -> Callable[[str], Any]:
