@@ -1,6 +1,6 @@
 """The simulator's job list: :class:`Workload`, an arrival-ordered sequence of :class:`WorkloadJob`, and its
 CSV form (Sia's workload format). The readers that build one from public traces are in
-:mod:`scheduler.formats.workloads`, which re-exports these names."""
+:mod:`scheduler.formats.workloads`."""
 
 from __future__ import annotations
 

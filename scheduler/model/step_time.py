@@ -1,5 +1,5 @@
-"""Pollux's (OSDI'21 §3.2) iteration-time model, fitted to profile rows: the throughput half of goodput.
-:mod:`scheduler.model.goodput` re-exports :class:`StepTimeModel` and :func:`fit_step_time`."""
+"""Pollux's (OSDI'21 §3.2) iteration-time model, fitted to profile rows: the throughput half of goodput
+(:mod:`scheduler.model.goodput`)."""
 
 from __future__ import annotations
 
