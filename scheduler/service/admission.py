@@ -116,7 +116,7 @@ def culprits(error: Exception, names: list[str]) -> list[str]:
     """The jobs of a unit an error while building its group names (all of them when it names none)."""
     text = str(error)
     named = [n for n in names if repr(n) in text or f"'{n}'" in text or f"field '{n}'" in text]
-    field = getattr(error, "field", None) or ""
+    field = (error.field or "") if isinstance(error, InputError) else ""
     if field.startswith("allocations[") and "]" in field:
         index = field[len("allocations["):field.index("]")]
         if index.isdigit() and int(index) < len(names):

@@ -42,14 +42,14 @@ from scheduler.service.state.store import QUEUED, RUNNING, JobRow
 if TYPE_CHECKING:  # pragma: no cover  (``colocate jobs`` reads the reasons without importing the scheduler)
     from scheduler.model.cluster import Cluster
     from scheduler.model.jobs import Job
-    from scheduler.model.policy import Placement, RoundDecision
+    from scheduler.model.policy import Placement, Policy, RoundDecision
 
 META_KEY = "waiting"
 PACKING_POLICIES = ("colocate", "colocate-triples", "gandiva", "gavel-packed")
 
 
 def reasons(rows: Sequence[JobRow], cluster: Cluster, decision: RoundDecision | None, placement: Placement | None,
-            pending: Sequence[Any], table: Any, jobs: Sequence[Job], policy: Any,
+            pending: Sequence[Any], table: Any, jobs: Sequence[Job], policy: Policy,
             model: Any = None) -> dict[str, dict[str, str]]:
     """``{job: {"code", "text"}}`` for every queued job that did not start this round, and every running adaptive
     job kept on fewer GPUs than it may use while some of its type are idle (``model``: the round's goodput)."""
@@ -108,7 +108,7 @@ def _types(row: JobRow, cluster: Cluster) -> list[str]:
 
 
 def _unallocated(row: JobRow, cluster: Cluster, used: dict[str, int], allocated: dict[str, Any], table: Any,
-                 jobs: dict[str, Job], policy: Any) -> tuple[str, str]:
+                 jobs: dict[str, Job], policy: Policy) -> tuple[str, str]:
     need = row.spec.min_gpus
     types = [t for t in _types(row, cluster) if cluster.capacity(t) >= need]
     if not types:
@@ -123,8 +123,10 @@ def _unallocated(row: JobRow, cluster: Cluster, used: dict[str, int], allocated:
     busy = sum(cluster.capacity(t) for t in types)
     if row.spec.exclusive:
         return "exclusive", f"all {busy} GPU(s) busy; it never shares its GPUs (exclusive: true)"
-    if getattr(policy, "name", "") in PACKING_POLICIES and table is not None and row.name in jobs:
-        beta = getattr(getattr(policy, "config", None), "min_benefit", 0.0)
+    if policy.name in PACKING_POLICIES and table is not None and row.name in jobs:
+        from scheduler.ilp.policy import PackingPolicy  # the server's side only: jobs never gets here
+
+        beta = policy.config.min_benefit if isinstance(policy, PackingPolicy) else 0.0
         me = jobs[row.name]
         partners = [(a, jobs[a.job]) for a in allocated.values() if a.gpu_type in types and a.job in jobs
                     and a.num_gpus == me.num_gpus and not a.others]
