@@ -102,9 +102,9 @@ def _flags_show_no_type() -> None:
     took a value. A flag takes none: show no type for it. Other options keep Typer's label."""
     from typer.core import TyperOption
 
-    original = getattr(TyperOption, "display_type_rich", None)
-    if original is None or getattr(original, "flags_show_no_type", False):
-        return  # older Typer versions render flags through Click, without a type
+    original = TyperOption.display_type_rich
+    if getattr(original, "flags_show_no_type", False):
+        return
 
     def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
         if self.is_flag and self.metavar is None:
@@ -120,14 +120,14 @@ def usage_error(err: Any) -> InputError:
     error every other bad input gets, pointing at the command's ``--help`` for what is valid."""
     ctx = getattr(err, "ctx", None)
     command = ctx.command_path if ctx is not None else "colocate"
-    message = err.format_message().replace(" (env var: 'None')", "")  # Typer < 0.22 with Click >= 8.3 adds it
+    message = err.format_message()
     return InputError(message.rstrip("."), source=command, valid=f"see '{command} --help'")
 
 
 def _click_error(err: BaseException, name: str) -> bool:
-    """Whether ``err`` is Click's exception ``name`` (or a subclass), from Click or the copy newer Typer releases
-    carry (``typer._click``): matched by name so that neither has to be imported to ask."""
-    return any(c.__name__ == name and c.__module__.split(".")[0] in ("click", "typer") for c in type(err).__mro__)
+    """Whether ``err`` is Click's exception ``name`` (or a subclass) as Typer carries it (``typer._click``):
+    matched by name so that it need not be imported to ask."""
+    return any(c.__name__ == name and c.__module__.split(".")[0] == "typer" for c in type(err).__mro__)
 
 
 def _say_error(err: InputError) -> None:

@@ -9,9 +9,9 @@ building the adapters costs ≈ 0.15 s of CPU per process, more than the rest of
 own conversion, unchanged.
 
 The seam is Typer's conversion layer (``typer.core.build_runtime_param``, ``typer._coercion.RuntimeParam``),
-found by what it offers rather than by a release number: a Typer without it (older releases convert through
-Click's types, which need no bypass) or with another shape is left alone, and CI runs the newest Typer
-against a test that checks both conversions agree on every such parameter of every command.
+found by what it offers rather than by a release number: a Typer with another shape is left alone (its own
+conversion, slower but correct), and both CI lanes run a test that checks the two conversions agree on every
+such parameter of every command.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def install() -> None:
     try:
         from typer import _coercion, core
         from typer._param_types import coerce_cli_path
-    except ImportError:  # pragma: no cover  (a Typer without the pydantic layer)
+    except ImportError:  # pragma: no cover  (a Typer of another shape)
         return
     original = getattr(core, "build_runtime_param", None)
     if original is None or getattr(original, "plain_params", False) or not _has_layer(_coercion):
