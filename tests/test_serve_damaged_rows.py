@@ -42,6 +42,9 @@ CASES: dict[str, tuple[str, tuple, str, str, bool]] = {
     "groups-pid-file-elsewhere": ("INSERT INTO groups VALUES ('g00009', 'local', ?, '[\"victim\"]', ?)",
                                   (HANDLE.replace("/s/runs/g00009.pid", "/etc/passwd"), NOW), "groups", "g00009",
                                   True),
+    "groups-placement-overflow": ("INSERT INTO groups VALUES ('g00009', 'local', ?, '[\"victim\"]', ?)",
+                                  (HANDLE.replace('"pid_file"', '"placement": {"gpu_type": "t4", "nodes": [1e999], '
+                                                  '"gpus": [0]}, "pid_file"'), NOW), "groups", "g00009", True),
     "groups-created-at-text": ("INSERT INTO groups VALUES ('g00009', 'local', ?, '[\"victim\"]', 'noon')", (HANDLE,),
                                "groups", "g00009", True),
     "meta-rounds-not-a-number": ("INSERT OR REPLACE INTO meta VALUES ('rounds', 'many')", (), "meta", "rounds", True),
@@ -145,6 +148,38 @@ def test_a_running_job_whose_group_record_is_gone_is_retried(tmp_path: Path) -> 
         wait_until(lambda: server.round() and state.job("good").state == "completed", 60, "the job to complete",
                    interval_s=0.2)
         assert any(e["kind"] == "crashed" and "group's record" in e["detail"] for e in state.events("good"))
+    finally:
+        kill_groups(state.dir)
+
+
+def test_a_running_job_whose_row_is_set_aside_is_stopped_and_its_gpu_stays_busy_until_then(tmp_path: Path) -> None:
+    """Nothing can settle a group whose members' rows are all damaged: it is stopped. Until it has ended, its GPU
+    is busy by the group's own record, so a job queued for that GPU never runs beside it."""
+    state = StateStore(tmp_path / "state")
+    state.submit(job_from_dict({**GOOD, "name": "long", "command": "exec sleep 60"}))
+    cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})
+    server = Server(state, cluster, make_executor("local"), ServeConfig(round_s=0.5, device="cpu", stop_grace_s=5))
+    server.acquire()
+    try:
+        wait_until(lambda: server.round() and state.job("long").state == "running", 30, "the long job to start",
+                   interval_s=0.2)
+        (held,) = state.groups().values()
+        assert held.gpus == {("t4", 0, 0)}
+        with sqlite3.connect(state.path) as conn:
+            conn.execute("UPDATE jobs SET step = 'x' WHERE name = 'long'")
+        state.submit(job_from_dict(GOOD))
+        together = []
+
+        def step() -> bool:
+            server.round()
+            together.append(len(state.groups()))
+            return (good := state.job("good")) is not None and good.state == "completed"
+
+        wait_until(step, 60, "the queued job to complete", interval_s=0.2)
+        assert max(together) == 1, together  # never the damaged job's group and the new one at once
+        assert held.key not in state.groups() and not any(
+            "sleep 60" in " ".join(j["argv"]) for g in state.groups().values() for j in g.doc["jobs"])
+        assert state.job("long") is None and any(r[0] == "jobs" and r[1] == "long" for r in state.set_aside)
     finally:
         kill_groups(state.dir)
 

@@ -21,8 +21,9 @@ Started from a Ray actor (``die_with_parent``), the supervisor also gets ``PR_SE
 its actor, and its jobs with it.
 
 ``GROUP.json``: ``{"key", "sharing", "cuda_visible_devices" (null on CPU), "grace_s", "pid_file",
-"jobs": [{"name", "argv", "env", "dir", "memory_limit_bytes"}]}`` and, optional, ``"sharing_ready": true`` when the
-sharing mode is set up already (the Slurm backend's batch script runs the mode's ``slurm_setup``); a job's ``dir``
+"jobs": [{"name", "argv", "env", "dir", "memory_limit_bytes"}]}`` and, optional, ``"placement"`` (the GPU type,
+nodes and GPUs ``colocate serve`` gave the group: its server's record, not read here) and ``"sharing_ready": true``
+when the sharing mode is set up already (the Slurm backend's batch script runs the mode's ``slurm_setup``); a job's ``dir``
 holds ``train.log`` (appended across restarts), ``progress.json``, ``checkpoint.pt``, ``exit.json`` and, when it ran
 out of GPU memory, ``oom.json``. A member with a ``memory_limit_bytes`` (``colocate serve``: every member of a group)
 gets the sharing mode's own limit in its environment beside the group's daemon (MPS:

@@ -77,8 +77,10 @@ def group_document(key: str, group: GpuGroup, rows: dict[str, "JobRow"], config:
             env["COLOCATE_MEMORY_LIMIT_BYTES"] = str(limit)
         jobs.append({"name": job.name, "dir": str(directory), "env": env, "memory_limit_bytes": limit,
                      "argv": job_argv(job, settings, python=config.python, progress_file=str(progress))})
+    # the GPUs it holds, kept with the group: busy while it runs, even where its members' rows cannot be read
+    placement = {"gpu_type": group.gpu_type, "nodes": list(group.nodes), "gpus": list(group.gpus)}
     return {"key": key, "sharing": group.sharing, "gpu": config.device != "cpu", "grace_s": config.stop_grace_s,
-            "pid_file": str(state_dir / "runs" / f"{key}.pid"), "jobs": jobs}
+            "pid_file": str(state_dir / "runs" / f"{key}.pid"), "placement": placement, "jobs": jobs}
 
 
 def last_group_number(state: Any) -> int:

@@ -176,7 +176,8 @@ class Server:
         started, self._pending = self.start_units(plan.start)
         if self.probes is not None:  # GPUs this round left idle may measure a never-measured job type
             self.probes.poll()
-            self.probes.after_round(self.state.jobs(), table, (g for u in self._pending for g in rounds.unit_gpus(u)))
+            taken = self._group_gpus().union(*(rounds.unit_gpus(u) for u in self._pending))
+            self.probes.after_round(self.state.jobs(), table, taken)
         enact_s, enact_cpu = time.perf_counter() - enacting, time.process_time() - enacting_cpu
         reasons = waiting.reasons([*rows, *held_back], self.cluster, decision, placement, self._pending, table, policy_jobs,
                                   self.policy, model=context.goodput)
@@ -292,13 +293,17 @@ class Server:
 
         A poll's job files were read bounded and are checked (:mod:`scheduler.executor.job_files`): a job with bad
         files misbehaves (stopped, counted as a crash). A running job whose group record is gone (set aside as
-        damaged) crashed too: it is retried in a new group, which fences any copy still running."""
+        damaged) crashed too: it is retried in a new group, which fences any copy still running. A group whose
+        members' rows are all set aside is stopped (nothing could settle it); its GPUs stay busy until it ends."""
         groups = self.state.groups()
         polls = {key: self.executor.poll(g.handle, g.doc) for key, g in groups.items()}
         rows = {r.name: r for r in self.state.jobs()}
         orphans = [r for r in rows.values() if r.state == RUNNING and r.group_key not in groups]
         if not groups and not orphans:
             return
+        unreadable = tuple(k for k, g in groups.items() if not any(n in rows for n in g.jobs) and k not in self._stopping)
+        if unreadable:
+            self.request_stops(unreadable)
         finished: list[str] = []
         with self.state.transaction() as db:
             for key, group in groups.items():
@@ -327,8 +332,8 @@ class Server:
         ended_by = poll.ended_by if poll is not None and not stopping else None
         members = [n for n in group.jobs if n in rows]
         limits = {j["name"]: contract.limit_of(j.get("memory_limit_bytes")) for j in group.doc["jobs"]}
-        if not members:  # every member's row is set aside: leave the group as it is
-            return False
+        if not members:  # every member's row is set aside: nothing can settle it, so it stops (GPUs busy till then)
+            return poll is None or not poll.alive
         for name in members:
             reported = poll.jobs.get(name) if poll is not None else None
             files = checked_files(reported) if reported is not None else {}
@@ -404,13 +409,17 @@ class Server:
             self._stopping[key] = now + 5.0  # collect sees it gone (a stopped group, not a crash)
         self._stopping = {k: d for k, d in self._stopping.items() if k in groups}
 
+    def _group_gpus(self) -> set[tuple[str, int, int]]:
+        """The GPUs every live group holds, by its own record: busy even where its members' rows are set aside."""
+        return {gpu for group in self.state.groups().values() for gpu in group.gpus}
+
     def start_units(self, units: tuple[rounds.Unit, ...]) -> tuple[int, tuple[rounds.Unit, ...]]:
         """Start the units whose members wait and whose GPUs are free; returns how many started, and the
         units that wait for GPUs still held by a stopping group (or for a member still stopping)."""
         started, deferred = 0, []
         everyone = self.state.jobs()
         rows = {r.name: r for r in everyone}
-        busy = rounds.busy_gpus(everyone) | (self.probes.busy() if self.probes is not None else set())
+        busy = rounds.busy_gpus(everyone) | self._group_gpus() | (self.probes.busy() if self.probes is not None else set())
         for unit in units:
             if any(rows[s.job].cancel_requested or rows[s.job].state not in (QUEUED, RUNNING) for s in unit):
                 continue  # cancelled or ended meanwhile: the next round decides again

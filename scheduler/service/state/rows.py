@@ -143,6 +143,15 @@ class GroupRecord:
     jobs: tuple[str, ...]
     created_at: float
 
+    @property
+    def gpus(self) -> set[tuple[str, int, int]]:
+        """The (GPU type, node, GPU) the group holds, from its document (checked by :func:`check_group`); none
+        for a document written before groups recorded their placement."""
+        placement = self.doc.get("placement")
+        if not isinstance(placement, dict):
+            return set()
+        return {(placement["gpu_type"], n, g) for n in placement["nodes"] for g in placement["gpus"]}
+
 
 def check_group(values: Mapping[str, Any], job_names: set[str]) -> GroupRecord:
     """A ``groups`` row checked (:class:`BadRow` when it is not one the server wrote)."""
@@ -166,6 +175,18 @@ def check_group(values: Mapping[str, Any], job_names: set[str]) -> GroupRecord:
     return GroupRecord(str(key), str(values["executor"]), doc, started, tuple(jobs), float(values["created_at"]))
 
 
+def _check_placement(placement: Any) -> None:
+    """A group document's ``placement`` (absent in older documents): a GPU type and its node and GPU indices."""
+    if placement is None:
+        return
+    valid = (isinstance(placement, dict) and is_safe_name(placement.get("gpu_type"))
+             and all(isinstance(placement.get(k), list) and 1 <= len(placement[k]) <= MAX_GPUS
+                     and all(in_range(v, 0, MAX_GPUS - 1, integer=True) for v in placement[k]) for k in ("nodes", "gpus")))
+    if not valid:
+        raise BadRow(f"column 'handle': its group document's placement {shown(placement)} is not "
+                     f"{{\"gpu_type\": NAME, \"nodes\": [...], \"gpus\": [...]}} with indices in [0, {MAX_GPUS})")
+
+
 def _check_document(doc: Mapping[str, Any], key: str, jobs: list[str]) -> None:
     """The group document names this group and its jobs, and its paths are a state directory's (the server
     signals the pids its pid file names and reads the files of these directories; a state directory copied
@@ -175,6 +196,7 @@ def _check_document(doc: Mapping[str, Any], key: str, jobs: list[str]) -> None:
         raise BadRow("column 'handle': its group document does not describe this group")
     if [m.get("name") for m in members] != jobs:
         raise BadRow("column 'handle': its group document names other jobs than column 'jobs'")
+    _check_placement(doc.get("placement"))
     dirs = [m.get("dir") for m in members]
     pid_file = doc.get("pid_file")
     if (not all(isinstance(d, str) and Path(d).is_absolute() and Path(d).name == m["name"] and Path(d).parent.name
