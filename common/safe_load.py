@@ -13,7 +13,8 @@ inputs with a one-line :class:`~common.errors.InputError` naming the file:
 
 YAML numbers with an exponent (``1e6``, ``1.5e3``) are numbers, as in YAML 1.2 (PyYAML follows YAML 1.1,
 where an exponent needs a dot and a sign, and these are strings); YAML 1.1's base-60 numbers (``1:30`` = 90)
-are text, as in YAML 1.2.
+are text, and a leading zero is decimal (``0100`` = 100, not YAML 1.1's octal 64; octal is ``0o100``), as in
+YAML 1.2.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ MAX_DEPTH = 64
 MAX_ALIASES = 100
 MAX_ALIAS_EXPANSION = 10_000  # values that aliases may add when expanded
 # 1e6, 1.5e3, -2E-3, .5e1: YAML 1.2 floats with an exponent that YAML 1.1 (sign required, a dot) reads as strings
+# integers YAML 1.2 reads and YAML 1.1 does not: zero-padded decimals with an 8 or 9 (``08``), and ``0o`` octal
+_INT_1_2 = re.compile(r"^(?:[-+]?0[0-9_]+|0o[0-7]+)$")
 _EXPONENT_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$")
 
 
@@ -87,6 +90,15 @@ def _limited_loader() -> type:
                 raise _Refused(f"aliases expand to more than {MAX_ALIAS_EXPANSION} values", node.start_mark)
             return node
 
+        def construct_yaml_int(self, node: Any) -> int:
+            # YAML 1.1 reads `steps: 0100` as 64 (octal): a zero-padded count must not silently shrink
+            text = str(self.construct_scalar(node)).replace("_", "")
+            sign = -1 if text.startswith("-") else 1
+            digits = text.lstrip("+-")
+            if digits[:2] in ("0o", "0x", "0b"):
+                return sign * int(digits[2:], {"0o": 8, "0x": 16, "0b": 2}[digits[:2]])
+            return sign * int(digits, 10)
+
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             if isinstance(node, yaml.MappingNode):
                 seen: set[Any] = set()
@@ -106,6 +118,8 @@ def _limited_loader() -> type:
     # YAML 1.2 floats: PyYAML resolves YAML 1.1, where `1e6` is a string, so `steps: 1e6` would be refused as
     # "not a number"; numbers with an exponent read as numbers here, as every YAML 1.2 reader reads them
     _LimitedLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+.0123456789"))
+    _LimitedLoader.add_constructor("tag:yaml.org,2002:int", _LimitedLoader.construct_yaml_int)
+    _LimitedLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_1_2, list("-+0"))
     # YAML 1.1 reads `1:30` as 90 (base 60), YAML 1.2 as the text "1:30": a typo of a time or a ratio must not
     # become a silent number, so numbers here hold no ':' (a field that wants a number then refuses the text)
     for resolvers in _LimitedLoader.yaml_implicit_resolvers.values():

@@ -238,6 +238,14 @@ def test_yaml_base_60_is_text_not_a_number() -> None:
         "a": "1:30", "b": "190:20:30.15", "c": 90, "d": 1000.0}
 
 
+def test_yaml_integers_read_as_yaml_1_2_reads_them() -> None:
+    """A zero-padded count is decimal (YAML 1.1 would read ``0100`` as octal 64); octal is spelled ``0o``."""
+    from common.safe_load import parse_yaml
+
+    assert parse_yaml("a: 0100\nb: 08\nc: -012\nd: 0o17\ne: 0x1F\nf: 1_000\ng: 0\nh: 0o9", source="x") == {
+        "a": 100, "b": 8, "c": -12, "d": 15, "e": 31, "f": 1000, "g": 0, "h": "0o9"}
+
+
 def test_profile_on_cuda_with_a_torch_without_cuda_fails_in_one_line(tmp_path: Path) -> None:
     """Rather than run every cell, fail each and exit 0: one line, status 2, nothing written (planning with
     --dry-run still works)."""
