@@ -61,10 +61,12 @@ def test_prometheus_scrapes_a_live_server_and_answers_a_jobs_slowdown(tmp_path: 
                                    f"--web.listen-address=127.0.0.1:{web}"], stdout=subprocess.DEVNULL,
                                   stderr=(tmp_path / "prometheus.log").open("wb"))
     try:
-        # a alone first (its solo time), then b beside it: each 2x slower in the pair (within the bound 2.5)
-        state.submit(_job(tmp_path, "a", 10**6, env="SHARED_SLOWDOWN=2"))
+        # a alone first (its solo time), then b beside it: each 1.6x slower in the pair, so the pair pays (Σ t/t' =
+        # 1.25) and stays. At 2x it would not pay: the server splits it a round after measuring it, and a 1 s scrape
+        # may never see the pair's slowdown.
+        state.submit(_job(tmp_path, "a", 10**6, env="SHARED_SLOWDOWN=1.6"))
         _drive(server, lambda: any(not m["partner_type"] for m in state.measurements()), 120)
-        state.submit(_job(tmp_path, "b", 10**6, env="SHARED_SLOWDOWN=2"))
+        state.submit(_job(tmp_path, "b", 10**6, env="SHARED_SLOWDOWN=1.6"))
         answer: dict[str, Any] = {}
 
         def scraped() -> bool:
@@ -75,10 +77,15 @@ def test_prometheus_scrapes_a_live_server_and_answers_a_jobs_slowdown(tmp_path: 
                 return False
             return bool(answer.get("data", {}).get("result"))
 
-        _drive(server, scraped, 240)  # a loaded machine: Prometheus starts and scrapes slowly
+        try:
+            _drive(server, scraped, 240)  # a loaded machine: Prometheus starts and scrapes slowly
+        except AssertionError as late:
+            log = (tmp_path / "prometheus.log").read_text(errors="replace")[-2000:]
+            raise AssertionError(f"{late}; prometheus {'exited ' + str(prometheus.poll()) if prometheus.poll() is not None else 'running'}"
+                                 f"; a's events {[(e['kind'], e['detail']) for e in state.events('a')]}; log tail:\n{log}") from None
         (series,) = answer["data"]["result"]
         assert series["metric"]["partners"] == "b" and series["metric"]["gpu_type"] == "t4"
-        assert 1.4 < float(series["value"][1]) < 2.5  # measured: about 2x slower beside b (its step's sleep)
+        assert 1.3 < float(series["value"][1]) < 2.5  # measured: about 1.6x slower beside b (its step's sleep)
         slowed = _query(web, "colocate_job_slowdown > 1.3")["data"]["result"]
         assert "a" in {s["metric"]["job_name"] for s in slowed}  # the documented "slowed by more than 30 %"
         assert {s["metric"]["job"] for s in slowed} == {"colocate"}  # Prometheus' own label: the scrape job
