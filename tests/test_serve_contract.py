@@ -53,6 +53,7 @@ JOB = textwrap.dedent("""
 """)
 PAYS = ColocationTable.from_rows([("t4", "mine", "mine", 0.9, 0.9)])  # the prior: any two of them pay
 GIB = 2**30
+HURTS = 5.0  # the slowdown of a job past the default bound 2.5 by a margin a loaded machine's overhead cannot erase
 
 
 def _server(tmp_path: Path, memory_gb: float = 4.0, round_s: float = 0.3, **ilp: object) -> tuple[StateStore, Server]:
@@ -171,11 +172,13 @@ def test_the_built_in_trainer_past_its_limit_fails_alone_then_runs_under_its_rai
 
 
 def test_a_group_measured_past_a_members_bound_is_split_and_not_planned_again(tmp_path: Path) -> None:
-    """slow runs 3.3x slower beside fast (ratio 0.3: past the default bound 2.5), fast barely slower (0.9): the
-    pair pays (Σ 1.2), so only the bound splits it — at the next round, a restart of each with the reason."""
+    """slow runs 5x slower beside fast (ratio 0.2: past the default bound 2.5), fast barely slower (0.9): the pair
+    pays (Σ 1.1), so only the bound splits it — at the next round, a restart of each with the reason. 5x, not just
+    past 2.5: a loaded machine adds the same overhead to each step alone and paired, so the measured ratio is
+    smaller than the sleep's (3.3x was measured as 2.26x on a 2-core CI machine)."""
     state, server = _server(tmp_path)
     try:
-        state.submit(_job(tmp_path, "slow", 100000, env="SHARED_SLOWDOWN=3.3"))
+        state.submit(_job(tmp_path, "slow", 100000, env=f"SHARED_SLOWDOWN={HURTS}"))
         _drive(server, lambda: any(not m["partner_type"] for m in state.measurements()), 60)  # its solo time
         state.submit(_job(tmp_path, "fast", 100000, env="SHARED_SLOWDOWN=1.1", application="quick"))
         together = lambda: state.job("slow").partner == "fast"  # noqa: E731
@@ -202,7 +205,7 @@ def test_a_group_measured_past_a_members_bound_is_split_and_not_planned_again(tm
 def test_a_jobs_own_looser_bound_keeps_the_same_pair_together(tmp_path: Path) -> None:
     state, server = _server(tmp_path)
     try:
-        state.submit(_job(tmp_path, "slow", 100000, env="SHARED_SLOWDOWN=3.3", max_slowdown=4.0))
+        state.submit(_job(tmp_path, "slow", 100000, env=f"SHARED_SLOWDOWN={HURTS}", max_slowdown=8.0))
         _drive(server, lambda: any(not m["partner_type"] for m in state.measurements()), 60)
         state.submit(_job(tmp_path, "fast", 100000, env="SHARED_SLOWDOWN=1.1", application="quick"))
         _drive(server, lambda: state.job("slow").partner == "fast", 60)
@@ -212,9 +215,9 @@ def test_a_jobs_own_looser_bound_keeps_the_same_pair_together(tmp_path: Path) ->
             time.sleep(0.1)
         assert state.job("slow").partner == "fast" and "split" not in _kinds(state, "slow")
         shown = _jobs_cli(state.dir)  # its measured slowdown, in jobs --json and the jobs table
-        assert 2.5 < shown["json"]["slow"]["slowdown"] < 4.5 and shown["json"]["slow"]["max_slowdown"] == 4.0
+        assert 2.5 < shown["json"]["slow"]["slowdown"] < 6.5 and shown["json"]["slow"]["max_slowdown"] == 8.0
         assert shown["json"]["fast"]["slowdown"] is None  # its solo time was never measured: unknown, not a guess
-        assert "slowdown" in shown["table"] and "bound 4" in shown["table"]
+        assert "slowdown" in shown["table"] and "bound 8" in shown["table"]
     finally:
         kill_groups(state.dir)
 

@@ -61,12 +61,13 @@ def test_prometheus_scrapes_a_live_server_and_answers_a_jobs_slowdown(tmp_path: 
                                    f"--web.listen-address=127.0.0.1:{web}"], stdout=subprocess.DEVNULL,
                                   stderr=(tmp_path / "prometheus.log").open("wb"))
     try:
-        # a alone first (its solo time), then b beside it: each 1.6x slower in the pair, so the pair pays (Σ t/t' =
-        # 1.25) and stays. At 2x it would not pay: the server splits it a round after measuring it, and a 1 s scrape
-        # may never see the pair's slowdown.
-        state.submit(_job(tmp_path, "a", 10**6, env="SHARED_SLOWDOWN=1.6"))
+        # a alone first (its solo time), then b beside it: each 1.8x slower in the pair, so the pair pays (Σ t/t' =
+        # 1.1) and stays. At 2x it would not pay: the server splits it a round after measuring it, and a 1 s scrape
+        # may never see the pair's slowdown. A loaded machine measures less than 1.8x (the same overhead on each
+        # step, alone and paired), still past the documented query's 1.3.
+        state.submit(_job(tmp_path, "a", 10**6, env="SHARED_SLOWDOWN=1.8"))
         _drive(server, lambda: any(not m["partner_type"] for m in state.measurements()), 120)
-        state.submit(_job(tmp_path, "b", 10**6, env="SHARED_SLOWDOWN=1.6"))
+        state.submit(_job(tmp_path, "b", 10**6, env="SHARED_SLOWDOWN=1.8"))
         answer: dict[str, Any] = {}
 
         def scraped() -> bool:
@@ -85,7 +86,7 @@ def test_prometheus_scrapes_a_live_server_and_answers_a_jobs_slowdown(tmp_path: 
                                  f"; a's events {[(e['kind'], e['detail']) for e in state.events('a')]}; log tail:\n{log}") from None
         (series,) = answer["data"]["result"]
         assert series["metric"]["partners"] == "b" and series["metric"]["gpu_type"] == "t4"
-        assert 1.3 < float(series["value"][1]) < 2.5  # measured: about 1.6x slower beside b (its step's sleep)
+        assert 1.3 < float(series["value"][1]) < 2.5  # measured: about 1.8x slower beside b (its step's sleep)
         slowed = _query(web, "colocate_job_slowdown > 1.3")["data"]["result"]
         assert "a" in {s["metric"]["job_name"] for s in slowed}  # the documented "slowed by more than 30 %"
         assert {s["metric"]["job"] for s in slowed} == {"colocate"}  # Prometheus' own label: the scrape job
