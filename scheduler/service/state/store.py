@@ -23,7 +23,7 @@ import functools
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -296,16 +296,7 @@ class StateStore:
     def measurements(self) -> list[dict[str, Any]]:
         """The usable ``measurements`` rows (what the learning code may trust: names, ranges, finite times)."""
         self._forget("measurements")
-        out = []
-        for raw in self._conn.execute("SELECT * FROM measurements"):
-            values = dict(raw)
-            try:
-                check_measurement(values)
-            except BadRow as err:
-                self._note("measurements", values, str(err))
-                continue
-            out.append(values)
-        return out
+        return self._usable("measurements", self._conn.execute("SELECT * FROM measurements"), check_measurement)
 
     @_guarded
     def events(self, job: str | None = None) -> list[dict[str, Any]]:
@@ -314,13 +305,18 @@ class StateStore:
             rows = self._conn.execute("SELECT * FROM events ORDER BY id")
         else:
             rows = self._conn.execute("SELECT * FROM events WHERE job = ? ORDER BY id", (job,))
+        return self._usable("events", rows, check_event)
+
+    def _usable(self, table: str, rows: Iterable[sqlite3.Row],
+                check: Callable[[dict[str, Any]], object]) -> list[dict[str, Any]]:
+        """The rows ``check`` accepts, as dicts; each refused one is set aside with its reason (``_note``)."""
         out = []
         for raw in rows:
             values = dict(raw)
             try:
-                check_event(values)
+                check(values)
             except BadRow as err:
-                self._note("events", values, str(err))
+                self._note(table, values, str(err))
                 continue
             out.append(values)
         return out
