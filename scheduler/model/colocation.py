@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
@@ -212,7 +212,23 @@ class BoundedTable(ColocationTable):
         return None
 
 
-def class_key(job: "Job") -> tuple:
+class JobClass(NamedTuple):
     """Jobs of one class get the same answers from a round's (bounded) table: same application, job type and
-    bounds (``max_slowdown``, ``exclusive``: :class:`BoundedTable`)."""
-    return (job.application, job.job_type, job.max_slowdown, job.exclusive)
+    bounds (``max_slowdown``, ``exclusive``: :class:`BoundedTable`).
+
+    Every field has one type, so classes sort (candidates and pricing order them): a job without a bound of
+    its own (``max_slowdown`` None: the policy's cluster-wide bound applies) is ``has_own_bound=False,
+    own_bound=0.0``, never a ``None`` beside another class's float."""
+
+    application: str
+    job_type: str
+    has_own_bound: bool
+    own_bound: float
+    exclusive: bool
+
+
+def class_key(job: "Job") -> JobClass:
+    """The class of ``job`` (:class:`JobClass`)."""
+    bound = job.max_slowdown
+    return JobClass(job.application, job.job_type, bound is not None, float(bound) if bound is not None else 0.0,
+                    bool(job.exclusive))
