@@ -44,6 +44,14 @@ def _server_line(status: dict[str, Any]) -> str:
             + ": jobs shown running may still train, but nothing is updated until one is started")
 
 
+def _failing_line(failures: dict[str, Any]) -> str:
+    """Rounds failing now (the last ones did): how many in a row and the last error; empty while rounds succeed."""
+    if not failures["in_a_row"]:
+        return ""
+    last = (failures["last"] or {}).get("error", "")
+    return f" · ROUNDS FAILING: {failures['in_a_row']} in a row ({failures['total']} in all), last: {last}"
+
+
 def _slowdown(row: dict[str, Any]) -> str:
     """Measured solo time over its time in its group (blank when not measured: never a guess), and its memory
     limit; ``exclusive`` or its own bound when it set one."""
@@ -72,13 +80,15 @@ def jobs(
 ) -> None:
     """Show every job of a scheduler instance."""
     from scheduler.service.front.views import job_views, learned_view, server_status, set_aside_view
+    from scheduler.service.state.health import failures_view
     from scheduler.service.state.store import StateStore
 
     store = StateStore(state, create=False, readonly=True)
     if as_json:  # scripts poll this: no Rich console (its module imports pandas)
         views = job_views(store)
         typer.echo(json.dumps({"jobs": views, "learned": learned_view(store), "rounds": store.meta_value("rounds") or 0,
-                               "server": server_status(store), "set_aside": set_aside_view(store)}, indent=2))
+                               "server": server_status(store), "round_failures": failures_view(store),
+                               "set_aside": set_aside_view(store)}, indent=2))
         return
     from colocate.commands._output import console, error_console
 
@@ -87,7 +97,7 @@ def jobs(
             return _table([], f"none: {state} has no state.db yet (colocate serve or submit creates it)")
         views = job_views(store)
         return _table(views, f"{store.meta_value('rounds') or 0} rounds · last {store.meta('last_round') or '-'}"
-                      f" · {_server_line(server_status(store))}")
+                      f" · {_server_line(server_status(store))}{_failing_line(failures_view(store))}")
 
     if not watch:
         console.print(render())

@@ -46,6 +46,7 @@ def serve(*, request: ServeRequest, serve: ServeConfig) -> None:
     from colocate.commands._output import error_console
     from scheduler.service.serve import serve_forever
     from scheduler.service.server import RoundStats
+    from scheduler.service.state.health import StateChanged
 
     _check_policy_options(serve)
     request = replace(request, config=serve)
@@ -62,5 +63,11 @@ def serve(*, request: ServeRequest, serve: ServeConfig) -> None:
                             f"{stats.started} started, {stats.total_s:.3f} s (policy {stats.policy_s:.3f} s)",
                             highlight=False)
 
-    serve_forever(request, should_stop=lambda: stop["now"], on_round=on_round,
-                  announce=lambda line: error_console.print(line, highlight=False, soft_wrap=True))
+    try:
+        serve_forever(request, should_stop=lambda: stop["now"], on_round=on_round,
+                      announce=lambda line: error_console.print(line, highlight=False, soft_wrap=True))
+    except StateChanged as err:  # not bad input: the state went away under a running server (exit 3)
+        from common.untrusted import printable
+
+        error_console.print(f"error: {printable(err)}", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(3) from None

@@ -19,10 +19,11 @@ def register(app: typer.Typer) -> None:
 def check(state: Path = typer.Option(..., "--state", help="State directory (or a copy of one).")) -> None:
     """Check the database read-only: SQLite integrity, schema version and columns, every job's spec, every row.
     Exit 2 if it cannot be used, 1 if some jobs' specs are invalid (the server fails those jobs) or some rows are
-    damaged (listed under set_aside: the server leaves them out), 0 if sound."""
+    damaged (listed under set_aside: the server leaves them out) or the server's rounds are failing (round_failures:
+    in_a_row > 0, the last error), 0 if sound."""
     from scheduler.service.front.client import check_state
 
     summary = check_state(state)
     typer.echo(json.dumps(summary, indent=2))  # ASCII JSON: a row's text cannot reach the terminal raw
-    if summary["invalid"] or summary["set_aside"]:
+    if summary["invalid"] or summary["set_aside"] or summary["round_failures"]["in_a_row"]:
         raise typer.Exit(1)

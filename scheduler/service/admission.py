@@ -178,15 +178,14 @@ def record_set_aside(db: Transaction, set_aside: Mapping[tuple[str, str], str], 
 
 
 def guarded_round(run: Callable[[], Any], state: StateStore) -> Any:
-    """One round; an error that escapes it is logged (events, stderr) and the server goes on next round."""
+    """One round; an error that escapes it is logged with its traceback and recorded (:mod:`.state.health`), and
+    the server goes on next round (None). A changed state database is not a round's error: it escapes."""
+    from scheduler.service.state.health import StateChanged, round_failed
+
     try:
         return run()
+    except StateChanged:
+        raise
     except Exception as err:  # noqa: BLE001 - the server outlives any one round
-        text = f"round failed: {type(err).__name__}: {err}"[:500]
-        print(printable(text), file=sys.stderr, flush=True)
-        try:
-            with state.transaction() as db:
-                db.event(None, "round-failed", text)
-        except Exception:  # noqa: BLE001 - the database itself may be what failed
-            pass
+        round_failed(state, err)
         return None

@@ -24,6 +24,7 @@ gpu_type,partners}``                          its solo time on that GPU type, co
 {job_name,gpu_type,partners}``
 ``colocate_ooms_total{gpu_type}``  counter    out-of-memory failures (``oom`` events)
 ``colocate_splits_total``          counter    groups split because a member was measured past its slowdown bound
+``colocate_round_failures_total``  counter    rounds that failed (an error escaped: ``round-failed`` events)
 =================================  =========  ================================================================
 
 The per-job series carry bounded labels (``job_name``, its GPU type, its partners comma-joined: at most two) and are
@@ -72,6 +73,8 @@ class ServeMetrics:
                                per_job, registry=r)
         self.ooms = Counter("colocate_ooms", "Out-of-memory failures.", ["gpu_type"], registry=r)
         self.splits = Counter("colocate_splits", "Groups split: a member measured past its slowdown bound.", registry=r)
+        self.round_failures = Counter("colocate_round_failures", "Rounds that failed (round-failed events).",
+                                      registry=r)
         self._job_series: dict[Any, set[tuple[str, ...]]] = {}
         self._ooms_seen: dict[str, int] | None = None
         self._splits_seen = 0
@@ -138,6 +141,11 @@ class ServeMetrics:
         self._failures(server)
         self.round_seconds.observe(stats.total_s)
         self.rounds.inc()
+
+    def round_failed(self, server: "Server") -> None:
+        """A round failed (:mod:`.state.health` logged and recorded it): counted; the other series keep the last
+        good round's values."""
+        self.round_failures.inc()
 
     def _per_gpu(self, server: "Server", sharing: dict[tuple[str, int, int], int]) -> None:
         for t in server.cluster:

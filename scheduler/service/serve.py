@@ -148,6 +148,7 @@ def serve_forever(request: ServeRequest, *, should_stop: Callable[[], bool] = la
         server.acquire(lock)
         if metrics is not None:
             server.on_round_end = metrics.update
+            server.on_round_failed = metrics.round_failed
         server.serve(should_stop, max_rounds=request.max_rounds, on_round=on_round)
     finally:
         if server is not None and server.probes is not None:

@@ -45,6 +45,7 @@ from scheduler.service.batch_hold import HeldBatchModel, batch_holds
 from scheduler.service.config import ServeConfig
 from scheduler.service.probes.manager import ProbeManager, probing_enabled
 from scheduler.service.stability import fold_startup, hurting_members, load_startups, pinned_jobs
+from scheduler.service.state import health
 from scheduler.service.state import lock as server_lock
 from scheduler.service.state.rows import GroupRecord
 from scheduler.service.state.store import CANCELLED, QUEUED, RUNNING, JobRow, StateStore, Transaction
@@ -89,6 +90,8 @@ class Server:
         self._startups = load_startups(state.meta("startup_s"))  # application -> [mean start-up s, count]
         self._startups_changed = False
         self.on_round_end: Callable[[Server, RoundStats], None] | None = None  # e.g. metrics
+        self.on_round_failed: Callable[[Server], None] | None = None  # a round's error was logged and recorded
+        self._identity = health.identity(state.path)  # the database file this server opened
         self.probes: ProbeManager | None = None  # automatic probes (:mod:`.probes`), made by acquire()
         self._recorded: set[tuple[str, str, str]] = set()  # set-aside rows already recorded as events
         # job -> when its files were first seen bad: still bad BAD_FILE_GRACE_S later is misbehaviour (a first bad
@@ -116,13 +119,19 @@ class Server:
 
     def serve(self, should_stop: Callable[[], bool], max_rounds: int | None = None,
               on_round: Callable[[RoundStats], None] | None = None) -> None:
-        """Run rounds until ``should_stop()`` (checked often) or ``max_rounds``."""
+        """Run rounds until ``should_stop()`` (checked often) or ``max_rounds`` (it returns once the last one ends).
+        Before each round the state database must still be the file this server opened (:mod:`.state.health`)."""
         done = 0
-        while not should_stop() and (max_rounds is None or done < max_rounds):
+        while not should_stop():
+            health.check_identity(self.state.path, self._identity)
             stats = admission.guarded_round(self.round, self.state)
             done += 1
+            if stats is None and self.on_round_failed is not None:
+                self.on_round_failed(self)
             if on_round is not None and stats is not None:
                 on_round(stats)
+            if max_rounds is not None and done >= max_rounds:
+                return
             ended = time.monotonic()  # the next round comes round_s after this one's enacting ended
             while not should_stop() and time.monotonic() - ended < self.config.round_s:
                 self.between_rounds()
@@ -189,6 +198,7 @@ class Server:
             db.set_meta("heartbeat", str(time.time()))
             db.set_meta("last_round", f"{total:.4f} s total, {policy_s:.4f} s policy, {enact_s:.4f} s enacting")
             db.set_meta("round_s", f"{total:.6f}")
+            db.set_meta(health.IN_A_ROW, "0")  # rounds no longer fail
             db.set_meta(waiting.META_KEY, waiting.dumps(reasons))
         stats = RoundStats(number, len(rows), total, policy_s, total - policy_s - enact_s, enact_s, len(plan.stop),
                            started, policy_cpu, total_cpu - policy_cpu - enact_cpu, len(self._pending))

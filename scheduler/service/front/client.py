@@ -74,6 +74,7 @@ def check_state(state_dir: str | Path) -> dict[str, Any]:
     every job's spec against the validator, every row of every table and every meta value (:mod:`.rows`).
     Returns a summary (``invalid``: jobs whose spec fails; ``set_aside``: damaged rows, each with its table, key
     and problem); a database that cannot be used at all is an :class:`InputError`."""
+    from scheduler.service.state.health import failures_view
     from scheduler.service.state.opening import database_errors
 
     store = StateStore(state_dir, create=False, readonly=True)
@@ -92,7 +93,7 @@ def check_state(state_dir: str | Path) -> dict[str, Any]:
         return {"path": str(store.path), "schema_version": store.meta("schema_version"),
                 "jobs": dict(Counter(r.state for r in rows)), "groups": len(groups),
                 "measurements": len(measurements), "events": len(events),
-                "invalid": {r.name: r.invalid for r in rows if r.invalid},
+                "round_failures": failures_view(store), "invalid": {r.name: r.invalid for r in rows if r.invalid},
                 "set_aside": [{"table": t, "key": k, "problem": p} for (t, k), p in sorted(store.set_aside.items())]}
     finally:
         store.close()

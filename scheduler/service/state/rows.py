@@ -47,6 +47,7 @@ from common.bounds import (
 )
 from common.names import is_safe_name, shown
 from common.untrusted import printable
+from scheduler.service.state.health import FAILURES, IN_A_ROW, LAST_FAILURE, valid_failure
 from scheduler.service.state.probe_records import valid_record
 
 STATES = ("queued", "running", "completed", "failed", "cancelled")
@@ -330,6 +331,7 @@ META_CHECKS: dict[str, Callable[[str], Any]] = {
     "cluster": _json_value(dict, _gpus), "instance": lambda text: _safe_text(text),
     "probes": lambda text: _records(text),
     "memory": _json_value(dict, _memory),
+    FAILURES: _counter, IN_A_ROW: _counter, LAST_FAILURE: _json_value(dict, valid_failure),
 }
 
 
