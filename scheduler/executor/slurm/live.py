@@ -180,7 +180,7 @@ class SlurmExecutor:
         if job.ended:
             return GroupPoll(False, unstarted=f"Slurm job {job.job_id} stopped before it started")
         waited = time.time() - float(handle.get("submitted_at") or self._first_seen.setdefault(job.job_id, time.time()))
-        why = f"Slurm job {job.job_id} pending ({job.reason or 'no reason given'})"
+        why = f"Slurm job {job.job_id} pending ({job.reason if job.reason not in ('', 'None') else 'not scheduled yet'})"
         if waited <= self.settings.start_timeout_s:
             return GroupPoll(True, unstarted=f"{why} for {waited:.0f} s (requeued after "
                                              f"{self.settings.start_timeout_s:.0f} s)")
