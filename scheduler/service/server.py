@@ -43,6 +43,7 @@ from scheduler.model.jobs import Job
 from scheduler.service import admission, contract, rounds, settle, waiting
 from scheduler.service.batch_hold import HeldBatchModel, batch_holds
 from scheduler.service.config import ServeConfig
+from scheduler.service.groups import StartRetries, remove_group_files
 from scheduler.service.probes.manager import ProbeManager, probing_enabled
 from scheduler.service.stability import fold_startup, hurting_members, load_startups, pinned_jobs
 from scheduler.service.state import health
@@ -87,6 +88,8 @@ class Server:
         self._lock: Any = None  # the open lock file, held for the server's lifetime
         self._stopping: dict[str, float] = {}  # groups this server asked to stop -> when to kill them
         self._pending: tuple[rounds.Unit, ...] = ()  # decided units waiting for GPUs still being freed
+        self.retries = StartRetries()  # jobs whose group the backend could not start: tried again after a backoff
+        self._unstarted: dict[str, str] = {}  # groups the backend has not started yet (Slurm's queue) -> why
         self._startups = load_startups(state.meta("startup_s"))  # application -> [mean start-up s, count]
         self._startups_changed = False
         self.on_round_end: Callable[[Server, RoundStats], None] | None = None  # e.g. metrics
@@ -199,12 +202,18 @@ class Server:
             db.set_meta("last_round", f"{total:.4f} s total, {policy_s:.4f} s policy, {enact_s:.4f} s enacting")
             db.set_meta("round_s", f"{total:.6f}")
             db.set_meta(health.IN_A_ROW, "0")  # rounds no longer fail
-            db.set_meta(waiting.META_KEY, waiting.dumps(reasons))
+            db.set_meta(waiting.META_KEY, waiting.dumps({**reasons, **self._start_notes(rows)}))
         stats = RoundStats(number, len(rows), total, policy_s, total - policy_s - enact_s, enact_s, len(plan.stop),
                            started, policy_cpu, total_cpu - policy_cpu - enact_cpu, len(self._pending))
         if self.on_round_end is not None:
             self.on_round_end(self, stats)
         return stats
+
+    def _start_notes(self, rows: list[JobRow]) -> dict[str, dict[str, str]]:
+        """Why a job's group has not started: its last start failed (queued), or it waits in the backend's queue."""
+        notes = self.retries.reasons([r.name for r in rows if r.state == QUEUED])
+        return {**notes, **{r.name: {"code": "backend-pending", "text": self._unstarted[r.group_key]} for r in rows
+                            if r.state == RUNNING and r.group_key in self._unstarted}}
 
     def _held(self, rows: list[JobRow], now: float, table: ColocationTable | None, breaking: set[str]) -> set[str]:
         """Running jobs within their minimum run (or still warming up): the policy keeps them where they are,
@@ -307,6 +316,7 @@ class Server:
         members' rows are all set aside is stopped (nothing could settle it); its GPUs stay busy until it ends."""
         groups = self.state.groups()
         polls = {key: self.executor.poll(g.handle, g.doc) for key, g in groups.items()}
+        self._unstarted = {k: p.unstarted for k, p in polls.items() if p is not None and p.alive and p.unstarted}
         rows = {r.name: r for r in self.state.jobs()}
         orphans = [r for r in rows.values() if r.state == RUNNING and r.group_key not in groups]
         if not groups and not orphans:
@@ -344,6 +354,11 @@ class Server:
         limits = {j["name"]: contract.limit_of(j.get("memory_limit_bytes")) for j in group.doc["jobs"]}
         if not members:  # every member's row is set aside: nothing can settle it, so it stops (GPUs busy till then)
             return poll is None or not poll.alive
+        if poll is not None and poll.unstarted:  # not started by the backend: nothing ran, nothing to settle
+            mine = [n for n in members if rows[n].state == RUNNING and rows[n].group_key == key]
+            if not poll.alive:
+                self.retries.requeue(db, mine, poll.unstarted, failed=not stopping)
+            return not poll.alive
         for name in members:
             reported = poll.jobs.get(name) if poll is not None else None
             files = checked_files(reported) if reported is not None else {}
@@ -433,6 +448,8 @@ class Server:
         for unit in units:
             if any(rows[s.job].cancel_requested or rows[s.job].state not in (QUEUED, RUNNING) for s in unit):
                 continue  # cancelled or ended meanwhile: the next round decides again
+            if self.retries.waiting([s.job for s in unit]):
+                continue  # its last start failed: tried again after its backoff (its waiting reason says when)
             if any(rows[s.job].state == RUNNING for s in unit) or rounds.unit_gpus(unit) & busy:
                 deferred.append(unit)
                 continue
@@ -469,13 +486,13 @@ class Server:
             return 0
         try:
             handle = self.executor.start(group, doc)
-        except Exception as err:  # the backend could not start it: back to the queue, not a crash
+        except Exception as err:  # the backend could not start it: back to the queue, not a crash; tried later
+            remove_group_files(self.runs, key)
             with self.state.transaction() as db:
                 db.drop_group(key)
-                for slot in unit:
-                    db.update_job(slot.job, state=QUEUED, group_key=None)
-                    db.event(slot.job, "start-failed", f"{type(err).__name__}: {err}"[:300])
+                self.retries.requeue(db, [s.job for s in unit], f"{type(err).__name__}: {err}")
             return 0
+        self.retries.started([s.job for s in unit])
         with self.state.transaction() as db:
             db.put_group(key, self.executor.name, {"doc": doc, "handle": handle}, [s.job for s in unit])
         return 1
