@@ -91,7 +91,7 @@ def _start_job(job: JobLaunch, group: GpuGroup, settings: LaunchSettings, env: M
     progress_path = settings.log_dir / f"{stem}.progress.json"
     progress_path.unlink(missing_ok=True)
     argv = job_argv(job, settings.run, python=settings.python, progress_file=str(progress_path))
-    full_env = {**os.environ, **env, **job_environment(job, group), "COLOCATE_PROGRESS_FILE": str(progress_path),
+    full_env = {**env, **job_environment(job, group), "COLOCATE_PROGRESS_FILE": str(progress_path),
                 "PYTHONUNBUFFERED": "1"}
     handle = open(log_path, "ab")
     handle.write(f"# colocate launch: {job.name} on {group.where} ({group.sharing}); argv: {argv}\n".encode())
@@ -164,12 +164,13 @@ def run_groups(
         try:
             with sigterm_as_interrupt():
                 for group in groups:
-                    env: dict[str, str] = {}
+                    env = dict(os.environ)
                     if settings.run.device != "cpu":
                         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_assignment(group))
-                    env.update(sharing_mode(group.sharing).enter(daemons, env.get("CUDA_VISIBLE_DEVICES"), None))
-                    for job in group.jobs:
-                        processes.append(_start_job(job, group, settings, env))
+                    mode = sharing_mode(group.sharing)
+                    env.update(mode.enter(daemons, env.get("CUDA_VISIBLE_DEVICES"), None))
+                    for job in group.jobs:  # a client of the group's mode (MPS: no CUDA_VISIBLE_DEVICES of its own)
+                        processes.append(_start_job(job, group, settings, mode.client_environment(env)))
                 deadline = time.monotonic() + settings.duration_s if settings.duration_s else None
                 while any(p.popen.poll() is None for p in processes):
                     if on_progress:
