@@ -164,3 +164,22 @@ def test_an_mps_pair_on_gpu_1_gets_the_daemons_device_and_no_mask_of_its_own(tmp
         assert "CUDA_VISIBLE_DEVICES" not in env
         assert env["DAEMON"].strip() == "CUDA_VISIBLE_DEVICES=1"  # what the group's daemon was started with
         assert not Path(env["CUDA_MPS_PIPE_DIRECTORY"]).exists()  # the daemon quit and its root is gone
+
+
+@pytest.mark.parametrize("tail", ["sleep 600", "exit 0"], ids=["stopped", "ends"])
+def test_a_jobs_setsid_child_does_not_outlive_the_launch(tmp_path: Path, tail: str) -> None:
+    """A job's child that left its session (``setsid``) is killed with the job: when the launch stops it (after
+    ``--duration``) and when the job ends by itself."""
+    from tests.test_containment import _marker, _sleepers, _wait_gone
+
+    marker = _marker()
+    escape = f"setsid sleep {marker} & sleep 1; {tail}"
+    alone = {k: v for k, v in TWO_PAIRS["allocations"][0].items() if k != "partner"}
+    plan = build_plan({"allocations": [alone]}, applications={}, commands={"a": escape})
+    settings = LaunchSettings(run=RunSettings(device="cpu"), log_dir=tmp_path, duration_s=3.0, stop_grace_s=2.0)
+    try:
+        run_groups(plan.groups, settings)
+        assert not _wait_gone(marker)
+    finally:
+        for pid in _sleepers(marker):
+            os.kill(pid, signal.SIGKILL)

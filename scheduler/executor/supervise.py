@@ -5,8 +5,10 @@ session and without a parent-death signal, so the group outlives the server: ``k
 leaves it training, and the restarted server re-adopts it by pid and start time (:func:`process_alive`).
 
 The supervisor starts a private MPS daemon when the group shares by MPS (:func:`profiler.gpu.mps.mps_daemon`),
-starts every job of the group (each in its own session, with ``PR_SET_PDEATHSIG``, so jobs never outlive
-their supervisor), waits for them, and writes each job's ``exit.json`` (return code, whether it was asked to
+starts every job of the group (each in its own session under a reaper, :mod:`common.contain`: with
+``PR_SET_PDEATHSIG`` jobs never outlive their supervisor, and what a job starts — a ``setsid`` child included, held
+in the job's own cgroup v2 where the hierarchy is writable, else in the reaper's subreaper tree — never outlives
+the job), waits for them, and writes each job's ``exit.json`` (return code, whether it was asked to
 stop, its last log line) when it ends. SIGTERM or SIGINT to the supervisor is the stop request: it is passed
 to every job's process group; after ``grace_s`` what is left is killed; the MPS daemon quits last. A
 ``stop`` file in one job's directory (:func:`request_job_stop`) stops that job alone the same way (a cancelled
@@ -51,7 +53,7 @@ from common.untrusted import UntrustedFile, read_regular
 from scheduler.executor.job_files import MAX_RECORD_BYTES, job_records, last_line
 
 POLL_S = 0.2
-KILL_WAIT_S = 5.0  # after the grace: how long a job's reaper gets to kill its tree before its process group is killed
+KILL_WAIT_S = 5.0  # how long a job's reaper gets to kill its tree before it is killed with its process group
 EXIT_FILE = "exit.json"
 LOG_FILE = "train.log"
 PROGRESS_FILE = "progress.json"
@@ -269,8 +271,7 @@ def supervise(doc: dict[str, Any]) -> int:
                     alone[name] = time.monotonic()
                 asked = stop["at"] if stop["at"] is not None else alone.get(name)
                 if code is None and superseded(job, key):  # fenced: a newer copy runs this job
-                    _kill_job(popen, cgroups.get(name), at_once=True)
-                    popen.wait()
+                    _kill_job(popen, cgroups.get(name))
                     del running[name]
                 elif code is not None:
                     remove_cgroup(cgroups.pop(name, None))  # a reaper killed on its own leaves its job's cgroup
@@ -279,9 +280,8 @@ def supervise(doc: dict[str, Any]) -> int:
                         failed = code if code > 0 else 128 - code
                     del running[name]
                 elif asked is not None:
-                    overdue = time.monotonic() - asked - float(doc.get("grace_s", 30.0))
-                    if overdue > 0:
-                        _kill_job(popen, cgroups.get(name), at_once=overdue > KILL_WAIT_S)
+                    if time.monotonic() - asked > float(doc.get("grace_s", 30.0)):
+                        _kill_job(popen, cgroups.get(name))  # its end is recorded at the next look
                     elif name not in signalled:
                         _signal(popen.pid, signal.SIGTERM)
                         signalled.add(name)
@@ -308,17 +308,17 @@ def _remove_cgroups(cgroups: dict[str, Path | None]) -> None:
         remove_cgroup(path)
 
 
-def _kill_job(popen: subprocess.Popen[bytes], cgroup: Path | None, at_once: bool = False) -> None:
-    """Kill a job and everything it started: its cgroup, and its reaper (SIGUSR1: the reaper kills its process tree
-    and group, itself last). ``at_once``, or a reaper that does not answer: SIGKILL to the job's process group."""
+def _kill_job(popen: subprocess.Popen[bytes], cgroup: Path | None) -> None:
+    """Kill a job and everything it started, and wait for its reaper: its cgroup, then the reaper (SIGUSR1: it kills
+    its process tree and group, itself last); a reaper that has not ended within :data:`KILL_WAIT_S` (stopped, say)
+    gets SIGKILL with its process group."""
     kill_cgroup(cgroup)
-    if at_once:
-        _signal(popen.pid, signal.SIGKILL)
-        return
+    _signal_process(popen.pid, signal.SIGUSR1)
     try:
-        os.kill(popen.pid, signal.SIGUSR1)
-    except (ProcessLookupError, PermissionError):
-        pass
+        popen.wait(timeout=KILL_WAIT_S)
+    except subprocess.TimeoutExpired:
+        _signal(popen.pid, signal.SIGKILL)
+        popen.wait()
 
 
 def _signal(pid: int, signum: int) -> None:
