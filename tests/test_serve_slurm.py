@@ -150,7 +150,7 @@ def test_an_mps_pair_gets_the_private_daemon_of_its_batch_script(slurm: Any, tmp
     monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")  # sbatch passes it to the job
     cluster = {"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}}
     state, server = _server(tmp_path, cluster, sharing="mps")
-    pipe = 'echo "pipe=$CUDA_MPS_PIPE_DIRECTORY" > "$COLOCATE_JOB_DIR/pipe.txt"; '
+    pipe = 'echo "pipe=$CUDA_MPS_PIPE_DIRECTORY" > "$COLOCATE_JOB_DIR/pipe.txt"; env > "$COLOCATE_JOB_DIR/env.txt"; '
     for name in ("p", "q"):
         state.submit(job_from_dict({"name": name, "command": pipe + "sleep 2", "application": name, "steps": 1,
                                     "batch_size": 4}))
@@ -161,8 +161,15 @@ def test_an_mps_pair_gets_the_private_daemon_of_its_batch_script(slurm: Any, tmp
     calls = record.read_text().splitlines()
     assert calls[0].startswith("start ") and "mode=700" in calls[0] and calls[-1].startswith("command quit ")
     daemon_pipe = calls[0].split()[1].removeprefix("pipe=")
+    assert calls[0].split()[-1] not in ("cvd=unset", "cvd=")  # Slurm's GPU for the daemon
     for name in "pq":
         assert (state.dir / "jobs" / name / "pipe.txt").read_text().strip() == f"pipe={daemon_pipe}"
+        # what the client really got: the daemon's GPUs as its device 0, so no CUDA_VISIBLE_DEVICES of its own
+        # (Slurm's index would name no device past GPU 0), and its memory limit on that device 0
+        env = dict(line.split("=", 1) for line in (state.dir / "jobs" / name / "env.txt").read_text().splitlines()
+                   if "=" in line)
+        assert "CUDA_VISIBLE_DEVICES" not in env
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].startswith("0=") and "," not in env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"]
 
 
 def test_a_group_slurm_ends_itself_is_recorded_with_slurms_reason(slurm: Any, tmp_path: Path) -> None:

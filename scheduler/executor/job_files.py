@@ -18,7 +18,8 @@ exit record (``exit.json``)     written by the group's supervisor (the job could
                                 string of at most 1,000 characters, ``generation`` null or a string
 out-of-memory record            written by a job that ran out of GPU memory (the built-in trainer; a command
 (``oom.json``)                  may): ``reached_bytes`` and ``limit_bytes`` null or numbers in [0, 10¹⁵] (what it
-                                had when the allocation failed, and the limit it ran under), ``local_batch``
+                                allocated when it failed, its context not counted, and the limit it ran
+                                under, its context counted), ``local_batch``
                                 null or an integer in [1, 10⁷], ``message`` a string of at most 1,000 characters
 ==============================  ================================================================================
 

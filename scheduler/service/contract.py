@@ -25,7 +25,9 @@ and what an out-of-memory failure teaches.
 1. ``memory_gb`` declared in its job file;
 2. a model of the zoo: its peak measured alone on that GPU type, else on another one
    (``scheduler/data/solo-<gpu>.csv``, at 224 px: linear in the batch between and beyond the measured batches, at
-   another input size the batch of as many pixels), else the model estimate the profiler plans campaigns with
+   another input size the batch of as many activations — the zoo builds its CIFAR-style variant below 96 px —, and
+   never below the weights, gradients, momentum and activations its step holds), else the model estimate the
+   profiler plans campaigns with
    (parameters, gradients and momentum in fp32 plus activations per sample, :mod:`profiler.campaign.estimate`)
    scaled by how far it falls short of the measured peaks (1.77×: workspaces, the allocator's rounding);
 3. a command that declared nothing: unknown (planned at 0; :func:`scheduler.model.memory.member_limits` gives it
@@ -80,10 +82,14 @@ def model_footprint_gb(model: str, local_batch: float, image_size: int, gpu_type
     type (a model's memory at a batch barely depends on the GPU); at another input size, the measured curve at the
     batch of as many pixels. A model never measured: the profiler's estimate, scaled by how far the estimate falls
     short of the measured peaks (:func:`_calibration`: cuDNN workspaces and the caching allocator's rounding)."""
+    from profiler.campaign.estimate import activation_mib
+
     points = _measured_points(model, gpu_type)
-    if len(points) >= 2:
-        pixels = (image_size / MEASURED_IMAGE_SIZE) ** 2
-        return _interpolate(points, local_batch * pixels) / 1024.0
+    if len(points) >= 2:  # the batch whose activations at 224 px weigh what this batch's do at image_size
+        equivalent = local_batch * activation_mib(model, image_size) / activation_mib(model, MEASURED_IMAGE_SIZE)
+        # never below what its step provably holds (weights, gradients, momentum, saved activations): the
+        # measured curve's intercept, extended below its smallest batch, can fall under the weights alone
+        return max(_interpolate(points, equivalent), _estimate_mib(model, local_batch, image_size)) / 1024.0
     return _estimate_mib(model, local_batch, image_size) * _calibration() / 1024.0
 
 
@@ -123,10 +129,10 @@ def _interpolate(points: Sequence[tuple[int, float]], batch: float) -> float:
 
 
 def _estimate_mib(model: str, local_batch: float, image_size: int) -> float:
-    from profiler.campaign.estimate import ACTIVATION_MIB_224, PARAMS_M
+    from profiler.campaign.estimate import PARAMS_M, activation_mib
 
     weights = PARAMS_M.get(model, 50.0) * 1e6 * 4 * 3 / 2**20  # parameters, gradients, momentum (fp32)
-    return weights + ACTIVATION_MIB_224.get(model, 100.0) * (image_size / 224) ** 2 * local_batch
+    return weights + activation_mib(model, image_size) * local_batch
 
 
 def base_footprint_gb(spec: JobSpec, gpu_type: str, local_batch: float) -> float | None:
@@ -241,13 +247,28 @@ def record_oom(db: Any, row: JobRow, oom: Mapping[str, Any] | None, limit_bytes:
                            limit_gb=limit_gb, local_batch=local, gpu_type=row.gpu_type or "unknown", when=time.time())
     records[row.name] = record
     db.set_meta(META_KEY, json.dumps(records, sort_keys=True))
-    where = f" beside {row.partner}" if row.partner else " alone"
-    reached_text = f"reached {reached / gb:.2f} GiB" if reached else "ran out"
-    limit_text = f"of its {limit_gb:.2f} GiB limit" if limit_gb else "with no limit (alone on its GPUs)"
     estimate = f"; estimate now {record['floor_gb']:.2f} GiB at local batch {local}" if record["floor_gb"] else ""
-    text = f"{reached_text} {limit_text} at batch {row.batch_size}{where} on {row.gpu_type}{estimate}"
+    text = (f"{oom_text(reached / gb if reached else None, limit_gb, row.partner)} at batch {row.batch_size} on "
+            f"{row.gpu_type}{estimate}")
     db.event(row.name, "oom", printable(text, 900))
     return text
+
+
+def oom_text(reached_gb: float | None, limit_gb: float | None, partner: str | None) -> str:
+    """What an out-of-memory failure reached against the limit in force, both on the limit's basis (its CUDA
+    context included: ``reached_bytes`` is what the job allocated, the context not counted), e.g. ``needed 0.69 GiB
+    (0.19 GiB allocated + a 0.50 GiB context), over its 0.52 GiB limit beside b``. A job alone has no limit; one whose
+    partners ended runs on under the limit it started with, and is said to."""
+    if limit_gb is None:
+        reached = f"allocated {reached_gb:.2f} GiB and " if reached_gb else ""
+        return f"{reached}ran out with no limit (alone on its GPUs)"
+    where = f" beside {partner}" if partner else " (set beside partners that have ended)"
+    if not reached_gb:
+        return f"ran out under its {limit_gb:.2f} GiB limit{where}"
+    needed = reached_gb + CONTEXT_GB
+    past = "over" if needed > limit_gb else "within"
+    return (f"needed {needed:.2f} GiB ({reached_gb:.2f} GiB allocated + a {CONTEXT_GB:.2f} GiB context), {past} its "
+            f"{limit_gb:.2f} GiB limit{where}")
 
 
 # -- slowdown ------------------------------------------------------------------------------------------------
@@ -336,4 +357,5 @@ def measured_slowdown(row: JobRow, solo: SoloTimes) -> float | None:
 
 
 __all__ = ["BrokenBound", "MIN_SPLIT_SAMPLES", "broken_bounds", "is_oom", "limit_of", "oom_totals", "measured_slowdown",
-           "measured_table", "member_ratio", "memory_records", "planned_memory", "record_oom", "unit_limits"]
+           "measured_table", "member_ratio", "memory_records", "oom_text", "planned_memory", "record_oom",
+           "unit_limits"]

@@ -90,6 +90,18 @@ def check_sharing_device(sharing: str, device: str, backend: str) -> None:
                          valid=f"{', '.join(usable)} on the CPU; {sharing} with --device cuda (or auto on a GPU node)")
 
 
+def check_jobs_device(device: str, backend: str) -> None:
+    """Refuse ``--device cuda`` where the jobs run on this machine (the local backend) and its torch cannot use
+    CUDA: every job would fail at its start. A Ray or Slurm cluster's nodes have their own GPUs (a job there
+    without CUDA fails with one line: :func:`scheduler.executor.train.main`)."""
+    if backend != "local":
+        return
+    from profiler.gpu.preflight import check_cuda_usable
+
+    check_cuda_usable(device, source=None, field="--device",
+                      valid="cpu, auto (cuda where available), or cuda on a machine with a GPU and a CUDA build of torch")
+
+
 def _state_target(path: Path) -> None:
     """A state directory is a directory we can write to (or nothing yet, under one), whose database, if any, is
     colocate's: refused before anything is written."""
@@ -118,6 +130,7 @@ def serve_forever(request: ServeRequest, *, should_stop: Callable[[], bool] = la
 
     config = request.config
     check_sharing_device(config.sharing, config.device, request.backend)
+    check_jobs_device(config.device, request.backend)
     # the backend refuses before the first write too (Slurm's commands, the cluster file's slurm section, Ray)
     make_executor(request.backend, address=request.address, cluster_file=request.cluster)
     _state_target(request.state)
