@@ -45,7 +45,7 @@ from scheduler.service.batch_hold import HeldBatchModel, batch_holds
 from scheduler.service.config import ServeConfig
 from scheduler.service.groups import StartRetries, remove_group_files
 from scheduler.service.probes.manager import ProbeManager, probing_enabled
-from scheduler.service.stability import fold_startup, hurting_members, load_startups, pinned_jobs
+from scheduler.service.stability import finishing_groups, fold_startup, hurting_members, load_startups, pinned_jobs
 from scheduler.service.state import health
 from scheduler.service.state import lock as server_lock
 from scheduler.service.state.rows import GroupRecord
@@ -170,7 +170,7 @@ class Server:
         model, table, measurements = self.learned(everyone)
         now = time.time()
         previous = rounds.current_placement(rows)
-        breaks = contract.broken_bounds(self._running_groups(rows), measurements, self._default_bound)
+        breaks = contract.broken_bounds(self._running_groups(rows), measurements, self._default_bound, model.solo_time)
         planned = contract.planned_memory(rows, self.cluster.type_names, self._memory)
         policy_jobs = rounds.policy_jobs(rows, now, self._held(rows, now, table, set(breaks)), planned)
         context = RoundContext(goodput=self._batches_held(model, policy_jobs, rows), time_s=now, colocation=table,
@@ -203,6 +203,7 @@ class Server:
             db.set_meta("round_s", f"{total:.6f}")
             db.set_meta(health.IN_A_ROW, "0")  # rounds no longer fail
             db.set_meta(waiting.META_KEY, waiting.dumps({**reasons, **self._start_notes(rows)}))
+            db.set_meta(contract.SOLO_KEY, json.dumps(contract.solo_estimates(rows, measurements, model.solo_time)))
         stats = RoundStats(number, len(rows), total, policy_s, total - policy_s - enact_s, enact_s, len(plan.stop),
                            started, policy_cpu, total_cpu - policy_cpu - enact_cpu, len(self._pending))
         if self.on_round_end is not None:
@@ -225,7 +226,7 @@ class Server:
         running = [(r.name, r.spec.app, groups[r.group_key].created_at, r.sample_step is not None) for r in live]
         startups = {app: mean for app, (mean, _) in self._startups.items()}
         held = pinned_jobs(running, now, self.config.stability, self.config.round_s, startups,
-                           self.config.start_timeout_s)
+                           self.config.start_timeout_s) | finishing_groups(live, self.config.round_s)
         members: dict[str, list[JobRow]] = {}
         for r in live:
             if r.name in held and r.others:
@@ -295,7 +296,7 @@ class Server:
         # unknown pairs are explored only while the jobs ask for the whole cluster (scheduler.learning.explore)
         table = policy_table(self.colocation, learned_ratios(measurements, model), types,
                              demands=[r.spec.min_gpus for r in active], gpus=self.cluster.total_gpus)
-        return model, contract.measured_table(table, measurements), measurements
+        return model, contract.measured_table(table, measurements, model.solo_time), measurements
 
     def _cancel_queued(self) -> None:
         names = self.state.cancel_requested(QUEUED)
