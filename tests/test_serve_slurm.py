@@ -296,3 +296,17 @@ def test_sbatch_failing_is_shown_on_the_job_retried_after_a_backoff_and_leaves_n
     reason = _reason(state, "d")
     assert reason["code"] == "start-failed" and "Unable to contact slurm controller" in reason["text"], reason
     assert state.job("d").state == "queued" and not list((state.dir / "runs").iterdir())
+
+
+def test_a_group_cancelled_while_pending_leaves_slurms_queue_at_once(slurm: Any, tmp_path: Path) -> None:
+    from scheduler.service.front.client import cancel_job
+
+    _block_t4(slurm)
+    state, server = _server(tmp_path, {**CLUSTER, "slurm": {**CLUSTER["slurm"], "start_timeout_s": 86400}})
+    state.submit(_contract_job(tmp_path, "c", 40))
+    _rounds_until(server, lambda: _reason(state, "c").get("code") == "backend-pending", "c to wait in Slurm", 120)
+    cancel_job(state.dir, "c")  # no batch shell to signal yet: scancel in the queue, not after the stop grace
+    _rounds_until(server, lambda: state.job("c").state == "cancelled", "c to be cancelled", 30)
+    (cancelled,) = _submitted(slurm, server)
+    assert cancelled[1] == "CANCELLED" and state.job("c").restarts == 0 and not state.groups()
+    assert any(e["kind"] == "stopped" and "before it started" in e["detail"] for e in state.events("c"))

@@ -280,3 +280,45 @@ def test_learned_out_before_any_pair_is_learned_writes_nothing_and_exits_1(tmp_p
     assert not out.exists()
     shown = CliRunner().invoke(app, ["learned", "--state", str(state.dir)])  # the table view still shows the solo
     assert shown.exit_code == 0 and "tiny_cnn" in shown.output, shown.output
+
+
+def test_a_group_the_backend_cannot_start_is_tried_again_after_a_backoff_and_leaves_no_files(tmp_path: Path) -> None:
+    """sbatch failing (here: any backend's start raising) is the job's waiting reason, one attempt per backoff, and
+    the group's files are removed: not an event and two files per round for as long as it fails."""
+    from scheduler.executor.local import LocalExecutor
+    from scheduler.model.cluster import cluster_from_dict
+    from scheduler.service.config import ServeConfig
+    from scheduler.service.server import Server
+    from scheduler.service.waiting import META_KEY, loads
+
+    class Refusing(LocalExecutor):
+        calls = 0
+
+        def start(self, group, doc):  # type: ignore[no-untyped-def]
+            Path(doc["pid_file"]).with_suffix(".sbatch").write_text("#!/bin/bash\n")  # written before it failed
+            self.calls += 1
+            raise RuntimeError("sbatch: error: Batch job submission failed: Unable to contact slurm controller")
+
+    store = StateStore(tmp_path / "state")
+    executor = Refusing()
+    cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})
+    server = Server(store, cluster, executor, ServeConfig(round_s=0.5, device="cpu"))
+    store.submit(job_from_dict(JOB))
+    for _ in range(4):
+        server.round()
+    assert executor.calls == 1 and [e["kind"] for e in store.events("a")].count("start-failed") == 1
+    reason = loads(store.meta(META_KEY))["a"]
+    assert reason["code"] == "start-failed" and "Unable to contact slurm controller" in reason["text"]
+    assert "next try in" in reason["text"] and store.job("a").state == QUEUED and not store.groups()
+    assert not list((store.dir / "runs").iterdir())
+
+
+def test_failed_starts_back_off_doubling_up_to_ten_minutes() -> None:
+    from scheduler.service.groups import StartRetries
+
+    retries = StartRetries()
+    delays = [retries.failed(["a", "b"], "refused") for _ in range(8)]
+    assert delays == [10, 20, 40, 80, 160, 320, 600, 600] and retries.waiting(["b", "c"])
+    assert retries.failed(["c"], "refused") == 10  # counted per job: another unit starts its own count
+    retries.started(["a", "b"])
+    assert not retries.waiting(["a", "b"]) and retries.failed(["a"], "refused") == 10

@@ -136,3 +136,28 @@ def test_a_failing_member_fails_its_slurm_job_with_the_members_status(slurm: Any
     out = next((folder / "logs").glob(f"*-{job_id}.out")).read_text()
     assert "colocate: job good finished" in out and "colocate: job bad failed with status 3" in out
     assert "loss is nan" in (folder / "logs" / "bad.log").read_text()
+
+
+SAMPLES = {"--account": "ml", "--qos": "normal", "--reservation": "maint", "--partition": "t4", "--time": "10",
+           "--time-min": "5", "--constraint": "t4", "--prefer": "t4", "--exclude": "a100-0", "--nodelist": "t4-0",
+           "--mem": "100", "--mem-per-cpu": "100", "--mem-per-gpu": "100", "--tmp": "10", "--licenses": "lic",
+           "--comment": "hi", "--mail-type": "END", "--mail-user": "me@example.org", "--wckey": "w",
+           "--priority": "1", "--nice": "5", "--exclusive": "user", "--gpu-freq": "medium"}
+
+
+def test_every_option_colocate_passes_on_is_one_sbatch_knows(slurm: Any, tmp_path: Path) -> None:
+    """The allow-list of slurm.options / --sbatch-option (scheduler/executor/slurm/settings.py) names sbatch's own
+    options, each given as colocate checks it: a value where it needs one, none for a flag."""
+    from scheduler.executor.slurm.settings import SBATCH_PASSED, check_sbatch_option
+
+    def parse_error(option: str) -> str:
+        done = slurm.run("sbatch", "--test-only", option, "--output=/dev/null", "--wrap=true", check=False)
+        said = done.stderr.lower()
+        return said if any(w in said for w in ("unrecognized option", "requires an argument", "allow an argument",
+                                               "invalid option", "usage:")) else ""
+
+    assert parse_error("--no-such-option")  # the check below would see an option sbatch does not know
+    for name, takes in SBATCH_PASSED.items():
+        option = name if takes is False else f"{name}={SAMPLES[name]}"
+        assert check_sbatch_option(option, field="test") == option
+        assert not parse_error(option), f"{option}: {parse_error(option)}"

@@ -14,6 +14,9 @@ own directory in the state directory and the environment of the checkpoint-resto
 ``COLOCATE_MEMORY_LIMIT_BYTES`` a member of a group: its hard GPU-memory limit per GPU (:mod:`.memory`); unset alone
 ``COLOCATE_OOM_FILE``           where a job that runs out of memory writes what it reached (``oom.json``)
 ==============================  ===============================================================
+
+A group the backend could not start leaves nothing in ``runs/`` (:func:`remove_group_files`), and its jobs are
+tried again after a backoff (:class:`StartRetries`), not every round.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from scheduler.executor.command import RunSettings, job_argv
 from scheduler.executor.plan import GpuGroup, build_plan, job_environment
 from scheduler.executor.supervise import CHECKPOINT_FILE, OOM_FILE, PROGRESS_FILE
-from scheduler.service.state.store import QUEUED
+from scheduler.service.state.store import QUEUED, RUNNING
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.service.config import ServeConfig
@@ -140,13 +143,16 @@ class StartRetries:
         now = time.monotonic()
         return any(name in self._failed and self._failed[name][1] > now for name in names)
 
-    def reasons(self, queued: list[str]) -> dict[str, dict[str, str]]:
-        """The waiting reason of each queued job whose last start failed (``colocate jobs`` shows it)."""
+    def reasons(self, rows: list["JobRow"], unstarted: Mapping[str, str]) -> dict[str, dict[str, str]]:
+        """Why a job's group has not started (``colocate jobs`` shows it): its last start failed (a queued job:
+        ``start-failed``), or it waits in the backend's queue (``unstarted``: group -> why; ``backend-pending``)."""
         now, out = time.monotonic(), {}
-        for name in queued:
-            if name in self._failed:
-                count, due, why = self._failed[name]
+        for row in rows:
+            if row.state == RUNNING and row.group_key is not None and row.group_key in unstarted:
+                out[row.name] = {"code": "backend-pending", "text": unstarted[row.group_key]}
+            elif row.state == QUEUED and row.name in self._failed:
+                count, due, why = self._failed[row.name]
                 when = f"next try in {due - now:.0f} s" if due > now else "tried again when next placed"
-                out[name] = {"code": "start-failed", "text": f"its group could not start ({count}× in a row): "
-                                                            f"{why}; {when}"[:500]}
+                out[row.name] = {"code": "start-failed", "text": f"its group could not start ({count}× in a row): "
+                                                                f"{why}; {when}"[:500]}
         return out

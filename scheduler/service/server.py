@@ -90,6 +90,7 @@ class Server:
         self._pending: tuple[rounds.Unit, ...] = ()  # decided units waiting for GPUs still being freed
         self.retries = StartRetries()  # jobs whose group the backend could not start: tried again after a backoff
         self._unstarted: dict[str, str] = {}  # groups the backend has not started yet (Slurm's queue) -> why
+        self._queued_at: dict[str, float] = {}  # such groups -> when last seen waiting there
         self._startups = load_startups(state.meta("startup_s"))  # application -> [mean start-up s, count]
         self._startups_changed = False
         self.on_round_end: Callable[[Server, RoundStats], None] | None = None  # e.g. metrics
@@ -202,19 +203,13 @@ class Server:
             db.set_meta("last_round", f"{total:.4f} s total, {policy_s:.4f} s policy, {enact_s:.4f} s enacting")
             db.set_meta("round_s", f"{total:.6f}")
             db.set_meta(health.IN_A_ROW, "0")  # rounds no longer fail
-            db.set_meta(waiting.META_KEY, waiting.dumps({**reasons, **self._start_notes(rows)}))
+            db.set_meta(waiting.META_KEY, waiting.dumps({**reasons, **self.retries.reasons(rows, self._unstarted)}))
             db.set_meta(contract.SOLO_KEY, json.dumps(contract.solo_estimates(rows, measurements, model.solo_time)))
         stats = RoundStats(number, len(rows), total, policy_s, total - policy_s - enact_s, enact_s, len(plan.stop),
                            started, policy_cpu, total_cpu - policy_cpu - enact_cpu, len(self._pending))
         if self.on_round_end is not None:
             self.on_round_end(self, stats)
         return stats
-
-    def _start_notes(self, rows: list[JobRow]) -> dict[str, dict[str, str]]:
-        """Why a job's group has not started: its last start failed (queued), or it waits in the backend's queue."""
-        notes = self.retries.reasons([r.name for r in rows if r.state == QUEUED])
-        return {**notes, **{r.name: {"code": "backend-pending", "text": self._unstarted[r.group_key]} for r in rows
-                            if r.state == RUNNING and r.group_key in self._unstarted}}
 
     def _held(self, rows: list[JobRow], now: float, table: ColocationTable | None, breaking: set[str]) -> set[str]:
         """Running jobs within their minimum run (or still warming up): the policy keeps them where they are,
@@ -223,7 +218,9 @@ class Server:
         groups = self.state.groups()
         live = [r for r in rows if r.state == RUNNING and r.group_key in groups and r.group_key not in self._stopping
                 and r.group_key not in breaking]
-        running = [(r.name, r.spec.app, groups[r.group_key].created_at, r.sample_step is not None) for r in live]
+        # a group waiting in the backend's queue is held there; its run counts from when it left the queue
+        running = [(r.name, r.spec.app, max(groups[r.group_key].created_at, self._queued_at.get(r.group_key or "", 0.0)),
+                    r.sample_step is not None) for r in live]
         startups = {app: mean for app, (mean, _) in self._startups.items()}
         held = pinned_jobs(running, now, self.config.stability, self.config.round_s, startups,
                            self.config.start_timeout_s) | finishing_groups(live, self.config.round_s)
@@ -318,6 +315,7 @@ class Server:
         groups = self.state.groups()
         polls = {key: self.executor.poll(g.handle, g.doc) for key, g in groups.items()}
         self._unstarted = {k: p.unstarted for k, p in polls.items() if p is not None and p.alive and p.unstarted}
+        self._queued_at.update(dict.fromkeys(self._unstarted, time.time()))  # its start-up counts from after this
         rows = {r.name: r for r in self.state.jobs()}
         orphans = [r for r in rows.values() if r.state == RUNNING and r.group_key not in groups]
         if not groups and not orphans:
@@ -338,6 +336,7 @@ class Server:
                 self._startups_changed = False
         for key in finished:
             self._stopping.pop(key, None)
+            self._queued_at.pop(key, None)
             self.executor.release(groups[key].handle, groups[key].doc)
 
     def _collect_group(self, db: Transaction, key: str, group: GroupRecord, poll: GroupPoll | None,
@@ -380,7 +379,8 @@ class Server:
                 continue
             self._bad_look.pop(name, None)
             if row.sample_step is None and settle.fold_progress(db, row, files.get("progress"), rows):
-                fold_startup(self._startups, row.spec.app, time.time() - group.created_at)  # first warm steps
+                began = max(group.created_at, self._queued_at.get(key, 0.0))  # not the time in Slurm's queue
+                fold_startup(self._startups, row.spec.app, time.time() - began)  # first warm steps
                 self._startups_changed = True
             elif row.sample_step is not None:
                 settle.fold_progress(db, row, files.get("progress"), rows)

@@ -18,6 +18,8 @@ code                          meaning
                               (``exclusive: true``)
 ``fair-share``                all GPUs busy with jobs at their share; it starts when one ends or when a
                               change pays for its restarts
+``start-failed``              the backend could not start its group; tried again after a backoff
+                              (set by the server: :class:`scheduler.service.groups.StartRetries`)
 ============================  =======================================================================
 
 A *running* adaptive job on fewer GPUs than it may use while GPUs of its type stay idle gets a reason too
@@ -27,6 +29,8 @@ A *running* adaptive job on fewer GPUs than it may use while GPUs of its type st
 ``held``                      within its minimum run (or still warming up): it keeps its allocation
 ``not-scaled``                more GPUs are predicted to add too little goodput (the figure is shown) to
                               pay for the restart a resize costs, or none at all
+``backend-pending``           (any running job) its group waits in the backend's own queue (Slurm's pending
+                              reason; set by the server from :attr:`GroupPoll.unstarted`)
 ============================  =======================================================================
 """
 
