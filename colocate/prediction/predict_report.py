@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from colocate.prediction import predict_eval
 from colocate.prediction.predict_eval import COVERAGE_TOLERANCE, PROTOCOL_TITLES, EvaluationResult, ties
 
-TITLE = "δ predictor: leave one pair out and leave one job type out"
+TITLE = "δ predictor: leave one pair out, one job type out, one model out"
 SETTINGS = ("ridge_lambda", "nuclear_lambda", "evidence_lambda", "level")
 
 
