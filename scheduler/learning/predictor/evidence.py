@@ -28,7 +28,7 @@ time-sliced ratio says little about MPS) β goes to 0 and the coarser levels car
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -42,6 +42,7 @@ from scheduler.learning.predictor.ratio_model import MIN_RATIO, SELECT_MAX_ROWS,
 # a type never measured in a pair here, but its model is (at another batch); a type known only alone;
 # a type whose model no pair here has (a network never paired)
 LEVELS = ("pair", "models", "types", "new type, model known", "new type", "new model")
+INNER_TOL = 1e-3  # soft-impute tolerance of the nested selection's refits (log-ratio units)
 UNKNOWN = "?"  # the job type every unseen type of a table maps to: no observations, so no job effects
 
 
@@ -241,6 +242,7 @@ class Predictor:
         return [np.nonzero(key == k)[0] for k in np.unique(key)]
 
     def _fit(self, pattern: tuple[int, ...], new_types: bool = False) -> Fitted:
+        new_types = new_types and len(self.y) <= SELECT_MAX_ROWS  # above it no terms are chosen: one fit serves both
         hit = self.fits.get((pattern, new_types))
         if hit is None:
             columns = evidence_columns(self.row_values, self.row_have, pattern)
@@ -288,7 +290,10 @@ class Predictor:
         return np.log(fitted.ratios(self.local[rows], self.local[cols])).reshape(len(seen), len(seen))
 
     def _refit(self, inner: np.ndarray, v: np.ndarray, a: np.ndarray, seen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        model = Predictor(Evidence(self.evidence.pairs, inner), self.d, inner, self.config, {}, solo_mixture=False)
+        # the outer fit's completion as the start: a convex problem, so only the iterations it takes change
+        # looser convergence than the answer's: these fits only rank the candidates
+        config = replace(self.config, completion_tol=max(self.config.completion_tol, INNER_TOL))
+        model = Predictor(Evidence(self.evidence.pairs, inner), self.d, inner, config, self.warm, solo_mixture=False)
         return np.log(model.predict(v, a)[0]), model._matrix(seen)
 
     def _solo_mixture(self, v: np.ndarray, a: np.ndarray) -> np.ndarray:

@@ -53,22 +53,18 @@ def mixture(matrix: np.ndarray, seen: np.ndarray, features: np.ndarray, v: np.nd
             bandwidth: float, space: str = "ratio") -> np.ndarray:
     """Log ratios of cells (v, a) over ``seen`` types' log-ratio ``matrix``: a seen member is itself, an
     unseen one the weighted mixture of the seen types, averaged as ratios (``ratio``) or as log ratios (``log``)."""
+    types = np.unique(np.concatenate([v, a]))
+    rows = np.zeros((len(types), len(seen)))  # per type asked about: its weights over the seen types
     position = {int(t): i for i, t in enumerate(seen)}
+    known = np.array([int(t) in position for t in types], dtype=bool)
+    rows[np.nonzero(known)[0], [position[int(t)] for t in types[known]]] = 1.0
+    if (~known).any():
+        rows[~known] = weights(features, types[~known], seen, bandwidth)
+    at = {int(t): i for i, t in enumerate(types)}
+    wv, wa = rows[[at[int(t)] for t in v]], rows[[at[int(t)] for t in a]]
     values = np.exp(matrix) if space == "ratio" else matrix
-    out = np.empty(len(v))
-    for k, (x, y) in enumerate(zip(v, a)):
-        wx = _row(int(x), position, features, seen, bandwidth)
-        wy = _row(int(y), position, features, seen, bandwidth)
-        out[k] = wx @ values @ wy
+    out = np.einsum("ij,jk,ik->i", wv, values, wa)
     return np.log(out) if space == "ratio" else out
-
-
-def _row(t: int, position: dict[int, int], features: np.ndarray, seen: np.ndarray, bandwidth: float) -> np.ndarray:
-    if t in position:
-        row = np.zeros(len(seen))
-        row[position[t]] = 1.0
-        return row
-    return weights(features, np.array([t]), seen, bandwidth)[0]
 
 
 @dataclass(frozen=True)
@@ -88,8 +84,10 @@ def choose(model_of_type: np.ndarray, obs_victim: np.ndarray, obs_aggressor: np.
     models = np.unique(np.concatenate([model_of_type[obs_victim[here]], model_of_type[obs_aggressor[here]]]))
     if len(models) < MIN_MODELS + 1:  # one held out must leave at least two to learn the mixture from
         return Choice(RIDGE, {})
+    # without solo features every bandwidth weighs the measured types alike: one candidate per space
+    candidates = CANDIDATES if features.shape[1] else tuple((s, np.inf) for s in SPACES)
     errors: dict[tuple[str, float] | str, list[np.ndarray]] = {RIDGE: []}
-    errors.update({c: [] for c in CANDIDATES})
+    errors.update({c: [] for c in candidates})
     for m in models:
         touches = (model_of_type[obs_victim] == m) | (model_of_type[obs_aggressor] == m)
         inner = mask & ~touches
@@ -100,7 +98,7 @@ def choose(model_of_type: np.ndarray, obs_victim: np.ndarray, obs_aggressor: np.
         ridge, matrix = refit(inner, v, a, seen)
         truth = np.exp(y[cells])
         errors[RIDGE].append(np.abs(truth - np.exp(ridge)))
-        for space, h in CANDIDATES:
+        for space, h in candidates:
             errors[(space, h)].append(np.abs(truth - np.exp(mixture(matrix, seen, features, v, a, h, space))))
     scores = {c: float(np.concatenate(e).mean()) for c, e in errors.items()}
     best = min(scores, key=lambda c: scores[c])
