@@ -1,4 +1,4 @@
-"""δ predictor: matrix completion, evidence levels, filling the colocation table with intervals, both protocols
+"""δ predictor: matrix completion, evidence levels, filling the colocation table with intervals, the protocols
 against the baselines, the intervals' coverage."""
 
 from __future__ import annotations

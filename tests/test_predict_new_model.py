@@ -136,3 +136,4 @@ def test_leave_one_model_out_beats_every_baseline_on_gavel_v100_and_k80(gavel_th
             assert table.loc["predictor", "mae_delta"] < table.loc[baseline, "mae_delta"], result.title
             assert table.loc["predictor", "balanced_accuracy"] >= table.loc[baseline, "balanced_accuracy"]
         assert set(result.predictions["evidence"]) == {"new model"}  # no pair of the model anywhere
+        assert len(result.choices) == 7  # the nested choice of each held-out model's fold, stated in the report

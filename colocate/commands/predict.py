@@ -164,7 +164,8 @@ def _evaluate(datasets: list, only: list[str], config: PredictorConfig, report_d
          "job_types": e.job_types, "features": list(e.features), "baseline_features": list(e.baseline_features),
          "beats_baselines": e.beats_baselines(), "shortfalls": e.shortfalls(),
          "coverage_ratio": e.coverage()[0], "coverage_delta": e.coverage()[1], "calibrated": e.calibrated(),
-         "seconds": round(e.seconds, 2)} for e in evaluations]}, report_dir / "evaluation.json")
+         "nested_choices": list(e.choices), "seconds": round(e.seconds, 2)} for e in evaluations]},
+        report_dir / "evaluation.json")
     view = Table(title="held out: MAE (lower is better); δ > 1 decision (higher is better); interval coverage")
     for column in ("dataset", "protocol", "n", "method", "MAE δ", "MAE ratio", "balanced acc", "coverage r / δ"):
         view.add_column(column)

@@ -81,6 +81,7 @@ class EvaluationResult:
     predictions: pd.DataFrame  # one row per held-out prediction and method
     seconds: float
     config: dict[str, Any] = field(default_factory=dict)
+    choices: tuple[str, ...] = ()  # per fold meeting a new model: "<fold>: <nested choice>"
 
     @property
     def title(self) -> str:
@@ -225,8 +226,10 @@ def _evaluate_one(pairs: PairSet, d: int, dataset: PairDataset, protocol: str, c
     truth_a, truth_b = pairs.pair_ratios(d)
     measured = dataset.pairs.reset_index(drop=True)
     total = len(folds(pairs, d, protocol))
-    parts = []
+    parts, choices = [], []
     for fit in fold_fits(pairs, d, protocol, config):
+        if fit.choice:
+            choices.append(f"{fit.fold.name}: {fit.choice}")
         v, a = np.concatenate([fit.a, fit.b]), np.concatenate([fit.b, fit.a])
         predicted = {"predictor": np.concatenate([fit.ratio_a, fit.ratio_b]), **_Means(pairs, fit.mask, d).predict(v, a),
                      "solo-utilization": _solo_utilization(pairs, fit, d, util_columns, v, a)}
@@ -253,7 +256,7 @@ def _evaluate_one(pairs: PairSet, d: int, dataset: PairDataset, protocol: str, c
         pairs=int((predictions["method"] == "predictor").sum()), measured_pairs=len(measured),
         job_types=len(dataset.job_types), features=tuple(used), baseline_features=tuple(util),
         summary=summarise(predictions), predictions=predictions, seconds=time.perf_counter() - started,
-        config=asdict(config))
+        config=asdict(config), choices=tuple(choices))
 
 
 def _with_intervals(predictions: pd.DataFrame, level: float) -> pd.DataFrame:

@@ -26,6 +26,7 @@ import numpy as np
 from scheduler.learning.predictor.config import PredictorConfig
 from scheduler.learning.predictor.conformal import Calibration
 from scheduler.learning.predictor.evidence import LEVELS, Evidence, PairSet, Predictor
+from scheduler.learning.predictor.new_model import describe
 
 PROTOCOLS = ("pair", "type", "model")
 PROTOCOL_TITLES = {"pair": "leave one pair out", "type": "leave one job type (model@batch) out",
@@ -100,6 +101,7 @@ class FoldFit:
     ratio_b: np.ndarray
     level_a: np.ndarray
     level_b: np.ndarray
+    choice: str = ""  # the nested choice for a new model's cells (new_model.describe), "" when none met
 
 
 def fold_fits(pairs: PairSet, d: int, protocol: str, config: PredictorConfig, *, everywhere: bool = False,
@@ -116,7 +118,8 @@ def fold_fits(pairs: PairSet, d: int, protocol: str, config: PredictorConfig, *,
         a, b = a_of[fold.pairs], b_of[fold.pairs]
         ratios, levels = model.predict(np.concatenate([a, b]), np.concatenate([b, a]))
         n = len(a)
-        yield FoldFit(number, fold, mask, evidence, a, b, ratios[:n], ratios[n:], levels[:n], levels[n:])
+        yield FoldFit(number, fold, mask, evidence, a, b, ratios[:n], ratios[n:], levels[:n], levels[n:],
+                      describe(model.choice))
 
 
 def held_out(pairs: PairSet, d: int, protocol: str, config: PredictorConfig, *, everywhere: bool = False,

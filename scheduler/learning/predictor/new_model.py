@@ -76,6 +76,16 @@ class Choice:
     errors: dict[tuple[str, float] | str, float]
 
 
+def describe(choice: Choice | None) -> str:
+    """The choice in words for a report: ``ratio mixture, h = 1`` or ``ridge``; empty when none was needed."""
+    if choice is None:
+        return ""
+    if isinstance(choice.candidate, str):
+        return choice.candidate
+    space, bandwidth = choice.candidate
+    return f"{space} mixture, h = {'∞' if not np.isfinite(bandwidth) else f'{bandwidth:g}'}"
+
+
 def choose(model_of_type: np.ndarray, obs_victim: np.ndarray, obs_aggressor: np.ndarray, obs_dataset: np.ndarray,
            y: np.ndarray, mask: np.ndarray, d: int, features: np.ndarray, refit: Refit) -> Choice:
     """The candidate with the lowest mean absolute log-ratio error when each training model of dataset ``d`` is
@@ -105,4 +115,4 @@ def choose(model_of_type: np.ndarray, obs_victim: np.ndarray, obs_aggressor: np.
     return Choice(best, scores)
 
 
-__all__ = ["BANDWIDTHS", "CANDIDATES", "RIDGE", "SPACES", "Choice", "choose", "mixture", "weights"]
+__all__ = ["BANDWIDTHS", "CANDIDATES", "RIDGE", "SPACES", "Choice", "choose", "describe", "mixture", "weights"]
