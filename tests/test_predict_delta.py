@@ -1,4 +1,4 @@
-"""δ predictor: matrix completion, evidence levels, filling the colocation table with intervals, both protocols
+"""δ predictor: matrix completion, evidence levels, filling the colocation table with intervals, the protocols
 against the baselines, the intervals' coverage."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def test_gavel_held_out_pairs_are_predicted_from_the_others(gavel_path: Path) ->
 @pytest.mark.slow
 def test_both_protocols_beat_every_baseline_on_gavel_with_calibrated_intervals(gavel_path: Path) -> None:
     datasets = make_datasets(gavel_results(gavel_path))  # K80, P100, V100: each is evidence for the others
-    results = evaluate(datasets, only=["v100/timeslice", "p100/timeslice"])
+    results = evaluate(datasets, only=["v100/timeslice", "p100/timeslice"], protocols=("pair", "type"))
     assert [(r.gpu_type, r.protocol) for r in results] == [("p100", "pair"), ("p100", "type"), ("v100", "pair"),
                                                           ("v100", "type")]
     for result in results:
@@ -89,7 +89,7 @@ def test_both_protocols_beat_every_baseline_on_gavel_with_calibrated_intervals(g
     pair, new_type = results[2], results[3]
     assert pair.pairs == pair.measured_pairs > 300 and new_type.pairs > pair.pairs  # a pair once per member
     assert set(pair.predictions["evidence"]) <= {"pair", "models"}  # the same pair on the K80 and P100 stays
-    assert set(new_type.predictions["evidence"]) <= {"new type, model known", "new type"}
+    assert set(new_type.predictions["evidence"]) <= {"new type, model known", "new type", "new model"}
     mae = lambda r: r.summary.set_index("method").loc["predictor", "mae_delta"]  # noqa: E731
     assert mae(pair) < mae(new_type)  # a new job type is the harder question
     width = lambda r: r.summary.set_index("method").loc["predictor", "interval_width"]  # noqa: E731
@@ -112,7 +112,7 @@ def test_table_fills_every_pair_and_keeps_measurements(cpu_campaign: Path) -> No
 
 def test_cpu_both_protocols_run_and_report(cpu_campaign: Path) -> None:  # noqa: F811
     dataset = make_datasets(load_results(cpu_campaign))[0]
-    result, by_type = evaluate([dataset])
+    result, by_type = evaluate([dataset])  # one model in the campaign: no leave-one-model-out fold
     assert len(result.predictions) == len(METHODS) * len(dataset.pairs)
     pairs_with_two_types = int((dataset.pairs["type_a"] != dataset.pairs["type_b"]).sum())
     assert by_type.pairs == len(dataset.pairs) + pairs_with_two_types  # each member's fold predicts the pair
@@ -158,7 +158,7 @@ def test_cli_predict_and_evaluate(cpu_campaign: Path, tmp_path: Path) -> None:  
     text = (report / "report.md").read_text()
     assert "cpu/timeslice" in text and "| predictor |" in text and "| mean |" in text
     assert "| job-type-mean |" in text and "| same-models-mean |" in text and "## Verdict" in text
-    assert "leave one pair out" in text and "leave one job type out" in text and "coverage" in text
+    assert "leave one pair out" in text and "leave one job type (model@batch) out" in text and "coverage" in text
     assert (report / "held_out_predictions.csv").is_file() and (report / "evaluation.json").is_file()
     # the table carries each prediction's interval; measured rows leave it blank
     predicted = frame[frame["source"] == "predicted"]

@@ -1,5 +1,5 @@
 """``colocate predict``: fill the colocation table for unmeasured pairs, each prediction with its interval;
-``--evaluate``: the report of both protocols (leave one pair out, leave one job type out)."""
+``--evaluate``: the report of three protocols (leave one pair out, one job type out, one model out)."""
 
 from __future__ import annotations
 
@@ -56,8 +56,9 @@ def predict(
     sharing: str = typer.Option(None, "--sharing", help="Sharing mode when the inputs hold several."),
     out: Path = typer.Option(None, "--out", "-o", help="Colocation table CSV.",
                                show_default="RESULTS_DIR/colocation_predicted.csv"),
-    evaluate: bool = typer.Option(False, "--evaluate", help="Leave one pair out and leave one job type out, against "
-                                                            "five baselines, with the intervals' coverage."),
+    evaluate: bool = typer.Option(False, "--evaluate", help="Leave one pair out, one job type (model@batch) "
+                                                            "out and one model (all its batches) out, against five "
+                                                            "baselines, with the intervals' coverage."),
     report_dir: Path = typer.Option(None, "--report-dir", help="Where --evaluate writes its report.",
                                     show_default="<output>/predictor-evaluation"),
     force: bool = typer.Option(False, "--force", help="Overwrite a report that git tracks (a committed one)."),
@@ -163,7 +164,8 @@ def _evaluate(datasets: list, only: list[str], config: PredictorConfig, report_d
          "job_types": e.job_types, "features": list(e.features), "baseline_features": list(e.baseline_features),
          "beats_baselines": e.beats_baselines(), "shortfalls": e.shortfalls(),
          "coverage_ratio": e.coverage()[0], "coverage_delta": e.coverage()[1], "calibrated": e.calibrated(),
-         "seconds": round(e.seconds, 2)} for e in evaluations]}, report_dir / "evaluation.json")
+         "nested_choices": list(e.choices), "seconds": round(e.seconds, 2)} for e in evaluations]},
+        report_dir / "evaluation.json")
     view = Table(title="held out: MAE (lower is better); δ > 1 decision (higher is better); interval coverage")
     for column in ("dataset", "protocol", "n", "method", "MAE δ", "MAE ratio", "balanced acc", "coverage r / δ"):
         view.add_column(column)

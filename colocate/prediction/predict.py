@@ -10,8 +10,8 @@ data has). All datasets given are read together: an H100's time-sliced pairs are
 Gavel's K80 pairs for its V100 pairs.
 
 Each prediction carries an interval (:mod:`scheduler.learning.predictor.conformal`): split conformal on the residuals of
-the dataset's own held-out predictions (:mod:`scheduler.learning.predictor.folds`: leave one pair out, leave one job type
-out), per evidence level. The co-located iteration times follow as t′ = t / r, and
+the dataset's own held-out predictions (:mod:`scheduler.learning.predictor.folds`: leave one pair out, one job type
+out, one model out), per evidence level. The co-located iteration times follow as t′ = t / r, and
 δ = (t_a + t_b) / max(t′_a, t′_b) with the solo t measured; δ's interval is calibrated the same way on δ.
 """
 
@@ -32,7 +32,7 @@ from scheduler.formats.colocation_table import MAX_RATIO  # predictions stay wit
 from scheduler.learning.predictor.config import PredictorConfig
 from scheduler.learning.predictor.conformal import Calibration
 from scheduler.learning.predictor.evidence import LEVELS, Dataset, Evidence, PairSet, Predictor
-from scheduler.learning.predictor.folds import held_out, ratio_calibration
+from scheduler.learning.predictor.folds import PROTOCOLS, held_out, ratio_calibration
 from scheduler.learning.predictor.ratio_model import feature_matrix as _feature_matrix
 
 SOLO_FEATURES = ("solo_iter_time_s", "batch_size", "peak_memory_mib", *UTILIZATION_COLUMNS,
@@ -122,9 +122,10 @@ class Calibrations:
 
 
 def calibrate(pairs: PairSet, dataset: PairDataset, d: int, config: PredictorConfig) -> Calibrations:
-    """Both protocols' held-out predictions of dataset ``d`` (:mod:`scheduler.learning.predictor.folds`): leave one pair
-    out gives the residuals of the levels a measured type has, leave one job type out those of a new type."""
-    results = [held_out(pairs, d, protocol, config) for protocol in ("pair", "type") if len(dataset.pairs) >= 3]
+    """Every protocol's held-out predictions of dataset ``d`` (:mod:`scheduler.learning.predictor.folds`): leave one
+    pair out gives the residuals of the levels a measured type has, leave one job type out and leave one model out
+    those of a new type (a new batch size of a known network, a network never paired)."""
+    results = [held_out(pairs, d, protocol, config) for protocol in PROTOCOLS if len(dataset.pairs) >= 3]
     deltas, levels = [], []
     a_of, b_of = pairs.pair_types(d)
     for r in results:

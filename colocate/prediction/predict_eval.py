@@ -1,12 +1,16 @@
-"""The δ predictor against honest baselines, under two protocols, with its intervals' coverage.
+"""The δ predictor against honest baselines, under three protocols, with its intervals' coverage.
 
 Protocols (:mod:`scheduler.learning.predictor.folds`), on every dataset given (one per GPU type and sharing mode, all
 read together so each is evidence for the others):
 
 * **leave one pair out** — each measured (feasible) pair is held out of its dataset in turn; its
   measurements on other GPU types and sharing modes stay (the closest evidence there is);
-* **leave one job type out** — every pair of the held-out type, in every dataset, is removed; only its solo
-  measurements stay. A pair is predicted once per member held out.
+* **leave one job type (model@batch) out** — every pair of the held-out type, in every dataset, is removed;
+  its solo measurements and its model's pairs at other batch sizes stay. A pair is predicted once per member
+  held out;
+* **leave one model out (all its batches)** — every pair with any type of the held-out model, in every
+  dataset, is removed; only the model's solo measurements stay: a network nobody has paired. A pair is
+  predicted once per model held out (:mod:`scheduler.learning.predictor.new_model`).
 
 Every method predicts the held-out pair's two ratios r = t/t′; δ always follows from them and the measured
 solo times, δ = (t_a + t_b) / max(t_a/r_a, t_b/r_b) — no method predicts a constant δ. Methods:
@@ -48,7 +52,7 @@ from scheduler.formats.colocation_table import MAX_RATIO
 from scheduler.learning.predictor.config import PredictorConfig
 from scheduler.learning.predictor.conformal import cross_conformal
 from scheduler.learning.predictor.evidence import LEVELS, PairSet
-from scheduler.learning.predictor.folds import PROTOCOLS, FoldFit, fold_fits, folds
+from scheduler.learning.predictor.folds import PROTOCOL_TITLES, PROTOCOLS, FoldFit, fold_fits, folds
 from scheduler.learning.predictor.ratio_model import MIN_RATIO, SOLO_BASELINE, fit_arrays
 
 DEFAULT_CONFIG = PredictorConfig()  # the defaults, chosen once on Gavel's V100 data
@@ -56,7 +60,6 @@ METHODS = ("predictor", "mean", "job-type-mean", "same-models-mean", "same-pair-
 BASELINES = METHODS[1:]
 MAE_METRICS = ("mae_delta", "mae_ratio")
 DECISION_METRIC = "balanced_accuracy"
-PROTOCOL_TITLES = {"pair": "leave one pair out", "type": "leave one job type out"}
 COVERAGE_TOLERANCE = 0.05  # the issue's band: the 80 % interval covers 75-85 % of held-out pairs
 Progress = Callable[[int, int], None]
 
@@ -78,6 +81,7 @@ class EvaluationResult:
     predictions: pd.DataFrame  # one row per held-out prediction and method
     seconds: float
     config: dict[str, Any] = field(default_factory=dict)
+    choices: tuple[str, ...] = ()  # per fold meeting a new model: "<fold>: <nested choice>"
 
     @property
     def title(self) -> str:
@@ -192,7 +196,8 @@ def _solo_utilization(pairs: PairSet, fit: FoldFit, d: int, columns: list[int], 
 def evaluate(datasets: Sequence[PairDataset], config: PredictorConfig = DEFAULT_CONFIG,
              protocols: Sequence[str] = PROTOCOLS, *, only: Sequence[str] | None = None,
              progress: Callable[[str, int, int], None] | None = None) -> list[EvaluationResult]:
-    """Every dataset (keyed in ``only``, default all) under every protocol; all datasets are evidence."""
+    """Every dataset (keyed in ``only``, default all) under every protocol; all datasets are evidence. A protocol
+    with no fold in a dataset (leave one model out where the dataset has one model) is left out."""
     from threadpoolctl import threadpool_limits
 
     pairs = pair_set(datasets)
@@ -205,6 +210,8 @@ def evaluate(datasets: Sequence[PairDataset], config: PredictorConfig = DEFAULT_
                 raise InputError(f"{dataset.name}: {len(dataset.pairs)} measured pairs; leave-one-out needs at least 3",
                                  source=dataset.source, field="pairs", valid="a campaign with at least 3 measured pairs")
             for protocol in protocols:
+                if not folds(pairs, d, protocol):  # one model only: nothing to learn a new one from
+                    continue
                 tick = None if progress is None else partial(progress, f"{PROTOCOL_TITLES[protocol]} {dataset.key}")
                 out.append(_evaluate_one(pairs, d, dataset, protocol, config, tick))
     return out
@@ -219,8 +226,10 @@ def _evaluate_one(pairs: PairSet, d: int, dataset: PairDataset, protocol: str, c
     truth_a, truth_b = pairs.pair_ratios(d)
     measured = dataset.pairs.reset_index(drop=True)
     total = len(folds(pairs, d, protocol))
-    parts = []
+    parts, choices = [], []
     for fit in fold_fits(pairs, d, protocol, config):
+        if fit.choice:
+            choices.append(f"{fit.fold.name}: {fit.choice}")
         v, a = np.concatenate([fit.a, fit.b]), np.concatenate([fit.b, fit.a])
         predicted = {"predictor": np.concatenate([fit.ratio_a, fit.ratio_b]), **_Means(pairs, fit.mask, d).predict(v, a),
                      "solo-utilization": _solo_utilization(pairs, fit, d, util_columns, v, a)}
@@ -247,7 +256,7 @@ def _evaluate_one(pairs: PairSet, d: int, dataset: PairDataset, protocol: str, c
         pairs=int((predictions["method"] == "predictor").sum()), measured_pairs=len(measured),
         job_types=len(dataset.job_types), features=tuple(used), baseline_features=tuple(util),
         summary=summarise(predictions), predictions=predictions, seconds=time.perf_counter() - started,
-        config=asdict(config))
+        config=asdict(config), choices=tuple(choices))
 
 
 def _with_intervals(predictions: pd.DataFrame, level: float) -> pd.DataFrame:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from colocate.prediction import predict_eval
 from colocate.prediction.predict_eval import COVERAGE_TOLERANCE, PROTOCOL_TITLES, EvaluationResult, ties
 
-TITLE = "δ predictor: leave one pair out and leave one job type out"
+TITLE = "δ predictor: leave one pair out, one job type out, one model out"
 SETTINGS = ("ridge_lambda", "nuclear_lambda", "evidence_lambda", "level")
 
 
@@ -57,6 +57,15 @@ def _table(result: EvaluationResult) -> list[str]:
     return lines
 
 
+def _choices(result: EvaluationResult) -> list[str]:
+    """The nested choice for a model never paired, per fold that met one (new_model.py): chosen on the fold's
+    training models only."""
+    if not result.choices:
+        return []
+    return [f"A model never paired, as each fold's nested leave-one-model-out (training models only) chose to answer "
+            f"it: {'; '.join(result.choices)}.", ""]
+
+
 def verdict_lines(result: EvaluationResult) -> list[str]:
     falls = result.shortfalls()
     tied = ties(result)
@@ -96,7 +105,7 @@ def evaluation_report(results: Sequence[EvaluationResult], *, title: str = TITLE
                   f"{result.measured_pairs} measured pairs over {result.job_types} job types, {result.pairs} held-out "
                   f"predictions; predictor features: {', '.join(result.features) or 'none'}; solo-utilization "
                   f"features: {', '.join(result.baseline_features) or 'none'}; {result.seconds:.1f} s.", "",
-                  *_table(result), ""]
+                  *_choices(result), *_table(result), ""]
     verdicts = [line for result in results for line in verdict_lines(result)]
     return "\n".join([*lines, "## Verdict", "", *verdicts, ""])
 

@@ -23,6 +23,7 @@ class PredictorConfig:
     use_interactions: bool = True
     use_completion: bool = True
     use_evidence: bool = True
+    use_solo_mixture: bool = True  # a model never paired: mixture of measured types alike alone (new_model.py)
     completion_iters: int = 300
     completion_tol: float = 1e-5
 

@@ -11,7 +11,9 @@ in dataset d, the evidence, closest first:
 3. ``types``: both job types measured in d against other partners (their sensitivity and pressure, and the
    residual structure the completion finds);
 4. a job type never measured in a pair in d: its model at another batch (``new type, model known``), else
-   only its solo features (``new type``).
+   only its solo features (``new type``);
+5. a job type whose *model* has no type measured in a pair in d (``new model``): the mixture of measured types
+   alike alone (:mod:`scheduler.learning.predictor.new_model`).
 
 **One model, conditioned on the evidence at hand.** :func:`scheduler.learning.predictor.ratio_model.fit_arrays` fits
 levels 3–4 (solo features, job effects, completion) and, for each closer evidence k the query has, a term
@@ -26,18 +28,21 @@ time-sliced ratio says little about MPS) β goes to 0 and the coarser levels car
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from scheduler.formats.colocation_table import MAX_RATIO
+from scheduler.learning.predictor import new_model
 from scheduler.learning.predictor.config import PredictorConfig
 from scheduler.learning.predictor.ratio_model import MIN_RATIO, SELECT_MAX_ROWS, Fitted, fit_arrays
 
 # closest first: the same pair elsewhere; the same models at another batch; both types measured with others;
-# a type never measured in a pair here, but its model is (at another batch); a type known only alone
-LEVELS = ("pair", "models", "types", "new type, model known", "new type")
+# a type never measured in a pair here, but its model is (at another batch); a type known only alone;
+# a type whose model no pair here has (a network never paired)
+LEVELS = ("pair", "models", "types", "new type, model known", "new type", "new model")
+INNER_TOL = 1e-3  # soft-impute tolerance of the nested selection's refits (log-ratio units)
 UNKNOWN = "?"  # the job type every unseen type of a table maps to: no observations, so no job effects
 
 
@@ -70,6 +75,7 @@ class PairSet:
         self.index = {t: i for i, t in enumerate(self.types)}
         models = {m: i for i, m in enumerate(dict.fromkeys(model_of(t) for t in self.types))}
         self.model = np.array([models[model_of(t)] for t in self.types], dtype=int)
+        self.model_names = tuple(models)
         self.n_models = len(models)
         self.local: list[np.ndarray] = []  # per dataset: global type index -> local row (-1: not in it)
         self.features: list[np.ndarray] = []
@@ -115,6 +121,12 @@ class PairSet:
         """Every observation, in any dataset, of a pair with ``job_type`` in it."""
         t = self.index[job_type]
         return np.nonzero((self.victim == t) | (self.aggressor == t))[0]
+
+    def of_model(self, model: str) -> np.ndarray:
+        """Every observation, in any dataset, of a pair with a job type of ``model`` in it (any batch size or
+        precision)."""
+        m = self.model_names.index(model)
+        return np.nonzero((self.model[self.victim] == m) | (self.model[self.aggressor] == m))[0]
 
 
 class Evidence:
@@ -166,8 +178,16 @@ class Evidence:
         known = self.measured[d, v] & self.measured[d, a]
         level = np.where(known, LEVELS.index("types"), LEVELS.index("new type"))
         level[have[:, 0]] = np.where(known, LEVELS.index("models"), LEVELS.index("new type, model known"))[have[:, 0]]
+        level[self.new_model(d, v, a) & ~have.any(axis=1)] = LEVELS.index("new model")
         level[have[:, 1:].any(axis=1)] = LEVELS.index("pair")
         return level
+
+    def new_model(self, d: int, v: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """Cells with a member whose model has no type measured in a training pair of dataset ``d``."""
+        model = self.pairs.model
+        known = np.zeros(self.pairs.n_models, dtype=bool)
+        known[model[self.measured[d]]] = True
+        return ~known[model[v]] | ~known[model[a]]
 
 
 def evidence_columns(values: np.ndarray, have: np.ndarray, pattern: tuple[int, ...]) -> np.ndarray:
@@ -190,9 +210,11 @@ class Predictor:
     available evidence among the cells it is asked about (fits are kept: ask for many cells at once)."""
 
     def __init__(self, evidence: Evidence, d: int, mask: np.ndarray, config: PredictorConfig,
-                 warm: dict[tuple[int, ...], np.ndarray] | None = None) -> None:
+                 warm: dict[tuple[int, ...], np.ndarray] | None = None, *, solo_mixture: bool = True) -> None:
         pairs = evidence.pairs
-        self.evidence, self.d, self.config = evidence, d, config
+        self.evidence, self.d, self.config, self.mask = evidence, d, config, mask
+        self.solo_mixture = solo_mixture and config.use_solo_mixture
+        self.choice: new_model.Choice | None = None
         rows = mask & (pairs.dataset == d)
         self.v, self.a, self.y = pairs.victim[rows], pairs.aggressor[rows], pairs.y[rows]
         self.local = pairs.local[d]
@@ -220,6 +242,7 @@ class Predictor:
         return [np.nonzero(key == k)[0] for k in np.unique(key)]
 
     def _fit(self, pattern: tuple[int, ...], new_types: bool = False) -> Fitted:
+        new_types = new_types and len(self.y) <= SELECT_MAX_ROWS  # above it no terms are chosen: one fit serves both
         hit = self.fits.get((pattern, new_types))
         if hit is None:
             columns = evidence_columns(self.row_values, self.row_have, pattern)
@@ -246,7 +269,48 @@ class Predictor:
             fitted = self._fit(pattern, new_types)
             columns = evidence_columns(values[cells], have[cells], pattern)
             out[cells] = fitted.ratios(self.local[v[cells]], self.local[a[cells]], columns if pattern else None)
+        new = self.evidence.new_model(self.d, v, a) & ~have.any(axis=1)  # no pair measured elsewhere either
+        if self.solo_mixture and new.any():
+            out[new] = self._solo_mixture(v[new], a[new])
         return out, self.evidence.levels(self.d, v, a, have)
+
+    def _global_features(self) -> np.ndarray:
+        """The dataset's standardized solo features (not clipped) indexed by global type."""
+        pairs = self.evidence.pairs
+        raw = pairs.features[self.d]
+        out = np.zeros((len(pairs.types), raw.shape[1]))
+        members = np.nonzero(self.local >= 0)[0]
+        out[members] = raw[self.local[members]]
+        return out
+
+    def _matrix(self, seen: np.ndarray) -> np.ndarray:
+        """Log ratios between the measured types ``seen``, as this model predicts them from their pairs."""
+        fitted = self._fit(())
+        rows, cols = np.repeat(seen, len(seen)), np.tile(seen, len(seen))
+        return np.log(fitted.ratios(self.local[rows], self.local[cols])).reshape(len(seen), len(seen))
+
+    def _refit(self, inner: np.ndarray, v: np.ndarray, a: np.ndarray, seen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # the outer fit's completion as the start: a convex problem, so only the iterations it takes change
+        # looser convergence than the answer's: these fits only rank the candidates
+        config = replace(self.config, completion_tol=max(self.config.completion_tol, INNER_TOL))
+        model = Predictor(Evidence(self.evidence.pairs, inner), self.d, inner, config, self.warm, solo_mixture=False)
+        return np.log(model.predict(v, a)[0]), model._matrix(seen)
+
+    def _solo_mixture(self, v: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """Ratios of cells with a model never paired here (:mod:`scheduler.learning.predictor.new_model`); the
+        candidate is chosen once per fitted model by its nested leave-one-model-out error."""
+        pairs, features = self.evidence.pairs, self._global_features()
+        if self.choice is None:
+            self.choice = new_model.choose(pairs.model, pairs.victim, pairs.aggressor, pairs.dataset, pairs.y,
+                                           self.mask, self.d, features, self._refit)
+        fitted = self._fit((), True)
+        candidate = self.choice.candidate
+        if isinstance(candidate, str):  # the ridge's own prediction
+            return fitted.ratios(self.local[v], self.local[a])
+        seen = np.nonzero(self.evidence.measured[self.d])[0]
+        space, bandwidth = candidate
+        logs = new_model.mixture(self._matrix(seen), seen, features, v, a, bandwidth, space)
+        return np.clip(np.exp(logs), MIN_RATIO, fitted.max_ratio)
 
 
 __all__ = ["LEVELS", "UNKNOWN", "Dataset", "Evidence", "PairSet", "Predictor", "evidence_columns", "model_of"]

@@ -4,8 +4,12 @@
   everything else, its own measurements on other GPU types and sharing modes included (the closest evidence
   there is, :mod:`scheduler.learning.predictor.evidence`); with ``everywhere`` the pair is held out of every dataset (a
   pair nobody in the cluster measured: the simulator's ``--belief predicted``).
-* ``type`` — leave one job type out: every pair with the type, in every dataset, is held out; its solo
-  measurements stay. What a cluster meets when a new job type arrives.
+* ``type`` — leave one job type (``model@batch``) out: every pair with the type, in every dataset, is held out;
+  its solo measurements stay, and so do the pairs of its model at other batch sizes. What a cluster meets when
+  a known network arrives at a new batch size.
+* ``model`` — leave one model out: every pair with a type of the model (all its batch sizes and precisions), in
+  every dataset, is held out; only the model's solo measurements stay. What a cluster meets when a network
+  nobody has paired arrives.
 
 The residuals of these held-out predictions calibrate the intervals (:mod:`scheduler.learning.predictor.conformal`):
 the predictions of a filled table take their intervals from both protocols' residuals, each evidence level
@@ -22,8 +26,11 @@ import numpy as np
 from scheduler.learning.predictor.config import PredictorConfig
 from scheduler.learning.predictor.conformal import Calibration
 from scheduler.learning.predictor.evidence import LEVELS, Evidence, PairSet, Predictor
+from scheduler.learning.predictor.new_model import describe
 
-PROTOCOLS = ("pair", "type")
+PROTOCOLS = ("pair", "type", "model")
+PROTOCOL_TITLES = {"pair": "leave one pair out", "type": "leave one job type (model@batch) out",
+                   "model": "leave one model out (all its batches)"}
 Progress = Callable[[int, int], None]
 
 
@@ -40,12 +47,13 @@ def folds(pairs: PairSet, d: int, protocol: str, *, everywhere: bool = False, gr
     """The folds of ``protocol`` for dataset ``d``; ``groups`` > 0 merges pairs into that many folds (K-fold
     instead of leave-one-out, for a prior fitted at start-up)."""
     mine = pairs.dataset == d
-    if protocol == "type":
+    if protocol in ("type", "model"):
         out = []
-        for t in pairs.types:
-            held = pairs.of_type(t)
+        for t in (pairs.types if protocol == "type" else pairs.model_names):
+            held = pairs.of_type(t) if protocol == "type" else pairs.of_model(t)
             here = np.unique(pairs.pair[held[mine[held]]])
-            if len(here):
+            # a dataset of one model has nothing left to learn from once it is held out: no fold
+            if len(here) and mine.sum() > mine[held].sum():
                 out.append(Fold(t, held, here))
         return out
     if protocol != "pair":
@@ -93,6 +101,7 @@ class FoldFit:
     ratio_b: np.ndarray
     level_a: np.ndarray
     level_b: np.ndarray
+    choice: str = ""  # the nested choice for a new model's cells (new_model.describe), "" when none met
 
 
 def fold_fits(pairs: PairSet, d: int, protocol: str, config: PredictorConfig, *, everywhere: bool = False,
@@ -109,7 +118,8 @@ def fold_fits(pairs: PairSet, d: int, protocol: str, config: PredictorConfig, *,
         a, b = a_of[fold.pairs], b_of[fold.pairs]
         ratios, levels = model.predict(np.concatenate([a, b]), np.concatenate([b, a]))
         n = len(a)
-        yield FoldFit(number, fold, mask, evidence, a, b, ratios[:n], ratios[n:], levels[:n], levels[n:])
+        yield FoldFit(number, fold, mask, evidence, a, b, ratios[:n], ratios[n:], levels[:n], levels[n:],
+                      describe(model.choice))
 
 
 def held_out(pairs: PairSet, d: int, protocol: str, config: PredictorConfig, *, everywhere: bool = False,
@@ -144,4 +154,4 @@ def ratio_calibration(pairs: PairSet, d: int, results: list[HeldOut], level: flo
                                    np.concatenate(levels) if levels else np.zeros(0, dtype=int), level, len(LEVELS))
 
 
-__all__ = ["PROTOCOLS", "Fold", "FoldFit", "HeldOut", "fold_fits", "folds", "held_out", "ratio_calibration"]
+__all__ = ["PROTOCOLS", "PROTOCOL_TITLES", "Fold", "FoldFit", "HeldOut", "fold_fits", "folds", "held_out", "ratio_calibration"]

@@ -10,9 +10,11 @@ for each other; a job type's partners give its sensitivity and pressure.
 table the user gives (:func:`build_prior`, ``colocate serve``) and answers for every pair with a
 :class:`~scheduler.learning.pairs.PriorAnswer`: the ratios and their intervals, calibrated by split conformal
 on the model's own held-out predictions on the same tables (:mod:`scheduler.learning.predictor.folds`; K-fold over
-pairs for the levels a known job type has, leave one job type out for a type it never saw). A job type it
-never saw is predicted with no job effects (the model's mean, its own model's pairs at other batches where
-there are some) and a wide interval; a GPU type it never saw, by the model fitted over all GPU types pooled.
+pairs for the levels a known job type has, leave one job type out and leave one model out for a type it never
+saw). A job type it never saw is predicted with no job effects (its own model's pairs at other batches where
+there are some; for a model never paired, the mixture of measured types of
+:mod:`scheduler.learning.predictor.new_model` — with no solo features in a table, every measured type alike)
+and a wide interval; a GPU type it never saw, by the model fitted over all GPU types pooled.
 
 :func:`leave_pair_out_table` predicts every pair of a table from the table's other pairs, the pair held out
 of *every* GPU type (nobody in that cluster measured it: the simulator's ``--belief predicted``), each with
@@ -91,7 +93,8 @@ class _Fitted:
         if hit is None:
             n_pairs = int((self.pairs.dataset == d).sum() // 2)
             results = [held_out(self.pairs, d, "pair", self.config, groups=CALIBRATION_FOLDS),
-                       held_out(self.pairs, d, "type", self.config)] if n_pairs >= 3 else []
+                       held_out(self.pairs, d, "type", self.config),
+                       held_out(self.pairs, d, "model", self.config)] if n_pairs >= 3 else []
             hit = self.calibrations[d] = ratio_calibration(self.pairs, d, results, self.config.level)
         return hit
 
