@@ -111,12 +111,16 @@ def test_a_job_about_to_finish_keeps_its_group_in_serve() -> None:
     assert remaining_s(near) is not None and remaining_s(near) < 1.0
     assert finishing_groups([near, other, far], round_s=60.0) == {"near", "other"}
     assert finishing_groups([_row("new", "a", None, rate=None, step=29_999, steps=30_000)], 60.0) == set()
+    trio = [_row("near", "a", "b,c", rate=256.0, step=29_997, steps=30_000), _row("b", "b", "near,c", rate=160.0),
+            _row("c", "c", "b,near", rate=160.0)]
+    assert finishing_groups(trio, 60.0) == set()  # a held member would split a group of three: not held
 
 
 def test_the_finishing_rule_is_one_for_the_simulator_and_serve() -> None:
-    from scheduler.sim.job_state import JobState
     from scheduler.formats.workload_jobs import WorkloadJob
+    from scheduler.sim.job_state import JobState
 
     assert FINISHING_ROUNDS == 2.0 and finishing(119.0, 60.0) and not finishing(121.0, 60.0) and not finishing(None, 60)
+    assert finishing(119.0, 60.0, group_size=2) and not finishing(119.0, 60.0, group_size=3)
     st = JobState(WorkloadJob("j", "a", 0.0, 1, 32, work=1000.0), work=1000.0, m0=32.0, done=900.0, rate=1.0)
     assert st.remaining_s() == 100.0 and finishing(st.remaining_s(), 60.0)
