@@ -101,6 +101,15 @@ def test_a_ratio_measured_once_past_a_bound_wins_over_the_beliefs_optimism() -> 
     decision = PackingPolicy(IlpConfig(p=1.0, min_benefit=0.0)).allocate(jobs, ONE_GPU, RoundContext(goodput,
                                                                                                   colocation=seen))
     assert all(a.partner is None for a in decision.allocations)
+    # the same pair running together now is judged on two samples, as serve splits it with a split event saying
+    # why: one sample does not drop its column silently
+    running = [j.with_state(current_gpu_type="g", current_num_gpus=1, current_partner=o.name, age_s=600.0)
+               for j, o in zip(jobs, jobs[::-1])]
+    bounded = BoundedTable(table.ratios, inner=seen, default_bound=2.5)
+    assert bounded.lookup("g", running[0], running[1]) is not None
+    twice = [*measurements[:2], _m("a", 0.1 / 0.721, 2, "b@16"), measurements[3]]
+    seen_twice = contract.measured_table(table, twice, model.solo_time)
+    assert BoundedTable(table.ratios, inner=seen_twice, default_bound=2.5).lookup("g", *running) is None
 
 
 def test_a_job_about_to_finish_keeps_its_group_in_serve() -> None:

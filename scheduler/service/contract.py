@@ -285,7 +285,8 @@ def measured_table(table: ColocationTable | None, measurements: Sequence[Mapping
     beside others (a pair or a group of three; from its first sample), its ratio ``t/t'`` against its solo time
     (:class:`Yardstick`: measured, else estimated). The ILP's bound check then holds a group to what it was measured
     at, whatever the belief (shrunk toward its prior, explored upward) says; the ratios it plans with are the
-    belief's."""
+    belief's. A group running together now is judged on :data:`MIN_SPLIT_SAMPLES`, as :func:`broken_bounds` splits
+    it (with a ``split`` event saying why), not dropped silently on one sample."""
     yardstick = Yardstick(measurements, estimate)
     seen: dict[MeasuredKey, float] = {}
     weight: dict[MeasuredKey, int] = {}
@@ -299,7 +300,7 @@ def measured_table(table: ColocationTable | None, measurements: Sequence[Mapping
             weight[key], seen[key] = n, alone[0] / float(m["iter_time_s"])
     if table is None or not seen:
         return table
-    return MeasuredTable(table.ratios, inner=table, measured=seen)
+    return MeasuredTable(table.ratios, inner=table, measured=seen, samples=weight, running_samples=MIN_SPLIT_SAMPLES)
 
 
 @dataclass(frozen=True)
