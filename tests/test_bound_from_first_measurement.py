@@ -133,3 +133,18 @@ def test_the_finishing_rule_is_one_for_the_simulator_and_serve() -> None:
     assert finishing(119.0, 60.0, group_size=2) and not finishing(119.0, 60.0, group_size=3)
     st = JobState(WorkloadJob("j", "a", 0.0, 1, 32, work=1000.0), work=1000.0, m0=32.0, done=900.0, rate=1.0)
     assert st.remaining_s() == 100.0 and finishing(st.remaining_s(), 60.0)
+
+
+def test_a_damaged_solo_estimate_record_is_set_aside_not_shown(tmp_path) -> None:
+    """The estimates a round keeps in the state are a stored row (untrusted): one malformed is set aside, and
+    ``jobs`` shows no slowdown from it."""
+    from scheduler.service.state.store import StateStore
+
+    state = StateStore(tmp_path / "state")
+    with state.transaction() as db:
+        db.set_meta(contract.SOLO_KEY, '{"slow": [0.1, "prior"]}')
+    assert contract.load_solo_estimates(state) == {"slow": (0.1, "prior")}
+    for bad in ('{"slow": [1e400, "prior"]}', '{"slow": [0.1, "guess"]}', '{"slow": [-1, "prior"]}', "[1]"):
+        with state.transaction() as db:
+            db.set_meta(contract.SOLO_KEY, bad)
+        assert contract.load_solo_estimates(state) == {}
