@@ -181,7 +181,8 @@ def test_a_group_measured_past_a_members_bound_is_split_and_not_planned_again(tm
         state.submit(_job(tmp_path, "slow", 100000, env=f"SHARED_SLOWDOWN={HURTS}"))
         _drive(server, lambda: any(not m["partner_type"] for m in state.measurements()), 60)  # its solo time
         state.submit(_job(tmp_path, "fast", 100000, env="SHARED_SLOWDOWN=1.1", application="quick"))
-        together = lambda: state.job("slow").partner == "fast"  # noqa: E731
+        # running together: a stopped job keeps its last partner in its row while it waits
+        together = lambda: state.job("slow").state == "running" and state.job("slow").partner == "fast"  # noqa: E731
         _drive(server, together, 60)
         from scheduler.service.front.views import job_views
 
