@@ -155,9 +155,12 @@ def test_the_built_in_trainer_past_its_limit_fails_alone_then_runs_under_its_rai
     the raised estimate fits beside the partner, so the pair forms again under the new limit and both complete."""
     state, server = _server(tmp_path, memory_gb=4.0)
     try:
-        state.submit(job_from_dict({"name": "partner", "model": "tiny_cnn", "steps": 10**6, "batch_size": 8}))
+        # about memory, not speed: neither runs alone first, so their slowdowns are judged against the prior's solo
+        # estimate, which a loaded 2-core machine can take past the default bound 2.5 (a split, not what is tested)
+        loose = {"max_slowdown": 50.0}
+        state.submit(job_from_dict({"name": "partner", "model": "tiny_cnn", "steps": 10**6, "batch_size": 8, **loose}))
         state.submit(job_from_dict({"name": "big", "model": "tiny_cnn", "steps": 30, "batch_size": 256,
-                                    "memory_gb": 0.002}))
+                                    "memory_gb": 0.002, **loose}))
         _drive(server, lambda: state.job("big").partner == "partner", 60)
         _drive(server, lambda: "oom" in _kinds(state, "big"), 120)
         record = json.loads(state.meta("memory"))["big"]
