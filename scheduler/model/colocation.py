@@ -153,6 +153,10 @@ class MeasuredTable(ColocationTable):
 
     inner: ColocationTable | None = None
     measured: Mapping[MeasuredKey, float] = field(default_factory=dict)
+    samples: Mapping[MeasuredKey, int] = field(default_factory=dict)  # co-located samples behind each ratio
+    # a group running together now is judged on this many samples (the live server's split rule, which says why);
+    # a group to be formed, on any
+    running_samples: int = 1
 
     def __hash__(self) -> int:
         return id(self)
@@ -164,7 +168,16 @@ class MeasuredTable(ColocationTable):
         return self.inner.triple_ratios(gpu_type, jobs) if self.inner is not None else None
 
     def measured_ratio(self, gpu_type: str, job: "Job", others: "Sequence[Job]") -> float | None:
-        return self.measured.get((gpu_type, job.job_type, partner_key(others)))
+        key = (gpu_type, job.job_type, partner_key(others))
+        if _together((job, *others)) and self.samples.get(key, 0) < self.running_samples:
+            return None
+        return self.measured.get(key)
+
+
+def _together(jobs: "Sequence[Job]") -> bool:
+    """The jobs run together now (each one's current partner is among them)."""
+    names = {j.name for j in jobs}
+    return len(jobs) > 1 and all(j.current_partner in names for j in jobs)
 
 
 def within_bound(ratio: float, bound: float | None) -> bool:
@@ -174,8 +187,7 @@ def within_bound(ratio: float, bound: float | None) -> bool:
 
 def _held_together(jobs: "Sequence[Job]") -> bool:
     """The jobs run together now and one is held there (pinned): a group the round may keep but not form."""
-    names = {j.name for j in jobs}
-    return any(j.pinned for j in jobs) and all(j.current_partner in names for j in jobs)
+    return any(j.pinned for j in jobs) and _together(jobs)
 
 
 @dataclass(frozen=True, eq=False)

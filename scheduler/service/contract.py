@@ -8,14 +8,17 @@ accepted, and what the server does when one breaks it.
   queue without counting as a crash — so the pairing is not planned again unless the raised estimate fits —
   while its partner runs on untouched. Out of memory *alone* (no limit) is a crash like any other, recorded too.
 * **Slowdown.** Each member accepts a slowdown: its own ``max_slowdown``, else the cluster-wide one (the policy's
-  ``IlpConfig.max_slowdown``), none with ``exclusive`` (never grouped). The round ILP plans no group that breaks
-  a bound under its belief or under what was measured (:class:`scheduler.model.colocation.BoundedTable` over
-  :func:`measured_table`); a running group whose *measured* ratio breaks a member's bound
-  (:func:`broken_bounds`) is released from its minimum run and split at the next round — a restart of each
-  member, with the reason in its ``split`` event — and the measurement stays in ``measurements``, so the pair is
-  not planned again.
-* **Seen.** ``colocate jobs`` and the Prometheus metrics show each running job's measured slowdown
-  (:func:`measured_slowdown`), its memory limit and its out-of-memory failures.
+  ``IlpConfig.max_slowdown``), none with ``exclusive`` (never grouped). The round ILP plans no group (pair or
+  three) that breaks a bound under its belief or under what was measured from its first sample, the lower winning
+  (:class:`scheduler.model.colocation.BoundedTable` over :func:`measured_table`); a running group whose
+  *measured* ratio breaks a member's bound (:func:`broken_bounds`) is released from its minimum run and split at the
+  next round — a restart of each member, with the reason in its ``split`` event — and the measurement stays in
+  ``measurements``, so the group is not planned again. A ratio's yardstick is the member's solo time measured alone,
+  else its estimate (:class:`Yardstick`: profile, else prior; the basis is said), so a bound holds from a group's
+  first measurement.
+* **Seen.** ``colocate jobs`` and the Prometheus metrics show each running job's measured slowdown and its basis
+  (:func:`measured_slowdown` against :func:`solo_estimates`, kept in the state each round), its memory limit and its
+  out-of-memory failures.
 
 Memory in detail — gPU memory in ``colocate serve``: what a job is planned to need, the hard limit each member of a group gets,
 and what an out-of-memory failure teaches.
@@ -303,7 +306,8 @@ def measured_table(table: ColocationTable | None, measurements: Sequence[Mapping
     beside others (a pair or a group of three; from its first sample), its ratio ``t/t'`` against its solo time
     (:class:`Yardstick`: measured, else estimated). The ILP's bound check then holds a group to what it was measured
     at, whatever the belief (shrunk toward its prior, explored upward) says; the ratios it plans with are the
-    belief's."""
+    belief's. A group running together now is judged on :data:`MIN_SPLIT_SAMPLES`, as :func:`broken_bounds` splits
+    it (with a ``split`` event saying why), not dropped silently on one sample."""
     yardstick = Yardstick(measurements, estimate)
     seen: dict[MeasuredKey, float] = {}
     weight: dict[MeasuredKey, int] = {}
@@ -317,7 +321,7 @@ def measured_table(table: ColocationTable | None, measurements: Sequence[Mapping
             weight[key], seen[key] = n, alone[0] / float(m["iter_time_s"])
     if table is None or not seen:
         return table
-    return MeasuredTable(table.ratios, inner=table, measured=seen)
+    return MeasuredTable(table.ratios, inner=table, measured=seen, samples=weight, running_samples=MIN_SPLIT_SAMPLES)
 
 
 @dataclass(frozen=True)

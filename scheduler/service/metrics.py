@@ -18,8 +18,8 @@ node,gpu}``
 ``colocate_job_samples_per_second  gauge      per running job: its last measured samples/s
 {job_name,gpu_type,partners}``
 ``colocate_job_slowdown{job,       gauge      per running member of a group: its last measured time per step over
-gpu_type,partners}``                          its solo time on that GPU type, count and batch (only when both are
-                                             measured: never a guess)
+gpu_type,partners}``                          its solo time on that GPU type, count and batch (measured alone, else
+                                             the estimate its bound is judged by; from the first measurement)
 ``colocate_job_memory_limit_bytes  gauge      per running member of a group: its hard GPU-memory limit per GPU
 {job_name,gpu_type,partners}``
 ``colocate_ooms_total{gpu_type}``  counter    out-of-memory failures (``oom`` events)

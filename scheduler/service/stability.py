@@ -17,8 +17,9 @@ run a step. Four rules keep decisions stable (docs/serve-live.md):
 4. **A new batch pays for its restarts** too (:mod:`scheduler.service.batch_hold`): on its current GPUs a running
    adaptive job keeps its batch unless the best batch's goodput gain pays for restarting its group.
 5. **A job about to finish stays put** (:func:`finishing_groups`): a running job expected to end within two rounds
-   (its remaining steps at its last measured rate) is held with its group, as in rule 1; the simulator applies the
-   same rule (:func:`scheduler.model.jobs.finishing`).
+   (its remaining steps at its last measured rate) is held with its group, as in rule 1 (not in a group of three,
+   which the ILP cannot keep with a held member); the simulator applies the same rule
+   (:func:`scheduler.model.jobs.finishing`).
 
 Rules 2-4 and fairness are knobs of the round ILP (:class:`scheduler.ilp.config.IlpConfig`) that a live scheduler
 sets (:data:`scheduler.service.config.LIVE_ILP`).
@@ -93,7 +94,7 @@ def finishing_groups(rows: Sequence[JobRow], round_s: float) -> set[str]:
     :func:`scheduler.model.jobs.finishing`, the simulator's rule too), with every other member of their groups: the
     whole group keeps its placement, since serve restarts a group whole and a new partner or a split would restart
     the finishing job as well."""
-    keys = {r.group_key for r in rows if r.group_key and finishing(remaining_s(r), round_s)}
+    keys = {r.group_key for r in rows if r.group_key and finishing(remaining_s(r), round_s, 1 + len(r.others))}
     return {r.name for r in rows if r.group_key in keys}
 
 

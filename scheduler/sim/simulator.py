@@ -172,7 +172,8 @@ class Simulator:
             adaptive=self.adaptive, age_s=max(now - spec.arrival, 0.0), restarts=st.restarts,
             current_gpu_type=a.gpu_type if a else None, current_num_gpus=a.num_gpus if a else 0,
             current_partner=a.partner if a else None,
-            pinned=a is not None and (st.delay > 0 or finishing(st.remaining_s(), self.config.round_s)),
+            pinned=a is not None and (st.delay > 0 or finishing(st.remaining_s(), self.config.round_s,
+                                                                   1 + len(a.others))),
             progress=st.done / st.m0, restart_cost_s=self.config.restart_penalty(spec.application),
             max_slowdown=spec.max_slowdown, exclusive=spec.exclusive,
         )
