@@ -49,24 +49,22 @@ class RowLimit:
         ``WHERE`` clause and its arguments. Rows newly found over it are remembered (:meth:`set_aside`)."""
         size, limit, now = self._size(conn, table), self.limit(table), time.monotonic()
         self.oversized = {k: v for k, v in self.oversized.items() if k[0] != table or now - v[2] < self.recheck_s}
-        conditions = [f"({where})"] if where else []
-        if self._known(table):
-            conditions.append(f"rowid NOT IN ({','.join(map(str, self._known(table)))})")
+        # the rowid test first: SQLite reads a column past a huge value by walking that value's overflow pages
+        skip = self._skip(table)
+        wanted = [*([f"({where})"] if where else [])]
         key = KEYS.get(table)
         named = f"CASE WHEN length({key}) <= 200 THEN {key} END" if key else "NULL"
         found = conn.execute(f"SELECT rowid, {size}, {named} FROM {table} WHERE "
-                             f"{' AND '.join([*conditions, f'{size} > ?'])}", (*args, limit)).fetchall()
+                             f"{' AND '.join([*skip, *wanted, f'{size} > ?'])}", (*args, limit)).fetchall()
         for rowid, chars, name in found:
             shown = str(name) if isinstance(name, (str, int)) and str(name).isprintable() else f"rowid {rowid}"
             self.oversized[(table, rowid)] = (shown, f"the row holds {chars:,} characters, more than the {limit:,} "
                                               "a read takes: left unread", now)
-        if found:
-            conditions = [c for c in conditions if not c.startswith("rowid NOT IN")]
-            conditions.append(f"rowid NOT IN ({','.join(map(str, self._known(table)))})")
-        return " WHERE " + " AND ".join([*conditions, f"{size} <= ?"]), (*args, limit)
+        return " WHERE " + " AND ".join([*self._skip(table), *wanted, f"{size} <= ?"]), (*args, limit)
 
-    def _known(self, table: str) -> list[int]:
-        return sorted(rowid for t, rowid in self.oversized if t == table)
+    def _skip(self, table: str) -> list[str]:
+        known = sorted(rowid for t, rowid in self.oversized if t == table)
+        return [f"rowid NOT IN ({','.join(map(str, known))})"] if known else []
 
     def set_aside(self, table: str) -> dict[str, str]:
         """The oversized rows of ``table`` by how they are named (their key, else ``rowid N``): their problems."""
