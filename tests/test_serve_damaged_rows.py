@@ -208,7 +208,8 @@ class _Counting:
     """A connection that counts the characters (bytes of a BLOB) of every value fetched through it."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn, self.fetched, self.selects = conn, 0, []  # type: list[str]
+        self.conn, self.fetched = conn, 0
+        self.selects: list[str] = []
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.conn, name)
