@@ -5,5 +5,6 @@
 * :mod:`.bounds` — bounded numbers users give (finite, of the right kind, inside a documented range);
 * :mod:`.safe_load` — UTF-8 text, YAML and JSON read with limits (size, depth, aliases, duplicate keys);
 * :mod:`.files` — atomic file writes;
-* :mod:`.signals` — signal handling for everything that owns child processes.
+* :mod:`.signals` — signal handling for everything that owns child processes;
+* :mod:`.contain` — a job and everything it starts contained and stopped together (cgroup, subreaper).
 """

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import InputError
-from common.names import shown
+from common.names import huge_integer, shown
 
 # Shared upper limits (documented in README "Reliability").
 MAX_GPUS = 100_000  # GPUs (or nodes) of one type, or one job's GPU count
@@ -28,8 +28,15 @@ MAX_PROGRESS_SAMPLES = MAX_STEPS * MAX_BATCH
 MAX_EPOCH_S = 1e10  # a wall-clock time stamp (seconds since 1970; the year 2286)
 
 
-def _fmt(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+def shown_number(x: float) -> str:
+    """A number from outside as an error message shows it, whatever its size: never raises (``f"{x:g}"``
+    overflows for an integer beyond 1e308, and ``str`` refuses one of more than 4,300 digits)."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        return huge_integer(x) if abs(x) >= 10**30 else str(x) if abs(x) < 10**15 else f"{float(x):g}"
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{float(x):g}"
+
+
+_fmt = shown_number
 
 
 def _describe(low: float, high: float, integer: bool, low_open: bool) -> str:
@@ -67,9 +74,9 @@ def check_number(value: Any, *, field: str, low: float, high: float, source: str
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(f"{value} is not a finite number", source=source, field=field, valid=rule)
     if value < low or (low_open and value <= low) or value > high:
-        raise InputError(f"{value:g} is out of range", source=source, field=field, valid=rule)
+        raise InputError(f"{shown_number(value)} is out of range", source=source, field=field, valid=rule)
     if integer:
         if value != int(value):
-            raise InputError(f"{value:g} is not a whole number", source=source, field=field, valid=rule)
+            raise InputError(f"{shown_number(value)} is not a whole number", source=source, field=field, valid=rule)
         return int(value)
     return value

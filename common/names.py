@@ -11,6 +11,7 @@ starting with a letter or digit, at most :data:`NAME_MAX` characters — and ref
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from pathlib import Path
@@ -25,9 +26,18 @@ _SHOWN = 60
 
 
 def shown(value: Any, limit: int = _SHOWN) -> str:
-    """``repr(value)`` cut to ``limit`` characters, for error messages that echo user input."""
+    """``repr(value)`` cut to ``limit`` characters, for error messages that echo user input. An integer of more
+    than 30 digits is shown by its size (``repr`` refuses one of more than 4,300 digits with a ValueError)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return huge_integer(value)
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def huge_integer(value: int) -> str:
+    """An integer too long to print, described by its size (counted from its bits: ``str`` may refuse it)."""
+    digits = int(abs(value).bit_length() * math.log10(2)) + 1
+    return f"{'a negative' if value < 0 else 'an'} integer of about {digits} digits"
 
 
 def is_safe_name(value: Any) -> bool:

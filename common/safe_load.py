@@ -32,6 +32,9 @@ MAX_TEXT_BYTES = 256 * 1024 * 1024  # traces run to tens of MB; a config of 256 
 MAX_DEPTH = 64
 MAX_ALIASES = 100
 MAX_ALIAS_EXPANSION = 10_000  # values that aliases may add when expanded
+# digits of one integer: every range the project checks ends far below 10^30, so a longer number is refused as it
+# is read (Python refuses to convert one of more than 4,300 digits, and a float cannot hold one beyond 10^308)
+MAX_INT_DIGITS = 100
 # 1e6, 1.5e3, -2E-3, .5e1: YAML 1.2 floats with an exponent that YAML 1.1 (sign required, a dot) reads as strings
 # integers YAML 1.2 reads and YAML 1.1 does not: zero-padded decimals with an 8 or 9 (``08``), and ``0o`` octal
 _INT_1_2 = re.compile(r"^(?:[-+]?0[0-9_]+|0o[0-7]+)$")
@@ -92,12 +95,30 @@ def _limited_loader() -> type:
 
         def construct_yaml_int(self, node: Any) -> int:
             # YAML 1.1 reads `steps: 0100` as 64 (octal): a zero-padded count must not silently shrink
-            text = str(self.construct_scalar(node)).replace("_", "")
-            sign = -1 if text.startswith("-") else 1
-            digits = text.lstrip("+-")
-            if digits[:2] in ("0o", "0x", "0b"):
-                return sign * int(digits[2:], {"0o": 8, "0x": 16, "0b": 2}[digits[:2]])
-            return sign * int(digits, 10)
+            text = str(self.construct_scalar(node))
+            digits = text.replace("_", "").lstrip("+-")
+            base = {"0o": 8, "0x": 16, "0b": 2}.get(digits[:2], 10)
+            digits = digits[2:] if base != 10 else digits
+            if len(digits) > MAX_INT_DIGITS:
+                raise _Refused(f"an integer of {len(digits)} digits (at most {MAX_INT_DIGITS})", node.start_mark)
+            try:
+                value = int(digits, base)
+            except ValueError:  # `!!int "12abc"`, `0x_`: a tag or a prefix without a number behind it
+                raise _Refused(f"{text[:40]!r} is not an integer", node.start_mark) from None
+            return -value if text.startswith("-") else value
+
+        def construct_yaml_float(self, node: Any) -> float:
+            text = str(self.construct_scalar(node))
+            try:
+                return float(super().construct_yaml_float(node))
+            except (ValueError, TypeError):  # `!!float "abc"`
+                raise _Refused(f"{text[:40]!r} is not a number", node.start_mark) from None
+
+        def construct_yaml_bool(self, node: Any) -> bool:
+            text = str(self.construct_scalar(node))
+            if text.lower() not in self.bool_values:  # `!!bool "maybe"`: PyYAML would raise a KeyError
+                raise _Refused(f"{text[:40]!r} is not true or false", node.start_mark)
+            return bool(self.bool_values[text.lower()])
 
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             if isinstance(node, yaml.MappingNode):
@@ -119,6 +140,8 @@ def _limited_loader() -> type:
     # "not a number"; numbers with an exponent read as numbers here, as every YAML 1.2 reader reads them
     _LimitedLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+.0123456789"))
     _LimitedLoader.add_constructor("tag:yaml.org,2002:int", _LimitedLoader.construct_yaml_int)
+    _LimitedLoader.add_constructor("tag:yaml.org,2002:float", _LimitedLoader.construct_yaml_float)
+    _LimitedLoader.add_constructor("tag:yaml.org,2002:bool", _LimitedLoader.construct_yaml_bool)
     _LimitedLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_1_2, list("-+0"))
     # YAML 1.1 reads `1:30` as 90 (base 60), YAML 1.2 as the text "1:30": a typo of a time or a ratio must not
     # become a silent number, so numbers here hold no ':' (a field that wants a number then refuses the text)
@@ -210,6 +233,19 @@ def _no_constant(name: str) -> Any:
     raise _Refused(f"{name} is not a JSON number", None)
 
 
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:  # before int(): Python refuses 4,300 digits with a ValueError
+        raise _Refused(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS})", None)
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 reads as inf: a number no range can hold, refused as NaN is
+        raise _Refused(f"{text[:40]} is beyond the largest number a float holds", None)
+    return value
+
+
 def _depth(value: Any) -> int:
     """Nesting depth of parsed JSON, without recursion."""
     deepest, stack = 0, [(value, 1)]
@@ -226,7 +262,8 @@ def _depth(value: Any) -> int:
 def parse_json(text: str, *, source: str | Path, field: str | None = None, valid: str = "a JSON document") -> Any:
     """Parse JSON text: no duplicate keys, no NaN/Infinity, nesting at most :data:`MAX_DEPTH`."""
     try:
-        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant,
+                          parse_int=_bounded_int, parse_float=_finite_float)
     except _Refused as err:
         raise InputError(f"refused: {err}", source=source, field=field, valid=valid) from None
     except json.JSONDecodeError as err:

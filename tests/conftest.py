@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -126,12 +127,37 @@ def pytest_configure(config: pytest.Config) -> None:
 _TOKEN = pytest.StashKey[str]()
 
 
+def own_helpers() -> set[int]:
+    """Pids of this process's own multiprocessing helpers (its resource tracker and fork server, started when a test
+    in this process used them). Each reads a pipe only this process writes, so it ends when the session's process
+    ends: not left behind. Known by the pid multiprocessing recorded when it started the helper, never by a command
+    line (a test's process that merely looks like one is still caught), and only while it is still our child."""
+    recorded = []
+    tracker = sys.modules.get("multiprocessing.resource_tracker")
+    if tracker is not None:
+        recorded.append(getattr(getattr(tracker, "_resource_tracker", None), "_pid", None))
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    if forkserver is not None:
+        recorded.append(getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None))
+    return {pid for pid in recorded if isinstance(pid, int) and _parent(pid) == os.getpid()}
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
 def leftover_processes(token: str) -> list[tuple[int, str]]:
-    """(pid, command line) of every live process but this one whose environment carries ``token``."""
+    """(pid, command line) of every live process but this one and its own helpers (:func:`own_helpers`) whose
+    environment carries ``token``."""
     mark = f"{SESSION_ENV}={token}".encode() + b"\0"
     found = []
+    ours = own_helpers() | {os.getpid()}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit() or int(entry.name) in ours:
             continue
         try:
             if mark not in (entry / "environ").read_bytes():

@@ -34,6 +34,9 @@ HOSTILE = [
     "nan", ".nan", "NaN", ".inf", "-.inf", "inf", "Infinity", "-1", "0", "1e12", "1.0e+12", "1e-9", "",
     "x\ntouch PWNED\n#", "a100 --output=/x", "../../x", "/abs", "é", "\u202e", "resnet18@abc", "[]", "{}",
     "null", "true", "'", '"', "*a", "&a", "9" * 40, "-", "..", "a b", "$(touch PWNED)", "`touch PWNED`",
+    # numbers beyond a float, beyond Python's 4,300-digit limit, rounding to zero, and YAML no reader can build
+    "1" + "0" * 400, "1" + "0" * 5000, "1e400", "-0", "1e-400", '!!int "1e400"', '!!int "12abc"', "0x_", "0b_",
+    '!!bool "maybe"',
 ]
 BOMB = ("a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
     f"{c}: &{c} [{','.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")))

@@ -33,6 +33,9 @@ BAD_REQUESTS = [
     ({"sbatch_options": ("--time=1\ntouch x",)}, "--sbatch-option"), ({"grace_s": float("nan")}, "--grace"),
     ({"num_cpus": 0.0}, "--num-cpus"), ({"image_size": 8}, "--image-size"), ({"steps": 10**12}, "--steps"),
     ({"duration_s": float("inf")}, "--duration"),
+    ({"sbatch_options": ("--comment=two words",)}, "--sbatch-option"), ({"sbatch_options": ("--array=1-3",)},
+                                                                         "--sbatch-option"),
+    ({"sbatch_options": ("--constraint=ib",)}, "--sbatch-option"),  # the script's own --constraint=GPU_TYPE
 ]
 
 
@@ -100,3 +103,12 @@ def test_cluster_refuses_indices_outside_it(allocation: Path, tmp_path: Path) ->
         launch(LaunchRequest(allocation, cluster=cluster, emit=("slurm", tmp_path / "emit")))
     assert "nodes" in str(info.value) and "node 1" in str(info.value)
     assert not (tmp_path / "emit").exists()
+
+
+def test_allowed_sbatch_options_reach_the_scripts(allocation: Path, tmp_path: Path) -> None:
+    options = ("--account=ml", "--exclusive", "--constraint=ib")  # --constraint: --typed-gres leaves it to the user
+    outcome = launch(LaunchRequest(allocation, emit=("slurm", tmp_path / "out"), typed_gres=True,
+                                   sbatch_options=options))
+    assert outcome.emitted is not None
+    text = outcome.emitted.files[0].read_text()
+    assert all(f"#SBATCH {option}\n" in text for option in options)

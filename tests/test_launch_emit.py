@@ -108,7 +108,8 @@ def _mps_stand_in(tmp_path: Path) -> Path:
     stand_in = bin_dir / "nvidia-cuda-mps-control"
     stand_in.write_text(f"""#!/bin/bash
 if [[ "${{1:-}}" == "-d" ]]; then
-  echo "start pipe=$CUDA_MPS_PIPE_DIRECTORY log=$CUDA_MPS_LOG_DIRECTORY mode=$(stat -c %a "$CUDA_MPS_PIPE_DIRECTORY")" >> {record}
+  echo "start pipe=$CUDA_MPS_PIPE_DIRECTORY log=$CUDA_MPS_LOG_DIRECTORY mode=$(stat -c %a "$CUDA_MPS_PIPE_DIRECTORY") \
+cvd=${{CUDA_VISIBLE_DEVICES-unset}}" >> {record}
 else
   echo "command $(cat) pipe=$CUDA_MPS_PIPE_DIRECTORY" >> {record}
 fi
@@ -118,11 +119,12 @@ fi
 
 
 def test_mps_script_starts_a_private_daemon_and_quits_it_when_terminated(tmp_path: Path) -> None:
-    commands = {"tiny_cnn": 'echo "client pipe=$CUDA_MPS_PIPE_DIRECTORY"; sleep 300 & wait',
-                "custom": 'echo "client pipe=$CUDA_MPS_PIPE_DIRECTORY"; sleep 300 & wait'}
+    client = 'echo "client pipe=$CUDA_MPS_PIPE_DIRECTORY cvd=${{CUDA_VISIBLE_DEVICES-unset}}"; sleep 300 & wait'
+    commands = {"tiny_cnn": client, "custom": client}
     scripts = emit_slurm(_plan(commands=commands), tmp_path, RunSettings(), SlurmOptions(grace_s=5))
     bin_dir = _mps_stand_in(tmp_path)
-    process = _run_script(scripts[1], tmp_path, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    # Slurm gave the group GPU 1: the daemon is started on it, its clients see it as device 0 (no narrowing)
+    process = _run_script(scripts[1], tmp_path, PATH=f"{bin_dir}:{os.environ['PATH']}", CUDA_VISIBLE_DEVICES="1")
     logs = [tmp_path / "logs" / "c.log", tmp_path / "logs" / "d.log"]
     deadline = time.monotonic() + 30
     while not all(log.is_file() and "client" in log.read_text() for log in logs) and time.monotonic() < deadline:
@@ -134,7 +136,8 @@ def test_mps_script_starts_a_private_daemon_and_quits_it_when_terminated(tmp_pat
     assert len(calls) == 2 and calls[0].startswith("start ") and calls[1].startswith("command quit ")
     pipe = calls[0].split()[1].removeprefix("pipe=")
     assert "mode=700" in calls[0] and calls[1].endswith(f"pipe={pipe}")  # quit goes to our own daemon
-    assert all(f"client pipe={pipe}" in log.read_text() for log in logs)  # both clients use its pipe
+    assert all(f"client pipe={pipe} cvd=unset" in log.read_text() for log in logs)  # both clients use its pipe
+    assert calls[0].endswith(" cvd=1")  # the daemon owns the group's GPU
     assert not Path(pipe).exists()  # private directories removed
     sleepers = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout.split()
     assert not [pid for pid in sleepers if str(tmp_path) in Path(f"/proc/{pid}/cwd").resolve().as_posix()]

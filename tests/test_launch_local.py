@@ -141,3 +141,45 @@ def test_cli_rejects_bad_input_with_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "allocations[0].num_gpus" in lines[0] and "Traceback" not in result.stderr
+
+
+def test_an_mps_pair_on_gpu_1_gets_the_daemons_device_and_no_mask_of_its_own(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment a client of ``colocate launch``'s MPS group really gets, with a stand-in MPS control daemon
+    (tests/fake_mps) in place of NVIDIA's: the daemon is started on the group's GPU (1), the clients get its pipe and
+    no CUDA_VISIBLE_DEVICES (the daemon shows them GPU 1 as their device 0; '1' again would name no device)."""
+    monkeypatch.setenv("PATH", f"{Path(__file__).parent / 'fake_mps'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # what the launcher itself may have inherited
+    dump = ('python -c "import json, os; e = dict(os.environ); '
+            'e[\'DAEMON\'] = open(e[\'CUDA_MPS_LOG_DIRECTORY\'] + \'/control.log\').read(); '
+            'json.dump(e, open(\'{job}.env\', \'w\'))"')
+    allocation = {"allocations": [dict(a, sharing="mps") for a in TWO_PAIRS["allocations"][2:]]}  # c+d on GPU 1
+    plan = build_plan(allocation, applications={}, commands={n: dump for n in "cd"})
+    settings = LaunchSettings(run=RunSettings(device="cuda"), log_dir=tmp_path / "logs")
+    monkeypatch.chdir(tmp_path)
+    report = run_groups(plan.groups, settings)
+    assert report.ok, report
+    for name in "cd":
+        env = json.loads((tmp_path / f"{name}.env").read_text())
+        assert "CUDA_VISIBLE_DEVICES" not in env
+        assert env["DAEMON"].strip() == "CUDA_VISIBLE_DEVICES=1"  # what the group's daemon was started with
+        assert not Path(env["CUDA_MPS_PIPE_DIRECTORY"]).exists()  # the daemon quit and its root is gone
+
+
+@pytest.mark.parametrize("tail", ["sleep 600", "exit 0"], ids=["stopped", "ends"])
+def test_a_jobs_setsid_child_does_not_outlive_the_launch(tmp_path: Path, tail: str) -> None:
+    """A job's child that left its session (``setsid``) is killed with the job: when the launch stops it (after
+    ``--duration``) and when the job ends by itself."""
+    from tests.test_containment import _marker, _sleepers, _wait_gone
+
+    marker = _marker()
+    escape = f"setsid sleep {marker} & sleep 1; {tail}"
+    alone = {k: v for k, v in TWO_PAIRS["allocations"][0].items() if k != "partner"}
+    plan = build_plan({"allocations": [alone]}, applications={}, commands={"a": escape})
+    settings = LaunchSettings(run=RunSettings(device="cpu"), log_dir=tmp_path, duration_s=3.0, stop_grace_s=2.0)
+    try:
+        run_groups(plan.groups, settings)
+        assert not _wait_gone(marker)
+    finally:
+        for pid in _sleepers(marker):
+            os.kill(pid, signal.SIGKILL)

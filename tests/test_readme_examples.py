@@ -286,3 +286,16 @@ def test_python_example_parses_and_its_imports_resolve(name: str, code: str) -> 
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             exec(compile(ast.Module(body=[node], type_ignores=[]), name, "exec"), {})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_serve_tour_shows_its_job_running_and_cancels_it(tmp_path: Path) -> None:
+    """The README's serve tour is not a race with its own job: `jobs` shows it running and `cancel` stops it
+    (a job that ends before the tour looks at it shows nothing running, and `cancel` says "already completed")."""
+    (tour,) = [e for e in ALL if e.document.name == "README.md" and "colocate serve " in e.code]
+    done = run_block(tour, clean_copy(tmp_path / "copy"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "job-a: cancel requested" in done.stdout, done.stdout
+    table = [line for line in done.stdout.splitlines() if line.startswith("│ job-a")]
+    assert len(table) == 1 and "│ running " in table[0], done.stdout

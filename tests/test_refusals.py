@@ -260,3 +260,18 @@ def test_profile_on_cuda_with_a_torch_without_cuda_fails_in_one_line(tmp_path: P
     assert snapshot(tmp_path) == before
     code, _, err = run_cli("profile", str(spec), "--out", str(tmp_path / "out"), "--dry-run")
     assert code == 0, err
+
+
+def test_serve_on_cuda_with_a_torch_without_cuda_fails_in_one_line(tmp_path: Path) -> None:
+    """Jobs started here on CUDA would each fail at start (an AttributeError in every log): refused up front, as
+    profile does, with nothing written; auto (the CPU here) is accepted."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine's torch can use CUDA")
+    cluster = write_cluster(tmp_path / "cluster.yaml", {"t4": 1})
+    before = snapshot(tmp_path)
+    code, _, err = run_cli("serve", "--cluster", str(cluster), "--state", str(tmp_path / "state"), "--backend",
+                           "local", "--device", "cuda", "--max-rounds", "1")
+    _one_line(code, err, "field '--device': 'cuda', but this machine's torch", "cannot use CUDA")
+    assert snapshot(tmp_path) == before

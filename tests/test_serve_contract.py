@@ -135,7 +135,8 @@ def test_a_member_past_its_limit_fails_alone_and_the_pair_is_not_planned_again(t
         group = state.job("steady").group_key
         _drive(server, lambda: "oom" in _kinds(state, "hog"), 60)
         hog, steady = state.job("hog"), state.job("steady")
-        assert hog.state == "queued" and hog.error.startswith("oom: reached 3.00 GiB of its 1.05 GiB limit")
+        assert hog.state == "queued" and hog.error.startswith(
+            "oom: needed 3.50 GiB (3.00 GiB allocated + a 0.50 GiB context), over its 1.05 GiB limit beside steady")
         assert hog.crashes == 0  # out of memory under a limit is not a crash: the estimate changes instead
         assert steady.state == "running" and steady.group_key == group and steady.restarts == 0
         record = json.loads(state.meta("memory"))["hog"]

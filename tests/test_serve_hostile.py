@@ -143,3 +143,27 @@ def test_a_progress_record_caught_half_written_once_is_not_misbehaviour(tmp_path
         assert "bad-file" not in [e["kind"] for e in state.events("good")]
     finally:
         kill_groups(state.dir)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("record, text", [
+    ("$COLOCATE_PROGRESS_FILE", '{"step": 1' + "0" * 400 + ', "state": "running"}'),
+    ("$COLOCATE_PROGRESS_FILE", '{"step": 1, "samples": 1e400, "state": "running"}'),
+    ("$COLOCATE_OOM_FILE", '{"reached_bytes": 1' + "0" * 5000 + "}"),
+])
+def test_a_huge_number_in_a_record_fails_its_job_and_rounds_go_on(tmp_path: Path, record: str, text: str) -> None:
+    """One number beyond a float or beyond Python's 4,300-digit limit once made every round fail (the round
+    counter froze, finished jobs stayed "running"): it is the writer's misbehaviour, and the good job completes."""
+    state, server = _server(tmp_path)
+    try:
+        (tmp_path / "record.json").write_text(text)
+        writes = f'cp {tmp_path / "record.json"} "{record}"; sleep 3; exit 1'
+        state.submit(job_from_dict({**BAD, "command": writes, "max_retries": 0}))
+        state.submit(job_from_dict(GOOD))
+        _rounds_until(server, state, lambda: state.job("bad").state in ("completed", "failed")
+                      and state.job("good").state == "completed", "both jobs to end")
+        row = state.job("bad")
+        assert row.state == "failed" and ("digits" in row.error or "largest" in row.error), row.error
+        assert state.job("good").state == "completed"
+    finally:
+        kill_groups(state.dir)

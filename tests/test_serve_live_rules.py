@@ -186,6 +186,20 @@ def test_a_job_too_big_for_every_gpu_type_says_so(tmp_path: Path) -> None:
     assert reason["code"] == "no-gpu-type" and "4 GPU(s)" in reason["text"] and "t4×1" in reason["text"]
 
 
+def test_a_job_needing_more_gpus_than_are_free_together_is_not_told_all_are_busy(tmp_path: Path) -> None:
+    state, server = _server(tmp_path, gpus=2, round_s=0.2)
+    try:
+        state.submit(_job(tmp_path, "one", 100000))
+        _drive(server, lambda: state.job("one").step > 2, 60)
+        state.submit(_job(tmp_path, "two", 10, min_gpus=2, max_gpus=2))
+        server.round()
+        assert state.job("two").state == "queued"
+        text = server_reasons(state)["two"]["text"]
+        assert text.startswith("needs 2 GPUs of one type together; 1 free") and "all 2" not in text, text
+    finally:
+        kill_groups(state.dir)
+
+
 def server_reasons(state: StateStore) -> dict[str, dict[str, str]]:
     from scheduler.service.front.views import job_views
 

@@ -94,6 +94,23 @@ def test_a_crashing_job_is_retried_up_to_its_limit_then_failed_with_its_last_log
         kill_groups(state.dir)
 
 
+@pytest.mark.parametrize("status", [1, 3])
+def test_a_job_that_says_finished_but_exits_non_zero_crashed(tmp_path: Path, status: int) -> None:
+    """Its progress file says finished, its exit status says it failed (in its teardown, say): a crash, retried."""
+    state, server = _server(tmp_path)
+    finish = ('printf \'{{"step": 5, "samples": 20, "state": "finished", "elapsed_s": 1.0}}\' > '
+              f'"$COLOCATE_PROGRESS_FILE"; echo teardown failed; exit {status}')
+    try:
+        state.submit(job_from_dict({"name": "f", "command": finish, "application": "mine", "steps": 5,
+                                    "batch_size": 4, "max_retries": 0}))
+        _run_until(server, lambda: state.job("f").state in ("completed", "failed"), "f to end")
+        row = state.job("f")
+        assert row.state == "failed" and f"exit status {status}" in row.error and "teardown failed" in row.error
+        assert "completed" not in [e["kind"] for e in state.events("f")]
+    finally:
+        kill_groups(state.dir)
+
+
 def test_a_job_that_finished_but_does_not_exit_is_completed_and_its_group_killed(tmp_path: Path) -> None:
     from scheduler.executor.supervise import process_alive, read_json
 

@@ -61,8 +61,8 @@ def test_a_measured_ratio_keeps_a_pair_out_whatever_the_belief_says() -> None:
     """The live server's measurement of a running pair (MeasuredTable) counts as well as the belief: a pair
     measured to break a member's bound is not planned again even while the shrunk belief still allows it."""
     jobs = [Job("l", "light"), Job("o", "other")]
-    measured = MeasuredTable(TABLE.ratios, inner=TABLE, measured={("g", "light", "other"): (0.35, 0.7),
-                                                                   ("g", "other", "light"): (0.7, 0.35)})
+    measured = MeasuredTable(TABLE.ratios, inner=TABLE, measured={("g", "light", "other"): 0.35,
+                                                                   ("g", "other", "light"): 0.7})
     assert _partners(_policy(), jobs) == {"l": "o", "o": "l"}  # the belief: 0.6 each
     assert _partners(_policy(), jobs, measured) in ({"l": None}, {"o": None})  # measured 0.35 < 1/2.5
     assert _partners(_policy(max_slowdown=3.0), jobs, measured) == {"l": "o", "o": "l"}

@@ -44,6 +44,12 @@ def test_types_map_to_partitions_gres_types_and_constraints() -> None:
     ({"options": "--account=ml"}, "slurm.options"),
     ({"options": ["--account=ml; rm -rf /"]}, "slurm.options[0]"),
     ({"options": ["--gres=gpu:8"]}, "slurm.options[0]"),
+    # options that change what the batch job is or how many run; abbreviations sbatch expands; spaces sbatch
+    # refuses; what the section's own keys set (one place per setting)
+    *(({"options": ["--account=ml", option]}, "slurm.options[1]") for option in (
+        "--array=1-3", "--arr=1-3", "--wrap=sleep", "--test-only", "--help", "--usage", "--version", "--parsable",
+        "--wait", "--hold", "--dependency=afterok:1", "--ntasks=2", "--nodes=2", "--requeue", "--export=NONE",
+        "--comment=two words", "--account", "--no-requeue=yes", "--partition=t4", "--time=10", "--constraint=ib")),
     ({"gpu_types": {"v100": {}}}, "slurm.gpu_types"),
     ({"gpu_types": {"t4": {"gres": "t4 x"}}}, "slurm.gpu_types.t4.gres"),
     ({"gpu_types": {"t4": {"qos": "high"}}}, "slurm.gpu_types.t4"),

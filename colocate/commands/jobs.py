@@ -53,9 +53,10 @@ def _failing_line(failures: dict[str, Any]) -> str:
 
 
 def _slowdown(row: dict[str, Any]) -> str:
-    """Measured solo time over its time in its group (blank when not measured: never a guess), and its memory
-    limit; ``exclusive`` or its own bound when it set one."""
-    parts = [f"{row['slowdown']:.2f}×" if row.get("slowdown") is not None else ""]
+    """Its time in its group over its solo time (blank until measured in its group; ``est.`` when the solo time is
+    an estimate, not yet measured alone), and its memory limit; ``exclusive`` or its own bound when it set one."""
+    estimated = " est." if row.get("slowdown_basis") not in (None, "measured") else ""
+    parts = [f"{row['slowdown']:.2f}×{estimated}" if row.get("slowdown") is not None else ""]
     if row.get("memory_limit_gb"):
         parts.append(f"≤{row['memory_limit_gb']:.1f} GiB")
     if row.get("exclusive"):

@@ -144,7 +144,7 @@ def simulate_command(
 ) -> None:
     """Simulate a workload under one policy; print JCTs, makespan, GPU-hours, utilization, packing."""
     from common.safe_load import json_text
-    from profiler.campaign.outdir import prepare_out_dir
+    from profiler.campaign.outdir import check_out_dir, prepare_out_dir
     from scheduler.formats.profiles import check_workload
     from scheduler.formats.shared_data import default_profiles_dir
     from scheduler.formats.workloads import read_workload
@@ -159,13 +159,13 @@ def simulate_command(
     cluster_obj = load_cluster(cluster)
     work = read_workload(workload)
     check_workload(work.jobs, cluster_obj, profiles or default_profiles_dir(), work.source)
-    if out is not None:  # every input checked: a refused command leaves no directory behind
-        prepare_out_dir(out)
+    if out is not None:  # refused now, created only once the simulation is done: a refusal inside it (profiles
+        check_out_dir(out)  # it cannot read) leaves no directory behind
     with _progress_bar(f"{spec.name} on {work.name}", len(work), hidden=as_json) as on_round:
         result = simulate(cluster_obj, work, spec.name, colocation=table, profiles=profiles,
                           config=sim, progress=on_round, policy_options=options)
     if out is not None:
-        result.write(out)
+        result.write(prepare_out_dir(out))
     if as_json:
         print(json_text(result.to_json()))
         return

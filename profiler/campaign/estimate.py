@@ -45,6 +45,12 @@ TRAIN_GFLOPS_224 = {"resnet18": 10.9, "resnet50": 24.5, "vgg11": 45.7, "vgg19": 
 # training step (models.memory.activation_mib_per_sample); halved for bf16.
 ACTIVATION_MIB_224 = {"resnet18": 21.2, "resnet50": 81.9, "vgg11": 46.6, "vgg19": 74.9, "se_resnet18": 24.0,
                       "tiny_cnn": 3.3}
+# The same per 32x32 sample for the CIFAR-style variant the zoo builds for inputs of at most 95 px
+# (models.registry.is_cifar_style: a stride-1 stem without pooling keeps 32x32 feature maps where the ImageNet stem
+# would shrink them to 8x8), 10 classes: ten times what scaling the 224 px figure by pixels gives for ResNet-18.
+ACTIVATION_MIB_CIFAR_32 = {"resnet18": 4.482, "resnet50": 24.332, "vgg11": 1.525, "vgg19": 2.682, "se_resnet18": 5.435,
+                           "tiny_cnn": 0.067}
+CIFAR_STYLE_MAX_IMAGE_SIZE = 95  # models.registry.CIFAR_STYLE_MAX_IMAGE_SIZE (not imported: no torch here)
 PARAMS_M = {"resnet18": 11.7, "resnet50": 25.6, "vgg11": 132.9, "vgg19": 143.7, "se_resnet18": 11.8,
             "tiny_cnn": 0.1}
 
@@ -154,8 +160,16 @@ def solo_iteration_s(model: str, batch: int, image_size: int, precision: str, a:
     return flops / (a.achieved_tflops[precision] * 1e12) + a.launch_overhead_s
 
 
+def activation_mib(model: str, image_size: int) -> float:
+    """MiB of activations one sample of ``model`` keeps for backward at ``image_size`` (fp32): the figure of the
+    model's variant at that size (CIFAR-style or ImageNet-style), scaled by pixels within the variant."""
+    if image_size <= CIFAR_STYLE_MAX_IMAGE_SIZE and model in ACTIVATION_MIB_CIFAR_32:
+        return ACTIVATION_MIB_CIFAR_32[model] * (image_size / 32) ** 2
+    return ACTIVATION_MIB_224.get(model, 100.0) * (image_size / 224) ** 2
+
+
 def memory_mib(model: str, batch: int, image_size: int, precision: str, a: EstimateAssumptions) -> float:
-    activations = ACTIVATION_MIB_224.get(model, 100.0) * (image_size / 224) ** 2 * batch
+    activations = activation_mib(model, image_size) * batch
     if precision == "bf16":
         activations /= 2
     weights = PARAMS_M.get(model, 50.0) * 1e6 * 4 * 3 / 2**20  # parameters, gradients, momentum (fp32)
@@ -228,7 +242,7 @@ def _needs_eviction(run: Run, spec: CampaignSpec, a: EstimateAssumptions, idle: 
 
 
 def _activations(job: JobType, spec: CampaignSpec) -> float:
-    activations = ACTIVATION_MIB_224.get(job.model, 100.0) * (spec.image_size / 224) ** 2 * job.batch_size
+    activations = activation_mib(job.model, spec.image_size) * job.batch_size
     return activations / 2 if job.precision == "bf16" else activations
 
 

@@ -64,9 +64,12 @@ def _torch_checks() -> list[Check]:
     return checks
 
 
-def check_cuda_usable(device: str, *, source: str | Path | None, field: str = "device") -> None:
+def check_cuda_usable(device: str, *, source: str | Path | None, field: str = "device",
+                      valid: str = "device: cpu, a machine with a GPU and a CUDA build of torch, or --dry-run to plan "
+                                   "the runs here") -> None:
     """Refuse a CUDA ``device`` that this machine's torch cannot use (a CPU-only build, no GPU): every run of a
-    campaign would fail. Checked before a local campaign runs; planning (``--dry-run``) skips it."""
+    campaign (every job ``colocate serve`` starts here) would fail. Checked before a local campaign runs; planning
+    (``--dry-run``) skips it."""
     if not device.startswith("cuda"):
         return
     import torch
@@ -75,8 +78,7 @@ def check_cuda_usable(device: str, *, source: str | Path | None, field: str = "d
         return
     why = "a CPU-only build" if torch.version.cuda is None else f"built with CUDA {torch.version.cuda}, no GPU visible"
     raise InputError(f"{device!r}, but this machine's torch {torch.__version__} cannot use CUDA ({why})",
-                     source=source, field=field, valid="device: cpu, a machine with a GPU and a CUDA build of torch, "
-                                                       "or --dry-run to plan the runs here")
+                     source=source, field=field, valid=valid)
 
 
 def _gpu_checks(device: str) -> tuple[list[Check], Any]:

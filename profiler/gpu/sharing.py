@@ -21,7 +21,11 @@ Each :class:`SharingMode` says everything a layer needs about a mode, so no code
 * ``client_memory_env(limit_bytes, devices)``: what one client's environment needs so that the mode itself holds
   it to ``limit_bytes`` of each of its ``devices`` GPUs (MPS: the client's pinned device-memory limit,
   ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``); ``{}`` where the mode has no such limit (time-slicing: the job's own
-  allocator cap is the limit, ``colocate serve``'s trainer sets it).
+  allocator cap is the limit, ``colocate serve``'s trainer sets it);
+* ``owns_devices``: the mode's service owns the group's GPUs and shows them to its clients renumbered from 0 (MPS:
+  a daemon started with ``CUDA_VISIBLE_DEVICES``), so a client must not narrow them again;
+  :meth:`SharingMode.client_environment` builds a client's environment from the group's accordingly — the one
+  place every executor (``colocate serve``'s supervisor on every backend, ``colocate launch``) takes it from.
 
 To add a mode, build a :class:`SharingMode` and :func:`register_sharing_mode` it (see ARCHITECTURE.md).
 """
@@ -105,7 +109,23 @@ class SharingMode:
         isolated_worker_environment)
     check_clients: Callable[[Any, Sequence[tuple[str, int]]], str | None] = _nothing_to_prove
     client_memory_env: Callable[[int, int], dict[str, str]] = _no_memory_limit
+    owns_devices: bool = False
     shared: bool = True  # False only for the solo pseudo-mode
+
+    def client_environment(self, group_env: Mapping[str, str], limit_bytes: int | None = None) -> dict[str, str]:
+        """One client's environment, built from its group's: ``group_env`` is the environment the mode was set up in
+        — its ``CUDA_VISIBLE_DEVICES`` the group's GPUs — plus what :attr:`enter` returned (or, in a Slurm batch
+        script, what ``slurm_setup`` exported). Where the mode's service owns the GPUs (MPS) the client gets no
+        ``CUDA_VISIBLE_DEVICES``: the daemon shows it the group's GPUs as 0..n-1, and narrowing them again by the
+        daemon's indices finds none for a group not on GPU 0 (NVIDIA's MPS documentation, "CUDA_VISIBLE_DEVICES").
+        A memory limit (``limit_bytes`` per GPU) names every GPU of the group as the client enumerates it."""
+        gpus = [g for g in group_env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+        env = dict(group_env)
+        if self.owns_devices:
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+        if limit_bytes:
+            env.update(self.client_memory_env(int(limit_bytes), max(len(gpus), 1)))
+        return env
 
     def mode_label(self, thread_percentage: Any = None) -> str:
         """``timeslice``, ``mps`` or ``mps50`` (a thread partition of 50 % of the SMs)."""
@@ -200,7 +220,7 @@ register_sharing_mode(SharingMode(
     slurm_setup=_MPS_SLURM_SETUP, slurm_teardown=_MPS_SLURM_TEARDOWN,
     k8s_mode="mps", thread_partitions=True,
     start_service=_start_mps, stop_service=stop_daemon, worker_environment=_mps_worker_environment,
-    check_clients=_check_mps_clients, client_memory_env=pinned_memory_env,
+    check_clients=_check_mps_clients, client_memory_env=pinned_memory_env, owns_devices=True,
 ))
 
 SHARING_MODES: tuple[str, ...] = sharing_mode_names()  # the modes at import time; later registrations: call the function

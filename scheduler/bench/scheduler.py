@@ -42,7 +42,7 @@ from scheduler.ilp.solvers.highs import highs_lp
 from scheduler.ilp.solvers.quiet import new_highs
 from scheduler.ilp.warm import WarmStart
 from scheduler.model.cluster import Cluster, load_cluster
-from scheduler.model.colocation import BoundedTable, ColocationTable
+from scheduler.model.colocation import BoundedTable, ColocationTable, JobClass
 from scheduler.model.goodput import ProfileGoodputModel
 from scheduler.model.jobs import Job
 from scheduler.model.memory import MEMORY_HEADROOM
@@ -100,8 +100,8 @@ def synthetic_colocation(gpu_types: Sequence[str], seed: int = 0) -> ColocationT
 
 def all_pairs_count(problem: RoundProblem, colocation: ColocationTable, cfg: IlpConfig) -> int:
     """How many job pairs the all-pairs formulation considers (before configurations)."""
-    classes: dict[tuple[str, str], int] = {}
-    reps: dict[tuple[str, str], Job] = {}
+    classes: dict[JobClass, int] = {}
+    reps: dict[JobClass, Job] = {}
     for i, job in enumerate(problem.jobs):
         if problem.single_node_g[i]:
             key = class_key(job)
@@ -136,7 +136,7 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
     problem.release_reserved()  # every single column: the bound is over every configuration
     jobs = problem.jobs
     n = len(jobs)
-    class_ids: dict[tuple[str, str], int] = {}
+    class_ids: dict[JobClass, int] = {}
     reps: list[Job] = []
     cls = np.zeros(n, dtype=int)
     for i, job in enumerate(jobs):

@@ -80,11 +80,16 @@ class GroupPoll:
 
     ``ended_by``: set once the group has ended when the backend itself ended it, not the server nor its own jobs
     (Slurm's state and reason: ``Slurm job 17 TIMEOUT (TimeLimit)``, an administrator's ``scancel``); the
-    server records its members that had not finished as crashed with this reason."""
+    server records its members that had not finished as crashed with this reason.
+
+    ``unstarted``: set while the backend has not started the group yet (Slurm's queue: alive, the why is shown on
+    its jobs), and when it gave up before starting it (pending too long, or stopped while pending: not alive);
+    the server then requeues its jobs — no crash, no restart."""
 
     alive: bool
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     ended_by: str | None = None
+    unstarted: str | None = None
 
 
 @runtime_checkable

@@ -18,7 +18,8 @@ exit record (``exit.json``)     written by the group's supervisor (the job could
                                 string of at most 1,000 characters, ``generation`` null or a string
 out-of-memory record            written by a job that ran out of GPU memory (the built-in trainer; a command
 (``oom.json``)                  may): ``reached_bytes`` and ``limit_bytes`` null or numbers in [0, 10¹⁵] (what it
-                                had when the allocation failed, and the limit it ran under), ``local_batch``
+                                allocated when it failed, its context not counted, and the limit it ran
+                                under, its context counted), ``local_batch``
                                 null or an integer in [1, 10⁷], ``message`` a string of at most 1,000 characters
 ==============================  ================================================================================
 
@@ -34,6 +35,7 @@ from typing import Any
 
 from common.bounds import MAX_BATCH, MAX_PROGRESS_SAMPLES, MAX_PROGRESS_STEPS, MAX_SECONDS, MAX_STEPS, in_range
 from common.errors import InputError
+from common.names import shown
 from common.safe_load import parse_json
 from common.untrusted import UntrustedFile, read_regular
 
@@ -67,12 +69,12 @@ def check_progress(data: Any, name: str = "progress.json") -> dict[str, Any]:
             continue
         if not in_range(value, low, high, integer=integer):
             kind = "an integer" if integer else "a number"
-            raise BadRecord(f"{name}: field '{key}': {_shown(value)} is not {kind} in [{low:g}, {high:g}]")
+            raise BadRecord(f"{name}: field '{key}': {shown(value)} is not {kind} in [{low:g}, {high:g}]")
         out[key] = int(value) if integer else float(value)
     if out["restored_step"] > out["step"]:
         raise BadRecord(f"{name}: field 'restored_step': {out['restored_step']} is more than step {out['step']}")
     if data.get("state") is not None and data.get("state") not in PROGRESS_STATES:
-        raise BadRecord(f"{name}: field 'state': {_shown(data.get('state'))} is not one of "
+        raise BadRecord(f"{name}: field 'state': {shown(data.get('state'))} is not one of "
                         f"{', '.join(PROGRESS_STATES)}")
     return out
 
@@ -83,15 +85,15 @@ def check_exit(data: Any, name: str = "exit.json") -> dict[str, Any]:
         raise BadRecord(f"{name}: is not a JSON object")
     code = data.get("returncode")
     if code is not None and not in_range(code, -255, 255, integer=True):
-        raise BadRecord(f"{name}: field 'returncode': {_shown(code)} is not an exit status in [-255, 255]")
+        raise BadRecord(f"{name}: field 'returncode': {shown(code)} is not an exit status in [-255, 255]")
     if not isinstance(data.get("stop_requested", False), bool):
-        raise BadRecord(f"{name}: field 'stop_requested': {_shown(data.get('stop_requested'))} is not a boolean")
+        raise BadRecord(f"{name}: field 'stop_requested': {shown(data.get('stop_requested'))} is not a boolean")
     line = data.get("last_line", "")
     if not isinstance(line, str) or len(line) > MAX_LAST_LINE:
         raise BadRecord(f"{name}: field 'last_line': not a string of at most {MAX_LAST_LINE} characters")
     generation = data.get("generation")
     if generation is not None and (not isinstance(generation, str) or len(generation) > 100):
-        raise BadRecord(f"{name}: field 'generation': {_shown(generation)} is not a group key")
+        raise BadRecord(f"{name}: field 'generation': {shown(generation)} is not a group key")
     return {**data, "returncode": None if code is None else int(code),
             "stop_requested": bool(data.get("stop_requested", False)), "last_line": line}
 
@@ -107,22 +109,17 @@ def check_oom(data: Any, name: str = "oom.json") -> dict[str, Any]:
     for key in ("reached_bytes", "limit_bytes"):
         value = data.get(key)
         if value is not None and not in_range(value, 0, MAX_MEMORY_BYTES):
-            raise BadRecord(f"{name}: field '{key}': {_shown(value)} is not a number of bytes in [0, 1e15]")
+            raise BadRecord(f"{name}: field '{key}': {shown(value)} is not a number of bytes in [0, 1e15]")
         out[key] = None if value is None else float(value)
     batch = data.get("local_batch")
     if batch is not None and not in_range(batch, 1, MAX_BATCH, integer=True):
-        raise BadRecord(f"{name}: field 'local_batch': {_shown(batch)} is not an integer in [1, {MAX_BATCH}]")
+        raise BadRecord(f"{name}: field 'local_batch': {shown(batch)} is not an integer in [1, {MAX_BATCH}]")
     out["local_batch"] = None if batch is None else int(batch)
     message = data.get("message", "")
     if not isinstance(message, str) or len(message) > MAX_LAST_LINE:
         raise BadRecord(f"{name}: field 'message': not a string of at most {MAX_LAST_LINE} characters")
     out["message"] = message
     return out
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def read_record(directory: str | Path, name: str, check: Callable[[Any, str], dict[str, Any]]) -> dict[str, Any] | None:

@@ -62,7 +62,8 @@ class LaunchRequest:
     log_dir: Path | None = option(None, "Logs and progress files.", show_default="launch-logs/ALLOCATION-NAME")
     grace_s: float = option(10.0, "Seconds between SIGTERM and SIGKILL at teardown.", flag="--grace")
     num_cpus: float = option(1.0, "ray: CPUs each group task reserves.")
-    sbatch_options: tuple[str, ...] = option((), "slurm: extra #SBATCH line, e.g. --partition=gpu (repeatable).",
+    sbatch_options: tuple[str, ...] = option((), "slurm: extra #SBATCH line, e.g. --partition=gpu (repeatable; "
+                                                 "--account, --qos, --time, ...: docs/scale-out.md).",
                                              flag="--sbatch-option", show_default=False)
     typed_gres: bool = option(False, "slurm: --gres=gpu:TYPE:N instead of --gres=gpu:N + --constraint=TYPE.")
     image: str = option("colocate:latest", "k8s: container image with colocate installed.")
@@ -81,13 +82,19 @@ class LaunchRequest:
                              valid=", ".join(BACKENDS) + " (Slurm: --emit slurm DIR; Kubernetes: --emit k8s DIR)")
         if self.emit is not None and self.emit[0] not in EMITTERS:
             raise InputError(f"unknown emitter {shown(self.emit[0])}", field="emit", valid="slurm DIR, k8s DIR")
-        for option_text in self.sbatch_options:
-            if not option_text.startswith("--") or not option_text.isprintable():  # a newline would start a line
-                raise InputError(f"{shown(option_text)}", field="sbatch_options",
-                                 valid="an sbatch option such as --time=04:00:00")
+        self._check_sbatch_options()
         if self.emit is not None and self.emit[0] == "k8s":
             self._check_k8s()
         self._check_outputs()
+
+    def _check_sbatch_options(self) -> None:
+        """The options the scripts pass on: one allowed sbatch option each, as sbatch reads it (no spaces)."""
+        from scheduler.executor.slurm.settings import check_sbatch_option
+
+        elsewhere = {} if self.typed_gres else {"--constraint": "the script (--constraint=GPU_TYPE; --typed-gres "
+                                                                "leaves it out)"}
+        for option_text in self.sbatch_options:
+            check_sbatch_option(option_text, field="sbatch_options", elsewhere=elsewhere)
 
     def _check_k8s(self) -> None:
         """What a pod manifest carries verbatim: an image reference and a namespace Kubernetes accepts."""

@@ -1,11 +1,12 @@
 """Run GPU groups on this node: one process per job, MPS per GPU group when asked, logs and progress per job.
 
-Each job runs in its own session (process group) with ``PR_SET_PDEATHSIG`` set before ``exec``, so a
-launcher that dies takes its jobs with it, and teardown can signal a job's whole process tree. Teardown —
-at the end, after ``--duration``, on Ctrl-C or SIGTERM — sends SIGTERM to every job's process group, waits
-``stop_grace_s``, then SIGKILLs what is left, and only then quits the MPS daemons (a daemon must outlive its
-clients). The MPS daemon of a group is private to it (:func:`profiler.gpu.mps.mps_daemon`: own pipe and log
-directories, only our daemon is ever stopped).
+Each job runs in its own session (process group) under a reaper (:mod:`common.contain`, as ``colocate serve``'s
+jobs do): a launcher that dies takes its jobs with it (``PR_SET_PDEATHSIG``), and what a job starts outside its
+process group (a ``setsid`` child) is held in the job's cgroup, or the reaper's subreaper tree, and killed with it.
+Teardown — at the end, after ``--duration``, on Ctrl-C or SIGTERM — sends SIGTERM to every job's process group,
+waits ``stop_grace_s``, then kills what is left (cgroup, reaper's tree, process group), and only then quits the MPS
+daemons (a daemon must outlive its clients). The MPS daemon of a group is private to it
+(:func:`profiler.gpu.mps.mps_daemon`: own pipe and log directories, only our daemon is ever stopped).
 
 Progress comes from each job's progress file (the built-in trainer writes it; user commands may write the
 same JSON to ``$COLOCATE_PROGRESS_FILE``), read as untrusted input (:mod:`.job_files`: a bad file reads as none).
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from common.contain import kill_cgroup, make_cgroup, remove_cgroup
 from common.errors import InputError
 from common.names import safe_name
 from common.signals import sigterm_as_interrupt
@@ -40,10 +42,16 @@ from scheduler.executor.base import (
     LaunchReport,
     LaunchSettings,
 )
-from scheduler.executor.command import PDEATHSIG_EXEC, job_argv
+from scheduler.executor.command import job_argv
 from scheduler.executor.job_files import last_line, read_progress
 from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment
-from scheduler.executor.supervise import group_files, signal_supervisor, spawn_supervisor, supervisor_alive
+from scheduler.executor.supervise import (
+    KILL_WAIT_S,
+    group_files,
+    signal_supervisor,
+    spawn_supervisor,
+    supervisor_alive,
+)
 
 POLL_INTERVAL_S = 0.25
 
@@ -55,6 +63,7 @@ class _Process:
     log_path: Path
     progress_path: Path
     log_handle: IO[bytes]
+    cgroup: Path | None = None
     stopped: bool = False  # we asked it to stop (duration reached, Ctrl-C)
 
 
@@ -91,14 +100,17 @@ def _start_job(job: JobLaunch, group: GpuGroup, settings: LaunchSettings, env: M
     progress_path = settings.log_dir / f"{stem}.progress.json"
     progress_path.unlink(missing_ok=True)
     argv = job_argv(job, settings.run, python=settings.python, progress_file=str(progress_path))
-    full_env = {**os.environ, **env, **job_environment(job, group), "COLOCATE_PROGRESS_FILE": str(progress_path),
+    full_env = {**env, **job_environment(job, group), "COLOCATE_PROGRESS_FILE": str(progress_path),
                 "PYTHONUNBUFFERED": "1"}
     handle = open(log_path, "ab")
     handle.write(f"# colocate launch: {job.name} on {group.where} ({group.sharing}); argv: {argv}\n".encode())
     handle.flush()
-    popen = subprocess.Popen([sys.executable, "-c", PDEATHSIG_EXEC, str(os.getpid()), *argv], stdout=handle,
-                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env, start_new_session=True)
-    return _Process(job, group, popen, log_path, progress_path, handle)
+    cgroup = make_cgroup(f"launch-{os.getpid()}-{stem}")
+    contained = ["--cgroup", str(cgroup)] if cgroup is not None else []
+    popen = subprocess.Popen([sys.executable, "-m", "common.contain", str(os.getpid()), *contained, "--", *argv],
+                             stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
+                             start_new_session=True)
+    return _Process(job, group, popen, log_path, progress_path, handle, cgroup=cgroup)
 
 
 def _status(process: _Process, host: str) -> JobStatus:
@@ -124,6 +136,13 @@ def _signal_group(process: _Process, signum: int) -> None:
         pass
 
 
+def _signal_reaper(process: _Process) -> None:
+    try:
+        os.kill(process.popen.pid, signal.SIGUSR1)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def _stop(processes: Sequence[_Process], grace_s: float) -> None:
     """SIGTERM every job's process group, wait, SIGKILL the rest; always reaps every child."""
     for process in processes:
@@ -137,10 +156,15 @@ def _stop(processes: Sequence[_Process], grace_s: float) -> None:
         except subprocess.TimeoutExpired:
             pass
     for process in processes:
-        _signal_group(process, signal.SIGKILL)  # also any grandchildren left in the group
-        if process.popen.poll() is None:
-            process.popen.kill()
-        process.popen.wait()
+        kill_cgroup(process.cgroup)  # what the job started, in its session or not
+        if process.popen.poll() is None:  # its reaper kills its tree and group, itself last
+            _signal_reaper(process)
+        try:
+            process.popen.wait(timeout=KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            _signal_group(process, signal.SIGKILL)
+            process.popen.wait()
+        remove_cgroup(process.cgroup)
         process.log_handle.close()
 
 
@@ -164,12 +188,13 @@ def run_groups(
         try:
             with sigterm_as_interrupt():
                 for group in groups:
-                    env: dict[str, str] = {}
+                    env = dict(os.environ)
                     if settings.run.device != "cpu":
                         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_assignment(group))
-                    env.update(sharing_mode(group.sharing).enter(daemons, env.get("CUDA_VISIBLE_DEVICES"), None))
-                    for job in group.jobs:
-                        processes.append(_start_job(job, group, settings, env))
+                    mode = sharing_mode(group.sharing)
+                    env.update(mode.enter(daemons, env.get("CUDA_VISIBLE_DEVICES"), None))
+                    for job in group.jobs:  # a client of the group's mode (MPS: no CUDA_VISIBLE_DEVICES of its own)
+                        processes.append(_start_job(job, group, settings, mode.client_environment(env)))
                 deadline = time.monotonic() + settings.duration_s if settings.duration_s else None
                 while any(p.popen.poll() is None for p in processes):
                     if on_progress:
@@ -214,4 +239,4 @@ class LocalExecutor:
         signal_supervisor(doc, handle, signal.SIGTERM)
 
     def release(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
-        signal_supervisor(doc, handle, signal.SIGKILL)  # its jobs die with it (PR_SET_PDEATHSIG)
+        signal_supervisor(doc, handle, signal.SIGKILL)  # its jobs die with it (their reapers, their cgroups)

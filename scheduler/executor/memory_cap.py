@@ -11,7 +11,11 @@ to it:
 * **on the CPU** (``--device cpu``, the logical GPUs of tests and smoke runs) there is no device allocator, so the
   trainer counts what a GPU would hold for its step — parameters, gradients and optimizer state, and the tensors
   autograd saves for the backward pass (counted once, by a saved-tensors hook on the first step: the step's
-  memory does not change with a fixed batch) — and fails the same way when that passes the cap.
+  memory does not change with a fixed batch) — and fails the same way when that passes the cap. The limit stands
+  for a GPU's memory there, not the host's: a zoo model's planned footprint is never below that count
+  (:func:`scheduler.service.contract.model_footprint_gb`), so only a footprint declared too small fails.
+
+``reached_bytes`` in the record is what the job allocated, its context not counted; ``limit_bytes`` counts it.
 
 Either way it writes an out-of-memory record (``COLOCATE_OOM_FILE``, :func:`write_oom_record`: what it reached, the
 limit, its local batch) and exits with :data:`OOM_EXIT`; the server reads the record bounded and checked
@@ -41,8 +45,8 @@ class MemoryLimitExceeded(RuntimeError):
     ``cap``."""
 
     def __init__(self, reached: int, cap: int) -> None:
-        super().__init__(f"out of memory: the step needs {reached / 2**20:.1f} MiB, the limit allows "
-                         f"{cap / 2**20:.1f} MiB")
+        super().__init__(f"out of memory: the step needs {reached / 2**20:.1f} MiB, its limit leaves "
+                         f"{cap / 2**20:.1f} MiB after the {CONTEXT_BYTES / 2**20:.0f} MiB CUDA context")
         self.reached, self.cap = reached, cap
 
 

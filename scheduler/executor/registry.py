@@ -48,7 +48,7 @@ def _ray(**options: Any) -> Executor:
 def _slurm(**options: Any) -> Executor:
     import shutil
 
-    from scheduler.executor.slurm.live import SlurmExecutor
+    from scheduler.executor.slurm.live import SlurmExecutor, check_controller
     from scheduler.executor.slurm.settings import SlurmSettings, load_slurm_settings
 
     missing = [c for c in ("sbatch", "squeue", "scancel", "scontrol") if shutil.which(c) is None]
@@ -57,6 +57,7 @@ def _slurm(**options: Any) -> Executor:
                          valid="a machine that submits jobs to your Slurm cluster (Debian: apt-get install slurm-client)")
     cluster = options.get("cluster_file")
     settings = load_slurm_settings(cluster) if cluster is not None else SlurmSettings()
+    check_controller()  # a client without a reachable controller would fail every sbatch: refused up front
     return SlurmExecutor(settings, instance=options.get("instance", "default"))
 
 

@@ -5,8 +5,10 @@ session and without a parent-death signal, so the group outlives the server: ``k
 leaves it training, and the restarted server re-adopts it by pid and start time (:func:`process_alive`).
 
 The supervisor starts a private MPS daemon when the group shares by MPS (:func:`profiler.gpu.mps.mps_daemon`),
-starts every job of the group (each in its own session, with ``PR_SET_PDEATHSIG``, so jobs never outlive
-their supervisor), waits for them, and writes each job's ``exit.json`` (return code, whether it was asked to
+starts every job of the group (each in its own session under a reaper, :mod:`common.contain`: with
+``PR_SET_PDEATHSIG`` jobs never outlive their supervisor, and what a job starts — a ``setsid`` child included, held
+in the job's own cgroup v2 where the hierarchy is writable, else in the reaper's subreaper tree — never outlives
+the job), waits for them, and writes each job's ``exit.json`` (return code, whether it was asked to
 stop, its last log line) when it ends. SIGTERM or SIGINT to the supervisor is the stop request: it is passed
 to every job's process group; after ``grace_s`` what is left is killed; the MPS daemon quits last. A
 ``stop`` file in one job's directory (:func:`request_job_stop`) stops that job alone the same way (a cancelled
@@ -45,11 +47,13 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from common.contain import kill_cgroup, make_cgroup, remove_cgroup
 from common.files import atomic_write_text
 from common.untrusted import UntrustedFile, read_regular
 from scheduler.executor.job_files import MAX_RECORD_BYTES, job_records, last_line
 
 POLL_S = 0.2
+KILL_WAIT_S = 5.0  # how long a job's reaper gets to kill its tree before it is killed with its process group
 EXIT_FILE = "exit.json"
 LOG_FILE = "train.log"
 PROGRESS_FILE = "progress.json"
@@ -58,25 +62,10 @@ STOP_FILE = "stop"
 CHECKPOINT_FILE = "checkpoint.pt"
 GENERATION_FILE = "generation"
 
-# Every job runs under this reaper, the leader of the job's own process group: when the supervisor dies
-# (kill -9, its Ray actor gone) the kernel signals the reaper (PR_SET_PDEATHSIG), which kills the whole
-# group — the shell of a user command *and* the trainer it started, which a parent-death signal on the
-# shell alone would leave running as an orphan beside the job's next start. A job killed by a signal makes
-# the reaper end by the same signal, so the supervisor records the job's own status.
-_REAPER = (
-    "import ctypes, os, signal, subprocess, sys\n"
-    "signal.signal(signal.SIGUSR1, lambda *a: os.killpg(0, signal.SIGKILL))\n"
-    "ctypes.CDLL('libc.so.6').prctl(1, signal.SIGUSR1)\n"
-    "os.getppid() == int(sys.argv[1]) or os.killpg(0, signal.SIGKILL)\n"
-    "signal.signal(signal.SIGTERM, lambda *a: None)  # the job gets it too (same group) and decides\n"
-    "code = subprocess.Popen(sys.argv[2:]).wait()\n"
-    "if code < 0:\n"
-    "    signal.signal(-code, signal.SIG_DFL)\n"
-    "    os.kill(os.getpid(), -code)\n"
-    "sys.exit(code)\n"
-)
-
-
+# Every job runs under a reaper (:mod:`common.contain`), the leader of the job's own process group and, where the
+# cgroup v2 hierarchy is writable, with the job in a cgroup of its own: whatever the job starts — a child that left
+# its session with setsid included — is killed when the job ends, when its supervisor kills it after the grace
+# (SIGUSR1 to the reaper, and the cgroup) and when the supervisor dies (the reaper's parent-death signal).
 def process_start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22); None if gone."""
     try:
@@ -177,7 +166,7 @@ def open_log(path: Path) -> int:
     raise OSError(f"cannot create a regular log file at {path}")
 
 
-def _start_job(job: dict[str, Any], base_env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _start_job(job: dict[str, Any], base_env: dict[str, str], cgroup: Path | None) -> subprocess.Popen[bytes]:
     job_dir = Path(job["dir"])
     job_dir.mkdir(parents=True, exist_ok=True)
     _remove(job_dir / EXIT_FILE)
@@ -188,15 +177,18 @@ def _start_job(job: dict[str, Any], base_env: dict[str, str]) -> subprocess.Pope
         log.write(f"# colocate serve: {job['name']} started {time.strftime('%Y-%m-%d %H:%M:%S')}; "
                   f"argv: {job['argv']}\n".encode())
         log.flush()
-        return subprocess.Popen([sys.executable, "-c", _REAPER, str(os.getpid()), *job["argv"]],
+        contained = ["--cgroup", str(cgroup)] if cgroup is not None else []
+        return subprocess.Popen([sys.executable, "-m", "common.contain", str(os.getpid()), *contained, "--",
+                                 *job["argv"]],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 env={**base_env, **job["env"]}, start_new_session=True)
 
 
-def _write_pid_file(doc: dict[str, Any], jobs: dict[str, list[Any]]) -> None:
+def _write_pid_file(doc: dict[str, Any], jobs: dict[str, list[Any]], cgroups: dict[str, str] | None = None) -> None:
     pid_file = Path(doc["pid_file"])
     temp = pid_file.with_name(f".{pid_file.name}.tmp")
-    temp.write_text(json.dumps({"pid": os.getpid(), "start_time": process_start_time(os.getpid()), "jobs": jobs}))
+    temp.write_text(json.dumps({"pid": os.getpid(), "start_time": process_start_time(os.getpid()), "jobs": jobs,
+                                "cgroups": cgroups or {}}))
     os.replace(temp, pid_file)
 
 
@@ -257,19 +249,19 @@ def supervise(doc: dict[str, Any]) -> int:
         mode = sharing_mode(doc["sharing"])
         if not doc.get("sharing_ready"):
             env.update(mode.enter(daemons, env.get("CUDA_VISIBLE_DEVICES"), None))
-            if mode.start_service is not None:  # MPS: the daemon owns the group's GPUs, remapped from 0; a client
-                env.pop("CUDA_VISIBLE_DEVICES", None)  # narrowing them again by index would find none (NVIDIA's docs)
-        devices = len(str(doc.get("cuda_visible_devices") or env.get("CUDA_VISIBLE_DEVICES") or "0").split(","))
-        running = {}
+        running: dict[str, tuple[dict[str, Any], subprocess.Popen[bytes]]] = {}
+        cgroups: dict[str, Path | None] = {}
+        daemons.callback(_remove_cgroups, cgroups)  # what is left of the jobs, before the daemon quits
         for job in doc["jobs"]:
             if stop["at"] is not None:  # stopped before it started: nothing ran, nothing to lose
                 _write_exit(job, -signal.SIGTERM, True, key)
-            else:  # a member's memory limit, held by the sharing mode where it has one (MPS: the client limit)
-                limit = job.get("memory_limit_bytes")
-                job_env = {**env, **mode.client_memory_env(int(limit), devices)} if limit else env
-                running[job["name"]] = (job, _start_job(job, job_env))
-        # the jobs' process groups too: a user command's children may not die with the supervisor
-        _write_pid_file(doc, {name: [p.pid, process_start_time(p.pid)] for name, (_, p) in running.items()})
+            else:  # a client of the group's mode (MPS: no CUDA_VISIBLE_DEVICES of its own, its client memory limit)
+                cgroups[job["name"]] = make_cgroup(f"{key or os.getpid()}-{job['name']}")
+                job_env = mode.client_environment(env, job.get("memory_limit_bytes"))
+                running[job["name"]] = (job, _start_job(job, job_env, cgroups[job["name"]]))
+        # the jobs' process groups and cgroups too: a user command's children may not die with the supervisor
+        _write_pid_file(doc, {name: [p.pid, process_start_time(p.pid)] for name, (_, p) in running.items()},
+                        {name: str(c) for name, c in cgroups.items() if c is not None})
         signalled: set[str] = set()
         alone: dict[str, float] = {}  # jobs asked to stop by their own stop file -> when
         while running:
@@ -279,18 +271,19 @@ def supervise(doc: dict[str, Any]) -> int:
                     alone[name] = time.monotonic()
                 asked = stop["at"] if stop["at"] is not None else alone.get(name)
                 if code is None and superseded(job, key):  # fenced: a newer copy runs this job
-                    _signal(popen.pid, signal.SIGKILL)
-                    popen.wait()
+                    _kill_job(popen, cgroups.get(name))
                     del running[name]
                 elif code is not None:
+                    remove_cgroup(cgroups.pop(name, None))  # a reaper killed on its own leaves its job's cgroup
                     _write_exit(job, code, asked is not None, key)
                     if code != 0 and asked is None and not failed:
                         failed = code if code > 0 else 128 - code
                     del running[name]
                 elif asked is not None:
-                    late = time.monotonic() - asked > float(doc.get("grace_s", 30.0))
-                    if name not in signalled or late:
-                        _signal(popen.pid, signal.SIGKILL if late else signal.SIGTERM)
+                    if time.monotonic() - asked > float(doc.get("grace_s", 30.0)):
+                        _kill_job(popen, cgroups.get(name))  # its end is recorded at the next look
+                    elif name not in signalled:
+                        _signal(popen.pid, signal.SIGTERM)
                         signalled.add(name)
             time.sleep(POLL_S)
     return failed
@@ -308,6 +301,24 @@ def request_job_stop(job_dir: Path) -> None:
                          0o644))
     except FileExistsError:
         pass
+
+
+def _remove_cgroups(cgroups: dict[str, Path | None]) -> None:
+    for path in cgroups.values():
+        remove_cgroup(path)
+
+
+def _kill_job(popen: subprocess.Popen[bytes], cgroup: Path | None) -> None:
+    """Kill a job and everything it started, and wait for its reaper: its cgroup, then the reaper (SIGUSR1: it kills
+    its process tree and group, itself last); a reaper that has not ended within :data:`KILL_WAIT_S` (stopped, say)
+    gets SIGKILL with its process group."""
+    kill_cgroup(cgroup)
+    _signal_process(popen.pid, signal.SIGUSR1)
+    try:
+        popen.wait(timeout=KILL_WAIT_S)
+    except subprocess.TimeoutExpired:
+        _signal(popen.pid, signal.SIGKILL)
+        popen.wait()
 
 
 def _signal(pid: int, signum: int) -> None:
@@ -357,15 +368,22 @@ def signal_supervisor(doc: dict[str, Any], handle: dict[str, Any], signum: int) 
     """Send ``signum`` to the supervisor (SIGTERM: stop the group; SIGKILL also reaches its jobs' groups)."""
     recorded = read_json(Path(doc["pid_file"])) or {}
     pid, start = handle.get("pid", recorded.get("pid")), handle.get("start_time", recorded.get("start_time"))
-    if signum == signal.SIGKILL:  # a kill reaches the jobs' process groups as well
+    if signum == signal.SIGKILL:  # a kill reaches the jobs' cgroups, reapers and process groups as well
+        for path in (recorded.get("cgroups") or {}).values():
+            remove_cgroup(Path(path), timeout_s=1.0)
         for job_pid, job_start in (recorded.get("jobs") or {}).values():
             # the group outlives its leader while any member lives (and its id cannot be reused then); a
             # different process under the leader's pid means the id was reused: leave that one alone
-            if process_alive(int(job_pid), job_start) or process_start_time(int(job_pid)) is None:
+            if process_alive(int(job_pid), job_start):  # its reaper kills its tree (escaped children too)
+                _signal_process(int(job_pid), signal.SIGUSR1)
+            elif process_start_time(int(job_pid)) is None:
                 _signal(int(job_pid), signal.SIGKILL)
-    if pid is None or not process_alive(int(pid), start):
-        return
+    if pid is not None and process_alive(int(pid), start):
+        _signal_process(int(pid), signum)
+
+
+def _signal_process(pid: int, signum: int) -> None:
     try:
-        os.kill(int(pid), signum)
+        os.kill(pid, signum)
     except (ProcessLookupError, PermissionError):
         pass

@@ -128,6 +128,9 @@ def _device(wanted: str, local_rank: int) -> Any:
 
     if wanted == "auto":
         wanted = "cuda" if torch.cuda.is_available() else "cpu"
+    if wanted == "cuda" and not torch.cuda.is_available():  # one line in the job's log, not a traceback
+        raise SystemExit(f"--device cuda, but this node's torch {torch.__version__} cannot use CUDA "
+                         f"({'a CPU-only build' if torch.version.cuda is None else 'no GPU visible'})")
     device = torch.device(f"cuda:{local_rank}" if wanted == "cuda" else wanted)
     if device.type == "cuda":
         torch.cuda.set_device(device)

@@ -122,6 +122,20 @@ class LearnedGoodputModel(GoodputModelBase):
         """(mean iteration time, samples) of a solo configuration, when measured."""
         return self.solo.get((application, gpu_type, num_gpus, batch_size))
 
+    def solo_time(self, application: str, gpu_type: str, num_gpus: int, batch_size: int
+                  ) -> tuple[float, str] | None:
+        """A solo iteration time and what it rests on: ``measured`` (this configuration ran alone), ``profile``
+        (the base model's, calibrated by this application's measurements) or ``prior`` (:data:`PRIOR`, calibrated
+        the same way); None where the base model says the job cannot run so."""
+        hit = self.measured(application, gpu_type, num_gpus, batch_size)
+        if hit is not None and hit[0] > 0:
+            return hit[0], "measured"
+        rate = self.throughput(application, gpu_type, num_gpus, batch_size)
+        if rate is None or not rate > 0:
+            return None
+        profiled = self.base is not None and self.base.throughput(application, gpu_type, num_gpus, batch_size) is not None
+        return batch_size / rate, "profile" if profiled else "prior"
+
     def throughput(self, application: str, gpu_type: str, num_gpus: int, batch_size: int,
                    num_nodes: int = 1) -> float | None:
         hit = self.measured(application, gpu_type, num_gpus, batch_size)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from scheduler.model.jobs import Job
 
 TRIPLE_RATIOS = "predicted from pairs (additive slowdowns)"  # where a group of three's ratios come from
-MeasuredKey = tuple[str, str, str]  # (GPU type, job type a, job type b): what the live server measured
+MeasuredKey = tuple[str, str, str]  # (GPU type, a member's job type, its partners' types): what serve measured
 Interval = tuple[float, float]
 
 
@@ -103,9 +103,9 @@ class ColocationTable:
                     return hit
         return None
 
-    def measured_ratios(self, gpu_type: str, job_a: "Job", job_b: "Job") -> tuple[float, float] | None:
-        """Ratios ``(r_a, r_b)`` the live server *measured* for these two job types on ``gpu_type`` (not the belief
-        it plans with); None when they never ran together. A plain table measured nothing."""
+    def measured_ratio(self, gpu_type: str, job: "Job", others: "Sequence[Job]") -> float | None:
+        """The ratio the live server *measured* for ``job``'s type beside the types of ``others`` on ``gpu_type``
+        (not the belief it plans with); None when they never ran together. A plain table measured nothing."""
         return None
 
     def triple_ratios(self, gpu_type: str, jobs: "Sequence[Job]") -> tuple[float, float, float] | None:
@@ -139,14 +139,20 @@ class ColocationTable:
         return None
 
 
+def partner_key(others: "Sequence[Job]") -> str:
+    """The other members of a job's group as the measurements key them: their job types, sorted, ``+``-joined."""
+    return "+".join(sorted(o.job_type for o in others))
+
+
 @dataclass(frozen=True, eq=False)
 class MeasuredTable(ColocationTable):
-    """A round's table (``inner``) with what the live server measured beside it: the ratios a running pair of
-    job types reached (:meth:`measured_ratios`, keys in both orders), so a bound a pair was measured to break
-    keeps it out of the plan whatever the belief says (:class:`BoundedTable`). Lookups are the inner table's."""
+    """A round's table (``inner``) with what the live server measured beside it: the ratio each member of a running
+    group of job types reached (:meth:`measured_ratio`, pairs and groups of three alike), so a bound a group was
+    measured to break keeps it out of the plan whatever the belief says (:class:`BoundedTable`). Lookups are the
+    inner table's. ``measured``: (GPU type, the member's job type, :func:`partner_key` of the others) -> ratio."""
 
     inner: ColocationTable | None = None
-    measured: Mapping[MeasuredKey, tuple[float, float]] = field(default_factory=dict)
+    measured: Mapping[MeasuredKey, float] = field(default_factory=dict)
 
     def __hash__(self) -> int:
         return id(self)
@@ -157,8 +163,8 @@ class MeasuredTable(ColocationTable):
     def triple_ratios(self, gpu_type: str, jobs: "Sequence[Job]") -> tuple[float, float, float] | None:
         return self.inner.triple_ratios(gpu_type, jobs) if self.inner is not None else None
 
-    def measured_ratios(self, gpu_type: str, job_a: "Job", job_b: "Job") -> tuple[float, float] | None:
-        return self.measured.get((gpu_type, job_a.job_type, job_b.job_type))
+    def measured_ratio(self, gpu_type: str, job: "Job", others: "Sequence[Job]") -> float | None:
+        return self.measured.get((gpu_type, job.job_type, partner_key(others)))
 
 
 def within_bound(ratio: float, bound: float | None) -> bool:
@@ -176,9 +182,11 @@ def _held_together(jobs: "Sequence[Job]") -> bool:
 class BoundedTable(ColocationTable):
     """The ILP's view of ``inner``: no ratio for a group with an ``exclusive`` member, or in which a member would run
     slower than its bound (its own ``max_slowdown``, else ``default_bound``) — under the ratios ``inner`` plans
-    with, and under what the server measured for the pair (:meth:`ColocationTable.measured_ratios`), whichever is
-    lower. A group running now with a held (pinned) member keeps its ratio while it is held: it cannot move anyway,
-    and the live server releases the members of a group that breaks a bound (:mod:`scheduler.service.server`)."""
+    with (the belief, explored toward the upper end of its interval), and under what the server measured for that
+    group (:meth:`ColocationTable.measured_ratio`, from its first sample): the lower wins, so a measurement is never
+    outweighed by the belief's optimism. Pairs and groups of three alike. A group running now with a held (pinned)
+    member keeps its ratio while it is held: it cannot move anyway, and the live server releases the members of a
+    group that breaks a bound (:mod:`scheduler.service.server`)."""
 
     inner: ColocationTable | None = None
     default_bound: float | None = None
@@ -186,33 +194,49 @@ class BoundedTable(ColocationTable):
     def __hash__(self) -> int:
         return id(self)
 
-    def measured_ratios(self, gpu_type: str, job_a: "Job", job_b: "Job") -> tuple[float, float] | None:
-        return self.inner.measured_ratios(gpu_type, job_a, job_b) if self.inner is not None else None
+    def measured_ratio(self, gpu_type: str, job: "Job", others: "Sequence[Job]") -> float | None:
+        return self.inner.measured_ratio(gpu_type, job, others) if self.inner is not None else None
 
     def lookup(self, gpu_type: str, job_a: "Job", job_b: "Job") -> tuple[float, float] | None:
         hit = self.inner.lookup(gpu_type, job_a, job_b) if self.inner is not None else None
-        if hit is None or job_a.exclusive or job_b.exclusive:
-            return None
-        if _held_together((job_a, job_b)):
-            return hit
-        seen = self.measured_ratios(gpu_type, job_a, job_b)
-        worst = (min(hit[0], seen[0]), min(hit[1], seen[1])) if seen is not None else hit
-        if within_bound(worst[0], job_a.slowdown_bound(self.default_bound)) and within_bound(
-                worst[1], job_b.slowdown_bound(self.default_bound)):
-            return hit
-        return None
+        return hit if hit is None else self._kept(gpu_type, (job_a, job_b), hit)  # type: ignore[return-value]
 
     def triple_ratios(self, gpu_type: str, jobs: "Sequence[Job]") -> tuple[float, float, float] | None:
         hit = self.inner.triple_ratios(gpu_type, jobs) if self.inner is not None else None
-        if hit is None or any(j.exclusive for j in jobs):
+        return hit if hit is None else self._kept(gpu_type, jobs, hit)  # type: ignore[return-value]
+
+    def _kept(self, gpu_type: str, jobs: "Sequence[Job]", hit: tuple[float, ...]) -> tuple[float, ...] | None:
+        """``hit`` when the group may be planned: no exclusive member, and every member within its bound at the
+        lower of its planned and its measured ratio (or the group is held together now)."""
+        if any(j.exclusive for j in jobs):
             return None
-        if _held_together(jobs) or all(within_bound(r, j.slowdown_bound(self.default_bound))
-                                       for r, j in zip(hit, jobs)):
+        if _held_together(jobs):
             return hit
-        return None
+        for n, (job, planned) in enumerate(zip(jobs, hit)):
+            seen = self.measured_ratio(gpu_type, job, [o for m, o in enumerate(jobs) if m != n])
+            worst = planned if seen is None else min(planned, seen)
+            if not within_bound(worst, job.slowdown_bound(self.default_bound)):
+                return None
+        return hit
 
 
-def class_key(job: "Job") -> tuple:
+class JobClass(NamedTuple):
     """Jobs of one class get the same answers from a round's (bounded) table: same application, job type and
-    bounds (``max_slowdown``, ``exclusive``: :class:`BoundedTable`)."""
-    return (job.application, job.job_type, job.max_slowdown, job.exclusive)
+    bounds (``max_slowdown``, ``exclusive``: :class:`BoundedTable`).
+
+    Every field has one type, so classes sort (candidates and pricing order them): a job without a bound of
+    its own (``max_slowdown`` None: the policy's cluster-wide bound applies) is ``has_own_bound=False,
+    own_bound=0.0``, never a ``None`` beside another class's float."""
+
+    application: str
+    job_type: str
+    has_own_bound: bool
+    own_bound: float
+    exclusive: bool
+
+
+def class_key(job: "Job") -> JobClass:
+    """The class of ``job`` (:class:`JobClass`)."""
+    bound = job.max_slowdown
+    return JobClass(job.application, job.job_type, bound is not None, float(bound) if bound is not None else 0.0,
+                    bool(job.exclusive))

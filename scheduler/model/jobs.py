@@ -76,6 +76,17 @@ class Job:
         return replace(self, **changes)
 
 
+FINISHING_ROUNDS = 2.0  # a running job expected to end within this many rounds keeps its placement
+
+
+def finishing(remaining_s: float | None, round_s: float, rounds: float = FINISHING_ROUNDS) -> bool:
+    """Whether a running job is expected to end within ``rounds`` rounds of ``round_s``: it keeps its placement
+    (the policy sees it ``pinned``; the simulator and ``serve`` alike), since moving, resizing or repacking it would
+    pay a restart for a gain it would barely live to see. ``remaining_s``: its remaining work over the rate it ran
+    at last (None: not measured yet)."""
+    return remaining_s is not None and 0 <= remaining_s < rounds * round_s
+
+
 # column -> (parser, default); parsers raise ValueError on bad text
 def _parse_bool(text: str) -> bool:
     t = text.strip().lower()

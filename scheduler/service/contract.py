@@ -25,7 +25,9 @@ and what an out-of-memory failure teaches.
 1. ``memory_gb`` declared in its job file;
 2. a model of the zoo: its peak measured alone on that GPU type, else on another one
    (``scheduler/data/solo-<gpu>.csv``, at 224 px: linear in the batch between and beyond the measured batches, at
-   another input size the batch of as many pixels), else the model estimate the profiler plans campaigns with
+   another input size the batch of as many activations — the zoo builds its CIFAR-style variant below 96 px —, and
+   never below the weights, gradients, momentum and activations its step holds), else the model estimate the
+   profiler plans campaigns with
    (parameters, gradients and momentum in fp32 plus activations per sample, :mod:`profiler.campaign.estimate`)
    scaled by how far it falls short of the measured peaks (1.77×: workspaces, the allocator's rounding);
 3. a command that declared nothing: unknown (planned at 0; :func:`scheduler.model.memory.member_limits` gives it
@@ -48,7 +50,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -80,10 +82,14 @@ def model_footprint_gb(model: str, local_batch: float, image_size: int, gpu_type
     type (a model's memory at a batch barely depends on the GPU); at another input size, the measured curve at the
     batch of as many pixels. A model never measured: the profiler's estimate, scaled by how far the estimate falls
     short of the measured peaks (:func:`_calibration`: cuDNN workspaces and the caching allocator's rounding)."""
+    from profiler.campaign.estimate import activation_mib
+
     points = _measured_points(model, gpu_type)
-    if len(points) >= 2:
-        pixels = (image_size / MEASURED_IMAGE_SIZE) ** 2
-        return _interpolate(points, local_batch * pixels) / 1024.0
+    if len(points) >= 2:  # the batch whose activations at 224 px weigh what this batch's do at image_size
+        equivalent = local_batch * activation_mib(model, image_size) / activation_mib(model, MEASURED_IMAGE_SIZE)
+        # never below what its step provably holds (weights, gradients, momentum, saved activations): the
+        # measured curve's intercept, extended below its smallest batch, can fall under the weights alone
+        return max(_interpolate(points, equivalent), _estimate_mib(model, local_batch, image_size)) / 1024.0
     return _estimate_mib(model, local_batch, image_size) * _calibration() / 1024.0
 
 
@@ -123,10 +129,10 @@ def _interpolate(points: Sequence[tuple[int, float]], batch: float) -> float:
 
 
 def _estimate_mib(model: str, local_batch: float, image_size: int) -> float:
-    from profiler.campaign.estimate import ACTIVATION_MIB_224, PARAMS_M
+    from profiler.campaign.estimate import PARAMS_M, activation_mib
 
     weights = PARAMS_M.get(model, 50.0) * 1e6 * 4 * 3 / 2**20  # parameters, gradients, momentum (fp32)
-    return weights + ACTIVATION_MIB_224.get(model, 100.0) * (image_size / 224) ** 2 * local_batch
+    return weights + activation_mib(model, image_size) * local_batch
 
 
 def base_footprint_gb(spec: JobSpec, gpu_type: str, local_batch: float) -> float | None:
@@ -241,37 +247,77 @@ def record_oom(db: Any, row: JobRow, oom: Mapping[str, Any] | None, limit_bytes:
                            limit_gb=limit_gb, local_batch=local, gpu_type=row.gpu_type or "unknown", when=time.time())
     records[row.name] = record
     db.set_meta(META_KEY, json.dumps(records, sort_keys=True))
-    where = f" beside {row.partner}" if row.partner else " alone"
-    reached_text = f"reached {reached / gb:.2f} GiB" if reached else "ran out"
-    limit_text = f"of its {limit_gb:.2f} GiB limit" if limit_gb else "with no limit (alone on its GPUs)"
     estimate = f"; estimate now {record['floor_gb']:.2f} GiB at local batch {local}" if record["floor_gb"] else ""
-    text = f"{reached_text} {limit_text} at batch {row.batch_size}{where} on {row.gpu_type}{estimate}"
+    text = (f"{oom_text(reached / gb if reached else None, limit_gb, row.partner)} at batch {row.batch_size} on "
+            f"{row.gpu_type}{estimate}")
     db.event(row.name, "oom", printable(text, 900))
     return text
 
 
+def oom_text(reached_gb: float | None, limit_gb: float | None, partner: str | None) -> str:
+    """What an out-of-memory failure reached against the limit in force, both on the limit's basis (its CUDA
+    context included: ``reached_bytes`` is what the job allocated, the context not counted), e.g. ``needed 0.69 GiB
+    (0.19 GiB allocated + a 0.50 GiB context), over its 0.52 GiB limit beside b``. A job alone has no limit; one whose
+    partners ended runs on under the limit it started with, and is said to."""
+    if limit_gb is None:
+        reached = f"allocated {reached_gb:.2f} GiB and " if reached_gb else ""
+        return f"{reached}ran out with no limit (alone on its GPUs)"
+    where = f" beside {partner}" if partner else " (set beside partners that have ended)"
+    if not reached_gb:
+        return f"ran out under its {limit_gb:.2f} GiB limit{where}"
+    needed = reached_gb + CONTEXT_GB
+    past = "over" if needed > limit_gb else "within"
+    return (f"needed {needed:.2f} GiB ({reached_gb:.2f} GiB allocated + a {CONTEXT_GB:.2f} GiB context), {past} its "
+            f"{limit_gb:.2f} GiB limit{where}")
+
+
 # -- slowdown ------------------------------------------------------------------------------------------------
-def measured_table(table: ColocationTable | None, measurements: Sequence[Mapping[str, Any]]) -> ColocationTable | None:
+# (application, GPU type, GPU count, global batch) -> (solo seconds per step, basis): the round's learned model
+SoloEstimate = Callable[[str, str, int, int], "tuple[float, str] | None"]
+SOLO_KEY = "solo_estimates"  # meta: running member of a group -> [solo seconds, basis] its slowdown is judged by
+BASES = ("measured", "profile", "prior")
+BASIS_TEXT = {"measured": "measured alone", "profile": "estimated from its profile (not yet measured alone)",
+              "prior": "estimated from the prior (not yet measured alone)"}
+
+
+class Yardstick:
+    """A member's solo time per step, the yardstick of its slowdown: measured alone at the same GPU type, count and
+    batch when it was, else the round's estimate (``estimate``: the profile's, else the prior's), so a bound holds
+    from the first measurement of a group, not from the first solo run of its members."""
+
+    def __init__(self, measurements: Sequence[Mapping[str, Any]], estimate: SoloEstimate | None = None) -> None:
+        self.solo = SoloTimes(measurements)
+        self.estimate = estimate
+
+    def time(self, application: str, gpu_type: str, num_gpus: int, batch_size: int) -> tuple[float, str] | None:
+        hit = self.solo.measured(application, gpu_type, num_gpus, batch_size)
+        if hit is not None and hit[0] > 0:
+            return hit[0], "measured"
+        guess = self.estimate(application, gpu_type, num_gpus, batch_size) if self.estimate is not None else None
+        return guess if guess is not None and guess[0] > 0 else None
+
+
+def measured_table(table: ColocationTable | None, measurements: Sequence[Mapping[str, Any]],
+                   estimate: SoloEstimate | None = None) -> ColocationTable | None:
     """``table`` with the ratios the server measured beside it (:class:`MeasuredTable`): for each job type measured
-    beside another (over :data:`MIN_SPLIT_SAMPLES` samples) against its own measured solo time, its ratio ``t/t'``
-    — the partner's side too when measured, else 1 (no constraint). The ILP's bound check then holds a pair to what
-    it was measured at, whatever the belief (shrunk toward its prior) says; the ratios it plans with are the belief's."""
-    solo = SoloTimes(measurements)
+    beside others (a pair or a group of three; from its first sample), its ratio ``t/t'`` against its solo time
+    (:class:`Yardstick`: measured, else estimated). The ILP's bound check then holds a group to what it was measured
+    at, whatever the belief (shrunk toward its prior, explored upward) says; the ratios it plans with are the
+    belief's."""
+    yardstick = Yardstick(measurements, estimate)
     seen: dict[MeasuredKey, float] = {}
     weight: dict[MeasuredKey, int] = {}
     for m in measurements:
         partner, n = m["partner_type"], int(m["count"])
-        if not partner or "+" in partner or n < MIN_SPLIT_SAMPLES or not float(m["iter_time_s"]) > 0:
-            continue  # alone, a group of three (the table's rows are pairs), or too few samples
-        alone = solo.measured(m["application"], m["gpu_type"], int(m["num_gpus"]), int(m["batch_size"]))
+        if not partner or n < 1 or not float(m["iter_time_s"]) > 0:
+            continue
+        alone = yardstick.time(m["application"], m["gpu_type"], int(m["num_gpus"]), int(m["batch_size"]))
         key = (m["gpu_type"], job_type(m["application"], int(m["batch_size"])), partner)
         if alone is not None and n > weight.get(key, 0):  # over GPU counts: the best-measured row
             weight[key], seen[key] = n, alone[0] / float(m["iter_time_s"])
     if table is None or not seen:
         return table
-    measured = {(g, a, b): (r, seen.get((g, b, a), 1.0)) for (g, a, b), r in seen.items()}
-    measured.update({(g, b, a): (seen.get((g, b, a), 1.0), r) for (g, a, b), r in seen.items()})
-    return MeasuredTable(table.ratios, inner=table, measured=measured)
+    return MeasuredTable(table.ratios, inner=table, measured=seen)
 
 
 @dataclass(frozen=True)
@@ -283,30 +329,33 @@ class BrokenBound:
     ratio: float
     bound: float
     others: tuple[str, ...]
+    basis: str = "measured"  # its solo time: measured alone, or estimated (Yardstick)
 
     def text(self) -> str:
         return (f"split: measured at {self.ratio:.2f} of its solo speed (slowdown {1 / self.ratio:.2f}) beside "
-                f"{', '.join(self.others)} breaks its bound {self.bound:g}")
+                f"{', '.join(self.others)} breaks its bound {self.bound:g}; solo time {BASIS_TEXT[self.basis]}")
 
 
-def member_ratio(coloc: Mapping[tuple[Any, ...], Mapping[str, Any]], solo: SoloTimes, row: JobRow,
-                 others: Sequence[JobRow]) -> tuple[float, int] | None:
-    """A running member's measured ratio ``t / t'`` against its group (pairs and groups of three alike) and the
-    co-located samples behind it; None until both times are measured. ``coloc``: co-located measurements by
-    (application, GPU type, GPU count, batch, partner type)."""
+def member_ratio(coloc: Mapping[tuple[Any, ...], Mapping[str, Any]], yardstick: Yardstick, row: JobRow,
+                 others: Sequence[JobRow]) -> tuple[float, int, str] | None:
+    """A running member's measured ratio ``t / t'`` against its group (pairs and groups of three alike), the
+    co-located samples behind it and the basis of its solo time; None until it was measured in the group (or no
+    solo time is known at all). ``coloc``: co-located measurements by (application, GPU type, GPU count, batch,
+    partner type)."""
     partner_type = "+".join(sorted(job_type(o.spec.app, o.batch_size or 0) for o in others))
     hit = coloc.get((row.spec.app, row.gpu_type, row.num_gpus, row.batch_size or 0, partner_type))
-    alone = solo.measured(row.spec.app, row.gpu_type or "", row.num_gpus, row.batch_size or 0)
+    alone = yardstick.time(row.spec.app, row.gpu_type or "", row.num_gpus, row.batch_size or 0)
     if hit is None or alone is None or not float(hit["iter_time_s"]) > 0:
         return None
-    return alone[0] / float(hit["iter_time_s"]), int(hit["count"])
+    return alone[0] / float(hit["iter_time_s"]), int(hit["count"]), alone[1]
 
 
 def broken_bounds(groups: Mapping[str, list[JobRow]], measurements: Sequence[Mapping[str, Any]],
-                  default_bound: float | None) -> dict[str, list[BrokenBound]]:
+                  default_bound: float | None, estimate: SoloEstimate | None = None) -> dict[str, list[BrokenBound]]:
     """Running groups (key -> members) with a member measured slower than its bound (its own, else
-    ``default_bound``) over at least :data:`MIN_SPLIT_SAMPLES` co-located samples."""
-    solo = SoloTimes(measurements)
+    ``default_bound``) over at least :data:`MIN_SPLIT_SAMPLES` co-located samples, against its solo time measured,
+    else estimated (``estimate``: :class:`Yardstick`)."""
+    yardstick = Yardstick(measurements, estimate)
     coloc = {(m["application"], m["gpu_type"], int(m["num_gpus"]), int(m["batch_size"]), m["partner_type"]): m
              for m in measurements if m["partner_type"]}
     out: dict[str, list[BrokenBound]] = {}
@@ -318,22 +367,50 @@ def broken_bounds(groups: Mapping[str, list[JobRow]], measurements: Sequence[Map
             if bound is None:
                 continue
             others = [o for o in members if o.name != row.name]
-            seen = member_ratio(coloc, solo, row, others)
+            seen = member_ratio(coloc, yardstick, row, others)
             if seen is not None and seen[1] >= MIN_SPLIT_SAMPLES and seen[0] * bound < 1.0 - 1e-9:
-                out.setdefault(key, []).append(BrokenBound(key, row.name, seen[0], bound, tuple(o.name for o in others)))
+                out.setdefault(key, []).append(
+                    BrokenBound(key, row.name, seen[0], bound, tuple(o.name for o in others), seen[2]))
     return out
 
 
-def measured_slowdown(row: JobRow, solo: SoloTimes) -> float | None:
-    """A running member's slowdown: its last measured time per step in its group over the solo time measured for its
-    type on the same GPU type, count and batch; None alone, queued, or until both are measured (never a guess)."""
+def solo_estimates(rows: Iterable[JobRow], measurements: Sequence[Mapping[str, Any]], estimate: SoloEstimate
+                   ) -> dict[str, list[Any]]:
+    """The solo time each running member of a group is judged by while it has none measured: ``[seconds, basis]``
+    (kept in ``meta`` as :data:`SOLO_KEY` each round, so ``jobs`` and the metrics show the slowdown the server
+    judges, with its basis, without the goodput model)."""
+    yardstick = Yardstick(measurements, estimate)
+    out: dict[str, list[Any]] = {}
+    for r in rows:
+        if r.state == "running" and r.others and r.batch_size:
+            alone = yardstick.time(r.spec.app, r.gpu_type or "", r.num_gpus, r.batch_size)
+            if alone is not None and alone[1] != "measured":
+                out[r.name] = [round(alone[0], 9), alone[1]]
+    return out
+
+
+def load_solo_estimates(state: Any) -> dict[str, tuple[float, str]]:
+    """:data:`SOLO_KEY` as the last round stored it (checked by :mod:`.state.rows`; set aside when damaged)."""
+    value = state.meta_value(SOLO_KEY)
+    return {str(k): (float(v[0]), str(v[1])) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def measured_slowdown(row: JobRow, solo: SoloTimes, estimates: Mapping[str, tuple[float, str]] | None = None
+                      ) -> tuple[float, str] | None:
+    """A running member's slowdown and its basis: its last measured time per step in its group over its solo time on
+    the same GPU type, count and batch — measured alone (``measured``), else the estimate the server judges it by
+    (``estimates``: :func:`load_solo_estimates`; ``profile`` or ``prior``); None alone, queued, or until it was
+    measured in its group."""
     if row.state != "running" or not row.others or not row.samples_per_s or not row.batch_size:
         return None
     alone = solo.measured(row.spec.app, row.gpu_type or "", row.num_gpus, row.batch_size)
-    if alone is None or not alone[0] > 0:
+    known = (alone[0], "measured") if alone is not None and alone[0] > 0 else (estimates or {}).get(row.name)
+    if known is None:
         return None
-    return (row.batch_size / row.samples_per_s) / alone[0]
+    return (row.batch_size / row.samples_per_s) / known[0], known[1]
 
 
-__all__ = ["BrokenBound", "MIN_SPLIT_SAMPLES", "broken_bounds", "is_oom", "limit_of", "oom_totals", "measured_slowdown",
-           "measured_table", "member_ratio", "memory_records", "planned_memory", "record_oom", "unit_limits"]
+__all__ = ["BASES", "BrokenBound", "MIN_SPLIT_SAMPLES", "SOLO_KEY", "SoloEstimate", "Yardstick", "broken_bounds",
+           "is_oom", "limit_of", "load_solo_estimates", "oom_totals", "measured_slowdown", "measured_table",
+           "member_ratio", "memory_records", "oom_text", "planned_memory", "record_oom", "solo_estimates",
+           "unit_limits"]

@@ -18,6 +18,7 @@ own directory in the state directory and the environment of the checkpoint-resto
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -26,11 +27,12 @@ from typing import TYPE_CHECKING, Any
 from scheduler.executor.command import RunSettings, job_argv
 from scheduler.executor.plan import GpuGroup, build_plan, job_environment
 from scheduler.executor.supervise import CHECKPOINT_FILE, OOM_FILE, PROGRESS_FILE
+from scheduler.service.state.store import QUEUED
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.service.config import ServeConfig
     from scheduler.service.rounds import Unit
-    from scheduler.service.state.store import JobRow
+    from scheduler.service.state.store import JobRow, Transaction
 
 
 def job_dir(state_dir: Path, name: str) -> Path:
@@ -91,3 +93,60 @@ def last_group_number(state: Any) -> int:
         return int(counted)
     numbers = [int(p.stem[1:]) for p in (state.dir / "runs").glob("g*.json") if p.stem[1:].isdigit()]
     return max([0, *numbers, *(int(k[1:]) for k in state.groups() if k[1:].isdigit())])
+
+
+def remove_group_files(runs: Path, key: str) -> None:
+    """What a group that never started left in ``runs/`` (its document, its batch script): a start the backend
+    refused leaves nothing behind, however often it is tried."""
+    for path in runs.glob(f"{key}.*"):
+        if path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
+
+
+class StartRetries:
+    """Jobs whose group the backend could not start (``sbatch`` refused it, the controller did not answer, Slurm
+    left it pending too long): tried again after a backoff that doubles with each failure in a row, from
+    ``FIRST_RETRY_S`` up to ``MAX_RETRY_S``, so a cluster manager that does not answer costs one attempt per
+    backoff, not one per round. In memory: a restarted server tries at once."""
+
+    FIRST_RETRY_S = 10.0
+    MAX_RETRY_S = 600.0
+
+    def __init__(self) -> None:
+        self._failed: dict[str, tuple[int, float, str]] = {}  # job -> (failures in a row, next try (monotonic), why)
+
+    def failed(self, names: list[str], why: str) -> float:
+        """Record a failed start of ``names``' group; returns the seconds until it is tried again."""
+        count = 1 + max((self._failed[n][0] for n in names if n in self._failed), default=0)
+        delay = min(self.FIRST_RETRY_S * 2 ** (count - 1), self.MAX_RETRY_S)
+        for name in names:
+            self._failed[name] = (count, time.monotonic() + delay, why)
+        return delay
+
+    def requeue(self, db: "Transaction", names: list[str], why: str, failed: bool = True) -> None:
+        """Jobs whose group never started back to the queue (no crash, no restart): a failed start is tried again
+        after its backoff (event ``start-failed``), a group the server stopped before it started at once."""
+        when = f"; next try in {self.failed(names, why):.0f} s" if failed else ""
+        for name in names:
+            db.update_job(name, state=QUEUED, group_key=None)
+            db.event(name, "start-failed" if failed else "stopped", why[:300] + when)
+
+    def started(self, names: list[str]) -> None:
+        for name in names:
+            self._failed.pop(name, None)
+
+    def waiting(self, names: list[str]) -> bool:
+        """Whether a member of a unit waits for its next try."""
+        now = time.monotonic()
+        return any(name in self._failed and self._failed[name][1] > now for name in names)
+
+    def reasons(self, queued: list[str]) -> dict[str, dict[str, str]]:
+        """The waiting reason of each queued job whose last start failed (``colocate jobs`` shows it)."""
+        now, out = time.monotonic(), {}
+        for name in queued:
+            if name in self._failed:
+                count, due, why = self._failed[name]
+                when = f"next try in {due - now:.0f} s" if due > now else "tried again when next placed"
+                out[name] = {"code": "start-failed", "text": f"its group could not start ({count}× in a row): "
+                                                            f"{why}; {when}"[:500]}
+        return out

@@ -156,16 +156,18 @@ class ServeMetrics:
 
     def _per_job(self, server: "Server", rows: list[Any], solo: Any) -> None:
         """The running jobs' series; those of jobs no longer running (or running elsewhere) are removed."""
-        from scheduler.service.contract import measured_slowdown
+        from scheduler.service.contract import load_solo_estimates, measured_slowdown
         from scheduler.service.front.views import running_limits
 
         limits = running_limits(server.state)
+        estimates = load_solo_estimates(server.state)
         now: dict[Any, set[tuple[str, ...]]] = {self.job_rate: set(), self.job_slowdown: set(), self.job_limit: set()}
         for r in rows:
             if r.state != RUNNING or not r.gpu_type:
                 continue
             labels = (r.name, r.gpu_type, ",".join(sorted(r.others)))
-            values = {self.job_rate: r.samples_per_s, self.job_slowdown: measured_slowdown(r, solo),
+            slowdown = measured_slowdown(r, solo, estimates)
+            values = {self.job_rate: r.samples_per_s, self.job_slowdown: slowdown[0] if slowdown else None,
                       self.job_limit: limits.get(r.name)}
             for gauge, value in values.items():
                 if value is not None:

@@ -90,10 +90,35 @@ def check_sharing_device(sharing: str, device: str, backend: str) -> None:
                          valid=f"{', '.join(usable)} on the CPU; {sharing} with --device cuda (or auto on a GPU node)")
 
 
+def check_jobs_device(device: str, backend: str) -> None:
+    """Refuse ``--device cuda`` where the jobs run on this machine (the local backend) and its torch cannot use
+    CUDA: every job would fail at its start. A Ray or Slurm cluster's nodes have their own GPUs (a job there
+    without CUDA fails with one line: :func:`scheduler.executor.train.main`)."""
+    if backend != "local":
+        return
+    from profiler.gpu.preflight import check_cuda_usable
+
+    check_cuda_usable(device, source=None, field="--device",
+                      valid="cpu, auto (cuda where available), or cuda on a machine with a GPU and a CUDA build of torch")
+
+
 def _state_target(path: Path) -> None:
-    """A state directory is a directory (or nothing yet): refused before anything is written."""
+    """A state directory is a directory we can write to (or nothing yet, under one), whose database, if any, is
+    colocate's: refused before anything is written."""
+    import os
+
+    valid = "a state directory you can write to (created if missing)"
+    if path.is_symlink() and not path.exists():  # exists() follows the link: False for a dangling one or a loop
+        raise InputError("is a symbolic link to nothing (dangling, or a loop)", source=path, field="--state",
+                         valid=valid)
     if path.exists() and not path.is_dir():
-        raise InputError("not a directory", source=path, field="--state", valid="a state directory (created if missing)")
+        raise InputError("not a directory", source=path, field="--state", valid=valid)
+    existing = next((p for p in [path, *path.absolute().parents] if p.exists()), None)
+    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write to {existing if existing is not None else path}", source=path,
+                         field="--state", valid=valid)
+    if path.is_dir():
+        StateStore(path, readonly=True, create=False).close()  # a damaged or foreign state.db: refused here
 
 
 def serve_forever(request: ServeRequest, *, should_stop: Callable[[], bool] = lambda: False,
@@ -105,6 +130,7 @@ def serve_forever(request: ServeRequest, *, should_stop: Callable[[], bool] = la
 
     config = request.config
     check_sharing_device(config.sharing, config.device, request.backend)
+    check_jobs_device(config.device, request.backend)
     # the backend refuses before the first write too (Slurm's commands, the cluster file's slurm section, Ray)
     make_executor(request.backend, address=request.address, cluster_file=request.cluster)
     _state_target(request.state)
@@ -119,11 +145,15 @@ def serve_forever(request: ServeRequest, *, should_stop: Callable[[], bool] = la
         metrics.serve(request.metrics_port)
     server = None
     try:
-        request.state.mkdir(parents=True, exist_ok=True)
+        try:
+            request.state.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # raced into existence as something else since the check
+            raise InputError(f"cannot create it ({err.strerror or err})", source=request.state, field="--state",
+                             valid="a state directory you can write to (created if missing)") from None
         lock = server_lock.take(request.state)  # another server here: refused, nothing written
+        state = StateStore(request.state, lock_wait_s=60.0)  # the server outwaits a reader's lock
         if announce is not None:
             announce(f"colocation: {origin}")
-        state = StateStore(request.state, lock_wait_s=60.0)  # the server outwaits a reader's lock
         executor = make_executor(request.backend, address=request.address, instance=_instance(state),
                                  cluster_file=request.cluster)
         admission.record_cluster(state, cluster)  # submit refuses what this cluster can never run

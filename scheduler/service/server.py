@@ -43,8 +43,9 @@ from scheduler.model.jobs import Job
 from scheduler.service import admission, contract, rounds, settle, waiting
 from scheduler.service.batch_hold import HeldBatchModel, batch_holds
 from scheduler.service.config import ServeConfig
+from scheduler.service.groups import StartRetries, remove_group_files
 from scheduler.service.probes.manager import ProbeManager, probing_enabled
-from scheduler.service.stability import fold_startup, hurting_members, load_startups, pinned_jobs
+from scheduler.service.stability import finishing_groups, fold_startup, hurting_members, load_startups, pinned_jobs
 from scheduler.service.state import health
 from scheduler.service.state import lock as server_lock
 from scheduler.service.state.rows import GroupRecord
@@ -87,6 +88,8 @@ class Server:
         self._lock: Any = None  # the open lock file, held for the server's lifetime
         self._stopping: dict[str, float] = {}  # groups this server asked to stop -> when to kill them
         self._pending: tuple[rounds.Unit, ...] = ()  # decided units waiting for GPUs still being freed
+        self.retries = StartRetries()  # jobs whose group the backend could not start: tried again after a backoff
+        self._unstarted: dict[str, str] = {}  # groups the backend has not started yet (Slurm's queue) -> why
         self._startups = load_startups(state.meta("startup_s"))  # application -> [mean start-up s, count]
         self._startups_changed = False
         self.on_round_end: Callable[[Server, RoundStats], None] | None = None  # e.g. metrics
@@ -167,7 +170,7 @@ class Server:
         model, table, measurements = self.learned(everyone)
         now = time.time()
         previous = rounds.current_placement(rows)
-        breaks = contract.broken_bounds(self._running_groups(rows), measurements, self._default_bound)
+        breaks = contract.broken_bounds(self._running_groups(rows), measurements, self._default_bound, model.solo_time)
         planned = contract.planned_memory(rows, self.cluster.type_names, self._memory)
         policy_jobs = rounds.policy_jobs(rows, now, self._held(rows, now, table, set(breaks)), planned)
         context = RoundContext(goodput=self._batches_held(model, policy_jobs, rows), time_s=now, colocation=table,
@@ -199,12 +202,19 @@ class Server:
             db.set_meta("last_round", f"{total:.4f} s total, {policy_s:.4f} s policy, {enact_s:.4f} s enacting")
             db.set_meta("round_s", f"{total:.6f}")
             db.set_meta(health.IN_A_ROW, "0")  # rounds no longer fail
-            db.set_meta(waiting.META_KEY, waiting.dumps(reasons))
+            db.set_meta(waiting.META_KEY, waiting.dumps({**reasons, **self._start_notes(rows)}))
+            db.set_meta(contract.SOLO_KEY, json.dumps(contract.solo_estimates(rows, measurements, model.solo_time)))
         stats = RoundStats(number, len(rows), total, policy_s, total - policy_s - enact_s, enact_s, len(plan.stop),
                            started, policy_cpu, total_cpu - policy_cpu - enact_cpu, len(self._pending))
         if self.on_round_end is not None:
             self.on_round_end(self, stats)
         return stats
+
+    def _start_notes(self, rows: list[JobRow]) -> dict[str, dict[str, str]]:
+        """Why a job's group has not started: its last start failed (queued), or it waits in the backend's queue."""
+        notes = self.retries.reasons([r.name for r in rows if r.state == QUEUED])
+        return {**notes, **{r.name: {"code": "backend-pending", "text": self._unstarted[r.group_key]} for r in rows
+                            if r.state == RUNNING and r.group_key in self._unstarted}}
 
     def _held(self, rows: list[JobRow], now: float, table: ColocationTable | None, breaking: set[str]) -> set[str]:
         """Running jobs within their minimum run (or still warming up): the policy keeps them where they are,
@@ -216,7 +226,7 @@ class Server:
         running = [(r.name, r.spec.app, groups[r.group_key].created_at, r.sample_step is not None) for r in live]
         startups = {app: mean for app, (mean, _) in self._startups.items()}
         held = pinned_jobs(running, now, self.config.stability, self.config.round_s, startups,
-                           self.config.start_timeout_s)
+                           self.config.start_timeout_s) | finishing_groups(live, self.config.round_s)
         members: dict[str, list[JobRow]] = {}
         for r in live:
             if r.name in held and r.others:
@@ -286,7 +296,7 @@ class Server:
         # unknown pairs are explored only while the jobs ask for the whole cluster (scheduler.learning.explore)
         table = policy_table(self.colocation, learned_ratios(measurements, model), types,
                              demands=[r.spec.min_gpus for r in active], gpus=self.cluster.total_gpus)
-        return model, contract.measured_table(table, measurements), measurements
+        return model, contract.measured_table(table, measurements, model.solo_time), measurements
 
     def _cancel_queued(self) -> None:
         names = self.state.cancel_requested(QUEUED)
@@ -307,6 +317,7 @@ class Server:
         members' rows are all set aside is stopped (nothing could settle it); its GPUs stay busy until it ends."""
         groups = self.state.groups()
         polls = {key: self.executor.poll(g.handle, g.doc) for key, g in groups.items()}
+        self._unstarted = {k: p.unstarted for k, p in polls.items() if p is not None and p.alive and p.unstarted}
         rows = {r.name: r for r in self.state.jobs()}
         orphans = [r for r in rows.values() if r.state == RUNNING and r.group_key not in groups]
         if not groups and not orphans:
@@ -344,6 +355,11 @@ class Server:
         limits = {j["name"]: contract.limit_of(j.get("memory_limit_bytes")) for j in group.doc["jobs"]}
         if not members:  # every member's row is set aside: nothing can settle it, so it stops (GPUs busy till then)
             return poll is None or not poll.alive
+        if poll is not None and poll.unstarted:  # not started by the backend: nothing ran, nothing to settle
+            mine = [n for n in members if rows[n].state == RUNNING and rows[n].group_key == key]
+            if not poll.alive:
+                self.retries.requeue(db, mine, poll.unstarted, failed=not stopping)
+            return not poll.alive
         for name in members:
             reported = poll.jobs.get(name) if poll is not None else None
             files = checked_files(reported) if reported is not None else {}
@@ -433,6 +449,8 @@ class Server:
         for unit in units:
             if any(rows[s.job].cancel_requested or rows[s.job].state not in (QUEUED, RUNNING) for s in unit):
                 continue  # cancelled or ended meanwhile: the next round decides again
+            if self.retries.waiting([s.job for s in unit]):
+                continue  # its last start failed: tried again after its backoff (its waiting reason says when)
             if any(rows[s.job].state == RUNNING for s in unit) or rounds.unit_gpus(unit) & busy:
                 deferred.append(unit)
                 continue
@@ -469,13 +487,13 @@ class Server:
             return 0
         try:
             handle = self.executor.start(group, doc)
-        except Exception as err:  # the backend could not start it: back to the queue, not a crash
+        except Exception as err:  # the backend could not start it: back to the queue, not a crash; tried later
+            remove_group_files(self.runs, key)
             with self.state.transaction() as db:
                 db.drop_group(key)
-                for slot in unit:
-                    db.update_job(slot.job, state=QUEUED, group_key=None)
-                    db.event(slot.job, "start-failed", f"{type(err).__name__}: {err}"[:300])
+                self.retries.requeue(db, [s.job for s in unit], f"{type(err).__name__}: {err}")
             return 0
+        self.retries.started([s.job for s in unit])
         with self.state.transaction() as db:
             db.put_group(key, self.executor.name, {"doc": doc, "handle": handle}, [s.job for s in unit])
         return 1

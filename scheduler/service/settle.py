@@ -55,9 +55,14 @@ def fold_progress(db: Transaction, row: JobRow, progress: dict[str, Any] | None,
 def ended(db: Transaction, row: JobRow, exit: dict[str, Any], progress: dict[str, Any] | None,
       memory: dict[str, dict[str, Any]], oom: dict[str, Any] | None = None, limit: int | None = None) -> None:
     """Settle a job whose run ended: completed, cancelled, stopped for a change (back to the queue), out of
-    memory under its limit (back to the queue, estimate raised: :func:`contract.record_oom`) or crashed."""
-    finished = (progress or {}).get("state") == "finished" or (row.target and (row.done >= row.target)) or (
-        exit.get("returncode") == 0 and not exit.get("stop_requested"))
+    memory under its limit (back to the queue, estimate raised: :func:`contract.record_oom`) or crashed.
+
+    A job that exits non-zero on its own crashed, whatever its progress file says (it may have failed in its
+    teardown, or after writing "finished"); one the server stopped (killed past its grace) that had finished its
+    work completed."""
+    code, asked = exit.get("returncode"), bool(exit.get("stop_requested"))
+    done = (progress or {}).get("state") == "finished" or bool(row.target and row.done >= row.target)
+    finished = (done and (code in (0, None) or asked)) or (code == 0 and not asked)
     cleared = {"group_key": None, "sample_step": None, "sample_elapsed": None}
     if finished:
         db.update_job(row.name, state=COMPLETED, finished_at=time.time(), **cleared)

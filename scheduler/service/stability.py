@@ -16,6 +16,9 @@ run a step. Four rules keep decisions stable (docs/serve-live.md):
 3. **Ties keep what runs.** A running job's current configuration counts ``1 + keep_bonus`` times its goodput.
 4. **A new batch pays for its restarts** too (:mod:`scheduler.service.batch_hold`): on its current GPUs a running
    adaptive job keeps its batch unless the best batch's goodput gain pays for restarting its group.
+5. **A job about to finish stays put** (:func:`finishing_groups`): a running job expected to end within two rounds
+   (its remaining steps at its last measured rate) is held with its group, as in rule 1; the simulator applies the
+   same rule (:func:`scheduler.model.jobs.finishing`).
 
 Rules 2-4 and fairness are knobs of the round ILP (:class:`scheduler.ilp.config.IlpConfig`) that a live scheduler
 sets (:data:`scheduler.service.config.LIVE_ILP`).
@@ -35,7 +38,8 @@ from common.bounds import check_number
 from common.options import option
 from common.safe_load import stored_json
 from scheduler.model.colocation import ColocationTable
-from scheduler.model.jobs import Job
+from scheduler.model.jobs import Job, finishing
+from scheduler.service.state.store import JobRow
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,23 @@ def pinned_jobs(running: Sequence[tuple[str, str, float, bool]], now: float, con
         if ran < config.min_run(round_s, startups.get(app)) or (not warm and ran < start_timeout_s):
             held.add(name)
     return held
+
+
+def remaining_s(row: JobRow) -> float | None:
+    """Seconds a running job's remaining steps (or samples) take at its last measured rate; None before one."""
+    if not row.samples_per_s or not row.target:
+        return None
+    per_s = row.samples_per_s / max(row.batch_size or row.spec.batch_size, 1) if row.spec.steps else row.samples_per_s
+    return max(row.target - row.done, 0) / per_s
+
+
+def finishing_groups(rows: Sequence[JobRow], round_s: float) -> set[str]:
+    """Running jobs expected to end within :data:`scheduler.model.jobs.FINISHING_ROUNDS` rounds (rule 5,
+    :func:`scheduler.model.jobs.finishing`, the simulator's rule too), with every other member of their groups: the
+    whole group keeps its placement, since serve restarts a group whole and a new partner or a split would restart
+    the finishing job as well."""
+    keys = {r.group_key for r in rows if r.group_key and finishing(remaining_s(r), round_s)}
+    return {r.name for r in rows if r.group_key in keys}
 
 
 def hurting_members(groups: Iterable[tuple[str, Sequence[Job]]], table: ColocationTable | None) -> set[str]:

@@ -120,9 +120,12 @@ def _unallocated(row: JobRow, cluster: Cluster, used: dict[str, int], allocated:
             return "resume-cost", (f"{max(free.values())} GPU(s) free, but resuming after {row.restarts} restart(s) "
                                    "costs more than it would gain now")
         return "not-worth-it", f"{max(free.values())} GPU(s) free, but its goodput there is below the objective's bar"
-    busy = sum(cluster.capacity(t) for t in types)
+    most = max(0, *free.values())
+    # Some GPUs may be free, only too few of one type for this job: saying "all busy" would contradict `jobs`.
+    busy = (f"needs {need} GPUs of one type together; {most} free" if most > 0
+            else f"all {sum(cluster.capacity(t) for t in types)} GPU(s) busy")
     if row.spec.exclusive:
-        return "exclusive", f"all {busy} GPU(s) busy; it never shares its GPUs (exclusive: true)"
+        return "exclusive", f"{busy}; it never shares its GPUs (exclusive: true)"
     if policy.name in PACKING_POLICIES and table is not None and row.name in jobs:
         from scheduler.ilp.policy import PackingPolicy  # the server's side only: jobs never gets here
 
@@ -137,15 +140,15 @@ def _unallocated(row: JobRow, cluster: Cluster, used: dict[str, int], allocated:
         paying = [(total, name) for total, name in known if total >= 1.0 + beta]
         if paying and not any(bounded.lookup(a.gpu_type, me, other) for a, other in partners):
             if all(other.exclusive for _, other in partners):
-                return "exclusive", f"all {busy} GPU(s) busy with jobs that never share their GPUs (exclusive: true)"
-            return "slowdown-bound", (f"all {busy} GPU(s) busy; sharing with {max(paying)[1]} would pay (Σ t/t′ "
+                return "exclusive", f"{busy}; the jobs it could share with never share their GPUs (exclusive: true)"
+            return "slowdown-bound", (f"{busy}; sharing with {max(paying)[1]} would pay (Σ t/t′ "
                                       f"{max(paying)[0]:.2f}) but slow it or its partner past a slowdown bound")
         if partners and not paying:
             best = (f"; the best, with {max(known)[1]}, is believed at Σ t/t′ {max(known)[0]:.2f}" if known
                     else "; none of the pairs is known")
-            return "would-hurt-partner", (f"all {busy} GPU(s) busy; sharing with any of {len(partners)} running "
+            return "would-hurt-partner", (f"{busy}; sharing with any of {len(partners)} running "
                                           f"job(s) is predicted to pay less than 1 + {beta:g}{best}")
-    return "fair-share", (f"all {busy} GPU(s) busy with {len(allocated)} job(s) at their share; it starts when one "
+    return "fair-share", (f"{busy}; {len(allocated)} job(s) running at their share; it starts when one "
                           "ends or a change pays for its restarts")
 
 

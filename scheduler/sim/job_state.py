@@ -39,6 +39,11 @@ class JobState:
     bound: float | None = None       # the slowdown it accepts in a group (its own, else the cluster-wide one)
     worst_slowdown: float = 1.0      # the largest solo / co-located rate it ran at in a group (1: never slowed)
     over_bound_s: float = 0.0        # seconds it ran in a group slower than its bound
+    rate: float = 0.0                # useful samples/s it ran at last (0: not run yet)
+
+    def remaining_s(self) -> float | None:
+        """Seconds its remaining work takes at the rate it ran at last (None before it ran)."""
+        return (self.work - self.done) / self.rate if self.rate > 0 else None
 
     def note_slowdown(self, solo: float, packed: float, seconds: float) -> None:
         """A stretch of ``seconds`` run in a group at ``packed`` of its ``solo`` rate (the truth, not the belief)."""

@@ -56,7 +56,7 @@ from scheduler.learning.throughput import LearnedThroughputGoodput, ThroughputLe
 from scheduler.model.cluster import Cluster, load_cluster
 from scheduler.model.configs import Configuration
 from scheduler.model.goodput import GoodputModel
-from scheduler.model.jobs import Job
+from scheduler.model.jobs import Job, finishing
 from scheduler.model.placement import place
 from scheduler.model.policy import Allocation, JobPlacement, Placement, Policy, RoundContext, RoundDecision
 from scheduler.sim.checks import SimulationError, check_placement, check_round
@@ -171,7 +171,8 @@ class Simulator:
             max_gpus=self._max_gpus(spec.application, spec.name) if self.adaptive else None,
             adaptive=self.adaptive, age_s=max(now - spec.arrival, 0.0), restarts=st.restarts,
             current_gpu_type=a.gpu_type if a else None, current_num_gpus=a.num_gpus if a else 0,
-            current_partner=a.partner if a else None, pinned=bool(a is not None and st.delay > 0),
+            current_partner=a.partner if a else None,
+            pinned=a is not None and (st.delay > 0 or finishing(st.remaining_s(), self.config.round_s)),
             progress=st.done / st.m0, restart_cost_s=self.config.restart_penalty(spec.application),
             max_slowdown=spec.max_slowdown, exclusive=spec.exclusive,
         )
@@ -380,6 +381,7 @@ class Simulator:
         if size > 1:
             m.note_slowdown(u.solo, u.packed, u.packed_s)
         if u.run_s > 0:
+            m.rate = u.packed if size > 1 else u.solo
             self._learn(m, a, u)
         if self.config.log_allocations:
             jp = placement.of(m.spec.name)

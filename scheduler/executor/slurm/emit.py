@@ -60,7 +60,9 @@ def _job_line(job: JobLaunch, group: GpuGroup, run: RunSettings) -> str:
     else:
         argv = job_argv(job, run, python="PYTHON", progress_file="PROGRESS")
         command = _render(argv, progress)
-    return f"env {assignments} setsid {command} > {log} 2>&1 &"
+    # a client of a mode that owns the group's GPUs (MPS) must not narrow them again (SharingMode.owns_devices)
+    unset = "-u CUDA_VISIBLE_DEVICES " if sharing_mode(group.sharing).owns_devices else ""
+    return f"env {unset}{assignments} setsid {command} > {log} 2>&1 &"
 
 
 def _render(argv: list[str], progress: str) -> str:

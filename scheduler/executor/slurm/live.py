@@ -6,8 +6,11 @@ constraints). The script sets up the group's sharing mode with the mode's own ``
 private control daemon, 0700 pipe and log directories) and quits it with ``slurm_teardown`` after the jobs,
 and runs the group's supervisor (:mod:`.supervise`: every job in its own session, exit records, stop files,
 generation fencing) in between. Slurm picks the node and the GPUs (it sets ``CUDA_VISIBLE_DEVICES``): the
-allocation's indices are advisory, as on Ray. :meth:`SlurmExecutor.start` waits until the job runs (or
-cancels it after ``start_timeout_s`` and the server requeues the jobs, Slurm's pending reason in the event).
+allocation's indices are advisory, as on Ray. :meth:`SlurmExecutor.start` submits and returns (a round never
+waits for Slurm); while the job is pending, polls say so (:attr:`GroupPoll.unstarted`: Slurm's reason, shown on
+its jobs), and one still pending after ``start_timeout_s`` is cancelled there and its jobs requeued, no crash.
+A group stopped while pending is cancelled in the queue (there is no batch shell to signal yet).
+:func:`check_controller` is ``serve``'s start-up check that the controller answers at all.
 
 **State** comes from Slurm: ``squeue`` (one call for all groups per poll cycle), and for a job that left the
 queue ``sacct`` where accounting runs, else ``scontrol show job``; a controller that does not answer is no
@@ -50,6 +53,7 @@ ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED"
          "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED")
 QUERY_CACHE_S = 1.0
 COMMAND_TIMEOUT_S = 60.0
+PING_TIMEOUT_S = 20.0  # serve's start-up check that the controller answers (it tries each controller in turn)
 UNREACHABLE = "UNREACHABLE"  # our state for a job Slurm could not be asked about just now (alive, no news)
 STOP_MARK = ".stop-requested"  # beside the group's pid file: the server asked this group to stop
 
@@ -111,6 +115,7 @@ class SlurmExecutor:
         self.python = python  # the supervisor's interpreter on the nodes (a shared environment)
         self._runner = _run
         self._queue: tuple[float, dict[str, SlurmJob] | None] = (0.0, {})
+        self._first_seen: dict[str, float] = {}  # pending jobs of handles without their submission time
 
     # -- launch ----------------------------------------------------------------------------------------------
     def check(self, plan: LaunchPlan, settings: LaunchSettings) -> None:
@@ -141,23 +146,9 @@ class SlurmExecutor:
         done = self._runner(["sbatch", "--parsable", *options, str(script)])
         if done.returncode != 0:
             raise RuntimeError(f"sbatch refused group {doc['key']}: {_first_line(done.stderr)}")
-        job_id = done.stdout.strip().split(";")[0]
-        handle = {"job_id": job_id, "name": name}
-        self._wait_running(job_id, doc["key"])
-        return handle
-
-    def _wait_running(self, job_id: str, key: str) -> None:
-        deadline = time.monotonic() + self.settings.start_timeout_s
-        while True:
-            job = self.query(job_id, fresh=True)
-            if job is None or job.state not in ("PENDING", UNREACHABLE):
-                return  # running, or already ended (the next poll tells how)
-            if time.monotonic() > deadline:
-                self._runner(["scancel", job_id])
-                why = f"pending ({job.reason})" if job.state == "PENDING" else "the controller did not answer"
-                raise RuntimeError(f"Slurm did not start group {key} (job {job_id}) within "
-                                   f"{self.settings.start_timeout_s:.0f} s: {why}")
-            time.sleep(0.5)
+        self._queue = (0.0, {})  # the next query asks squeue again: the new job is in it
+        # submitted, not started: later polls say whether it runs (the round does not wait for Slurm)
+        return {"job_id": done.stdout.strip().split(";")[0], "name": name, "submitted_at": time.time()}
 
     def poll(self, handle: dict[str, Any], doc: dict[str, Any]) -> GroupPoll | None:
         job_id = handle.get("job_id") or self._find(doc["key"])
@@ -166,6 +157,8 @@ class SlurmExecutor:
         job = self.query(job_id)
         if job is None:
             return None
+        if job.state == "PENDING" or (job.ended and _stopped_pending(doc)):
+            return self._unstarted(job, handle, doc)
         files = group_files(doc)
         asked = _stop_mark(doc).exists()
         if not job.ended and not asked:  # a job stopped by Slurm, not by us: its end waits for Slurm's account
@@ -181,11 +174,26 @@ class SlurmExecutor:
                 ended_by += f": {output}"
         return GroupPoll(not job.ended, files, ended_by)
 
+    def _unstarted(self, job: SlurmJob, handle: dict[str, Any], doc: dict[str, Any]) -> GroupPoll:
+        """A job Slurm has not started: alive while it waits in the queue; cancelled once it waited longer than
+        ``start_timeout_s`` (or ended after the server stopped it there): then not alive, its jobs requeued."""
+        if job.ended:
+            return GroupPoll(False, unstarted=f"Slurm job {job.job_id} stopped before it started")
+        waited = time.time() - float(handle.get("submitted_at") or self._first_seen.setdefault(job.job_id, time.time()))
+        why = f"Slurm job {job.job_id} pending ({job.reason if job.reason not in ('', 'None') else 'not scheduled yet'})"
+        if waited <= self.settings.start_timeout_s:
+            return GroupPoll(True, unstarted=f"{why} for {waited:.0f} s (requeued after "
+                                             f"{self.settings.start_timeout_s:.0f} s)")
+        self._runner(["scancel", job.job_id])
+        return GroupPoll(False, unstarted=f"{why}: not started within {self.settings.start_timeout_s:.0f} s, cancelled")
+
     def stop(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
-        _stop_mark(doc).touch()
         job_id = handle.get("job_id") or self._find(doc["key"])
+        job = self.query(job_id, fresh=True) if job_id is not None else None
+        pending = job is not None and job.state == "PENDING"  # no batch shell to signal: cancelled in the queue
+        _stop_mark(doc).write_text("pending" if pending else "")
         if job_id is not None:
-            self._runner(["scancel", "--batch", "--signal=TERM", job_id])
+            self._runner(["scancel", job_id] if pending else ["scancel", "--batch", "--signal=TERM", job_id])
 
     def release(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
         """``scancel`` what is left — unless every job has its exit record: then the supervisor is done and the
@@ -267,6 +275,15 @@ def _stop_mark(doc: dict[str, Any]) -> Path:
     return Path(doc["pid_file"]).with_suffix(STOP_MARK)
 
 
+def _stopped_pending(doc: dict[str, Any]) -> bool:
+    """Whether the server stopped this group while Slurm still had it pending, and none of its jobs ever ran."""
+    try:
+        mark = _stop_mark(doc).read_text()
+    except OSError:
+        return False
+    return mark == "pending" and not any(f.get("progress") or f.get("exit") for f in group_files(doc).values())
+
+
 def _stopped_alone(doc: dict[str, Any], name: str) -> bool:
     """Whether the server stopped this one job of the group (a cancelled member: its stop file)."""
     job = next(j for j in doc["jobs"] if j["name"] == name)
@@ -278,9 +295,18 @@ def _first_line(text: str) -> str:
     return lines[0][:300] if lines else "no message"
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+def check_controller(timeout_s: float = PING_TIMEOUT_S) -> None:
+    """Refuse (one line) unless Slurm's controller answers ``scontrol ping``: without it every ``sbatch`` fails."""
+    done = _run(["scontrol", "ping"], timeout_s)
+    if done.returncode != 0 and " is UP" not in done.stdout:  # exit 0: a controller (primary or backup) is up
+        said = _first_line(f"{done.stdout}\n{done.stderr}")
+        raise InputError(f"Slurm's controller does not answer: {said}",
+                         field="--backend", valid="a machine whose Slurm commands reach slurmctld (scontrol ping "
+                                                  "says UP; SLURM_CONF names its slurm.conf)")
+
+
+def _run(argv: list[str], timeout_s: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as err:
         return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: {err}")

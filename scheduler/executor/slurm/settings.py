@@ -11,7 +11,7 @@ type is asked for in Slurm. Every key is optional::
       time_limit: "1-00:00:00"    # --time of every group's job (default: the partition's limit)
       cpus_per_job: 2             # --cpus-per-task = this x the jobs of the group [1]
       start_timeout_s: 120        # a group still pending after this long is cancelled and its jobs requeued
-      options: [--account=ml]     # more sbatch options, each --name or --name=value
+      options: [--account=ml]     # more sbatch options, each --name or --name=value, from SBATCH_PASSED
       gpu_types:                  # per GPU type of the cluster, each key optional:
         t4:   {partition: t4q}    #   partition (overrides the one above)
         a100: {gres: a100-80g, constraint: "ib&nvlink"}
@@ -37,8 +37,27 @@ _PARTITION = re.compile(r"[A-Za-z0-9_.,-]{1,128}")
 _GRES = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _CONSTRAINT = re.compile(r"[A-Za-z0-9_.,&|:*()\[\]!-]{1,256}")
 _TIME = re.compile(r"\d{1,6}(-\d{1,2})?(:\d{1,2}){0,2}")  # minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM[:SS]
-_OPTION = re.compile(r"--[a-z][a-z0-9-]{0,40}(=[A-Za-z0-9_.,:/@%+=&|*()\[\]!-]{0,256})?")
-_OURS = ("--job-name", "--output", "--gres", "--nodes", "--ntasks", "--cpus-per-task", "--open-mode")
+_OPTION = re.compile(r"--[a-z][a-z0-9-]{0,40}(=[A-Za-z0-9_.,:/@%+=&|*()\[\]!-]{1,256})?")
+# The sbatch options passed on (slurm.options, launch --sbatch-option): where, when and on whose account the one
+# batch job of a group runs; name -> its value: True required, False none (a flag), None optional. Anything else
+# is refused: an option that changes what the batch job is or how many run (--array, --wrap, --test-only, --hold,
+# ...) breaks one job per group, and sbatch reads any unambiguous prefix of an option (--arr is --array), so only
+# a list of what is allowed is safe.
+SBATCH_PASSED: dict[str, bool | None] = {
+    "--account": True, "--qos": True, "--reservation": True, "--partition": True, "--time": True,
+    "--time-min": True, "--constraint": True, "--prefer": True, "--exclude": True, "--nodelist": True,
+    "--mem": True, "--mem-per-cpu": True, "--mem-per-gpu": True, "--tmp": True, "--licenses": True,
+    "--comment": True, "--mail-type": True, "--mail-user": True, "--wckey": True, "--priority": True,
+    "--nice": None, "--exclusive": None, "--oversubscribe": False, "--no-requeue": False, "--gpu-freq": True,
+}
+# refused with their reason spelled out: each changes what the batch job is, how many run, or when or whether
+_CHANGES_THE_JOB = ("--array", "--wrap", "--test-only", "--help", "--usage", "--version", "--parsable", "--wait",
+                    "--hold", "--dependency", "--begin", "--requeue", "--nodes", "--ntasks", "--ntasks-per-node",
+                    "--gres", "--gpus", "--gpus-per-node", "--gpus-per-task", "--cpus-per-task", "--job-name",
+                    "--output", "--error", "--open-mode", "--signal", "--export", "--chdir", "--clusters")
+# the live backend's own keys for what these options would set (one place per setting)
+_KEYED = {"--partition": "slurm.partition (or slurm.gpu_types.TYPE.partition)", "--time": "slurm.time_limit",
+          "--constraint": "slurm.gpu_types.TYPE.constraint"}
 _KEYS = ("partition", "time_limit", "cpus_per_job", "start_timeout_s", "options", "gpu_types")
 _TYPE_KEYS = ("partition", "gres", "constraint")
 
@@ -72,6 +91,32 @@ def _text(value: Any, pattern: re.Pattern[str], source: str, where: str, valid: 
     return value
 
 
+def check_sbatch_option(option: Any, *, source: str | None = None, field: str,
+                        elsewhere: Mapping[str, str] | None = None) -> str:
+    """``option`` if it is one sbatch option colocate passes on (:data:`SBATCH_PASSED`, ``--name`` or
+    ``--name=value`` without spaces or quotes), else a one-line :class:`InputError`; ``elsewhere``: options the
+    caller sets from a setting of its own (name -> that setting), refused with where to set them instead."""
+    elsewhere = elsewhere or {}
+    valid = f"one of {', '.join(n for n in SBATCH_PASSED if n not in elsewhere)}, as --name=value (docs/scale-out.md)"
+    if not isinstance(option, str) or not _OPTION.fullmatch(option):
+        raise InputError(f"{shown(option, 60)} is not one sbatch option --name or --name=value (no spaces, "
+                         "quotes or short options)", source=source, field=field, valid=valid)
+    name, has_value = option.split("=", 1)[0], "=" in option
+    if name in elsewhere:
+        raise InputError(f"{name} is set by {elsewhere[name]}", source=source, field=field, valid=elsewhere[name])
+    if name in _CHANGES_THE_JOB:
+        raise InputError(f"{name} changes what colocate's batch job is or how many run", source=source,
+                         field=field, valid=valid)
+    if name not in SBATCH_PASSED:
+        raise InputError(f"{name} is not an sbatch option colocate passes on (spell options out: sbatch reads "
+                         "abbreviations)", source=source, field=field, valid=valid)
+    takes = SBATCH_PASSED[name]
+    if (takes is True and not has_value) or (takes is False and has_value):
+        raise InputError(f"{name} {'needs a value' if takes else 'takes no value'}", source=source, field=field,
+                         valid=f"{name}=VALUE" if takes else name)
+    return option
+
+
 def _type(name: str, data: Any, base: SlurmSettings, source: str) -> SlurmType:
     where = f"slurm.gpu_types.{name}"
     if not isinstance(data, Mapping) or set(data) - set(_TYPE_KEYS):
@@ -100,10 +145,7 @@ def slurm_settings(data: Any, gpu_types: Iterable[str], source: str = "<cluster>
     if not isinstance(options, list):
         raise InputError("must be a list", source=source, field="slurm.options", valid="[--account=NAME, ...]")
     for i, option in enumerate(options):
-        _text(option, _OPTION, source, f"slurm.options[{i}]", "an sbatch option such as --account=ml")
-        if option.split("=", 1)[0] in _OURS:
-            raise InputError(f"{option} is set by colocate", source=source, field=f"slurm.options[{i}]",
-                             valid=f"an option other than {', '.join(_OURS)}")
+        check_sbatch_option(option, source=source, field=f"slurm.options[{i}]", elsewhere=_KEYED)
     base = SlurmSettings(
         partition=None if partition is None else _text(partition, _PARTITION, source, "slurm.partition",
                                                        "a partition name"),

@@ -11,19 +11,21 @@ from scheduler.service.state.store import StateStore
 def job_views(state: StateStore) -> list[dict[str, Any]]:
     """One dict per job: state, GPU type and count, batch, partner, progress, measured throughput, restarts, for a
     queued job why it waits, for a running adaptive one why it is not scaled up (``note``; the last round's reasons,
-    :mod:`.waiting`), and its share of a GPU (:mod:`.contract`): the slowdown measured in its group (None when unknown:
-    alone, queued, or not measured both ways yet), the memory limit it runs under, its own bound, and its
+    :mod:`.waiting`), and its share of a GPU (:mod:`.contract`): the slowdown measured in its group against its solo time
+    measured alone, else estimated (``slowdown_basis``: ``measured``, ``profile`` or ``prior``; None when unknown:
+    alone, queued, or not measured in its group yet), the memory limit it runs under, its own bound, and its
     out-of-memory failures."""
-    from scheduler.service.contract import measured_slowdown, memory_records
+    from scheduler.service.contract import load_solo_estimates, measured_slowdown, memory_records
     from scheduler.service.waiting import META_KEY, loads
 
     reasons = loads(state.meta(META_KEY))
     solo = SoloTimes(state.measurements())
+    estimates = load_solo_estimates(state)
     limits = running_limits(state)
     memory = memory_records(state)
     out = []
     for row in state.jobs():
-        slowdown = measured_slowdown(row, solo)
+        slowdown = measured_slowdown(row, solo, estimates)
         limit = limits.get(row.name) if row.state == "running" else None
         out.append({
             "name": row.name, "state": row.state, "gpu_type": row.gpu_type if row.state == "running" else None,
@@ -37,7 +39,8 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
             "finished_at": row.finished_at,
             "waiting": reasons.get(row.name) if row.state == "queued" else None,
             "note": reasons.get(row.name) if row.state == "running" else None,  # e.g. why it is not scaled up
-            "slowdown": round(slowdown, 3) if slowdown is not None else None,
+            "slowdown": round(slowdown[0], 3) if slowdown is not None else None,
+            "slowdown_basis": slowdown[1] if slowdown is not None else None,  # its solo time: measured or estimated
             "memory_limit_gb": round(limit / 2**30, 3) if limit else None,
             "max_slowdown": row.spec.max_slowdown, "exclusive": row.spec.exclusive,
             "ooms": int(memory.get(row.name, {}).get("ooms", 0))})

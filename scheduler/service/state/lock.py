@@ -27,7 +27,11 @@ def take(state_dir: Path) -> IO[str]:
     """The server's lock on ``state_dir`` (keep the returned file open for the server's lifetime); an
     :class:`InputError` when another server holds it. Opened without truncating, so a refused second server
     cannot erase the first one's pid."""
-    handle = open(state_dir / LOCK_FILE, "a+")
+    try:
+        handle = open(state_dir / LOCK_FILE, "a+")
+    except OSError as err:  # a read-only directory, or server.lock is not a file we may write
+        raise InputError(f"cannot open {LOCK_FILE} ({err.strerror or err})", source=state_dir, field="--state",
+                         valid="a state directory you can write to") from None
     deadline = time.monotonic() + TAKE_RETRY_S
     while True:
         try:

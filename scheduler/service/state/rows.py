@@ -320,6 +320,12 @@ def _memory(key: Any, value: Any) -> bool:
             and in_range(value.get("at", 0), 0, MAX_EPOCH_S))
 
 
+def _solo(key: Any, value: Any) -> bool:
+    """The solo time a running member is judged by (:func:`scheduler.service.contract.solo_estimates`)."""
+    return (is_safe_name(key) and isinstance(value, list) and len(value) == 2 and in_range(value[0], 1e-9, 1e6)
+            and value[1] in ("measured", "profile", "prior"))
+
+
 def _gpus(key: Any, value: Any) -> bool:
     return is_safe_name(key) and in_range(value, 1, MAX_GPUS, integer=True)
 
@@ -330,7 +336,7 @@ META_CHECKS: dict[str, Callable[[str], Any]] = {
     "startup_s": _json_value(dict, _startup), "waiting": _json_value(dict, _reason),
     "cluster": _json_value(dict, _gpus), "instance": lambda text: _safe_text(text),
     "probes": lambda text: _records(text),
-    "memory": _json_value(dict, _memory),
+    "memory": _json_value(dict, _memory), "solo_estimates": _json_value(dict, _solo),
     FAILURES: _counter, IN_A_ROW: _counter, LAST_FAILURE: _json_value(dict, valid_failure),
 }
 
