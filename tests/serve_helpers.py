@@ -123,3 +123,96 @@ def drive_rounds(server: Any, done: Callable[[], bool], timeout_s: float = 240.0
             server.between_rounds()
             time.sleep(0.05)
     return rounds
+
+
+def documented_metrics() -> set[str]:
+    """Every series docs/serve-live.md's metrics table lists (names as Prometheus shows them)."""
+    import re
+
+    text = (REPO / "docs" / "serve-live.md").read_text().split("## Metrics", 1)[1].split("Example queries", 1)[0]
+    return set(re.findall(r"`(colocate_[a-z_]+)", text))
+
+
+def scrape(port: int) -> dict[str, dict[frozenset[tuple[str, str]], float]]:
+    """The metrics endpoint's samples: name -> labels -> value (``_created`` samples left out)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out: dict[str, dict[frozenset[tuple[str, str]], float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name.endswith("_created"):  # the client's creation times of counters and histograms
+            continue
+        out.setdefault(family.name + ("_total" if family.type == "counter" else ""), {})  # even with no series yet
+        for s in family.samples:
+            if not s.name.endswith("_created"):
+                out.setdefault(s.name, {})[frozenset(s.labels.items())] = s.value
+    return out
+
+
+def expected_metrics(view: dict[str, Any], gpus: dict[str, int]) -> dict[str, dict[frozenset[tuple[str, str]], float]]:
+    """What every series must read, derived from ``colocate jobs --json`` (``view``) and the cluster's GPUs per
+    type (``gpus``): the metrics and the front door must tell one story."""
+    jobs = view["jobs"]
+    running = [j for j in jobs if j["state"] == "running"]
+
+    def one(**labels: str) -> frozenset[tuple[str, str]]:
+        return frozenset(labels.items())
+
+    states = ("queued", "running", "completed", "failed", "cancelled")
+    out: dict[str, dict[frozenset[tuple[str, str]], float]] = {
+        "colocate_jobs": {one(state=s): sum(j["state"] == s for j in jobs) for s in states},
+        "colocate_gpus": {one(gpu_type=t): n for t, n in gpus.items()},
+        "colocate_rounds_total": {one(): view["rounds"]},
+        "colocate_round_seconds_count": {one(): view["rounds"]},
+        "colocate_restarts_total": {one(): sum(j["restarts"] for j in jobs)},
+        "colocate_round_failures_total": {one(): view["round_failures"]["total"]},
+        "colocate_learned_pairs": {one(): sum(p.get("solo_source") == "measured"
+                                              for p in view["learned"]["colocation"])},
+    }
+    if not any(j["ooms"] for j in jobs):
+        out["colocate_ooms_total"] = {}  # no job ran out of memory: no failure counted
+    waiting: dict[frozenset[tuple[str, str]], float] = {}
+    for j in jobs:
+        if j["state"] == "queued" and j["waiting"]:
+            key = one(reason=j["waiting"]["code"])
+            waiting[key] = waiting.get(key, 0) + 1
+    out["colocate_waiting_jobs"] = waiting
+    groups = {frozenset([j["name"], *(j["partner"] or "").split(",")]) - {""}: j for j in running}
+    used = {t: sum(g["num_gpus"] for g in groups.values() if g["gpu_type"] == t) for t in gpus}
+    packed = {t: sum(g["num_gpus"] for k, g in groups.items() if g["gpu_type"] == t and len(k) > 1) for t in gpus}
+    out["colocate_gpus_used"] = {one(gpu_type=t): n for t, n in used.items()}
+    out["colocate_gpus_packed"] = {one(gpu_type=t): n for t, n in packed.items()}
+    for name, field, scale in (("colocate_job_samples_per_second", "samples_per_s", 1.0),
+                               ("colocate_job_slowdown", "slowdown", 1.0),
+                               ("colocate_job_memory_limit_bytes", "memory_limit_gb", 2.0**30)):
+        out[name] = {one(job_name=j["name"], gpu_type=j["gpu_type"], partners=",".join(sorted(
+            (j["partner"] or "").split(",")) if j["partner"] else "")): j[field] * scale
+                     for j in running if j[field] is not None}
+    return out
+
+
+def assert_metrics_match(scraped: dict[str, dict[frozenset[tuple[str, str]], float]], view: dict[str, Any],
+                         gpus: dict[str, int]) -> None:
+    """Every documented series is exported, nothing undocumented is, and each reads what ``jobs --json`` says."""
+    import math
+
+    documented = documented_metrics()
+    families = {n for n in scraped if not n.endswith(("_bucket", "_sum", "_count"))}
+    assert families == documented, (families ^ documented)
+    for name, series in expected_metrics(view, gpus).items():
+        got = scraped.get(name, {})
+        rounded = name in ("colocate_job_samples_per_second", "colocate_job_slowdown",
+                           "colocate_job_memory_limit_bytes")  # jobs --json rounds these
+        for labels, value in series.items():
+            assert labels in got, (name, dict(labels), got)
+            assert math.isclose(got[labels], value, rel_tol=0.01 if rounded else 1e-9, abs_tol=0.006 if rounded else 0), \
+                (name, dict(labels), got[labels], value)
+        extra = {k: v for k, v in got.items() if k not in series and v != 0}
+        assert not extra or name == "colocate_gpu_jobs", (name, extra)  # a reason no job waits for any more reads 0
+    per_gpu = scraped["colocate_gpu_jobs"]
+    assert len(per_gpu) == sum(gpus.values())
+    running = [j for j in view["jobs"] if j["state"] == "running"]
+    assert sum(per_gpu.values()) == sum(j["num_gpus"] for j in running)
+    assert all(v >= 0 for s in scraped.values() for v in s.values())

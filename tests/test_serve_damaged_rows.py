@@ -202,3 +202,65 @@ def test_the_start_up_check_covers_columns_and_types(tmp_path: Path, change: str
     with pytest.raises(Exception, match="declared differently|unknown column|lacks column"):
         StateStore(state.dir)
     assert state.path.read_bytes() == before
+
+
+class _Counting:
+    """A connection that counts the characters (bytes of a BLOB) of every value fetched through it."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn, self.fetched = conn, 0
+        self.selects: list[str] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.conn, name)
+
+    def execute(self, sql: str, args: tuple = ()) -> "_Fetched":
+        rows = self.conn.execute(sql, args).fetchall()
+        self.fetched += sum(len(v) for r in rows for v in r if isinstance(v, (str, bytes)))
+        self.selects.append(sql)
+        return _Fetched(rows)
+
+
+class _Fetched(list):
+    def fetchone(self) -> object:
+        return self[0] if self else None
+
+    def fetchall(self) -> list:
+        return list(self)
+
+
+@pytest.mark.parametrize("sql, size, table, key", [
+    ("UPDATE jobs SET spec = randomblob(?) WHERE name = 'victim'", 5 * 2**20, "jobs", "victim"),
+    ("INSERT INTO measurements VALUES (printf('%.*c', ?, 'x'), 't4', 1, 4, '', 0.5, 3)", 5 * 2**20, "measurements",
+     "rowid 1"),
+    ("INSERT OR REPLACE INTO meta VALUES ('startup_s', printf('%.*c', ?, 'x'))", 12 * 2**20, "meta", "startup_s"),
+], ids=["job-spec-blob", "measurement-name-text", "meta-value-text"])
+def test_a_huge_row_is_set_aside_unread_and_not_measured_again(tmp_path: Path, sql: str, size: int, table: str,
+                                                               key: str) -> None:
+    state = StateStore(tmp_path / "state")
+    state.submit(job_from_dict(VICTIM))
+    spec = state._conn.execute("SELECT spec FROM jobs WHERE name = 'victim'").fetchone()[0]
+    with sqlite3.connect(state.path) as conn:
+        conn.execute(sql, (size,))
+    counting = _Counting(state._conn)
+    state._conn = counting  # type: ignore[assignment]
+    server = _server(state)
+    server.round()
+    server.round()  # the set-aside record is written at a round's end
+    details = [e["detail"] for e in state.events() if e["kind"] == "set-aside"]
+    held = [int(d.split(" the row holds ")[1].split()[0].replace(",", "")) for d in details
+            if d.startswith(f"{table} {key}: the row holds ")]
+    assert held and size <= held[0] < size + 1000, details
+    assert counting.fetched < 2**20  # its bytes never left SQLite
+    counting.selects.clear()
+    for _ in range(3):
+        server.round()
+    assert counting.fetched < 2**20
+    reads = [s for s in counting.selects if f" FROM {table} " in s or s.endswith(f" FROM {table}")]
+    assert reads and all("rowid NOT IN (" in s for s in reads), reads  # skipped: not even measured again
+    assert ("jobs", "victim") not in state.set_aside or table == "jobs"
+    if table == "jobs":  # repaired: read again once its recheck is due
+        with sqlite3.connect(state.path) as conn:
+            conn.execute("UPDATE jobs SET spec = ? WHERE name = 'victim'", (spec,))
+        state._limit.recheck_s = 0.0
+        assert state.job("victim") is not None and ("jobs", "victim") not in state.set_aside

@@ -1,5 +1,6 @@
 """A real Prometheus server scrapes a live ``colocate serve`` and answers PromQL about one job: its measured
-slowdown in a group, the dashboard's queries and the documented examples. Needs the ``prometheus`` binary (Debian's
+slowdown in a group, the dashboard's queries and the documented examples, and every documented series with the
+value ``colocate jobs --json`` gives. Needs the ``prometheus`` binary (Debian's
 ``prometheus`` package; ``.ci/run`` installs it): skipped with the reason elsewhere."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import re
 import shutil
 import socket
 import subprocess
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 
 from scheduler.service.metrics import ServeMetrics
-from tests.serve_helpers import kill_groups
+from tests.serve_helpers import assert_metrics_match, documented_metrics, jobs_json, kill_groups
 from tests.test_serve_contract import _drive, _job, _server
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,6 +49,31 @@ def _documented_queries(job: str) -> list[str]:
     block = text.split("```promql", 1)[1].split("```", 1)[0]
     exprs += [line.strip() for line in block.splitlines() if line.strip() and not line.strip().startswith("#")]
     return [e.replace("resnet50-a", job) for e in exprs]
+
+
+def _answer(port: int, promql: str) -> dict[frozenset[tuple[str, str]], float]:
+    """An instant query's series by their labels (Prometheus' own ``job`` and ``instance`` left out)."""
+    return {frozenset((k, v) for k, v in r["metric"].items() if k not in ("job", "instance", "__name__")):
+            float(r["value"][1]) for r in _query(port, promql)["data"]["result"]}
+
+
+def _everything(port: int) -> dict[str, dict[frozenset[tuple[str, str]], float]]:
+    """Every colocate series Prometheus holds now, by name (as :func:`tests.serve_helpers.scrape` gives them); the
+    documented ones are there even with no series (``colocate_ooms_total`` before a first failure)."""
+    out: dict[str, dict[frozenset[tuple[str, str]], float]] = {name: {} for name in documented_metrics()}
+    for r in _query(port, '{__name__=~"colocate_.*"}')["data"]["result"]:
+        name = r["metric"]["__name__"]
+        if not name.endswith("_created"):
+            labels = frozenset((k, v) for k, v in r["metric"].items() if k not in ("job", "instance", "__name__"))
+            out.setdefault(name, {})[labels] = float(r["value"][1])
+    return out
+
+
+def _wait(done: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "Prometheus did not scrape the last round"
+        time.sleep(0.5)
 
 
 def test_prometheus_scrapes_a_live_server_and_answers_a_jobs_slowdown(tmp_path: Path) -> None:
@@ -93,6 +120,10 @@ def test_prometheus_scrapes_a_live_server_and_answers_a_jobs_slowdown(tmp_path: 
         for promql in _documented_queries("a"):  # every dashboard query and documented example is valid PromQL
             assert _query(web, promql)["status"] == "success", promql
         assert re.search(r"colocate_gpu_jobs\{", urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode())
+        # rounds stop: once Prometheus holds the last round's values, every series it answers is what jobs --json says
+        view = jobs_json(state.dir)
+        _wait(lambda: _answer(web, "colocate_rounds_total") == {frozenset(): view["rounds"]}, 60)
+        assert_metrics_match(_everything(web), view, {"t4": 1})
     finally:
         prometheus.terminate()
         try:

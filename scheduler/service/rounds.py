@@ -160,3 +160,10 @@ def slot_detail(slot: Slot) -> dict[str, Any]:
     return {"gpu_type": slot.gpu_type, "num_gpus": slot.num_gpus, "batch_size": slot.batch_size,
             "partner": slot.others[0] if slot.others else None, "partners": list(slot.others),
             "nodes": list(slot.nodes), "gpus": list(slot.gpus)}
+
+
+def describe(slot: Slot, key: str) -> str:
+    """The detail of the event a started slot records: where it runs, with whom, in which group."""
+    partner = f" with {slot.partner}" if slot.partner else ""
+    return (f"{slot.num_gpus}×{slot.gpu_type} (node {','.join(map(str, slot.nodes))}, GPU "
+            f"{','.join(map(str, slot.gpus))}), batch {slot.batch_size}{partner}, group {key}")

@@ -481,7 +481,7 @@ class Server:
                                   num_gpus=slot.num_gpus, batch_size=slot.batch_size, partner=slot.partner,
                                   nodes=slot.nodes, gpus=slot.gpus, started_at=before.started_at or time.time(),
                                   sample_step=None, sample_elapsed=None, samples_per_s=None)
-                    db.event(slot.job, rounds.change_kind(slot, before), _describe(slot, key))
+                    db.event(slot.job, rounds.change_kind(slot, before), rounds.describe(slot, key))
         except admission.UnitProblem as problem:
             admission.fail_unit(self.state, [s.job for s in unit], problem.error)
             return 0
@@ -497,9 +497,3 @@ class Server:
         with self.state.transaction() as db:
             db.put_group(key, self.executor.name, {"doc": doc, "handle": handle}, [s.job for s in unit])
         return 1
-
-
-def _describe(slot: rounds.Slot, key: str) -> str:
-    partner = f" with {slot.partner}" if slot.partner else ""
-    return (f"{slot.num_gpus}×{slot.gpu_type} (node {','.join(map(str, slot.nodes))}, GPU "
-            f"{','.join(map(str, slot.gpus))}), batch {slot.batch_size}{partner}, group {key}")

@@ -32,6 +32,7 @@ from typing import Any
 from common.errors import InputError
 from common.names import is_safe_name
 from scheduler.service.jobs.jobspec import JobSpec
+from scheduler.service.state.bounded import RowLimit
 from scheduler.service.state.opening import lock_wait
 from scheduler.service.state.rows import (
     MAX_COUNT,
@@ -185,6 +186,7 @@ class StateStore:
         self._meta_text: dict[str, str] = {}
         # (table, key) -> why the row is not used: what the last reads found (:mod:`.rows`)
         self.set_aside: dict[tuple[str, str], str] = {}
+        self._limit = RowLimit()  # rows too large to read: left unread (:mod:`.bounded`)
         self._conn = open_database(self.path, readonly=readonly, lock_wait_s=self.lock_wait_s, schema=_SCHEMA,
                                    version=SCHEMA_VERSION)
 
@@ -228,6 +230,19 @@ class StateStore:
         """Before a full read of ``table``: its rows' earlier problems are found again, or were fixed."""
         self.set_aside = {k: v for k, v in self.set_aside.items() if k[0] != table}
 
+    def _select(self, what: str, table: str, where: str = "", args: tuple[Any, ...] = (), order: str = "") -> Any:
+        """``SELECT what FROM table WHERE where ORDER BY order``, leaving out (and setting aside, unread) the rows
+        too large to read (:mod:`.bounded`)."""
+        before = self._limit.set_aside(table)
+        clause, values = self._limit.where(self._conn, table, where, args)
+        now = self._limit.set_aside(table)
+        for key in before.keys() - now.keys():  # measured again and small now: read (and checked) below
+            self.set_aside.pop((table, key), None)
+        for key, problem in now.items():
+            self.set_aside[(table, key)] = problem
+        return self._conn.execute(f"SELECT {what} FROM {table}{clause}{' ORDER BY ' + order if order else ''}",
+                                  values)
+
     def _job_row(self, raw: sqlite3.Row, seen: dict[tuple[Any, ...], JobRow]) -> JobRow | None:
         """The row checked and built, or None when it is set aside; ``seen`` collects the rows built."""
         key = tuple(raw)  # an unchanged row (most queued jobs, most rounds) is not rebuilt
@@ -246,16 +261,12 @@ class StateStore:
     @_guarded
     def jobs(self, states: tuple[str, ...] | None = None) -> list[JobRow]:
         """The usable ``jobs`` rows (in ``states``), in submission order."""
-        query = "SELECT * FROM jobs"
-        args: tuple[Any, ...] = ()
-        if states:
-            query += f" WHERE state IN ({','.join('?' * len(states))})"
-            args = states
-        else:
+        where, args = (f"state IN ({','.join('?' * len(states))})", states) if states else ("", ())
+        if not states:
             self._forget("jobs")
         rows: list[JobRow] = []
         seen: dict[tuple[Any, ...], JobRow] = {}
-        for raw in self._conn.execute(query + " ORDER BY seq", args):
+        for raw in self._select("*", "jobs", where, args, "seq"):
             row = self._job_row(raw, seen)
             if row is not None:
                 rows.append(row)
@@ -268,23 +279,22 @@ class StateStore:
     @_guarded
     def cancel_requested(self, state: str) -> list[str]:
         """Names of jobs in ``state`` whose cancellation was requested."""
-        return [r[0] for r in self._conn.execute(
-            "SELECT name FROM jobs WHERE state = ? AND cancel_requested = 1 ORDER BY seq", (state,))
-            if is_safe_name(r[0])]
+        return [r[0] for r in self._select("name", "jobs", "state = ? AND cancel_requested = 1", (state,), "seq")
+                if is_safe_name(r[0])]
 
     @_guarded
     def job(self, name: str) -> JobRow | None:
         """The job ``name``; None when there is none or its row is set aside."""
-        row = self._conn.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
+        row = self._select("*", "jobs", "name = ?", (name,)).fetchone()
         return self._job_row(row, {}) if row else None
 
     @_guarded
     def groups(self) -> dict[str, GroupRecord]:
         """The usable ``groups`` rows by key."""
-        names = {r[0] for r in self._conn.execute("SELECT name FROM jobs")}
+        names = {r[0] for r in self._select("name", "jobs")}
         self._forget("groups")
         out = {}
-        for raw in self._conn.execute("SELECT * FROM groups"):
+        for raw in self._select("*", "groups"):
             values = dict(raw)
             try:
                 out[values["key"]] = check_group(values, names)
@@ -296,15 +306,15 @@ class StateStore:
     def measurements(self) -> list[dict[str, Any]]:
         """The usable ``measurements`` rows (what the learning code may trust: names, ranges, finite times)."""
         self._forget("measurements")
-        return self._usable("measurements", self._conn.execute("SELECT * FROM measurements"), check_measurement)
+        return self._usable("measurements", self._select("*", "measurements"), check_measurement)
 
     @_guarded
     def events(self, job: str | None = None) -> list[dict[str, Any]]:
         if job is None:
             self._forget("events")
-            rows = self._conn.execute("SELECT * FROM events ORDER BY id")
+            rows = self._select("*", "events", order="id")
         else:
-            rows = self._conn.execute("SELECT * FROM events WHERE job = ? ORDER BY id", (job,))
+            rows = self._select("*", "events", "job = ?", (job,), "id")
         return self._usable("events", rows, check_event)
 
     def _usable(self, table: str, rows: Iterable[sqlite3.Row],
@@ -330,8 +340,10 @@ class StateStore:
     def meta_value(self, key: str) -> Any:
         """Meta ``key`` as its readers use it (a counter as an int, a JSON value parsed); None when absent or
         set aside."""
-        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        row = self._select("value", "meta", "key = ?", (key,)).fetchone()
         self._meta_text.pop(key, None)
+        if row is None and key in self._limit.set_aside("meta"):
+            return None  # too large to read: set aside, unread
         if row is None:
             self._note("meta", {"key": key}, None)
             return None
@@ -351,7 +363,7 @@ class StateStore:
     @_guarded
     def check_meta(self) -> None:
         """Read every meta value once (``state check``: each bad one lands in ``set_aside``)."""
-        for (key,) in self._conn.execute("SELECT key FROM meta").fetchall():
+        for (key,) in self._select("key", "meta").fetchall():
             if isinstance(key, str):
                 self.meta_value(key)
             else:
