@@ -326,7 +326,7 @@ def add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int]
             gk, ek = single_k[ci]
             gi, gk = pair_move_values(a, b, c, gi, gk, restart_cost_s)
             if gi <= 0 or gk <= 0:
-                continue  # the mover's restart leaves it nothing (as for G_ic = 0, the column is dropped)
+                continue  # a member's restart leaves it nothing (as for G_ic = 0, the column is dropped)
             vi, vk = gi * r[0], gk * r[1]
             seen = kept.setdefault(c.gpu_type, [])
             if any(pi >= vi and pk >= vk for pi, pk in seen):
