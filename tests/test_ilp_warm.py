@@ -110,7 +110,9 @@ def test_policy_over_many_rounds_gives_valid_decisions_close_to_cold_ones() -> N
         hot = warm_policy.allocate(jobs, cluster, context)
         cold = cold_policy.allocate(jobs, cluster, context)
         check_decision(hot, jobs, cluster)
-        assert hot.objective == pytest.approx(cold.objective, rel=0.01)
+        # p < 0: lower is better. A cold round prices new pairs by goodput before restarts and may miss that
+        # keeping a running pair pays none (the group-change charge); the warm round seeds last round's groups
+        assert hot.objective <= cold.objective * 1.01
         jobs = next_round_jobs(jobs, hot, rng, 0.1, arrivals, index)
     assert warm_policy.warm.rounds == 6
     assert cold_policy.warm.rounds == 0 and cold_policy.warm.empty
