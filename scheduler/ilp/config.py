@@ -78,7 +78,8 @@ class IlpConfig:
     resume_floor: float = option(0.5, "Lowest restart factor a resume pays (charge_resumes): a job that waits "
                                       "can always take idle GPUs.", experimental=True, aliases=("--resume-floor",))
     keep_bonus: float = option(0.0, "A running job's current configuration counts (1 + this) times its goodput: "
-                                    "ties keep what runs.", experimental=True, aliases=("--keep-bonus",))
+                                    "a change must gain this much (sia 0; colocate 0.1; serve 0.02).",
+                               experimental=True, aliases=("--keep-bonus",))
     warm_start: bool = option(True, "Start each round's LP from the previous round's basis and groups (runs of "
                                     "many rounds: simulate, serve; a single round has none).",
                                             experimental=True, aliases=("--warm-start",))
