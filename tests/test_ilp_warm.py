@@ -110,7 +110,9 @@ def test_policy_over_many_rounds_gives_valid_decisions_close_to_cold_ones() -> N
         hot = warm_policy.allocate(jobs, cluster, context)
         cold = cold_policy.allocate(jobs, cluster, context)
         check_decision(hot, jobs, cluster)
-        assert hot.objective == pytest.approx(cold.objective, rel=0.01)
+        # p < 0: lower is better. A cold round prices new pairs by goodput before restarts and may miss that
+        # keeping a running pair pays none (the group-change charge); the warm round seeds last round's groups
+        assert hot.objective <= cold.objective * 1.01
         jobs = next_round_jobs(jobs, hot, rng, 0.1, arrivals, index)
     assert warm_policy.warm.rounds == 6
     assert cold_policy.warm.rounds == 0 and cold_policy.warm.empty
@@ -151,7 +153,9 @@ def test_scheduler_benchmark_reports_cold_and_warm_rounds_with_their_gaps(shared
                           all_pairs_max_pairs=0, exact_time_limit=0, rounds=3, turnover=0.1)
     assert [r["round"] for r in rows] == [1, 2, 3]
     assert rows[0]["exact_kind"] == "first sequence's last round only" and "warm_gap" not in rows[1]
-    assert rows[2]["warm_reference_kind"] == "lp-bound (pricing)" and -1e-9 <= rows[2]["warm_gap"] < 0.02
+    # the pricing LP prices by goodput before restarts, so a kept pair (no group-change charge) can rank below
+    # new pairs and be left out: the warm round, which seeds last round's groups, may beat it by a little
+    assert rows[2]["warm_reference_kind"] == "lp-bound (pricing)" and -0.005 <= rows[2]["warm_gap"] < 0.02
     cold = bench.run_case(64, 40, model, coloc, repeats=1, cfg=IlpConfig(), all_pairs_time_limit=30,
                           all_pairs_max_pairs=0, exact_time_limit=0, rounds=1)
     assert cold[0]["exact_kind"] == "lp-bound (pricing)" and -1e-9 <= cold[0]["topk_gap_vs_exact"] < 0.02

@@ -91,16 +91,22 @@ def oracle_bounds_hold(members: list[Job], ratios: list[float], cfg: IlpConfig) 
 
 
 def oracle_pair_move(a: Job, b: Job, c, va: float, vb: float, cfg: IlpConfig) -> tuple[float, float]:
-    """The pair-restart rule written out independently: two running jobs that are not yet partners, both on
-    c's type and size now, cannot both stay; the one with the lower normalised goodput moves (b on a tie)."""
+    """The group-change rule written out independently: unless the two already run as partners, each one
+    running now on c's type and size is restarted by the change and pays its restart factor."""
     together = a.current_partner == b.name and b.current_partner == a.name
     a_here = a.current_gpu_type == c.gpu_type and a.current_num_gpus == c.num_gpus
     b_here = b.current_gpu_type == c.gpu_type and b.current_num_gpus == c.num_gpus
-    if together or not (a_here and b_here):
+    if together:
         return va, vb
-    if vb <= va:
-        return va, vb * restart_factor(b, cfg.restart_cost_s)
-    return va * restart_factor(a, cfg.restart_cost_s), vb
+    return (va * restart_factor(a, cfg.restart_cost_s) if a_here else va,
+            vb * restart_factor(b, cfg.restart_cost_s) if b_here else vb)
+
+
+def oracle_alone(job: Job, c, v: float, cfg: IlpConfig) -> float:
+    """A member of a running group alone on its current shape: the split restarts it (at least resume_floor)."""
+    if job.current_partner is not None and (job.current_gpu_type, job.current_num_gpus) == (c.gpu_type, c.num_gpus):
+        return v * max(restart_factor(job, cfg.restart_cost_s), cfg.resume_floor)
+    return v
 
 
 def brute_force(cluster: Cluster, jobs: list[Job], table, ratios, cfg: IlpConfig) -> float:
@@ -150,7 +156,7 @@ def brute_force(cluster: Cluster, jobs: list[Job], table, ratios, cfg: IlpConfig
         for c, v in options[i].items():
             if used[c.gpu_type] + c.num_gpus <= cluster.capacity(c.gpu_type):
                 used[c.gpu_type] += c.num_gpus
-                recurse(i + 1, assigned, used, values + [v])
+                recurse(i + 1, assigned, used, values + [oracle_alone(jobs[i], c, v, cfg)])
                 used[c.gpu_type] -= c.num_gpus
         if not cfg.packing:
             return
@@ -226,17 +232,12 @@ def oracle_triple_ratios(ratios, gpu_type: str, trio: list[Job]):
 
 
 def oracle_group_move(trio: list[Job], c, values: list[float], cfg: IlpConfig) -> list[float]:
-    """Every member running now on c's shape moves except the one of highest value (the first on a tie)."""
+    """Unless the three already run as one group, every member running now on c's shape is restarted."""
     names = {j.name for j in trio}
     if all(j.current_partner in names for j in trio):
         return values
     here = [n for n, j in enumerate(trio) if j.current_gpu_type == c.gpu_type and j.current_num_gpus == c.num_gpus]
-    if len(here) < 2:
-        return values
-    best = max(values[n] for n in here)
-    stay = next(n for n in here if values[n] == best)
-    return [v * restart_factor(trio[n], cfg.restart_cost_s) if n in here and n != stay else v
-            for n, v in enumerate(values)]
+    return [v * restart_factor(trio[n], cfg.restart_cost_s) if n in here else v for n, v in enumerate(values)]
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -481,10 +482,10 @@ def test_restart_factor_matches_sia() -> None:
 
 
 def test_pair_that_moves_a_running_job_pays_its_restart_factor() -> None:
-    """Two rigid 1-GPU jobs both running alone on a 1-GPU shape; one GPU left: pairing moves one of them.
+    """Two rigid 1-GPU jobs both running alone on a 1-GPU shape; one GPU left: pairing restarts both.
 
     p = 1, ratios 0.8 / 0.7, G = 1 for both (one shape each). b (age 100 s, 1 restart, S = 25 s) has
-    R_b = (100 − 25) / 125 = 0.6. Equal G: b, the second member, moves: 0.8 + 0.7·0.6 = 1.22 > 1 alone.
+    R_b = (100 − 25) / 125 = 0.6, a R_a = 1000 / 1025: 0.8·R_a + 0.7·0.6 = 1.20 > 1 alone.
     """
     cluster = Cluster({"v": GpuType("v", nodes=1, gpus_per_node=1, memory_gb=32)})
     model = TableGoodputModel({("x", "v", 1): 100.0, ("y", "v", 1): 50.0})
@@ -500,35 +501,33 @@ def test_pair_that_moves_a_running_job_pays_its_restart_factor() -> None:
         return decision
 
     moved = decide(a, b)
-    assert moved.objective == pytest.approx(0.8 + 0.7 * 0.6)
+    assert moved.objective == pytest.approx(0.8 * 1000 / 1025 + 0.7 * 0.6)
     assert {x.partner for x in moved.allocations} == {"a", "b"}
     # already partners: nobody moves, no charge
     together = decide(a.with_state(current_partner="b"), b.with_state(current_partner="a"))
     assert together.objective == pytest.approx(0.8 + 0.7)
-    # b not running: b starts (no restart), a stays
-    assert decide(a, b.with_state(current_gpu_type=None, current_num_gpus=0)).objective == pytest.approx(1.5)
+    # b not running: b starts (no restart); a's group changes, so a pays R_a (serve restarts the group)
+    assert decide(a, b.with_state(current_gpu_type=None, current_num_gpus=0)).objective == pytest.approx(
+        0.8 * 1000 / 1025 + 0.7)
     # a mover with nothing left (R_b = 0: 4 restarts × 25 s ≥ 100 s) makes the pair worthless: one job alone
     alone = decide(a, b.with_state(restarts=4))
     assert alone.objective == pytest.approx(1.0)
     assert not any(x.partner for x in alone.allocations)
 
 
-def test_pair_move_rule_charges_the_member_with_lower_goodput() -> None:
+def test_pair_change_rule_charges_every_member_running_on_the_shape() -> None:
     c = configurations(tiny_cluster())[0]
     a = Job("a", "x", age_s=1000, restarts=1, current_gpu_type=c.gpu_type, current_num_gpus=c.num_gpus)
     b = Job("b", "y", age_s=500, restarts=2, current_gpu_type=c.gpu_type, current_num_gpus=c.num_gpus)
     ra, rb = restart_factor(a, 25.0), restart_factor(b, 25.0)
-    assert pair_move_values(a, b, c, 1.0, 2.0, 25.0) == pytest.approx((ra, 2.0))
-    assert pair_move_values(a, b, c, 2.0, 1.0, 25.0) == pytest.approx((2.0, rb))
-    elsewhere = b.with_state(current_num_gpus=c.num_gpus * 2)  # b pays R through G already
-    assert pair_move_values(a, elsewhere, c, 1.0, 2.0, 25.0) == (1.0, 2.0)
-    # serve's rule (a group is restarted whole): every member running here pays; one elsewhere already did
-    assert pair_move_values(a, b, c, 1.0, 2.0, 25.0, every_member=True) == pytest.approx((ra, 2.0 * rb))
-    assert pair_move_values(a, elsewhere, c, 1.0, 2.0, 25.0, every_member=True) == pytest.approx((ra, 2.0))
+    # a group change restarts every member running here (as serve enacts it); one elsewhere pays R through G
+    assert pair_move_values(a, b, c, 1.0, 2.0, 25.0) == pytest.approx((ra, 2.0 * rb))
+    elsewhere = b.with_state(current_num_gpus=c.num_gpus * 2)
+    assert pair_move_values(a, elsewhere, c, 1.0, 2.0, 25.0) == pytest.approx((ra, 2.0))
     waiting = b.with_state(current_gpu_type=None, current_num_gpus=0)  # a running job taking a waiting partner
-    assert pair_move_values(a, waiting, c, 1.0, 2.0, 25.0, every_member=True) == pytest.approx((ra, 2.0))
+    assert pair_move_values(a, waiting, c, 1.0, 2.0, 25.0) == pytest.approx((ra, 2.0))
     partners = (a.with_state(current_partner="b"), b.with_state(current_partner="a"))
-    assert pair_move_values(*partners, c, 1.0, 2.0, 25.0, every_member=True) == (1.0, 2.0)
+    assert pair_move_values(*partners, c, 1.0, 2.0, 25.0) == (1.0, 2.0)
 
 
 def test_ilp_config_rejects_p_zero() -> None:
@@ -565,8 +564,10 @@ def test_column_generation_reaches_the_all_pairs_lp(seed: int) -> None:
             ra = rng.uniform(0.4, 0.95)
             rows.append((t, a, b, ra, ra if a == b else rng.uniform(0.4, 0.95)))  # self-pairs symmetric
     coloc = ColocationTable.from_rows(rows)
-    jobs = [Job(f"j{n}", rng.choice(apps), adaptive=rng.random() < 0.5, age_s=rng.uniform(0, 900),
-                current_gpu_type="a" if n % 3 == 0 else None, current_num_gpus=1 if n % 3 == 0 else 0)
+    # running jobs on a two-node shape: every pair column values them at G·R (a group change on a shape a
+    # member runs on now would charge M < 1, which pricing by G does not see: exact for M = 1 only)
+    jobs = [Job(f"j{n}", rng.choice(apps), adaptive=True, age_s=rng.uniform(0, 900),
+                current_gpu_type="a" if n % 3 == 0 else None, current_num_gpus=8 if n % 3 == 0 else 0)
             for n in range(30)]
     model = TableGoodputModel(table)
     cfg = IlpConfig(top_k=1, pricing_passes=200)
@@ -708,7 +709,7 @@ def test_broken_selections_and_decisions_raise_named_errors() -> None:
         check_decision(lonely, jobs, cluster)
 
 
-def test_group_move_rule_for_three_charges_all_but_the_stayer_or_every_member_for_serve() -> None:
+def test_group_move_rule_for_three_charges_every_member_running_on_the_shape() -> None:
     from scheduler.ilp.triples import group_move_values
 
     c = configurations(tiny_cluster())[0]
@@ -716,8 +717,6 @@ def test_group_move_rule_for_three_charges_all_but_the_stayer_or_every_member_fo
     a, b = Job("a", "x", age_s=1000, restarts=1, **here), Job("b", "y", age_s=500, restarts=2, **here)
     new = Job("n", "z")  # not running: pays nothing
     ra, rb = restart_factor(a, 25.0), restart_factor(b, 25.0)
-    assert group_move_values([a, b, new], c, [2.0, 1.0, 1.0], 25.0) == pytest.approx((2.0, rb, 1.0))
-    assert group_move_values([a, b, new], c, [2.0, 1.0, 1.0], 25.0, every_member=True) == pytest.approx(
-        (2.0 * ra, rb, 1.0))
-    alone = group_move_values([a, new, Job("m", "z")], c, [2.0, 1.0, 1.0], 25.0, every_member=True)
+    assert group_move_values([a, b, new], c, [2.0, 1.0, 1.0], 25.0) == pytest.approx((2.0 * ra, rb, 1.0))
+    alone = group_move_values([a, new, Job("m", "z")], c, [2.0, 1.0, 1.0], 25.0)
     assert alone == pytest.approx((2.0 * ra, 1.0, 1.0))  # the one running job is restarted by the new group

@@ -224,11 +224,8 @@ def _pair_or_not(options: dict, age_s: float) -> dict[str, tuple[str, ...]]:
 
 def test_a_young_running_job_is_not_restarted_to_take_a_partner_because_serve_restarts_whole_groups() -> None:
     serve = ServeConfig().policy_options()
-    assert serve["charge_partner_changes"] is True
-    # Sia's move rule (only a member that moves pays): the job 10 s into its run takes the partner, and serve
-    # would restart it for that
-    assert _pair_or_not({**serve, "charge_partner_changes": False}, age_s=10.0) == {"a": ("b",), "b": ("a",)}
-    # serve's rule: it pays its restart factor (10 / 35 of its goodput survives), so the pair does not pay yet
+    # every member running on the GPUs pays, as serve restarts a changed group whole: the job 10 s into its
+    # run keeps 10 / 35 of its goodput, so the pair does not pay yet
     assert _pair_or_not(serve, age_s=10.0) == {"a": ()}
     # a job that has run long loses little to the restart: the pair is formed
     assert _pair_or_not(serve, age_s=1000.0) == {"a": ("b",), "b": ("a",)}
@@ -245,8 +242,6 @@ def _split_or_not(options: dict, age_s: float) -> dict[str, tuple[str, ...]]:
 
 def test_a_young_pair_is_not_split_because_the_member_that_stays_restarts_too() -> None:
     serve = ServeConfig().policy_options()
-    # Sia's rule: only the member moving to the free GPU pays (40 / 65 of its goodput survives): split
-    assert _split_or_not({**serve, "charge_partner_changes": False}, age_s=40.0) == {"a": (), "b": ()}
     # serve restarts the group, the member that stays included: both pay, and the pair runs on
     assert _split_or_not(serve, age_s=40.0) == {"a": ("b",), "b": ("a",)}
     # a pair that has run long loses little to the restarts: split, each alone at full speed

@@ -11,14 +11,17 @@ Notation
 * Normalised goodput (Sia): ``G_ic = g_ic / min_{c' ∈ C_i} g_ic' · R_ic``, with the restart factor
   ``R_ic = max(T_i − N_i·S, 0) / (T_i + S)`` when job ``i`` runs now on another configuration (``T_i`` its
   age, ``N_i`` its restarts, ``S`` the restart cost), else ``R_ic = 1``. Columns with ``G_ic = 0`` are dropped.
-* Pair restart (a partner move is a checkpoint-restore too): in a pair column ``(i, k, c)`` the member
-  values are ``G'_ic = G_ic · M_ikc`` and ``G'_kc = G_kc · M_kic``, where ``M = 1`` except when ``i`` and
-  ``k`` are not already partners of each other and *both* run now on ``c``'s type and GPU count (each
-  alone or with someone else): then one of them must move onto the other's GPUs, and the mover pays its
-  restart factor once more — ``M_kic = R_k`` if ``G_ic ≥ G_kc`` (the member of lower ``G`` moves; on a
-  tie the second, ``k``), else ``M_ikc = R_i``. A member that runs on another configuration already
-  pays ``R`` through ``G``; a job that is not running pays nothing, and a member already on ``c`` stays.
-  Pair columns with ``G' = 0`` are dropped.
+* Group change (a change of partners is a checkpoint-restore): in a pair column ``(i, k, c)`` the member
+  values are ``G'_ic = G_ic · M_ic`` and ``G'_kc = G_kc · M_kc``, where ``M = 1`` when ``i`` and ``k``
+  already run as partners of each other, and otherwise ``M_ic = R_i`` for every member running now on
+  ``c``'s type and GPU count (alone or with someone else); a member that runs on another configuration
+  already pays ``R`` through ``G``, a job that is not running pays nothing. A member of a running group
+  alone on its current shape (a split) pays ``G_ic · max(R_i, resume_floor)``. This is how ``serve``
+  enacts a group change (the group is restarted whole); in the simulator one member of a formed or split
+  pair moves, so charging both is also the hysteresis that keeps a pair from being formed for one round's
+  instantaneous goodput and split again: with Sia's move rule (only the mover pays, a split free) pairs
+  lived ~2 rounds and knowing the true ratios made jobs finish later at 1× load
+  (``results/sim/packing-pays/NOTES.md``). Pair columns with ``G' = 0`` are dropped.
 * Pair candidates ``P``: ``(i, k, c)`` with ``c`` single-node and in ``C_i ∩ C_k``, co-location ratios
   ``ρ_i, ρ_k > 0`` on type(c) from the colocation table (``ρ = t / t'``), ``m_i + m_k + 2·m_ctx ≤ M_t`` when
   memory is known, ``ρ_i + ρ_k ≥ 1 + β`` (minimum benefit ``β``), and ``(i, k)`` adjacent in the networkx
@@ -51,15 +54,15 @@ Triple variables ``w_iklc`` join the pair variables: single-node ``c`` valid for
 ``m_i + m_k + m_l + 3·m_ctx ≤ M_t``, ratios predicted from the three pairs by adding slowdowns
 (``1/ρ_x = 1/ρ_x|y + 1/ρ_x|z − 1``, :mod:`scheduler.ilp.triples`), ``Σ ρ ≥ 1 + β``; the column's cost is
 ``Σ_x w(ρ_x G'_xc)``, it uses ``n_c`` GPUs once and sits in the three jobs' rows of (1). ``G'`` applies
-the move rule to every member running now on ``c``'s shape except the one of highest ``G``.
+the group-change rule to every member running now on ``c``'s shape.
 
-Live options (``colocate serve``; off in the simulator, which keeps Sia's semantics)
------------------------------------------------------------------------------------
-* ``keep_bonus`` ``b``: a running job's current configuration counts ``G_ic · (1 + b)`` (ties keep what runs).
-* ``charge_resumes``: a queued job that ran before (``N_i > 0``) pays ``max(R_i, resume_floor)`` on every ``c``.
-* ``charge_partner_changes``: serve restarts a group whose members change, so in a pair (or triple) column
-  every member running now on ``c``'s shape pays ``M = R`` unless the column keeps its current group; and a
-  member of a running group alone on its current shape (a split) pays ``G_ic · max(R_i, resume_floor)``.
+Holding decisions
+-----------------
+* ``keep_bonus`` ``b``: a running job's current configuration counts ``G_ic · (1 + b)`` (what runs is kept
+  unless a change gains more than ``b``). 0 for ``sia`` (Sia's semantics), 0.1 for the packing policies
+  (``scheduler.policies.PACKING_KEEP_BONUS``), 0.02 in ``serve``.
+* ``charge_resumes`` (``serve``; off in the simulator): a queued job that ran before (``N_i > 0``) pays
+  ``max(R_i, resume_floor)`` on every ``c``.
 
 Keeping it small
 ----------------

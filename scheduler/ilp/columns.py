@@ -34,30 +34,23 @@ def restart_factor(job: Job, restart_cost_s: float) -> float:
     return max(job.age_s - job.restarts * restart_cost_s, 0.0) / denom
 
 
-def pair_move_values(a: Job, b: Job, c: Configuration, ga: float, gb: float, restart_cost_s: float,
-                     every_member: bool = False) -> tuple[float, float]:
-    """Normalised goodputs ``(G'_a, G'_b)`` of ``a`` and ``b`` sharing ``c`` after the partner-move restart.
+def pair_move_values(a: Job, b: Job, c: Configuration, ga: float, gb: float, restart_cost_s: float
+                     ) -> tuple[float, float]:
+    """Normalised goodputs ``(G'_a, G'_b)`` of ``a`` and ``b`` sharing ``c`` after the group-change restart.
 
-    Joining a partner keeps a job's configuration but moves one job onto the other's GPUs: a
-    checkpoint-restore. When the two are not already partners and both run now on c's type and GPU count,
-    one must move; the member of lower ``G`` does (``b`` on a tie) and its value takes its restart factor.
-    A member on another configuration already carries the factor in ``G``; one not running pays nothing.
-    ``every_member`` (``IlpConfig.charge_partner_changes``): a change of partners restarts every member
-    running on c's type and GPU count, as ``colocate serve`` enacts it (a group is started as a whole).
+    Unless the two already run as partners, a change of partners restarts every member running now on c's
+    type and GPU count (each pays its restart factor), as ``colocate serve`` enacts it (a group is started as a
+    whole). A member on another configuration already carries the factor in ``G``; one not running pays
+    nothing. Charging the member that stays too is the hysteresis that keeps a pair from being formed for a
+    round's instantaneous goodput and split again (``results/sim/packing-pays/NOTES.md``).
     """
     if a.current_partner == b.name and b.current_partner == a.name:
         return ga, gb
     here = (c.gpu_type, c.num_gpus)
     on_a = a.is_running and (a.current_gpu_type, a.current_num_gpus) == here
     on_b = b.is_running and (b.current_gpu_type, b.current_num_gpus) == here
-    if every_member:
-        return (ga * restart_factor(a, restart_cost_s) if on_a else ga,
-                gb * restart_factor(b, restart_cost_s) if on_b else gb)
-    if not (on_a and on_b):
-        return ga, gb
-    if ga >= gb:
-        return ga, gb * restart_factor(b, restart_cost_s)
-    return ga * restart_factor(a, restart_cost_s), gb
+    return (ga * restart_factor(a, restart_cost_s) if on_a else ga,
+            gb * restart_factor(b, restart_cost_s) if on_b else gb)
 
 
 def shape_for(job: Job, gpu_type: str, per_node: int) -> tuple[Configuration, Configuration] | None:
@@ -216,12 +209,10 @@ def job_options(jobs: Sequence[Job], shapes: Shapes, configs: tuple[Configuratio
 
 def _split_values(jobs: Sequence[Job], G: "np.ndarray", is_current: "np.ndarray", factor: "np.ndarray",
                   cfg: IlpConfig) -> "np.ndarray":
-    """The values of running alone: ``G``, except that with ``charge_partner_changes`` a member of a running
-    group alone on its own GPUs pays its restart factor (at least ``resume_floor``, so a split still keeps one
-    job running): ``colocate serve`` restarts a group whose members change, the one that stays included.
-    Keeping the same group (the pair columns, from ``single``) stays uncharged."""
-    if not cfg.charge_partner_changes:
-        return G
+    """The values of running alone: ``G``, except that a member of a running group alone on its own GPUs pays
+    its restart factor (at least ``resume_floor``, so a split still keeps one job running): ``colocate serve``
+    restarts a group whose members change, the one that stays included, and in the simulator one of the two
+    moves. Keeping the same group (the pair columns, from ``single``) stays uncharged."""
     grouped = np.array([job.is_running and job.current_partner is not None for job in jobs], dtype=bool)
     if not grouped.any():
         return G
@@ -333,9 +324,9 @@ def add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int]
                 continue
             gi, ei = single_i[ci]
             gk, ek = single_k[ci]
-            gi, gk = pair_move_values(a, b, c, gi, gk, restart_cost_s, cfg.charge_partner_changes)
+            gi, gk = pair_move_values(a, b, c, gi, gk, restart_cost_s)
             if gi <= 0 or gk <= 0:
-                continue  # the mover's restart leaves it nothing (as for G_ic = 0, the column is dropped)
+                continue  # a member's restart leaves it nothing (as for G_ic = 0, the column is dropped)
             vi, vk = gi * r[0], gk * r[1]
             seen = kept.setdefault(c.gpu_type, [])
             if any(pi >= vi and pk >= vk for pi, pk in seen):

@@ -27,9 +27,12 @@ class IlpConfig:
     :mod:`scheduler.ilp`; ``time_limit_s`` and ``mip_gap`` always reach the solver (when time runs out the best
     incumbent, else the greedy selection, answers). ``warm_start``: a policy that runs many rounds starts each
     round's LP from the last one's basis, groups and priced-in singles (:mod:`scheduler.ilp.warm`; the optimum
-    is unchanged, only where the solver starts). ``charge_resumes``, ``resume_floor``,
-    ``charge_partner_changes`` and ``keep_bonus`` make a live scheduler hold its decisions (``colocate serve``
-    turns them on, :mod:`scheduler.service.config`; off here so the simulator keeps Sia's restart semantics).
+    is unchanged, only where the solver starts). ``charge_resumes`` and ``resume_floor`` make a live scheduler
+    hold its decisions (``colocate serve`` turns them on, :mod:`scheduler.service.config`; off here so the
+    simulator keeps Sia's restart semantics). ``keep_bonus`` is the hysteresis of what runs: 0 here (``sia``
+    as Sia runs it), :data:`scheduler.policies.PACKING_KEEP_BONUS` for the packing policies, 0.02 in ``serve``.
+    A change of a group's members always charges every member running on its GPUs (:mod:`scheduler.ilp`,
+    "Pair restart").
 
     ``max_slowdown`` (2.5): no group column in which a member runs below ``1/2.5`` of its solo speed under the
     round's ratios. Why 2.5: an even share of a GPU with one partner is a slowdown of 2 and time-slicing two jobs
@@ -74,13 +77,9 @@ class IlpConfig:
                                          "pay.", experimental=True, aliases=("--charge-resumes",))
     resume_floor: float = option(0.5, "Lowest restart factor a resume pays (charge_resumes): a job that waits "
                                       "can always take idle GPUs.", experimental=True, aliases=("--resume-floor",))
-    charge_partner_changes: bool = option(False, "A change of partners restarts every member running on the GPUs, "
-                                                 "one left alone by a split included (each pays its restart "
-                                                 "factor), as serve enacts it; off: only the member that moves "
-                                                 "pays (Sia's move rule).",
-                                                         experimental=True, aliases=("--charge-partner-changes",))
     keep_bonus: float = option(0.0, "A running job's current configuration counts (1 + this) times its goodput: "
-                                    "ties keep what runs.", experimental=True, aliases=("--keep-bonus",))
+                                    "a change must gain this much (sia 0; colocate 0.1; serve 0.02).",
+                               experimental=True, aliases=("--keep-bonus",))
     warm_start: bool = option(True, "Start each round's LP from the previous round's basis and groups (runs of "
                                     "many rounds: simulate, serve; a single round has none).",
                                             experimental=True, aliases=("--warm-start",))

@@ -41,25 +41,21 @@ def predicted_triple_ratios(colocation: "ColocationTable", gpu_type: str, jobs: 
     return colocation.triple_ratios(gpu_type, jobs)
 
 
-def group_move_values(members: Sequence[Job], c: Configuration, values: Sequence[float], restart_cost_s: float,
-                      every_member: bool = False) -> tuple[float, ...]:
-    """Members' normalised goodputs on ``c`` after the moves that forming the group costs.
+def group_move_values(members: Sequence[Job], c: Configuration, values: Sequence[float], restart_cost_s: float
+                      ) -> tuple[float, ...]:
+    """Members' normalised goodputs on ``c`` after the restarts that forming the group costs.
 
     Unless the members already run as one group (each names another member as its current partner), every
-    member running now on c's type and GPU count except the one of highest ``G`` (the first on a tie) moves
-    onto the others' GPUs and pays its restart factor; for two jobs this is :func:`pair_move_values`.
-    ``every_member``: every member running there pays it (``colocate serve`` restarts a changed group whole).
+    member running now on c's type and GPU count pays its restart factor (a changed group is restarted whole,
+    as ``colocate serve`` enacts it); for two jobs this is :func:`pair_move_values`.
     """
     names = {j.name for j in members}
     if all(j.current_partner in names for j in members):
         return tuple(values)
     here = (c.gpu_type, c.num_gpus)
-    on = [n for n, j in enumerate(members) if j.is_running and (j.current_gpu_type, j.current_num_gpus) == here]
-    if len(on) < 2 and not every_member:
-        return tuple(values)
-    stay = None if every_member else max(on, key=lambda n: (values[n], -n))
-    return tuple(v * restart_factor(members[n], restart_cost_s) if n in on and n != stay else v
-                 for n, v in enumerate(values))
+    return tuple(v * restart_factor(j, restart_cost_s)
+                 if j.is_running and (j.current_gpu_type, j.current_num_gpus) == here else v
+                 for j, v in zip(members, values))
 
 
 def triple_candidates(pairs: set[tuple[int, int]], limit_per_job: int) -> set[tuple[int, int, int]]:
@@ -117,8 +113,7 @@ def add_triple_columns(problem: RoundProblem, triples: Sequence[tuple[int, int, 
                 continue
             if not group_fits(mem_of[c.gpu_type], [j.memory_gb for j in members], cfg.context_memory_gb):
                 continue
-            g = group_move_values(members, c, [options[i].single[ci][0] for i in triple], cfg.restart_cost_s,
-                                  cfg.charge_partner_changes)
+            g = group_move_values(members, c, [options[i].single[ci][0] for i in triple], cfg.restart_cost_s)
             if min(g) <= 0:
                 continue
             values = tuple(gi * ri for gi, ri in zip(g, r))

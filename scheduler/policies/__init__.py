@@ -40,13 +40,17 @@ class PolicySpec:
 
 
 TRIPLE_MAX_SLOWDOWN = 3.75  # colocate-triples' own default bound (IlpConfig.max_slowdown: why)
+# The packing policies' hysteresis (IlpConfig.keep_bonus): what runs counts 1.1 x its goodput, so a group is not
+# formed for one round's goodput and split again; with the group-change charge it is what makes packing pay at
+# 1x load (results/sim/packing-pays/NOTES.md). sia keeps Sia's 0.
+PACKING_KEEP_BONUS = 0.1
 
 
 def _colocate(seed: int = 0, **options: Any) -> Policy:
     from scheduler.ilp.config import IlpConfig
     from scheduler.ilp.policy import PackingPolicy
 
-    return PackingPolicy(IlpConfig(packing=True, **options), name="colocate")
+    return PackingPolicy(IlpConfig(packing=True, **{"keep_bonus": PACKING_KEEP_BONUS, **options}), name="colocate")
 
 
 def _colocate_triples(seed: int = 0, **options: Any) -> Policy:
@@ -54,7 +58,7 @@ def _colocate_triples(seed: int = 0, **options: Any) -> Policy:
     from scheduler.ilp.policy import PackingPolicy
 
     # groups of three: the slowdown bound is 1.25 x an even third of the GPU, as colocate's 2.5 is of a half
-    defaults = {"max_group_size": 3, "max_slowdown": TRIPLE_MAX_SLOWDOWN}
+    defaults = {"max_group_size": 3, "max_slowdown": TRIPLE_MAX_SLOWDOWN, "keep_bonus": PACKING_KEEP_BONUS}
     return PackingPolicy(IlpConfig(packing=True, **{**defaults, **options}), name="colocate-triples")
 
 

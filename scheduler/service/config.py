@@ -18,9 +18,10 @@ from scheduler.service.probes.manager import ProbeConfig
 from scheduler.service.stability import StabilityConfig
 
 # The round ILP as a live scheduler runs it (scheduler.service.stability, rules 2-4 and fairness): resuming a
-# stopped job and changing partners pay their restarts, ties keep what runs, and with λ = 2 a waiting job that
-# fits is allocated before any adaptive job grows. The simulator keeps IlpConfig's own (Sia's) defaults.
-LIVE_ILP = IlpConfig(lambda_unallocated=2.0, keep_bonus=0.02, charge_resumes=True, charge_partner_changes=True)
+# stopped job pays its restart, ties keep what runs, and with λ = 2 a waiting job that fits is allocated before
+# any adaptive job grows. Changing partners pays its restarts everywhere (scheduler.ilp, "Pair restart"). The
+# simulator keeps IlpConfig's own (Sia's) defaults.
+LIVE_ILP = IlpConfig(lambda_unallocated=2.0, keep_bonus=0.02, charge_resumes=True)
 DEVICES = ("auto", "cpu", "cuda")
 ILP_POLICIES = ("colocate", "colocate-triples", "sia")
 
@@ -73,12 +74,13 @@ class ServeConfig:
     def policy_options(self) -> dict[str, Any]:
         """The options the policy registry's factory gets: the ILP knobs that differ from IlpConfig's own
         defaults, for the ILP policies (a policy's factory keeps its own defaults, e.g. groups of three for
-        colocate-triples); nothing for the others."""
+        colocate-triples), and ``keep_bonus`` always (the packing policies' own default is the simulator's
+        hysteresis; serve's is its own); nothing for the others."""
         if self.policy not in ILP_POLICIES:
             return {}
         default = IlpConfig()
         return {f: getattr(self.ilp, f) for f in IlpConfig.__dataclass_fields__
-                if getattr(self.ilp, f) != getattr(default, f)}
+                if getattr(self.ilp, f) != getattr(default, f) or f == "keep_bonus"}
 
 
 __all__ = ["DEVICES", "ILP_POLICIES", "LIVE_ILP", "ServeConfig"]
