@@ -49,19 +49,34 @@ def cgroup_dir(proc: Path = Path("/proc/self")) -> Path | None:
 
 
 def make_cgroup(name: str, parent: Path | None = None) -> Path | None:
-    """A new cgroup ``colocate-<name>`` beside this process's own (a child of it), or None where the cgroup v2
-    hierarchy is absent or not writable here (then the reaper's subreaper tree contains the job alone)."""
+    """A new cgroup ``colocate-<pid>-<name>-<n>`` under this process's own (``pid``: this process, so names never
+    meet across servers and tests on one machine), or None where the cgroup v2 hierarchy is absent or not writable
+    here (then the reaper's subreaper tree contains the job alone). Empty ones left by a process that died without
+    removing them are removed first; a cgroup that exists is never reused (another process's jobs may be in it)."""
     base = parent if parent is not None else cgroup_dir()
     if base is None or not os.access(base / "cgroup.procs", os.W_OK):
         return None
-    path = base / f"colocate-{name}"
-    try:
-        path.mkdir()
-    except FileExistsError:
-        kill_cgroup(path)
-    except OSError:
-        return None
-    return path if (path / "cgroup.procs").exists() else None
+    _remove_stale(base)
+    for n in range(100):
+        path = base / f"colocate-{os.getpid()}-{name}-{n}"
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        except OSError:
+            return None
+        return path if (path / "cgroup.procs").exists() else None
+    return None
+
+
+def _remove_stale(base: Path) -> None:
+    """Remove the empty cgroups a dead process made here (``colocate-<pid>-...``, that pid gone)."""
+    with contextlib.suppress(OSError):
+        for path in base.glob("colocate-*"):
+            owner = path.name.split("-")[1]
+            if owner.isdigit() and not Path(f"/proc/{owner}").exists() and not cgroup_pids(path):
+                with contextlib.suppress(OSError):
+                    path.rmdir()
 
 
 def join_cgroup(path: Path) -> None:
@@ -187,8 +202,9 @@ def main(argv: list[str]) -> int:
         time.sleep(0.05)
     kill_cgroup(cgroup)
     kill_tree(os.getpid())
-    if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
+    if code < 0:  # end by the job's signal, so whoever waits for the reaper sees the job's own status
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP keep their default (and cannot be set)
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 

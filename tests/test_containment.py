@@ -124,3 +124,29 @@ def test_a_serve_groups_escaped_child_stops_with_its_group(tmp_path: Path, how: 
         kill_groups(state.dir)
         for pid in _sleepers(marker):
             os.kill(pid, 9)
+
+
+def test_two_cgroups_of_one_name_never_meet() -> None:
+    """Group keys repeat across state directories (every server's first group is g00001): a second cgroup of the same
+    name is another cgroup, and making it kills nothing of the first's."""
+    first = make_cgroup("g00001-partner")
+    if first is None:
+        pytest.skip("no writable cgroup v2 hierarchy here")
+    sleeper = subprocess.Popen(["sleep", _marker()])
+    try:
+        (first / "cgroup.procs").write_text(str(sleeper.pid))
+        second = make_cgroup("g00001-partner")
+        assert second is not None and second != first
+        assert sleeper.poll() is None and cgroup_pids(first) == [sleeper.pid]
+        remove_cgroup(second)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        remove_cgroup(first)
+
+
+def test_a_job_killed_by_sigkill_ends_its_reaper_by_sigkill() -> None:
+    """The supervisor records the job's own status: a job killed by SIGKILL is -9, not the reaper's failure."""
+    done = subprocess.run([sys.executable, "-m", "common.contain", str(os.getpid()), "--", "bash", "-c", "kill -9 $$"],
+                          start_new_session=True, timeout=60, capture_output=True, text=True)
+    assert done.returncode == -9, done.stderr
