@@ -12,7 +12,8 @@ from typing import Any
 
 import typer
 
-from colocate.cli_config import ConfigSpec, config_command, explicit_settings
+from colocate.cli_config import ConfigSpec, config_command
+from colocate.commands.simulate import ilp_settings
 from scheduler.ilp.config import IlpConfig
 from scheduler.sim.compare import CompareRequest
 from scheduler.sim.config import SimConfig
@@ -61,7 +62,7 @@ def compare_command(*, request: CompareRequest, sim: SimConfig, ilp: IlpConfig) 
     from colocate.commands._output import console, error_console
     from scheduler.sim.compare import SimulationFailed, compare_policies
 
-    request = replace(request, sim=sim, ilp_options=explicit_settings("ilp"))
+    request = replace(request, sim=sim, ilp_options=ilp_settings())
     if request.colocation is not None and request.colocation.is_dir():
         request = replace(request, colocation_rows=measured_pairs(request.colocation))
     try:
