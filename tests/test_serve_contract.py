@@ -111,7 +111,7 @@ def test_each_member_of_a_group_gets_a_limit_that_sums_within_the_gpu_and_a_job_
         from scheduler.service.front.views import job_views
 
         views = {v["name"]: v for v in job_views(state)}
-        assert views["a"]["memory_limit_gb"] == pytest.approx(1.6, abs=1e-3) and views["a"]["ooms"] == 0
+        assert views["a"]["memory_limit_gib"] == pytest.approx(1.6, abs=1e-3) and views["a"]["ooms"] == 0
         state.request_cancel("b")
         _drive(server, lambda: state.job("b").state == "cancelled" and state.job("a").state == "completed", 60)
         state.submit(_job(tmp_path, "c", 20))

@@ -452,7 +452,8 @@ class Server:
                     db.update_job(slot.job, state=RUNNING, group_key=key, gpu_type=slot.gpu_type,
                                   num_gpus=slot.num_gpus, batch_size=slot.batch_size, partner=slot.partner,
                                   nodes=slot.nodes, gpus=slot.gpus, started_at=before.started_at or time.time(),
-                                  sample_step=None, sample_elapsed=None, samples_per_s=None)
+                                  sample_step=None, sample_elapsed=None, samples_per_s=None,
+                                  error="")  # a restarted job's last crash or OOM is in its events, not its row
                     db.event(slot.job, rounds.change_kind(slot, before), _describe(slot, key))
         except admission.UnitProblem as problem:
             admission.fail_unit(self.state, [s.job for s in unit], problem.error)
