@@ -125,7 +125,7 @@ def test_set_reaches_an_experimental_field_and_names_it_in_errors(tmp_path: Any)
     ok = CliRunner().invoke(app, [*args, "--set", "ilp.solver=cbc", "--set", "ilp.top_k=1"])
     assert ok.exit_code == 0, ok.output
     for bad, named in ((["--set", "ilp.solver=gurobi"], "--set ilp.solver"), (["--set", "nope=1"], "--set"),
-                       (["--set", "ilp.top_k=1.5"], "--set ilp.top_k"), (["--p", "0"], "--p"),
+                       (["--set", "ilp.top_k=1.5"], "--set ilp.top_k"), (["--power", "0"], "--power"),
                        (["--time-limit", "5", "--set", "ilp.time_limit_s=6"], "--time-limit")):
         result = CliRunner().invoke(app, [*args, *bad])
         assert isinstance(result.exception, InputError) and named in str(result.exception), (bad, result.output)

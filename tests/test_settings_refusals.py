@@ -68,3 +68,41 @@ def test_demo_out_on_a_file_is_refused_in_one_line(tmp_path: Path, where: str) -
     code, _, err = run_cli("demo", "--out", str(tmp_path / where), "--device", "cpu")
     _one_line(code, err, "--out")
     assert (tmp_path / "file").read_text() == "mine"
+
+
+def _help(*args: str) -> str:
+    code, out, err = run_cli(*args)
+    assert code == 0, err
+    return " ".join(out.replace("│", " ").split())
+
+
+def test_help_texts_name_only_what_exists() -> None:
+    """schedule's help names no path a clone lacks and says what --colocation defaults to; no one-letter long
+    option (``--p``: a typo such as ``--polcy`` would be offered it); serve's experimental list names no
+    ``--no-packing`` (serve has none)."""
+    schedule = _help("schedule", "--help")
+    assert "../shared/data" not in schedule and "no packing" not in schedule
+    assert "Default: the bundled tables" in schedule and "--power" in schedule
+    assert not any(word.startswith("--") and len(word.strip(",.")) == 3 for word in schedule.split())
+    assert "--no-packing" not in _help("serve", "--help-experimental")
+    code, _, err = run_cli("schedule", "--p", "1")
+    assert code == 2 and "No such option" in err
+
+
+def test_schedule_without_colocation_prices_pairs_from_the_bundled_tables_as_simulate_does(tmp_path: Path) -> None:
+    """Without --colocation, schedule's ILP has pair columns (t4 bert+ncf pairs are in the bundled tables);
+    with --no-packing it has none."""
+    import json
+
+    from tests.serve_helpers import write_cluster
+
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("name,application,num_gpus,batch_size,adaptive,memory_gb\n"
+                    + "".join(f"b{i},bert,1,12,false,2\nn{i},ncf,1,128,false,2\n" for i in range(3)))
+    args = ["schedule", "--cluster", str(write_cluster(tmp_path / "t4.yaml", {"t4": 2})), "--jobs", str(jobs), "--json"]
+    variables = []
+    for extra in ([], ["--no-packing"]):
+        code, out, err = run_cli(*args, *extra)
+        assert code == 0, err
+        variables.append(json.loads(out)["solver"]["variables"])
+    assert variables[0] > variables[1] == 6, variables  # 6 single-job columns; pairs only with the table

@@ -42,7 +42,8 @@ class IlpConfig:
     applies 1.25 x an even third, 3.75 (:mod:`scheduler.policies`).
     """
 
-    p: float = option(-0.5, "Goodput power: -0.5 = Sia (fairness), 1 = sum of normalised goodputs.")
+    p: float = option(-0.5, "Goodput power: -0.5 = Sia (fairness), 1 = sum of normalised goodputs.",
+                      flag="--power")
     lambda_unallocated: float = option(1.1, "Penalty per unallocated job (p < 0).", flag="--lambda")
     restart_cost_s: float = option(25.0, "Sia's restart cost S, seconds.", flag="--restart-cost")
     packing: bool = option(True, "Group variables (co-location); off, the ILP is exactly Sia's.")
