@@ -212,3 +212,27 @@ def test_compare_sets_the_simulator_and_the_ilp_as_simulate_does(tmp_path: Any) 
         result = CliRunner().invoke(app, [*args, *bad])
         assert isinstance(result.exception, InputError) and named in str(result.exception), result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_docs_commands_lists_every_command_and_every_subcommand_but_the_benchmarks() -> None:
+    """docs/commands.md is the map of the CLI: each command (and each subcommand of a group, ``state check``;
+    ``bench <what>`` stands for the benchmarks) has its row."""
+    import re
+
+    import typer.main
+
+    from colocate.cli import app
+
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "commands.md").read_text()
+    rows = " ".join(line for line in page.splitlines() if line.startswith("| `colocate"))
+    named = set(re.findall(r"`(?:colocate )?([a-z-]+(?: [a-z-]+)?)[^`]*`", rows))
+    named |= {n.split()[0] for n in named}
+    root = typer.main.get_command(app)
+    missing = []
+    for name, command in root.commands.items():
+        subcommands = getattr(command, "commands", {}) if name != "bench" else {}
+        wanted = [f"{name} {sub}" for sub in subcommands] or [name]
+        missing += [w for w in wanted if w not in named]
+    assert not missing, f"docs/commands.md lacks {missing}"
