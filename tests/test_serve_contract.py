@@ -149,6 +149,21 @@ def test_a_member_past_its_limit_fails_alone_and_the_pair_is_not_planned_again(t
         kill_groups(state.dir)
 
 
+def test_an_oom_record_claiming_more_than_the_gpu_holds_is_a_crash_not_an_estimate(tmp_path: Path) -> None:
+    """A job whose oom.json claims 1e15 bytes on a 4 GB GPU is not queued forever as fitting nowhere (behind a
+    "goodput below the bar" reason): it crashed, and says why."""
+    state, server = _server(tmp_path, memory_gb=4.0)
+    try:
+        state.submit(_job(tmp_path, "steady", 150, memory_gb=1.0))
+        state.submit(_job(tmp_path, "liar", 60, env=f"NEED_BYTES={10**15}", memory_gb=0.5, max_retries=0))
+        _drive(server, lambda: state.job("liar").state == "failed", 60)
+        liar = state.job("liar")
+        assert liar.error.startswith("oom.json claims 9.313e+05 GiB, more than the 4 GB of a t4 GPU"), liar.error
+        assert "liar" not in json.loads(state.meta("memory") or "{}")  # nothing learnt from it
+    finally:
+        kill_groups(state.dir)
+
+
 def test_the_built_in_trainer_past_its_limit_fails_alone_then_runs_under_its_raised_estimate(tmp_path: Path) -> None:
     """A zoo job whose declared memory is far below what its step needs: the trainer (on the CPU it counts the
     tensors a GPU would hold) fails past its cap with a record of what it reached; its estimate is raised from it,

@@ -367,8 +367,9 @@ class Server:
                 settle.crashed(db, row, ended_by)
                 ended.append(name)
             elif files.get("exit") is not None:
+                gpu = self.cluster[row.gpu_type].memory_gb if row.gpu_type in self.cluster.type_names else None
                 settle.ended(db, row, files["exit"], files.get("progress"), self._memory, files.get("oom"),
-                             limits.get(name))
+                             limits.get(name), gpu)
                 ended.append(name)
             elif (poll is None or not poll.alive) and stopping:
                 settle.ended(db, row, {"returncode": None, "stop_requested": True}, files.get("progress"), self._memory)
