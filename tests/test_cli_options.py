@@ -218,12 +218,11 @@ def test_docs_commands_lists_every_command_and_every_subcommand_but_the_benchmar
     """docs/commands.md is the map of the CLI: each command (and each subcommand of a group, ``state check``;
     ``bench <what>`` stands for the benchmarks) has its row."""
     import re
+    from pathlib import Path
 
     import typer.main
 
     from colocate.cli import app
-
-    from pathlib import Path
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "commands.md").read_text()
     rows = " ".join(line for line in page.splitlines() if line.startswith("| `colocate"))

@@ -106,3 +106,22 @@ def test_schedule_without_colocation_prices_pairs_from_the_bundled_tables_as_sim
         assert code == 0, err
         variables.append(json.loads(out)["solver"]["variables"])
     assert variables[0] > variables[1] == 6, variables  # 6 single-job columns; pairs only with the table
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("echo a\r\necho b", "control character '\\r'"),
+    ("echo a\necho b", "control character '\\n'"),
+    ("echo a\x00b", "control character '\\x00'"),
+    ("echo " + "x" * (128 * 1024 + 1), "characters"),
+    ("echo {job:>100000000}", "wider than 256"),
+])
+def test_launch_refuses_an_allocation_command_no_script_should_hold(tmp_path: Path, command: str,
+                                                                      expected: str) -> None:
+    import json
+
+    (tmp_path / "alloc.json").write_text(json.dumps({"allocations": [
+        {"job": "a", "gpu_type": "h100", "num_gpus": 1, "batch_size": 8, "partner": None, "node": 0, "gpus": [0],
+         "command": command}]}))
+    code, _, err = run_cli("launch", str(tmp_path / "alloc.json"), "--emit", "slurm", str(tmp_path / "out"))
+    _one_line(code, err, "command", expected)
+    assert not (tmp_path / "out").exists()

@@ -100,12 +100,11 @@ def schedule(
                              field="--profiles", valid="a profile CSV or Sia's traces directory")
     model = load_goodput_model(profiles)
     _check_inputs(the_jobs, the_cluster, model, jobs)
-    if colocation is not None:
-        table = load_colocation_table(colocation)
-    else:  # the same default as simulate: packing means the bundled pair ratios when none are given
-        from scheduler.formats.transfer import default_table
+    from scheduler.formats.transfer import default_table
 
-        table = default_table() if ilp.packing else None
+    # the same default as simulate: packing means the bundled pair ratios when none are given
+    table = (load_colocation_table(colocation) if colocation is not None
+             else default_table() if ilp.packing else None)
     policy = PackingPolicy(ilp, name="colocate" if ilp.packing else "sia")
     decision = policy.allocate(the_jobs, the_cluster, RoundContext(goodput=model, colocation=table))
     placement = place(decision, the_cluster)

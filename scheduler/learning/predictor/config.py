@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from common.errors import InputError
 from common.options import option
 
-
 RIDGE_RANGE = (1e-3, 1e4)  # ridge penalties (ridge_lambda, evidence_lambda): see __post_init__
 
 
