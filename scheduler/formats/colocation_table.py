@@ -13,7 +13,8 @@ Columns::
 * Optional interval columns ``low_a, high_a, low_b, high_b`` (with ``interval_level``, default 0.8): each ratio's
   interval, as ``colocate predict`` writes for predicted rows (blank for measured ones) and ``colocate learned``
   for learned ones; the pair belief takes a row's interval as its prior's spread. All four or none per row,
-  numbers >= 0 with low <= high. ``delta_low, delta_high``: δ's interval, shown, not read.
+  finite numbers >= 0 with low <= ratio <= high. ``delta_low, delta_high``: δ's interval, shown, not read.
+* At most :data:`MAX_ROWS` rows.
 * Other extra columns (``source``, ``delta``, ``n``, ``evidence``, ...) are kept but ignored by the scheduler.
 
 The format lives with the scheduler, which reads these tables (:func:`read_colocation_table`, wrapped by
