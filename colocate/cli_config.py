@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import re
 import types
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
@@ -210,6 +211,10 @@ def _alias_parameters(entry: Entry) -> list[inspect.Parameter]:
     return params
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)", re.IGNORECASE)
+
+
 def parse_setting(entry: Entry, text: str) -> Any:
     """``--set`` text → a value of the field's type (the config checks its range)."""
     inner, optional = _optional_of(entry.annotation)
@@ -224,6 +229,10 @@ def parse_setting(entry: Entry, text: str) -> Any:
         raise InputError(f"{text!r} is not a boolean", field=f"--set {entry.key}", valid="true or false")
     if inner in (int, float):
         try:
+            # ASCII only: Python's int()/float() also read '1_0' and other scripts' digits ('١٢'), which a
+            # config file or another tool would not
+            if not (_INTEGER if inner is int else _DECIMAL).fullmatch(word):
+                raise ValueError(word)
             value = int(word) if inner is int else float(word)
         except ValueError:
             raise InputError(f"{text!r} is not a number", field=f"--set {entry.key}",
@@ -235,7 +244,7 @@ def parse_setting(entry: Entry, text: str) -> Any:
 
 
 def _settings(specs: Sequence[ConfigSpec], texts: Sequence[str]) -> dict[str, Any]:
-    """``--set KEY=VALUE`` texts → {key: value}."""
+    """``--set KEY=VALUE`` texts → {key: value}; a key given twice is refused (no silent winner)."""
     known = {e.key: e for spec in specs for e in entries(spec)}
     out: dict[str, Any] = {}
     for text in texts:
@@ -243,7 +252,10 @@ def _settings(specs: Sequence[ConfigSpec], texts: Sequence[str]) -> dict[str, An
         key = key.strip()
         if not sep or key not in known:
             valid = ", ".join(sorted(known)) or "none (this command has no settings)"
-            raise InputError(f"{text!r}", field="--set", valid=f"KEY=VALUE with KEY one of {valid} (see --help-experimental)")
+            problem = f"{text!r} is not KEY=VALUE" if not sep else f"unknown setting {key!r}"
+            raise InputError(problem, field="--set", valid=f"KEY=VALUE with KEY one of {valid} (see --help-experimental)")
+        if key in out:
+            raise InputError(f"{key} given twice", field="--set", valid="each setting once")
         out[key] = parse_setting(known[key], value)
     return out
 

@@ -186,7 +186,7 @@ def expected_metrics(view: dict[str, Any], gpus: dict[str, int]) -> dict[str, di
     out["colocate_gpus_packed"] = {one(gpu_type=t): n for t, n in packed.items()}
     for name, field, scale in (("colocate_job_samples_per_second", "samples_per_s", 1.0),
                                ("colocate_job_slowdown", "slowdown", 1.0),
-                               ("colocate_job_memory_limit_bytes", "memory_limit_gb", 2.0**30)):
+                               ("colocate_job_memory_limit_bytes", "memory_limit_gib", 2.0**30)):
         out[name] = {one(job_name=j["name"], gpu_type=j["gpu_type"], partners=",".join(sorted(
             (j["partner"] or "").split(",")) if j["partner"] else "")): j[field] * scale
                      for j in running if j[field] is not None}

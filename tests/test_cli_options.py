@@ -125,7 +125,7 @@ def test_set_reaches_an_experimental_field_and_names_it_in_errors(tmp_path: Any)
     ok = CliRunner().invoke(app, [*args, "--set", "ilp.solver=cbc", "--set", "ilp.top_k=1"])
     assert ok.exit_code == 0, ok.output
     for bad, named in ((["--set", "ilp.solver=gurobi"], "--set ilp.solver"), (["--set", "nope=1"], "--set"),
-                       (["--set", "ilp.top_k=1.5"], "--set ilp.top_k"), (["--p", "0"], "--p"),
+                       (["--set", "ilp.top_k=1.5"], "--set ilp.top_k"), (["--power", "0"], "--power"),
                        (["--time-limit", "5", "--set", "ilp.time_limit_s=6"], "--time-limit")):
         result = CliRunner().invoke(app, [*args, *bad])
         assert isinstance(result.exception, InputError) and named in str(result.exception), (bad, result.output)
@@ -212,3 +212,26 @@ def test_compare_sets_the_simulator_and_the_ilp_as_simulate_does(tmp_path: Any) 
         result = CliRunner().invoke(app, [*args, *bad])
         assert isinstance(result.exception, InputError) and named in str(result.exception), result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_docs_commands_lists_every_command_and_every_subcommand_but_the_benchmarks() -> None:
+    """docs/commands.md is the map of the CLI: each command (and each subcommand of a group, ``state check``;
+    ``bench <what>`` stands for the benchmarks) has its row."""
+    import re
+    from pathlib import Path
+
+    import typer.main
+
+    from colocate.cli import app
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "commands.md").read_text()
+    rows = " ".join(line for line in page.splitlines() if line.startswith("| `colocate"))
+    named = set(re.findall(r"`(?:colocate )?([a-z-]+(?: [a-z-]+)?)[^`]*`", rows))
+    named |= {n.split()[0] for n in named}
+    root = typer.main.get_command(app)
+    missing = []
+    for name, command in root.commands.items():
+        subcommands = getattr(command, "commands", {}) if name != "bench" else {}
+        wanted = [f"{name} {sub}" for sub in subcommands] or [name]
+        missing += [w for w in wanted if w not in named]
+    assert not missing, f"docs/commands.md lacks {missing}"

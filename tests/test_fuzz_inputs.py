@@ -165,7 +165,7 @@ def test_schedule_inputs(tmp_path_factory: pytest.TempPathFactory, which: str, o
         json.loads(result[1])  # real JSON (no NaN)
 
 
-@pytest.mark.parametrize("option, value", [("--p", "nan"), ("--p", "inf"), ("--restart-cost", "-1"),
+@pytest.mark.parametrize("option, value", [("--power", "nan"), ("--power", "inf"), ("--restart-cost", "-1"),
                                            ("--min-benefit", "nan"), ("--set", "ilp.mip_gap=nan"),
                                            ("--time-limit", "1e12")])
 def test_schedule_options_out_of_range(tmp_path: Path, option: str, value: str) -> None:

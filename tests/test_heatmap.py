@@ -60,3 +60,19 @@ def test_a_cell_whose_ci_is_wider_than_its_value_is_not_coloured_like_a_confiden
     image = ax.images[0].get_array()
     assert image.mask[0, 2] and not image.mask[0, 1]  # the uncertain value is not drawn by the colour map
     assert "CI wider than the value" in ax.get_title()
+
+
+def test_the_title_and_its_legend_fit_inside_the_figure(tmp_path) -> None:
+    """The subtitle (what a cell shows, and what pale hatched means) is wrapped to the figure: none of it drawn
+    outside, so the "uncertain" legend is readable even on the smallest heatmap."""
+    pairs = _pairs()
+    unsure = dict(pairs.iloc[0], type_a="a@8", type_b="c@8", delta=0.6, delta_ci95=0.45)
+    matrix = build_matrix(pd.concat([pairs, pd.DataFrame([unsure])], ignore_index=True), "cpu", "timeslice",
+                          job_types=["a@8", "b@8", "c@8"])
+    fig = draw_matrix(matrix)
+    fig.canvas.draw()
+    title = fig.axes[0].title
+    box, frame = title.get_window_extent(), fig.bbox
+    assert "pale hatched" in title.get_text()
+    assert box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y1 <= frame.y1, (box, frame)
+    plot_matrix(matrix, tmp_path / "m.png")

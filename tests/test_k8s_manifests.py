@@ -135,3 +135,27 @@ def test_a_bad_image_or_namespace_is_refused_with_one_line(tmp_path: Path, optio
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and f"field '{field}'" in lines[0], err
     assert not (tmp_path / "pods").exists()
+
+
+@pytest.mark.parametrize("node, gpu, expected", [
+    ("node\nb", "GPU-0a1b", "is not a Kubernetes node name"),
+    ("n" * 300, "GPU-0a1b", "is not a Kubernetes node name"),
+    ("-node", "GPU-0a1b", "is not a Kubernetes node name"),
+    ("node-0", "GPU-0a1b,GPU-ffff", "is not a GPU UUID"),
+    ("node-0", "GPU-0a1b\nx", "is not a GPU UUID"),
+    ("node-0", "GPU-" + "a" * 300, "is not a GPU UUID"),
+    ("node-0", "my gpu", "is not a GPU UUID"),
+])
+def test_an_inventory_with_a_name_the_api_server_refuses_is_refused(tmp_path: Path, node: str, gpu: str,
+                                                                     expected: str) -> None:
+    import yaml
+
+    from common.errors import InputError
+    from scheduler.executor.k8s import load_inventory
+
+    path = tmp_path / "inventory.yaml"
+    path.write_text(yaml.safe_dump({"h100": [{"node": node, "gpus": [gpu]}]}))
+    with pytest.raises(InputError, match=expected):
+        load_inventory(path)
+    path.write_text(yaml.safe_dump({"h100": [{"node": "node-0.example", "gpus": ["GPU-8f3c2d1e-aaaa", "MIG-1/2/3"]}]}))
+    assert load_inventory(path)["h100"][0]["node"] == "node-0.example"

@@ -44,18 +44,18 @@ def test_json_output_schema_and_packing() -> None:
 
 
 def test_table_output_has_decision_and_solver_line() -> None:
-    out = run(*SMALL, "--colocation", str(EXAMPLES / "colocation-small.csv"), "--p", "1")
+    out = run(*SMALL, "--colocation", str(EXAMPLES / "colocation-small.csv"), "--power", "1")
     assert out.returncode == 0, out.stderr
     assert "Round decision" in out.stdout and "solver HiGHS" in out.stdout and "gap" in out.stdout
 
 
 @pytest.mark.parametrize("extra, needle", [
-    (["--p", "0"], "--p"),
+    (["--power", "0"], "--power"),
     (["--set", "ilp.top_k=-1"], "--set ilp.top_k"),
     (["--time-limit", "0"], "--time-limit"),
     (["--set", "ilp.solver=gurobi"], "--set ilp.solver"),
     (["--set", "ilp.no_such_knob=1"], "--set"),
-    (["--set", "ilp.top_k=3", "--set", "ilp.top_k=x"], "--set ilp.top_k"),
+    (["--set", "ilp.top_k=3", "--set", "ilp.top_k=x"], "ilp.top_k given twice"),
     (["--max-group-size", "4"], "--max-group-size"),
     (["--set", "ilp.mip_gap=1.5"], "--set ilp.mip_gap"),
     (["--colocation", "/no/such/file.csv"], "--colocation"),

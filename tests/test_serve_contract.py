@@ -111,7 +111,7 @@ def test_each_member_of_a_group_gets_a_limit_that_sums_within_the_gpu_and_a_job_
         from scheduler.service.front.views import job_views
 
         views = {v["name"]: v for v in job_views(state)}
-        assert views["a"]["memory_limit_gb"] == pytest.approx(1.6, abs=1e-3) and views["a"]["ooms"] == 0
+        assert views["a"]["memory_limit_gib"] == pytest.approx(1.6, abs=1e-3) and views["a"]["ooms"] == 0
         state.request_cancel("b")
         _drive(server, lambda: state.job("b").state == "cancelled" and state.job("a").state == "completed", 60)
         state.submit(_job(tmp_path, "c", 20))
@@ -146,6 +146,21 @@ def test_a_member_past_its_limit_fails_alone_and_the_pair_is_not_planned_again(t
         paired = [e for e in state.events("hog") if e["kind"] in ("started", "restarted", "repacked", "resized", "moved")]
         assert len(paired) == 2 and " with steady" in paired[0]["detail"] and " with " not in paired[1]["detail"]
         assert _kinds(state, "hog").count("oom") == 1
+    finally:
+        kill_groups(state.dir)
+
+
+def test_an_oom_record_claiming_more_than_the_gpu_holds_is_a_crash_not_an_estimate(tmp_path: Path) -> None:
+    """A job whose oom.json claims 1e15 bytes on a 4 GB GPU is not queued forever as fitting nowhere (behind a
+    "goodput below the bar" reason): it crashed, and says why."""
+    state, server = _server(tmp_path, memory_gb=4.0)
+    try:
+        state.submit(_job(tmp_path, "steady", 150, memory_gb=1.0))
+        state.submit(_job(tmp_path, "liar", 60, env=f"NEED_BYTES={10**15}", memory_gb=0.5, max_retries=0))
+        _drive(server, lambda: state.job("liar").state == "failed", 60)
+        liar = state.job("liar")
+        assert liar.error.startswith("oom.json claims 9.313e+05 GiB, more than the 4 GB of a t4 GPU"), liar.error
+        assert "liar" not in json.loads(state.meta("memory") or "{}")  # nothing learnt from it
     finally:
         kill_groups(state.dir)
 

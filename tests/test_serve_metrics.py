@@ -50,7 +50,7 @@ def test_every_documented_series_reads_what_jobs_json_says(tmp_path: Path) -> No
 def test_a_wrong_value_or_a_renamed_series_is_caught() -> None:
     view = {"jobs": [{"name": "a", "state": "running", "gpu_type": "t4", "num_gpus": 1, "partner": None,
                       "restarts": 0, "ooms": 0, "waiting": None, "samples_per_s": 10.0, "slowdown": None,
-                      "memory_limit_gb": None}],
+                      "memory_limit_gib": None}],
             "rounds": 1, "round_failures": {"total": 0}, "learned": {"colocation": []}}
     metrics = ServeMetrics()
     port = _free_port()

@@ -14,7 +14,6 @@ import pytest
 from tests.serve_helpers import write_cluster
 from tests.test_fuzz_inputs import run_cli
 
-
 EXAMPLES = Path(__file__).resolve().parents[1] / "scheduler" / "examples"
 
 
@@ -86,12 +85,12 @@ def test_serve_as_an_unprivileged_user_on_a_read_only_state_directory_says_one_l
         request_cleanup: list[Callable[[], None]], where: str) -> None:
     """As ``nobody`` (a forked child drops root; the interpreter's own files stay loaded), a state directory it
     may not write is refused in one line, not a PermissionError traceback on ``server.lock``."""
+    import shutil
+    import tempfile
+
     import scheduler.service.serve  # noqa: F401 - loaded before the child drops root
     from scheduler.executor import local, registry  # noqa: F401
     from scheduler.model import cluster  # noqa: F401
-
-    import shutil
-    import tempfile
 
     tmp_path = Path(tempfile.mkdtemp(prefix="colocate-ro-"))  # under /tmp, which nobody may enter (pytest's is not)
     request_cleanup.append(lambda: shutil.rmtree(tmp_path))

@@ -6,6 +6,7 @@ Imported lazily by the commands so ``colocate --help`` never loads matplotlib.
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -121,10 +122,13 @@ def draw_matrix(matrix: MatrixView) -> "plt.Figure":
     scope = "all job types" if matrix.batch_size is None else f"batch size {matrix.batch_size}"
     ci = " ± 95 % CI" if _has_ci(matrix) else ""
     unsure_note = "; pale hatched: CI wider than the value" if unsure.any() else ""
+    legend = f"cells: value{ci}; slowdown t′/t of row job / column job; dotted grey: not measured{unsure_note}"
+    # wrapped to the figure's width (about 0.6 em a character at 9 pt): one long line is clipped on both sides
+    columns = max(30, int(fig.get_figwidth() * 72 / (9 * 0.6)) - 4)
     ax.set_title(f"{matrix.metric_label} — {matrix.gpu_type}, {matrix.sharing}, {scope}\n"
-                 f"cells: value{ci}; slowdown t′/t of row job / column job; dotted grey: not measured{unsure_note}",
-                 fontsize=9)
+                 + textwrap.fill(legend, columns), fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=matrix.metric)
+    fig.tight_layout()  # room above the axes for however many lines the title took
     return fig
 
 

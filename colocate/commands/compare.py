@@ -12,7 +12,8 @@ from typing import Any
 
 import typer
 
-from colocate.cli_config import ConfigSpec, config_command, explicit_settings
+from colocate.cli_config import ConfigSpec, config_command
+from colocate.commands.simulate import ilp_settings
 from scheduler.ilp.config import IlpConfig
 from scheduler.sim.compare import CompareRequest
 from scheduler.sim.config import SimConfig
@@ -34,6 +35,10 @@ def register(app: typer.Typer) -> None:
     app.command("compare")(compare_command)
 
 
+def _last(row: dict[str, Any]) -> str:
+    return "FAILED (see the report)" if "error" in row else f"avg JCT {row['avg_jct_s'] / 3600:.2f} h"
+
+
 @contextmanager
 def _progress_bar(description: str, total: int, completed: int) -> Iterator[Callable[[dict[str, Any]], None]]:
     """A Rich progress bar on stderr; yields the function that advances it by one finished run."""
@@ -41,14 +46,24 @@ def _progress_bar(description: str, total: int, completed: int) -> Iterator[Call
 
     from colocate.commands._output import error_console
 
+    if not error_console.is_terminal:  # a log file or a pipe: whole lines, never a bar cut at a guessed width
+        error_console.print(f"{description}: {completed}/{total} done", soft_wrap=True, highlight=False)
+        count = [completed]
+
+        def line(row: dict[str, Any]) -> None:
+            count[0] += 1
+            error_console.print(f"{count[0]}/{total} {row['workload']}/{row['policy']}: {_last(row)}",
+                                soft_wrap=True, highlight=False)
+
+        yield line
+        return
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=error_console)
     with progress:
         bar = progress.add_task(description, total=total, completed=completed, last="")
 
         def done(row: dict[str, Any]) -> None:
-            last = ("FAILED (see the report)" if "error" in row else f"avg JCT {row['avg_jct_s'] / 3600:.2f} h")
-            progress.update(bar, advance=1, last=f"{row['workload']}/{row['policy']}: {last}")
+            progress.update(bar, advance=1, last=f"{row['workload']}/{row['policy']}: {_last(row)}")
 
         yield done
 
@@ -61,7 +76,7 @@ def compare_command(*, request: CompareRequest, sim: SimConfig, ilp: IlpConfig) 
     from colocate.commands._output import console, error_console
     from scheduler.sim.compare import SimulationFailed, compare_policies
 
-    request = replace(request, sim=sim, ilp_options=explicit_settings("ilp"))
+    request = replace(request, sim=sim, ilp_options=ilp_settings())
     if request.colocation is not None and request.colocation.is_dir():
         request = replace(request, colocation_rows=measured_pairs(request.colocation))
     try:

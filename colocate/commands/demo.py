@@ -61,7 +61,9 @@ def demo(
     from colocate.analysis.summary import cell_summary
     from colocate.commands._output import campaign_progress, console, summary_table
     from profiler.campaign.driver import run_campaign
+    from profiler.campaign.outdir import check_out_dir
 
+    check_out_dir(out)  # a file, under a file, not writable: one line before the campaign starts
     if spec_path is not None:
         from profiler.campaign.spec import load_spec
 

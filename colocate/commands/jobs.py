@@ -57,8 +57,8 @@ def _slowdown(row: dict[str, Any]) -> str:
     an estimate, not yet measured alone), and its memory limit; ``exclusive`` or its own bound when it set one."""
     estimated = " est." if row.get("slowdown_basis") not in (None, "measured") else ""
     parts = [f"{row['slowdown']:.2f}×{estimated}" if row.get("slowdown") is not None else ""]
-    if row.get("memory_limit_gb"):
-        parts.append(f"≤{row['memory_limit_gb']:.1f} GiB")
+    if row.get("memory_limit_gib"):
+        parts.append(f"≤{row['memory_limit_gib']:.1f} GiB")
     if row.get("exclusive"):
         parts.append("exclusive")
     elif row.get("max_slowdown") is not None:
@@ -71,7 +71,17 @@ def _why(row: dict[str, Any]) -> str:
     waiting = row.get("waiting") or row.get("note")
     if waiting:
         return f"{waiting['code']}: {waiting['text']}"
-    return str(row["error"])[:80]
+    return clip(str(row["error"]), 80)
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, cut at a word boundary with an ellipsis (never mid-word)."""
+    if len(text) <= width:
+        return text
+    cut = text[:width - 1]
+    if " " in cut:
+        cut = cut[:cut.rindex(" ")]
+    return cut.rstrip(" ,;:") + "…"
 
 
 def jobs(

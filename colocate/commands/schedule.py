@@ -72,9 +72,13 @@ def schedule(
     jobs: Path = typer.Option(..., "--jobs", help="Jobs CSV (name,application[,num_gpus,adaptive,...])."),
     profiles: Optional[Path] = typer.Option(None, "--profiles", help="Throughput profiles: a CSV "
                                             "(application,gpu_type,num_gpus,batch_size,throughput) or Sia's "
-                                            "traces directory. Default: ../shared/data/sia/traces."),
+                                            "traces directory. Default: Sia's traces in the shared data "
+                                                 "directory (COLOCATE_SHARED_DATA) if present, else the bundled "
+                                                 "profiles."),
     colocation: Optional[Path] = typer.Option(None, "--colocation", help="Colocation table CSV "
-                                              "(gpu_type,type_a,type_b,ratio_a,ratio_b). Without it: no packing."),
+                                              "(gpu_type,type_a,type_b,ratio_a,ratio_b). Default: the bundled tables, as "
+                                                   "simulate (transferred from Gavel's measurements, and the pairs "
+                                                   "measured on the H100 under MPS); --no-packing: none."),
     as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON instead of a table."),
     *,
     ilp: IlpConfig,
@@ -91,11 +95,16 @@ def schedule(
     if profiles is None:
         profiles = default_profiles_path(the_cluster.type_names)
         if profiles is None:
-            raise InputError("no throughput profiles given and ../shared/data/sia/traces not found",
+            raise InputError("no throughput profiles given, and neither Sia's traces nor bundled profiles cover "
+                             "this cluster's GPU types",
                              field="--profiles", valid="a profile CSV or Sia's traces directory")
     model = load_goodput_model(profiles)
     _check_inputs(the_jobs, the_cluster, model, jobs)
-    table = load_colocation_table(colocation) if colocation is not None else None
+    from scheduler.formats.transfer import default_table
+
+    # the same default as simulate: packing means the bundled pair ratios when none are given
+    table = (load_colocation_table(colocation) if colocation is not None
+             else default_table() if ilp.packing else None)
     policy = PackingPolicy(ilp, name="colocate" if ilp.packing else "sia")
     decision = policy.allocate(the_jobs, the_cluster, RoundContext(goodput=model, colocation=table))
     placement = place(decision, the_cluster)

@@ -32,7 +32,7 @@ ILP_POLICIES = ("colocate", "colocate-triples", "sia")
 def ilp_policy_options(policy: str, ilp: IlpConfig) -> dict[str, Any]:
     """The ILP settings the user gave, as the options of an ILP policy; the policy's own defaults stand for the
     rest (``colocate-triples`` groups three). Given with a policy that solves no ILP, they are an error."""
-    given = explicit_settings("ilp")
+    given = ilp_settings()
     if given and policy not in ILP_POLICIES:
         from common.errors import InputError
 
@@ -40,6 +40,19 @@ def ilp_policy_options(policy: str, ilp: IlpConfig) -> dict[str, Any]:
         flag = next(e.shown_as for e in entries(ILP_SPEC) if e.dotted == name)
         raise InputError(f"{flag} with --policy {policy}", field=flag,
                          valid=f"--policy {', '.join(ILP_POLICIES)} (the policies that solve the round ILP)")
+    return given
+
+
+def ilp_settings() -> dict[str, Any]:
+    """The ILP settings given with ``--set`` — but never ``ilp.packing``: here the policy says whether jobs pack
+    (``colocate`` packs, ``sia`` is the same ILP without packing)."""
+    given = explicit_settings("ilp")
+    if "packing" in given:
+        from common.errors import InputError
+
+        raise InputError(f"ilp.packing={str(given['packing']).lower()} with a policy that decides packing itself",
+                         field="--set ilp.packing",
+                         valid="--policy sia for the ILP without packing, --policy colocate for it with packing")
     return given
 
 

@@ -82,6 +82,10 @@ class K8sOptions:
 Inventory = dict[str, list[dict[str, Any]]]
 
 
+_NODE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+_GPU_UUID = re.compile(r"(GPU|MIG)-[A-Za-z0-9/-]{1,96}")
+
+
 def load_inventory(path: str | Path) -> Inventory:
     """Read and validate the inventory YAML (see the module docstring)."""
     path = Path(path)
@@ -100,9 +104,18 @@ def load_inventory(path: str | Path) -> Inventory:
             where = f"{gpu_type}[{i}]"
             if not isinstance(node, dict) or not isinstance(node.get("node"), str):
                 raise InputError("needs a 'node' name", source=path, field=where, valid=valid)
+            if not _NODE_NAME.fullmatch(node["node"]):  # a pod's nodeSelector value: the API server's rule
+                raise InputError(f"{shown(node['node'])} is not a Kubernetes node name", source=path,
+                                 field=f"{where}.node", valid="1-63 letters, digits, '-', '_' or '.', starting and "
+                                                              "ending with a letter or digit")
             gpus = node.get("gpus")
             if not isinstance(gpus, list) or not all(isinstance(g, str) and g for g in gpus):
                 raise InputError("needs 'gpus', a list of GPU UUIDs", source=path, field=f"{where}.gpus", valid=valid)
+            bad = next((g for g in gpus if not _GPU_UUID.fullmatch(g)), None)
+            if bad is not None:  # joined with commas into one annotation: a comma, a newline or a space breaks it
+                raise InputError(f"{shown(bad)} is not a GPU UUID", source=path, field=f"{where}.gpus",
+                                 valid="GPU-… or MIG-… (letters, digits, '-' and '/'; at most 100 characters), as "
+                                       "nvidia-smi -L prints")
     return {str(k): v for k, v in data.items()}
 
 

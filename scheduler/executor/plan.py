@@ -34,11 +34,13 @@ from typing import Any, TypeGuard
 from common.bounds import MAX_BATCH, MAX_GPUS
 from common.errors import InputError
 from common.names import NAME_RULE, is_safe_name, safe_name, shown
-from common.placeholders import VALID, check_placeholders
+from common.placeholders import VALID, check_template
 from profiler.gpu.sharing import sharing_mode_names
 from scheduler.formats.allocation_file import read_allocation_file
 from scheduler.model.cluster import MAX_GPUS_PER_NODE
 from scheduler.model.jobs import APPLICATION_MODELS
+
+MAX_COMMAND_CHARS = 4096  # as a submitted job's (scheduler.service.jobs.jobspec): a command, filled in or not
 
 DEFAULT_IMAGE_SIZE = 32
 
@@ -179,7 +181,7 @@ def load_commands(path: Path) -> dict[str, str]:
         if not isinstance(value, str) or not value.strip():
             raise InputError(f"{shown(value)} is not a command", source=path, field=str(key)[:40],
                              valid="a non-empty shell command string")
-        check_placeholders(value, source=str(path), field=str(key))
+        check_template(value, source=str(path), field=str(key), max_chars=MAX_COMMAND_CHARS, newlines=False)
     return {str(k): str(v) for k, v in data.items()}
 
 
@@ -302,12 +304,17 @@ def _resolve_job(
     elif fields["command"] is not None:
         template, template_source, template_field = fields["command"], source, f"{where}.command"
     if template is not None:
-        check_placeholders(template, source=template_source, field=template_field)
+        check_template(template, source=template_source, field=template_field, max_chars=MAX_COMMAND_CHARS,
+                       newlines=False)  # one line of an sbatch script or a pod's argument
         try:
-            return replace(base, command=template.format_map(values))
-        except (KeyError, IndexError, ValueError) as err:
+            command = template.format_map(values)
+        except (KeyError, IndexError, ValueError, TypeError) as err:
             raise InputError(f"cannot fill in the command ({err})", source=template_source, field=template_field,
                              valid=VALID) from None
+        if len(command) > MAX_COMMAND_CHARS:
+            raise InputError(f"{len(command)} characters once filled in", source=template_source,
+                             field=template_field, valid=f"at most {MAX_COMMAND_CHARS} characters")
+        return replace(base, command=command)
     if application is None:
         raise InputError(f"job {name!r}: nothing to run (no application, no command)", source=source,
                          field=f"{where}.application",

@@ -13,7 +13,8 @@ Columns::
 * Optional interval columns ``low_a, high_a, low_b, high_b`` (with ``interval_level``, default 0.8): each ratio's
   interval, as ``colocate predict`` writes for predicted rows (blank for measured ones) and ``colocate learned``
   for learned ones; the pair belief takes a row's interval as its prior's spread. All four or none per row,
-  numbers >= 0 with low <= high. ``delta_low, delta_high``: δ's interval, shown, not read.
+  finite numbers >= 0 with low <= ratio <= high. ``delta_low, delta_high``: δ's interval, shown, not read.
+* At most :data:`MAX_ROWS` rows.
 * Other extra columns (``source``, ``delta``, ``n``, ``evidence``, ...) are kept but ignored by the scheduler.
 
 The format lives with the scheduler, which reads these tables (:func:`read_colocation_table`, wrapped by
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
 COLUMNS: tuple[str, ...] = ("gpu_type", "type_a", "type_b", "ratio_a", "ratio_b")
 INTERVAL_COLUMNS: tuple[str, ...] = ("low_a", "high_a", "low_b", "high_b")
 OPTIONAL_NUMBERS: tuple[str, ...] = ("delta_low", "delta_high")
+MAX_ROWS = 100_000  # 40 GPU types x 50 job types x 50 = 100,000 ordered pairs; read in seconds
 MAX_RATIO = 1.5
 PRECISION_BATCH = r"[1-9][0-9]{0,7}(?::[A-Za-z0-9_]{1,16})?"  # after '@': 64 or 64:bf16
 
@@ -106,10 +108,11 @@ def _validate_intervals(frame: "pd.DataFrame", out: "pd.DataFrame", source: str)
         missing = [c for c in INTERVAL_COLUMNS if c not in out.columns]
         raise InputError(f"interval column(s) {', '.join(present)} without {', '.join(missing)}", source=source,
                          field=missing[0], valid="all of " + ",".join(INTERVAL_COLUMNS) + " or none")
-    valid = "blank or a number >= 0 (the ratio's interval)"
+    valid = "blank or a finite number >= 0 (the ratio's interval)"
     for col in (*present, *(c for c in OPTIONAL_NUMBERS if c in out.columns)):
         numeric = pd.to_numeric(out[col], errors="coerce")
-        bad = (numeric.isna() & out[col].notna() & (out[col].astype(str).str.strip() != "")) | (numeric < 0)
+        bad = ((numeric.isna() & out[col].notna() & (out[col].astype(str).str.strip() != "")) | (numeric < 0)
+               | numeric.isin([float("inf"), float("-inf")]))
         if bad.any():
             raise _bad_number(frame, col, bad, source, valid)
         out[col] = numeric.astype(float)
@@ -123,6 +126,11 @@ def _validate_intervals(frame: "pd.DataFrame", out: "pd.DataFrame", source: str)
             inverted = out[f"low_{side}"] > out[f"high_{side}"]
             if inverted.any():
                 raise _bad_number(frame, f"low_{side}", inverted, source, f"a number <= high_{side}")
+            ratio, slack = out[f"ratio_{side}"], 1e-9 * out[f"ratio_{side}"].abs()  # written rounded: a hair's slack
+            outside = ~blank.all(axis=1) & ((out[f"low_{side}"] > ratio + slack) | (out[f"high_{side}"] < ratio - slack))
+            if outside.any():
+                raise _bad_number(frame, f"low_{side}", outside, source,
+                                  f"an interval low_{side} <= ratio_{side} <= high_{side} (it is the ratio's)")
     if "interval_level" in out.columns:
         level = pd.to_numeric(out["interval_level"], errors="coerce")
         bad = (level.isna() & out["interval_level"].notna()) | (level <= 0) | (level >= 1)
@@ -138,6 +146,10 @@ def read_colocation_table(path: str | Path) -> "pd.DataFrame":
     p = Path(path)
     if not p.is_file():
         raise InputError("colocation table not found", source=p, field="--colocation", valid="a CSV file path")
+    with p.open("rb") as lines:  # counted before pandas reads it: a huge table would take minutes and gigabytes
+        if sum(1 for _ in lines) > MAX_ROWS + 1:
+            raise InputError(f"has more than {MAX_ROWS:,} rows", source=p, field="gpu_type",
+                             valid=f"at most {MAX_ROWS:,} pair rows (one per GPU type and ordered pair of job types)")
     try:
         frame = pd.read_csv(p, dtype={"gpu_type": str, "type_a": str, "type_b": str}, comment="#",
                             encoding="utf-8-sig")

@@ -45,10 +45,11 @@ class IlpConfig:
     applies 1.25 x an even third, 3.75 (:mod:`scheduler.policies`).
     """
 
-    p: float = option(-0.5, "Goodput power: -0.5 = Sia (fairness), 1 = sum of normalised goodputs.")
+    p: float = option(-0.5, "Goodput power: -0.5 = Sia (fairness), 1 = sum of normalised goodputs.",
+                      flag="--power")
     lambda_unallocated: float = option(1.1, "Penalty per unallocated job (p < 0).", flag="--lambda")
     restart_cost_s: float = option(25.0, "Sia's restart cost S, seconds.", flag="--restart-cost")
-    packing: bool = option(True, "Group variables (co-location); --no-packing is exactly Sia's ILP.")
+    packing: bool = option(True, "Group variables (co-location); off, the ILP is exactly Sia's.")
     max_group_size: int = option(2, "Jobs per GPU group: 2 (pairs) or 3 (pairs and triples).")
     min_benefit: float = option(0.05, "A group needs the sum of its ratios >= 1 + this.")
     max_slowdown: float | None = option(

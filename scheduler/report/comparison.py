@@ -196,6 +196,10 @@ def plot_jct_cdf(runs: Sequence[SimulationRecord], path: Path) -> Path:
         ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", label=policy,
                 linewidth=2.2 if policy == "colocate" else 1.3)
     ax.set_xscale("log")
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda hours, _: f"{hours:g}"))  # 0.1, 1, 10 — not 10^-1
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("job completion time (hours, log scale)")
     ax.set_ylabel("fraction of jobs")
     ax.set_title("JCT CDF (all workloads pooled)")
@@ -239,11 +243,16 @@ def plot_packed_fraction(frame: Any, path: Path) -> Path:
     for i, w in enumerate(workloads):
         sub = frame[frame["workload"] == w].set_index("policy")
         values = [float(sub.loc[p, "packed_fraction"]) if p in sub.index else 0.0 for p in policies]
-        ax.bar(np.arange(len(policies)) + i * width - 0.4 + width / 2, values, width=width, alpha=0.8,
+        where = np.arange(len(policies)) + i * width - 0.4 + width / 2
+        ax.bar(where, values, width=width, alpha=0.8, edgecolor="black", linewidth=0.5,
                label=w if len(workloads) <= 10 else None)
+        for x, value in zip(where, values):
+            if value == 0:  # a bar of height 0 is invisible: say it is there, and 0
+                ax.text(x, 0.005, "0", ha="center", va="bottom", fontsize=6)
     ax.set_xticks(np.arange(len(policies)))
     ax.set_xticklabels(policies, rotation=20)
     ax.set_ylabel("packed GPU-time / busy GPU-time")
+    ax.set_ylim(bottom=-0.01)  # the outline of a zero bar stays above the axis line
     ax.set_title("Packed fraction per policy (one bar per workload)")
     ax.grid(True, axis="y", alpha=0.3)
     if len(workloads) <= 10:

@@ -60,7 +60,8 @@ class ServeConfig:
     def __post_init__(self) -> None:
         if self.policy not in _policy_names():
             raise InputError(f"unknown policy {self.policy!r}", field="policy", valid=", ".join(_policy_names()))
-        check_number(self.round_s, field="round_s", low=0, high=86400, valid="seconds in [0, 86400]")
+        check_number(self.round_s, field="round_s", low=0, high=86400, low_open=True,  # 0: a busy loop
+                     valid="seconds in (0, 86400]")
         if self.device not in DEVICES:
             raise InputError(f"{self.device!r}", field="device", valid=", ".join(DEVICES))
         if self.sharing not in _sharing_names():

@@ -151,8 +151,8 @@ def change_kind(slot: Slot, before: JobRow) -> str:
         return "resized"
     if before.gpu_type and slot.gpu_type != before.gpu_type:
         return "moved"
-    if before.gpu_type and set(slot.others) != set(before.others):
-        return "repacked"
+    if before.gpu_type and slot.others and set(slot.others) != set(before.others):
+        return "repacked"  # with other partners; a job that starts alone again is restarted, not repacked
     return "restarted"
 
 

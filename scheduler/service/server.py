@@ -393,8 +393,9 @@ class Server:
                 settle.crashed(db, row, ended_by)
                 ended.append(name)
             elif files.get("exit") is not None:
+                gpu = self.cluster[row.gpu_type].memory_gb if row.gpu_type in self.cluster.type_names else None
                 settle.ended(db, row, files["exit"], files.get("progress"), self._memory, files.get("oom"),
-                             limits.get(name))
+                             limits.get(name), gpu)
                 ended.append(name)
             elif (poll is None or not poll.alive) and stopping:
                 settle.ended(db, row, {"returncode": None, "stop_requested": True}, files.get("progress"), self._memory)
@@ -480,7 +481,8 @@ class Server:
                     db.update_job(slot.job, state=RUNNING, group_key=key, gpu_type=slot.gpu_type,
                                   num_gpus=slot.num_gpus, batch_size=slot.batch_size, partner=slot.partner,
                                   nodes=slot.nodes, gpus=slot.gpus, started_at=before.started_at or time.time(),
-                                  sample_step=None, sample_elapsed=None, samples_per_s=None)
+                                  sample_step=None, sample_elapsed=None, samples_per_s=None,
+                                  error="")  # a restarted job's last crash or OOM is in its events, not its row
                     db.event(slot.job, rounds.change_kind(slot, before), rounds.describe(slot, key))
         except admission.UnitProblem as problem:
             admission.fail_unit(self.state, [s.job for s in unit], problem.error)

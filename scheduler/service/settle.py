@@ -53,9 +53,12 @@ def fold_progress(db: Transaction, row: JobRow, progress: dict[str, Any] | None,
 
 
 def ended(db: Transaction, row: JobRow, exit: dict[str, Any], progress: dict[str, Any] | None,
-      memory: dict[str, dict[str, Any]], oom: dict[str, Any] | None = None, limit: int | None = None) -> None:
+          memory: dict[str, dict[str, Any]], oom: dict[str, Any] | None = None, limit: int | None = None,
+          gpu_memory_gb: float | None = None) -> None:
     """Settle a job whose run ended: completed, cancelled, stopped for a change (back to the queue), out of
-    memory under its limit (back to the queue, estimate raised: :func:`contract.record_oom`) or crashed.
+    memory under its limit (back to the queue, estimate raised: :func:`contract.record_oom`) or crashed. An
+    out-of-memory record claiming more than its GPU (``gpu_memory_gb``) holds is a crash, not an estimate to learn:
+    learnt, it would keep the job queued forever as fitting no GPU.
 
     A job that exits non-zero on its own crashed, whatever its progress file says (it may have failed in its
     teardown, or after writing "finished"); one the server stopped (killed past its grace) that had finished its
@@ -73,6 +76,10 @@ def ended(db: Transaction, row: JobRow, exit: dict[str, Any], progress: dict[str
     elif exit.get("stop_requested"):
         db.update_job(row.name, state=QUEUED, restarts=row.restarts + 1, **cleared)
         db.event(row.name, "stopped", f"checkpointed at step {(progress or {}).get('step', row.step)}")
+    elif contract.is_oom(exit, oom) and gpu_memory_gb and ((oom or {}).get("reached_bytes") or 0) > gpu_memory_gb * GIB:
+        reached = float((oom or {})["reached_bytes"]) / GIB
+        crashed(db, row, f"oom.json claims {reached:.4g} GiB, more than the {gpu_memory_gb:g} GB of a {row.gpu_type} "
+                         "GPU: not a memory need to learn from")
     elif contract.is_oom(exit, oom):  # under its limit it failed alone: queued with a raised estimate
         text = contract.record_oom(db, row, oom, limit, memory)
         if limit is None:
@@ -81,6 +88,9 @@ def ended(db: Transaction, row: JobRow, exit: dict[str, Any], progress: dict[str
             db.update_job(row.name, state=QUEUED, error=f"oom: {text}"[:1000], **cleared)
     else:
         crashed(db, row, f"exit status {exit.get('returncode')}: {exit.get('last_line', '')}")
+
+
+GIB = 1024 ** 3
 
 
 def crashed(db: Transaction, row: JobRow, reason: str) -> None:

@@ -260,7 +260,7 @@ def _setup(plan: ComparePlan) -> dict[str, str]:
     types = ", ".join(f"{t.name} {t.nodes}×{t.gpus_per_node}" for t in plan.cluster)
     return {
         "cluster": f"`{req.cluster}` ({plan.cluster.total_gpus} GPUs: {types})",
-        "workloads": f"{len(plan.files)} files from `{req.workloads}`",
+        "workloads": f"{_count(len(plan.files), 'file')} from `{req.workloads}`",
         "policies": ", ".join(f"`{p}`" for p in names),
         "loads": ", ".join(f"{x:g}×" for x in load_points) + " the workloads' arrival rate (same jobs, arrival "
                  "times divided by the load)",
@@ -319,14 +319,18 @@ def write_comparison_report(plan: ComparePlan) -> Path:
                         colocation_note=colocation_provenance(tables, plan.cluster.type_names) if packing else "")
 
 
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
 def compare_policies(req: CompareRequest, progress: ProgressHook | None = None) -> tuple[Path, Any, list[str]]:
     """Plan, run (resuming) and report a comparison; returns the report path, the mean metrics per
     (load, policy) read back from summary.csv, and the runs that failed (see :func:`failed_runs`)."""
     import pandas as pd
 
     plan = plan_comparison(req)
-    description = (f"{len(plan.names)} policies × {len(plan.files)} workloads × {len(plan.load_points)} loads "
-                   f"({plan.n_workers} workers)")
+    description = (f"{_count(len(plan.names), 'policy', 'policies')} × {_count(len(plan.files), 'workload')} × "
+                   f"{_count(len(plan.load_points), 'load')} ({_count(plan.n_workers, 'worker')})")
     tracker = progress(description, len(plan.tasks), len(plan.tasks) - len(plan.todo)) if progress else None
     with tracker if tracker is not None else nullcontext(_ignore) as done:
         run_simulations(plan, done)

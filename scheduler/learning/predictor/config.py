@@ -8,15 +8,19 @@ from dataclasses import dataclass
 from common.errors import InputError
 from common.options import option
 
+RIDGE_RANGE = (1e-3, 1e4)  # ridge penalties (ridge_lambda, evidence_lambda): see __post_init__
+
 
 @dataclass(frozen=True)
 class PredictorConfig:
     """Knobs of the δ predictor; the defaults were chosen once on Gavel's V100 data (results/predictor/NOTES.md)."""
 
-    ridge_lambda: float = option(1.0, "Ridge penalty of the feature and job-type terms.", experimental=True)
-    nuclear_lambda: float = option(0.3, "Matrix-completion shrinkage (log-ratio units).", experimental=True)
-    evidence_lambda: float = option(0.1, "Ridge penalty of the closer evidence's transfer factors.",
-                                    experimental=True)
+    ridge_lambda: float = option(1.0, "Ridge penalty of the feature and job-type terms, in [0.001, 10000].",
+                                 experimental=True)
+    nuclear_lambda: float = option(0.3, "Matrix-completion shrinkage (log-ratio units), in [0, 10000].",
+                                   experimental=True)
+    evidence_lambda: float = option(0.1, "Ridge penalty of the closer evidence's transfer factors, in "
+                                         "[0.001, 10000].", experimental=True)
     level: float = option(0.8, "Coverage of the prediction intervals (split conformal, per evidence level).",
                           flag="--interval")
     use_job_effects: bool = True
@@ -28,10 +32,13 @@ class PredictorConfig:
     completion_tol: float = 1e-5
 
     def __post_init__(self) -> None:
-        for name in ("ridge_lambda", "nuclear_lambda", "evidence_lambda"):
-            if not getattr(self, name) >= 0:
-                raise InputError(f"{name} {getattr(self, name)}", source="predictor", field=name,
-                                 valid="a number >= 0")
+        from common.bounds import check_number
+
+        # a ridge penalty of 0 (or one that underflows) leaves the normal equations singular; one past 1e4 only
+        # shrinks every term to 0 (and near 1e308 overflows)
+        for name in ("ridge_lambda", "evidence_lambda"):
+            check_number(getattr(self, name), field=name, low=RIDGE_RANGE[0], high=RIDGE_RANGE[1], source="predictor")
+        check_number(self.nuclear_lambda, field="nuclear_lambda", low=0, high=RIDGE_RANGE[1], source="predictor")
         if not 0.5 <= self.level < 1:
             raise InputError(f"interval level {self.level}", source="predictor", field="level",
                              valid="a coverage in [0.5, 1), e.g. 0.8")

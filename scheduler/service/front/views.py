@@ -41,7 +41,7 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
             "note": reasons.get(row.name) if row.state == "running" else None,  # e.g. why it is not scaled up
             "slowdown": round(slowdown[0], 3) if slowdown is not None else None,
             "slowdown_basis": slowdown[1] if slowdown is not None else None,  # its solo time: measured or estimated
-            "memory_limit_gb": round(limit / 2**30, 3) if limit else None,
+            "memory_limit_gib": round(limit / 2**30, 3) if limit else None,
             "max_slowdown": row.spec.max_slowdown, "exclusive": row.spec.exclusive,
             "ooms": int(memory.get(row.name, {}).get("ooms", 0))})
     return out

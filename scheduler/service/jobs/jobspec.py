@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import re
-import string
 import sys
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -47,11 +45,10 @@ from typing import Any
 from common.bounds import MAX_BATCH, MAX_GPUS, MAX_SAMPLES, MAX_STEPS, check_number
 from common.errors import InputError
 from common.names import NAME_RULE, check_name, shown
-from common.placeholders import check_placeholders
+from common.placeholders import check_template
 
 MAX_JOB_FILE_BYTES = 64 * 1024  # a job file is a dozen lines
 MAX_COMMAND_CHARS = 4096  # a command template, and the command once filled in
-MAX_FORMAT_WIDTH = 256  # widths/precisions in a placeholder's format spec ({batch_size:>8})
 MAX_MEMORY_GB = 10_000.0  # a GPU's memory (the cluster file's bound)
 MAX_SLOWDOWN = 1000.0
 # (low, high) of every numeric key: generous, finite (a typo such as steps: 1e30 fails at submit).
@@ -76,7 +73,6 @@ FIELDS: dict[str, str] = {
 FIELDS["min_batch_size"] += ", <= batch_size"
 FIELDS["max_batch_size"] += ", >= batch_size"
 FIELDS["max_gpus"] += ", >= min_gpus"
-_FORMAT_NUMBER = re.compile(r"\d+")
 
 
 @dataclass(frozen=True)
@@ -170,15 +166,7 @@ def check_command(template: str, values: list[dict[str, Any]], *, source: str, f
     that do not fit the values (``{job:d}``), huge or nested widths (``{batch_size:>2000000000}``), or a
     result longer than :data:`MAX_COMMAND_CHARS` — each ``values`` dict is one representative filling."""
     valid = FIELDS["command"]
-    if len(template) > MAX_COMMAND_CHARS:
-        raise InputError(f"{len(template)} characters", source=source, field=field, valid=valid)
-    if "\x00" in template:
-        raise InputError("contains a NUL character", source=source, field=field, valid=valid)
-    check_placeholders(template, source=source, field=field)
-    for _, _, spec, _ in string.Formatter().parse(template):
-        if spec and ("{" in spec or any(int(n) > MAX_FORMAT_WIDTH for n in _FORMAT_NUMBER.findall(spec))):
-            raise InputError(f"format spec {shown(spec)} is nested or wider than {MAX_FORMAT_WIDTH}", source=source,
-                             field=field, valid=valid)
+    check_template(template, source=source, field=field, max_chars=MAX_COMMAND_CHARS, valid=valid)
     for filling in values:
         try:
             filled = template.format_map(filling)
