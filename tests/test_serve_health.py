@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from colocate.cli import app
 from scheduler.service.metrics import ServeMetrics
-from scheduler.service.server import RoundStats
+from scheduler.service.rounds import RoundStats
 from scheduler.service.state.health import StateChanged
 from tests.serve_helpers import ServeProcess, jobs_json, kill_groups, wait_until, write_cluster
 from tests.test_serve_contract import _job, _server

@@ -15,7 +15,8 @@ from colocate.cli import app
 from scheduler.executor.registry import make_executor
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.service.jobs.jobspec import job_from_dict
-from scheduler.service.server import RoundStats, ServeConfig, Server
+from scheduler.service.rounds import RoundStats
+from scheduler.service.server import ServeConfig, Server
 from scheduler.service.state import lock as server_lock
 from scheduler.service.state.store import StateStore
 from tests.serve_helpers import by_name, kill_groups, wait_until

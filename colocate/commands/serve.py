@@ -44,8 +44,8 @@ def _check_policy_options(config: ServeConfig) -> None:
 def serve(*, request: ServeRequest, serve: ServeConfig) -> None:
     """Run packed, adaptive jobs: every round the policy decides, the executor enacts only the changes."""
     from colocate.commands._output import error_console
+    from scheduler.service.rounds import RoundStats
     from scheduler.service.serve import serve_forever
-    from scheduler.service.server import RoundStats
     from scheduler.service.state.health import StateChanged
 
     _check_policy_options(serve)

@@ -40,7 +40,8 @@ from common.errors import InputError
 from scheduler.service.state.store import ACTIVE_STATES, FINAL_STATES, RUNNING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from scheduler.service.server import RoundStats, Server
+    from scheduler.service.rounds import RoundStats
+    from scheduler.service.server import Server
 
 ROUND_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 

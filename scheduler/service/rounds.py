@@ -37,6 +37,23 @@ class Slot:
 Unit = tuple[Slot, ...]  # sorted by job name
 
 
+@dataclass(frozen=True)
+class RoundStats:
+    """One round's timing: ``policy_s`` is the policy's own call, ``bookkeeping_s`` the rest but enacting."""
+
+    round: int
+    active_jobs: int
+    total_s: float
+    policy_s: float
+    bookkeeping_s: float
+    enact_s: float
+    stopped: int
+    started: int
+    policy_cpu_s: float = 0.0  # CPU time of this process: what the figures are on a loaded machine
+    bookkeeping_cpu_s: float = 0.0
+    deferred: int = 0  # units waiting for GPUs that stopping groups still hold
+
+
 def policy_jobs(rows: Sequence[JobRow], now: float, held: Collection[str] = (),
                 memory: Mapping[str, float | None] | None = None) -> list[Job]:
     """The policy's view of the active jobs (queued and running), in submission order.

@@ -20,7 +20,8 @@ from scheduler.formats.profiles import load_goodput_model
 from scheduler.model.colocation import ColocationTable
 from scheduler.service import admission
 from scheduler.service.config import ServeConfig
-from scheduler.service.server import RoundStats, Server
+from scheduler.service.rounds import RoundStats
+from scheduler.service.server import Server
 from scheduler.service.state import lock as server_lock
 from scheduler.service.state.store import StateStore
 

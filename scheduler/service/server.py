@@ -29,7 +29,6 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from scheduler.executor.base import Executor, GroupPoll
@@ -45,6 +44,7 @@ from scheduler.service.batch_hold import HeldBatchModel, batch_holds
 from scheduler.service.config import ServeConfig
 from scheduler.service.groups import StartRetries, remove_group_files
 from scheduler.service.probes.manager import ProbeManager, probing_enabled
+from scheduler.service.rounds import RoundStats
 from scheduler.service.stability import finishing_groups, fold_startup, hurting_members, load_startups, pinned_jobs
 from scheduler.service.state import health
 from scheduler.service.state import lock as server_lock
@@ -52,23 +52,6 @@ from scheduler.service.state.rows import GroupRecord
 from scheduler.service.state.store import CANCELLED, QUEUED, RUNNING, JobRow, StateStore, Transaction
 
 BAD_FILE_GRACE_S = 2.0  # how long a job's records may stay unreadable before it misbehaves
-
-
-@dataclass(frozen=True)
-class RoundStats:
-    """One round's timing: ``policy_s`` is the policy's own call, ``bookkeeping_s`` the rest but enacting."""
-
-    round: int
-    active_jobs: int
-    total_s: float
-    policy_s: float
-    bookkeeping_s: float
-    enact_s: float
-    stopped: int
-    started: int
-    policy_cpu_s: float = 0.0  # CPU time of this process: what the figures are on a loaded machine
-    bookkeeping_cpu_s: float = 0.0
-    deferred: int = 0  # units waiting for GPUs that stopping groups still hold
 
 
 class Server:
