@@ -4,10 +4,13 @@ returns as its last round ends."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import sqlite3
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -151,3 +154,29 @@ def test_serve_exits_3_with_one_line_when_its_database_is_deleted(tmp_path: Path
         assert "Traceback" not in server.output()
     finally:
         server.stop()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    """``colocate ARGS`` as another process: a client with its own connection, opened and closed."""
+    return subprocess.run([sys.executable, "-m", "colocate.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_clients_in_other_processes_never_take_the_database_from_under_the_server(tmp_path: Path) -> None:
+    """The identity check before each round once opened and closed ``state.db`` in the server's process, which drops
+    every POSIX lock SQLite held there: the next client to close its connection took itself for the last one and
+    deleted the WAL, and the server went on in a WAL nobody else reads (a ``cancel`` the server never saw)."""
+    state, server = _server(tmp_path, round_s=0.05)
+    wal = state.path.with_name("state.db-wal")
+    try:
+        state.submit(_job(tmp_path, "long", 10**6))
+        server.serve(lambda: False, max_rounds=3)
+        for _ in range(3):  # readers, each closing its connection between the server's rounds
+            assert _cli("jobs", "--state", str(state.dir), "--json").returncode == 0
+            server.serve(lambda: False, max_rounds=1)
+            assert wal.exists(), "a client deleted the server's WAL"
+        assert _cli("cancel", "--state", str(state.dir), "long").returncode == 0
+        server.serve(lambda: False, max_rounds=3)
+        shown = json.loads(_cli("jobs", "--state", str(state.dir), "--json").stdout)
+        assert [j["state"] for j in shown["jobs"]] == ["cancelled"], shown["jobs"]
+    finally:
+        kill_groups(state.dir)

@@ -78,7 +78,7 @@ class Server:
         self._startups_changed = False
         self.on_round_end: Callable[[Server, RoundStats], None] | None = None  # e.g. metrics
         self.on_round_failed: Callable[[Server], None] | None = None  # a round's error was logged and recorded
-        self._identity = health.identity(state.path)  # the database file this server opened
+        self._watch = health.DatabaseWatch(state.path)  # the database file this server opened
         self.probes: ProbeManager | None = None  # automatic probes (:mod:`.probes`), made by acquire()
         self._recorded: set[tuple[str, str, str]] = set()  # set-aside rows already recorded as events
         # job -> when its files were first seen bad: still bad BAD_FILE_GRACE_S later is misbehaviour (a first bad
@@ -110,7 +110,7 @@ class Server:
         Before each round the state database must still be the file this server opened (:mod:`.state.health`)."""
         done = 0
         while not should_stop():
-            health.check_identity(self.state.path, self._identity)
+            self._watch.check()
             stats = admission.guarded_round(self.round, self.state)
             done += 1
             if stats is None and self.on_round_failed is not None:

@@ -3,7 +3,7 @@
 **Identity.** SQLite keeps the file it opened: a ``state.db`` deleted, replaced (a restore copied over it, ``mv``)
 or truncated under a running server would leave it writing into a file no other command reads, or into a damaged
 one. The server records the file's identity (device and inode) when it starts and checks it before every round
-(:func:`changed`): still there, the same inode, SQLite's header and at least the pages that header counts. When any
+(:class:`DatabaseWatch`): still there, the same inode, SQLite's header and at least the pages that header counts. When any
 of that changed it stops with :class:`StateChanged` (``colocate serve`` exits 3; its groups run on, detached, and a
 server restarted on a sound state re-adopts them).
 
@@ -21,6 +21,7 @@ import os
 import sys
 import time
 import traceback
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -36,41 +37,51 @@ class StateChanged(InputError):
     """The state database the server opened is no longer the file at its path (or no longer whole)."""
 
 
-def identity(path: Path) -> tuple[int, int]:
-    """The file's (device, inode): what the server checks against before every round."""
-    st = os.stat(path)
-    return st.st_dev, st.st_ino
+class DatabaseWatch:
+    """The state database this server opened, checked before every round (:meth:`check`).
 
+    Its header is read through one descriptor opened here and kept for the watch's life, never through a new
+    ``open()``: POSIX drops *all* of a process's locks on a file when *any* descriptor of that file is closed, so a
+    per-round ``open``/``close`` would drop the locks SQLite holds for this server's connection. The next client
+    (``cancel``, ``jobs``) to close its connection would then take itself for the last one and delete the WAL, and
+    the server would go on in a WAL no other command reads: submissions and cancellations lost."""
 
-def changed(path: Path, known: tuple[int, int]) -> str | None:
-    """How the database at ``path`` stopped being the one with identity ``known`` (None: it is still it)."""
-    try:
-        st = os.stat(path)
-        if (st.st_dev, st.st_ino) != known:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_RDONLY)
+        st = os.fstat(self._fd)
+        self.known = (st.st_dev, st.st_ino)
+        # closed with the watch (a test's many servers): the server's own connection ends with it
+        self._closer = weakref.finalize(self, os.close, self._fd)
+
+    def changed(self) -> str | None:
+        """How the database at the path stopped being the one opened (None: it is still it)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return "was deleted"
+        except OSError as err:
+            return f"cannot be read any more ({err.strerror or err})"
+        if (st.st_dev, st.st_ino) != self.known:
             return "was replaced by another file"
-        with open(path, "rb") as handle:
-            head = handle.read(100)
-    except FileNotFoundError:
-        return "was deleted"
-    except OSError as err:
-        return f"cannot be read any more ({err.strerror or err})"
-    if len(head) < 100 or not head.startswith(HEADER):
-        return f"was truncated or overwritten ({st.st_size} bytes, no SQLite header)"
-    page_size = int.from_bytes(head[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    pages = int.from_bytes(head[28:32], "big")
-    if head[24:28] == head[92:96] and st.st_size < pages * page_size:  # the header's page count is valid
-        return f"was truncated ({st.st_size} bytes; its header counts {pages} pages of {page_size} bytes)"
-    return None
+        head = os.pread(self._fd, 100, 0)  # the same file (same inode): read through the descriptor held
+        if len(head) < 100 or not head.startswith(HEADER):
+            return f"was truncated or overwritten ({st.st_size} bytes, no SQLite header)"
+        page_size = int.from_bytes(head[16:18], "big")
+        page_size = 65536 if page_size == 1 else page_size
+        pages = int.from_bytes(head[28:32], "big")
+        if head[24:28] == head[92:96] and st.st_size < pages * page_size:  # the header's page count is valid
+            return f"was truncated ({st.st_size} bytes; its header counts {pages} pages of {page_size} bytes)"
+        return None
 
-
-def check_identity(path: Path, known: tuple[int, int]) -> None:
-    """Raise :class:`StateChanged` when the database at ``path`` is not the file the server opened."""
-    what = changed(path, known)
-    if what is not None:
-        raise StateChanged(f"the state database {what} while this server ran; stopping (running groups go on; "
-                           "restart colocate serve on a sound state to re-adopt them)", source=path, field="--state",
-                           valid="a state directory left to its server (docs/hardening.md: backups and recovery)")
+    def check(self) -> None:
+        """Raise :class:`StateChanged` when the database at the path is not the file the server opened."""
+        what = self.changed()
+        if what is not None:
+            raise StateChanged(f"the state database {what} while this server ran; stopping (running groups go on; "
+                               "restart colocate serve on a sound state to re-adopt them)", source=self.path,
+                               field="--state",
+                               valid="a state directory left to its server (docs/hardening.md: backups and recovery)")
 
 
 def round_failed(state: Any, err: BaseException) -> str:
