@@ -31,12 +31,14 @@ MAX_EPOCH_S = 1e10  # a wall-clock time stamp (seconds since 1970; the year 2286
 def shown_number(x: float) -> str:
     """A number from outside as an error message shows it, whatever its size: never raises (``f"{x:g}"``
     overflows for an integer beyond 1e308, and ``str`` refuses one of more than 4,300 digits)."""
-    if isinstance(x, int) and not isinstance(x, bool):
-        return huge_integer(x) if abs(x) >= 10**30 else str(x) if abs(x) < 10**15 else f"{float(x):g}"
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{float(x):g}"
+    if isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 10**30:
+        return huge_integer(x)
+    return f"{x:g}"
 
 
-_fmt = shown_number
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
 
 
 def _describe(low: float, high: float, integer: bool, low_open: bool) -> str:

@@ -233,17 +233,13 @@ def _no_constant(name: str) -> Any:
     raise _Refused(f"{name} is not a JSON number", None)
 
 
-def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:  # before int(): Python refuses 4,300 digits with a ValueError
-        raise _Refused(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS})", None)
+def _bounded_int(text: str) -> int | float:
+    """An integer of at most :data:`MAX_INT_DIGITS` digits; a longer one reads as ±inf, as a JSON number beyond a
+    float (``1e400``) does: Python refuses to convert 4,300 digits, and every field's range check then refuses the
+    value by its field's name (``field 'step': inf is not a finite number``)."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        return -math.inf if text.startswith("-") else math.inf
     return int(text)
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):  # 1e400 reads as inf: a number no range can hold, refused as NaN is
-        raise _Refused(f"{text[:40]} is beyond the largest number a float holds", None)
-    return value
 
 
 def _depth(value: Any) -> int:
@@ -263,7 +259,7 @@ def parse_json(text: str, *, source: str | Path, field: str | None = None, valid
     """Parse JSON text: no duplicate keys, no NaN/Infinity, nesting at most :data:`MAX_DEPTH`."""
     try:
         data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant,
-                          parse_int=_bounded_int, parse_float=_finite_float)
+                          parse_int=_bounded_int)
     except _Refused as err:
         raise InputError(f"refused: {err}", source=source, field=field, valid=valid) from None
     except json.JSONDecodeError as err:
