@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
@@ -99,14 +100,7 @@ def kill_cgroup(path: Path | None) -> None:
     if (path / "cgroup.kill").exists():  # Linux 5.14: the kernel kills them all, forks in flight included
         with contextlib.suppress(OSError), open(path / "cgroup.kill", "w") as kill:
             kill.write("1")
-    for _ in range(KILL_ROUNDS):
-        pids = cgroup_pids(path)
-        if not pids:
-            return
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.01)
+    _kill_until_none(lambda: cgroup_pids(path))
 
 
 def remove_cgroup(path: Path | None, timeout_s: float = 5.0) -> None:
@@ -153,16 +147,22 @@ def descendants(root: int, group: int | None = None) -> list[int]:
 
 def kill_tree(root: int) -> None:
     """SIGKILL every descendant of ``root`` (this process: reap them too) until none is left."""
+    _kill_until_none(lambda: descendants(root), between=_reap)
+    _reap()
+
+
+def _kill_until_none(listed: Callable[[], Iterable[int]], between: Callable[[], None] = lambda: None) -> None:
+    """SIGKILL every pid ``listed()`` names, again until it names none: a forking job adds processes while they
+    die (at most :data:`KILL_ROUNDS` times; ``between``: after each round, e.g. reaping our own children)."""
     for _ in range(KILL_ROUNDS):
-        pids = descendants(root)
+        pids = list(listed())
         if not pids:
-            break
+            return
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.01)
-        _reap()
-    _reap()
+        between()
 
 
 def _reap() -> None:
