@@ -14,7 +14,7 @@ def _step_needs(model: str, batch: int, image_size: int, limit: int) -> int | No
     import torch
 
     from models import build_model, synthetic_inputs
-    from scheduler.executor.memory_cap import MemoryCap, MemoryLimitExceeded
+    from scheduler.jobkit.memory import MemoryCap, MemoryLimitExceeded
 
     torch.manual_seed(0)
     net = build_model(model, num_classes=10, image_size=image_size)

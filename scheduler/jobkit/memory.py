@@ -1,7 +1,7 @@
-"""A built-in job's GPU-memory limit and what it records when it runs out (``python -m scheduler.executor.train``).
+"""A job's GPU-memory limit and what it records when it runs out (the job library, :mod:`scheduler.jobkit`).
 
 ``colocate serve`` gives every member of a group a hard limit (``COLOCATE_MEMORY_LIMIT_BYTES``, per GPU: its
-planned footprint plus headroom plus one CUDA context, :mod:`scheduler.service.contract`). The trainer holds itself
+planned footprint plus headroom plus one CUDA context, :mod:`scheduler.service.contract`). A job on the library holds itself
 to it:
 
 * **on a GPU**, its caching allocator is capped at the limit less the context
@@ -9,7 +9,7 @@ to it:
   ``torch.cuda.OutOfMemoryError`` in this process alone while the partner's memory stays free (under MPS the
   client limit its supervisor set, ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, holds it as well);
 * **on the CPU** (``--device cpu``, the logical GPUs of tests and smoke runs) there is no device allocator, so the
-  trainer counts what a GPU would hold for its step — parameters, gradients and optimizer state, and the tensors
+  library counts what a GPU would hold for its step — parameters, gradients and optimizer state, and the tensors
   autograd saves for the backward pass (counted once, by a saved-tensors hook on the first step: the step's
   memory does not change with a fixed batch) — and fails the same way when that passes the cap. The limit stands
   for a GPU's memory there, not the host's: a zoo model's planned footprint is never below that count
@@ -25,7 +25,6 @@ limit, its local batch) and exits with :data:`OOM_EXIT`; the server reads the re
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,12 +47,6 @@ class MemoryLimitExceeded(RuntimeError):
         super().__init__(f"out of memory: the step needs {reached / 2**20:.1f} MiB, its limit leaves "
                          f"{cap / 2**20:.1f} MiB after the {CONTEXT_BYTES / 2**20:.0f} MiB CUDA context")
         self.reached, self.cap = reached, cap
-
-
-def limit_from_env() -> int | None:
-    """``COLOCATE_MEMORY_LIMIT_BYTES`` (None alone, or when it is not a positive integer)."""
-    text = os.environ.get("COLOCATE_MEMORY_LIMIT_BYTES", "").strip()
-    return int(text) if text.isdigit() and int(text) > 0 else None
 
 
 def allocator_cap(limit: int) -> int:
@@ -129,12 +122,10 @@ def is_out_of_memory(err: BaseException) -> bool:
     return isinstance(err, MemoryLimitExceeded) or device_oom(err)
 
 
-def write_oom_record(cap: MemoryCap, err: BaseException, local_batch: int) -> Path | None:
-    """Write the out-of-memory record where ``COLOCATE_OOM_FILE`` says (nothing when unset); returns its path."""
-    target = os.environ.get("COLOCATE_OOM_FILE")
-    if not target:
+def write_oom_record(path: Path | None, cap: MemoryCap, err: BaseException, local_batch: int) -> Path | None:
+    """Write the out-of-memory record at ``path`` (``COLOCATE_OOM_FILE``; nothing when None); returns its path."""
+    if path is None:
         return None
-    path = Path(target)
     record = {"reached_bytes": cap.reached(err), "limit_bytes": cap.limit, "local_batch": max(int(local_batch), 1),
               "message": str(err).splitlines()[0][:300] if str(err) else type(err).__name__}
     try:
@@ -145,4 +136,4 @@ def write_oom_record(cap: MemoryCap, err: BaseException, local_batch: int) -> Pa
 
 
 __all__ = ["CONTEXT_BYTES", "MemoryCap", "MemoryLimitExceeded", "OOM_EXIT", "allocator_cap", "is_out_of_memory",
-           "limit_from_env", "write_oom_record"]
+           "write_oom_record"]
