@@ -16,3 +16,16 @@ from scheduler.jobkit import LR_SCALINGS, OOM_EXIT, GradientNoise, JobConfig, Jo
 
 __all__ = ["LR_SCALINGS", "OOM_EXIT", "GradientNoise", "JobConfig", "JobEnv", "Run", "attach", "lr_factor",
            "read_env"]
+
+
+def __getattr__(name: str) -> object:
+    """The framework callbacks, imported on first use (their frameworks are the optional ``integrations``)."""
+    if name == "LightningCallback":
+        from scheduler.jobkit.lightning import ColocateCallback
+
+        return ColocateCallback
+    if name == "HuggingFaceCallback":
+        from scheduler.jobkit.huggingface import HuggingFaceCallback
+
+        return HuggingFaceCallback
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
