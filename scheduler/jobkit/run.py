@@ -40,7 +40,7 @@ class JobConfig:
     lr_scaling: str = "adascale"  # adascale | linear | sqrt | none: the learning rate at another batch size
     base_batch: int | None = None  # the batch the learning rate is tuned for; default: the first run's batch
     max_micro_batch: int | None = None  # larger local batches are accumulated in micro-batches of at most this
-    stats_every: int = 10  # measure the gradient statistics every this many steps (0: never)
+    stats_every: int = 20  # measure the gradient statistics every this many steps (0: never; see gradients.py)
     stats_smoothing: float = 0.9  # weight of the past in their moving averages
     checkpoint_every_s: float = 30.0  # a crash loses at most this much training
     progress_every_s: float = 0.5
@@ -73,7 +73,7 @@ class Run:
         self.config = config or JobConfig()
         self.env = env or read_env()
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
-        self.batch_size = batch_size or self.env.batch_size or 0
+        self.batch_size = self.env.batch_size or batch_size or 0  # the scheduler's batch, else the default
         if self.batch_size < 1:
             from common.errors import InputError
 
@@ -190,6 +190,9 @@ class Run:
             out[mask] = self._perms[key][positions[mask] % num_examples]
         return out
 
+    def _params(self) -> list[Any]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
     def _measuring(self) -> bool:
         every = self.config.stats_every
         return bool(every) and self.counters.step % every == 0 and self.local_batch >= 2
@@ -203,19 +206,18 @@ class Run:
         pieces = [x.tensor_split(chunks) if hasattr(x, "tensor_split") else [x] * chunks for x in batch]
         size = batch[0].shape[0]
         self.optimizer.zero_grad(set_to_none=True)
-        params = [p for p in self.model.parameters() if p.requires_grad]
         total = None
-        with self.cap.first_step():
+        with self.cap.first_step() if not self.cap.checked else contextlib.nullcontext():
             for i in range(chunks):
                 chunk = [piece[i] for piece in pieces]
                 n = chunk[0].shape[0]
                 sync = i == chunks - 1 or not hasattr(self.model, "no_sync")
                 with contextlib.nullcontext() if sync else self.model.no_sync():
                     loss = loss_fn(*chunk)
-                    (loss * (n / size)).backward()
-                total = loss.detach() * (n / size) + (0 if total is None else total)
+                    (loss * (n / size) if chunks > 1 else loss).backward()
+                total = loss.detach() if chunks == 1 else loss.detach() * (n / size) + (0 if total is None else total)
                 if i == 0 and measuring and chunks > 1:  # the small gradient: one micro-batch, this replica
-                    self._pending = (_sqnorm(params) * (size / n) ** 2, n)
+                    self._pending = (_sqnorm(self._params()) * (size / n) ** 2, n)
         self._loss = total
         return total
 
@@ -223,17 +225,18 @@ class Run:
         """Scale the learning rate, step the optimizer (and LR scheduler); count, report, checkpoint."""
         small = self._agree()
         if small is not None:
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            self.noise.update(small[0], small[1], float(_sqnorm(params)), self.local_batch * self.world_size)
+            self.noise.update(small[0], small[1], float(_sqnorm(self._params())), self.local_batch * self.world_size)
         factor = lr_factor(self.config.lr_scaling, self.batch_size, self.base_batch, self.noise)
         groups = self.optimizer.param_groups
         unscaled = [g["lr"] for g in groups]
-        for g, lr in zip(groups, unscaled):
-            g["lr"] = lr * factor
+        if factor != 1.0:
+            for g, lr in zip(groups, unscaled):
+                g["lr"] = lr * factor
         self.lr = float(groups[0]["lr"])
         self.optimizer.step()
-        for g, lr in zip(groups, unscaled):  # the LR scheduler sees (and sets) the unscaled rate
-            g["lr"] = lr
+        if factor != 1.0:
+            for g, lr in zip(groups, unscaled):  # the LR scheduler sees (and sets) the unscaled rate
+                g["lr"] = lr
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
         self.cap.check(self.model, self.optimizer)  # on the CPU: the first step's memory against the limit

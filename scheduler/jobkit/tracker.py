@@ -27,7 +27,7 @@ class Tracker:
 
         self.config = config or JobConfig()
         self.env = env or read_env()
-        self.batch_size = batch_size or self.env.batch_size or 0
+        self.batch_size = self.env.batch_size or batch_size or 0  # the scheduler's batch, else the default
         self.counters = progress.Counters()
         self.noise = GradientNoise(smoothing=self.config.stats_smoothing)
         self.base_batch = self.config.base_batch or self.batch_size
