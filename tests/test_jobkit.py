@@ -122,7 +122,7 @@ def test_batch_indices_stream_on_by_samples_whatever_the_batch(tmp_path: Path) -
                      batch_size=batch, config=JobConfig(log_every=0))
         while run.running():
             seen += run.batch_indices(10).tolist()
-            run.backward(lambda xb: run.model(xb).sum() * 0, torch.zeros(batch, 8))
+            run.backward(lambda xb: model(xb).sum() * 0, torch.zeros(batch, 8))
             run.step()
         run.close()
     first, second = seen[:10], seen[10:20]
@@ -138,7 +138,8 @@ def test_accumulation_leaves_the_mean_gradient_of_the_batch() -> None:
         model = _mlp()
         run = attach(model, torch.optim.SGD(model.parameters(), lr=0.0), env=JobEnv(), batch_size=40,
                      config=JobConfig(max_micro_batch=micro, log_every=0))
-        run.backward(lambda xb, yb: torch.nn.functional.cross_entropy(run.model(xb), yb), x[:40], y[:40])
+        net = model  # one replica: the model itself
+        run.backward(lambda xb, yb, net=net: torch.nn.functional.cross_entropy(net(xb), yb), x[:40], y[:40])
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
         assert run.accum_steps == (1 if micro is None else 6) and run.local_batch == 40
         run.close()

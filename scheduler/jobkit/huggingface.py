@@ -71,8 +71,15 @@ class HuggingFaceCallback(TrainerCallback):
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
                               **kwargs: Any) -> None:
-        measured = self.tracker._small is not None
-        big = squared_norm(model.parameters()) if measured else None
+        small = self.tracker.pending_small
+        big = squared_norm(model.parameters()) if small is not None else None
+        if small is not None and args.world_size > 1:  # one gain on every replica: average the small norms
+            import torch
+            import torch.distributed as dist
+
+            mean = torch.tensor(small[0], device=next(model.parameters()).device)
+            dist.all_reduce(mean)
+            self.tracker.small_gradient(float(mean) / args.world_size, small[1])
         self.tracker.before_optimizer(optimizer, big, self.tracker.local_batch * args.world_size)
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, optimizer: Any = None, **kwargs: Any) -> None:

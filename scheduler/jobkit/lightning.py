@@ -64,13 +64,13 @@ class ColocateCallback(pl.Callback):
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
         self._micro = 0
-        big = squared_norm(pl_module.parameters()) if self.tracker._small is not None else None
-        if big is not None and trainer.world_size > 1:  # one gain on every replica: average the small norms
+        small = self.tracker.pending_small
+        big = squared_norm(pl_module.parameters()) if small is not None else None
+        if small is not None and trainer.world_size > 1:  # one gain on every replica: average the small norms
             import torch
 
-            small = trainer.strategy.reduce(torch.tensor(self.tracker._small[0], device=pl_module.device),
-                                            reduce_op="mean")
-            self.tracker._small = (float(small), self.tracker._small[1])
+            mean = trainer.strategy.reduce(torch.tensor(small[0], device=pl_module.device), reduce_op="mean")
+            self.tracker.small_gradient(float(mean), small[1])
         self.tracker.before_optimizer(optimizer, big, self.tracker.local_batch * trainer.world_size)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,

@@ -75,6 +75,11 @@ class Tracker:
         every = self.config.stats_every
         return bool(every) and self.counters.step % every == 0
 
+    @property
+    def pending_small(self) -> tuple[float, int] | None:
+        """This step's small gradient (|g|², examples) when one was measured."""
+        return self._small
+
     def small_gradient(self, sqr: float, batch: int) -> None:
         """|g|² of the first micro-batch of this step (one replica, before any all-reduce), of ``batch`` examples."""
         self._small = (sqr, batch)
