@@ -192,4 +192,4 @@ def test_the_trainer_under_torchrun_trains_data_parallel_and_measures_the_noise(
     record = json.loads((tmp_path / "p.json").read_text())
     assert (record["state"], record["step"], record["samples"], record["local_batch"]) == ("finished", 12, 192, 8)
     assert record["lr"] == pytest.approx(0.01) and math.isfinite(record.get("grad_var", 0.0))
-    assert torch.load(tmp_path / "c.pt", weights_only=True)["noise"]["updates"] == 1  # step 0 (every 20)
+    assert torch.load(tmp_path / "c.pt", weights_only=True)["noise"]["updates"] == 2  # steps 0 and 10

@@ -40,7 +40,8 @@ class JobConfig:
     lr_scaling: str = "adascale"  # adascale | linear | sqrt | none: the learning rate at another batch size
     base_batch: int | None = None  # the batch the learning rate is tuned for; default: the first run's batch
     max_micro_batch: int | None = None  # larger local batches are accumulated in micro-batches of at most this
-    stats_every: int = 20  # measure the gradient statistics every this many steps (0: never; see gradients.py)
+    stats_every: int = 10  # measure the gradient statistics at most every this many steps (0: never)
+    stats_budget: float = 0.01  # and no more often than keeps their cost within this share of the training time
     stats_smoothing: float = 0.9  # weight of the past in their moving averages
     checkpoint_every_s: float = 30.0  # a crash loses at most this much training
     progress_every_s: float = 0.5
@@ -57,6 +58,9 @@ class JobConfig:
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise InputError(f"{value!r} is not a positive integer", source="JobConfig", field=name,
                                  valid="an integer ≥ 1, or None")
+        if not 0 < self.stats_budget <= 1:
+            raise InputError(f"{self.stats_budget!r} is not in (0, 1]", source="JobConfig", field="stats_budget",
+                             valid="a share of the training time in (0, 1]")
         if not 0 <= self.stats_smoothing < 1:
             raise InputError(f"{self.stats_smoothing!r} is not in [0, 1)", source="JobConfig",
                              field="stats_smoothing", valid="a number in [0, 1)")
@@ -103,6 +107,10 @@ class Run:
         self._loss: Any = None
         self._last = {"progress": self.counters.start, "checkpoint": self.counters.start}
         self._perms: dict[tuple[int, int, int], Any] = {}
+        self._measured = False
+        # the step that last measured (-1: none yet in this process), when the last step ended, the moving
+        # averages of a plain and of a measuring step's wall time
+        self._timing: dict[str, float] = {"last": -1, "since": time.perf_counter(), "plain": 0.0, "measured": 0.0}
         self.closed = False
         if self.reporter:
             self._write("running")
@@ -194,14 +202,37 @@ class Run:
         return [p for p in self.model.parameters() if p.requires_grad]
 
     def _measuring(self) -> bool:
+        """Whether this step measures the gradient statistics: the first step does; then at least
+        ``stats_every`` steps apart, and as far apart as keeps their extra time (a split batch costs a small
+        model nearly a second step) within ``stats_budget`` of the training time, timed as the run goes (on one
+        replica; data-parallel replicas measure every ``stats_every`` steps, so that they all measure together)."""
         every = self.config.stats_every
-        return bool(every) and self.counters.step % every == 0 and self.local_batch >= 2
+        if not every or self.local_batch < 2:
+            return False
+        gap = self.counters.step - self._timing["last"]
+        if self._timing["last"] < 0:
+            return True
+        plain, measured = self._timing["plain"], self._timing["measured"]
+        if plain <= 0 or self.world_size > 1:  # replicas time differently: a cadence all of them agree on
+            return gap >= every
+        return gap >= max(every, (measured - plain) / (self.config.stats_budget * plain))
+
+    def _time_step(self, measured: bool) -> None:
+        """Moving averages of a plain and a measuring step's wall time (the cadence of _measuring)."""
+        now = time.perf_counter()
+        spent, self._timing["since"] = now - self._timing["since"], now
+        key = "measured" if measured else "plain"
+        if measured:
+            self._timing["last"] = self.counters.step
+        previous = self._timing[key]
+        self._timing[key] = spent if previous <= 0 else 0.8 * previous + 0.2 * spent
 
     def backward(self, loss_fn: Callable[..., Any], *batch: Any) -> Any:
         """Forward and backward over this replica's ``batch`` (tensors split along their first dimension) in
         micro-batches: ``loss_fn(*micro_batch)`` returns the mean loss of a micro-batch. Leaves the mean gradient
         of the global batch in the parameters' ``.grad``; returns the mean loss (a detached tensor)."""
         measuring = self._measuring()
+        self._measured = measuring
         chunks = max(self.accum_steps, 2 if measuring else 1)
         pieces = [x.tensor_split(chunks) if hasattr(x, "tensor_split") else [x] * chunks for x in batch]
         size = batch[0].shape[0]
@@ -241,6 +272,10 @@ class Run:
             self.lr_scheduler.step()
         self.cap.check(self.model, self.optimizer)  # on the CPU: the first step's memory against the limit
         self.counters.advance(self.local_batch * self.world_size)
+        if self.counters.step - self.counters.restored_step > 1:  # the first step (warm-up) times nothing
+            self._time_step(self._measured)
+        else:
+            self._timing["since"] = time.perf_counter()
         self._after_step()
 
     def _agree(self) -> tuple[float, int] | None:
