@@ -56,7 +56,8 @@ def train_digits(seed: int, samples: int, schedule: list[tuple[float, int]], sca
         optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
         env = JobEnv(job="digits", checkpoint=ckpt, target_samples=until)
         with attach(model, optimizer, env=env, batch_size=batch,
-                    config=JobConfig(lr_scaling=scaling, base_batch=32, stats_every=1, log_every=0)) as run:
+                    config=JobConfig(lr_scaling=scaling, base_batch=32, stats_every=1, stats_budget=1.0,
+                                     log_every=0)) as run:
             while run.running():
                 idx = run.batch_indices(len(xt), seed=seed)
                 run.backward(lambda xb, yb: loss_fn(run.model(xb), yb), xt[idx], yt[idx])

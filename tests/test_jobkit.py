@@ -99,7 +99,7 @@ def _train(env: JobEnv, batch: int, config: JobConfig, *, stop_after: int | None
 def test_a_run_reports_checkpoints_and_resumes_at_another_batch_size(tmp_path: Path) -> None:
     progress, ckpt = tmp_path / "progress.json", tmp_path / "ckpt.pt"
     env = JobEnv(job="t", progress_file=progress, checkpoint=ckpt, target_samples=960)
-    config = JobConfig(stats_every=1, log_every=0)
+    config = JobConfig(stats_every=1, stats_budget=1.0, log_every=0)
     assert _train(env, 16, config, stop_after=20) == "stopped"
     first = json.loads(progress.read_text())
     assert (first["state"], first["step"], first["samples"], first["batch_size"]) == ("stopped", 20, 320, 16)

@@ -89,3 +89,21 @@ def test_hugging_face_stops_at_its_target_and_resumes_at_another_batch(tmp_path:
     second = _hf_run(tmp_path, 8, 5)
     assert (second["state"], second["restored_step"], second["step"], second["samples"]) == ("finished", 3, 5, 28)
     assert 1e-3 <= second["lr"] <= 2e-3
+
+
+def test_a_job_resized_twice_reaches_the_unresized_validation_loss_at_equal_samples(tmp_path: Path) -> None:
+    """scripts/bench_jobkit.py resize, one seed: batch 32 -> 128 -> 64 with AdaScale against batch 32 throughout.
+    The tolerance is two standard deviations of five unresized seeds (results/BENCHMARKS.md, "Job library"):
+    validation loss 0.02, accuracy 0.015."""
+    pytest.importorskip("sklearn")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_jobkit", Path(__file__).resolve().parents[1] / "scripts" /
+                                                  "bench_jobkit.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    torch.set_num_threads(1)
+    plain = bench.train_digits(0, 24000, [(0.0, 32)], "adascale", tmp_path)
+    resized = bench.train_digits(0, 24000, [(0.0, 32), (1 / 3, 128), (2 / 3, 64)], "adascale", tmp_path)
+    assert abs(resized[0] - plain[0]) <= 0.02 and abs(resized[1] - plain[1]) <= 0.015, (plain, resized)

@@ -41,7 +41,7 @@ class JobConfig:
     base_batch: int | None = None  # the batch the learning rate is tuned for; default: the first run's batch
     max_micro_batch: int | None = None  # larger local batches are accumulated in micro-batches of at most this
     stats_every: int = 10  # measure the gradient statistics at most every this many steps (0: never)
-    stats_budget: float = 0.01  # and no more often than keeps their cost within this share of the training time
+    stats_budget: float = 0.01  # and no more often than keeps their cost within this share of the time (1: any)
     stats_smoothing: float = 0.9  # weight of the past in their moving averages
     checkpoint_every_s: float = 30.0  # a crash loses at most this much training
     progress_every_s: float = 0.5
@@ -213,7 +213,8 @@ class Run:
         if self._timing["last"] < 0:
             return True
         plain, measured = self._timing["plain"], self._timing["measured"]
-        if plain <= 0 or self.world_size > 1:  # replicas time differently: a cadence all of them agree on
+        # replicas time differently: a cadence all of them agree on; a budget of 1 is no budget (reproducible)
+        if plain <= 0 or self.world_size > 1 or self.config.stats_budget >= 1:
             return gap >= every
         return gap >= max(every, (measured - plain) / (self.config.stats_budget * plain))
 
@@ -222,8 +223,6 @@ class Run:
         now = time.perf_counter()
         spent, self._timing["since"] = now - self._timing["since"], now
         key = "measured" if measured else "plain"
-        if measured:
-            self._timing["last"] = self.counters.step
         previous = self._timing[key]
         self._timing[key] = spent if previous <= 0 else 0.8 * previous + 0.2 * spent
 
@@ -233,6 +232,8 @@ class Run:
         of the global batch in the parameters' ``.grad``; returns the mean loss (a detached tensor)."""
         measuring = self._measuring()
         self._measured = measuring
+        if measuring:
+            self._timing["last"] = self.counters.step
         chunks = max(self.accum_steps, 2 if measuring else 1)
         pieces = [x.tensor_split(chunks) if hasattr(x, "tensor_split") else [x] * chunks for x in batch]
         size = batch[0].shape[0]
