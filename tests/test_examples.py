@@ -43,3 +43,30 @@ def test_an_example_trains_to_its_target_under_serve(example: str, tmp_path: Pat
     finally:
         server.stop()
         kill_groups(state)
+
+
+@pytest.mark.parametrize("example", ["plain", "lightning", "huggingface"])
+def test_an_example_stopped_by_sigterm_checkpoints_says_stopped_and_exits_0(example: str, tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import time
+
+    for module in NEEDS[example]:
+        pytest.importorskip(module)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLOCATE_CHECKPOINT": str(tmp_path / "c.pt"),
+           "COLOCATE_PROGRESS_FILE": str(tmp_path / "p.json"), "COLOCATE_TARGET_SAMPLES": "10000000",
+           "COLOCATE_BATCH_SIZE": "32", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, str(REPO / "examples" / example / "train.py")], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    progress = tmp_path / "p.json"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        if progress.exists() and json.loads(progress.read_text()).get("step", 0) >= 3:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, out[-3000:]
+    record = json.loads(progress.read_text())
+    assert record["state"] == "stopped" and record["step"] >= 3, record
+    assert (tmp_path / "c.pt").exists() or list(tmp_path.glob("c.pt.hf/checkpoint-*/colocate.json"))
