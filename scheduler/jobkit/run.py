@@ -235,7 +235,8 @@ class Run:
         if measuring:
             self._timing["last"] = self.counters.step
         chunks = max(self.accum_steps, 2 if measuring else 1)
-        pieces = [x.tensor_split(chunks) if hasattr(x, "tensor_split") else [x] * chunks for x in batch]
+        pieces = [x.tensor_split(chunks) if chunks > 1 and hasattr(x, "tensor_split") else [x] * chunks
+                  for x in batch]
         size = batch[0].shape[0]
         self.optimizer.zero_grad(set_to_none=True)
         total = None
