@@ -336,9 +336,6 @@ def main(argv: list[str] | None = None) -> int:
     return supervise(json.loads(Path(args[0]).read_text()))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
 
 def group_files(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """What each job of a group has written: ``{name: {"progress", "exit", "oom", "problem"}}`` — each record read
@@ -387,3 +384,7 @@ def _signal_process(pid: int, signum: int) -> None:
         os.kill(pid, signum)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
