@@ -1,0 +1,112 @@
+"""Live goodput in serve: the gradient statistics jobs report are stored per job (the ``gradients`` table, added to
+an existing database by a writer), smoothed once per report, set aside when damaged, and shown by ``jobs --json``
+and ``learned``. The live test (slow) runs serve on the local backend with two jobs of known noise scales."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from colocate.cli import app
+from scheduler.service import settle
+from scheduler.service.front.client import check_state
+from scheduler.service.jobs.jobspec import job_from_dict
+from scheduler.service.state.store import StateStore
+
+REPO = Path(__file__).resolve().parents[1]
+JOB = {"name": "a", "command": "true", "application": "mine", "samples": 10_000, "batch_size": 32,
+       "min_batch_size": 16, "max_batch_size": 512, "adaptive": True}
+
+
+def _store(tmp_path: Path) -> StateStore:
+    state = StateStore(tmp_path / "state")
+    state.submit(job_from_dict(JOB))
+    return state
+
+
+def _fold(state: StateStore, progress: dict) -> None:
+    row = state.job("a")
+    assert row is not None
+    with state.transaction() as db:
+        settle.fold_progress(db, row, {"step": 0, "samples": 0, "restored_step": 0, "elapsed_s": 0.0, **progress},
+                             {"a": row})
+
+
+def test_reports_are_stored_smoothed_once_each(tmp_path: Path) -> None:
+    state = _store(tmp_path)
+    _fold(state, {"step": 5})  # no statistics yet: nothing stored
+    assert state.gradients() == {}
+    _fold(state, {"step": 10, "grad_sqr": 2.0, "grad_var": 20.0, "lr": 0.1})
+    _fold(state, {"step": 10, "grad_sqr": 9.0, "grad_var": 9.0, "lr": 0.1})  # the same report polled again
+    _fold(state, {"step": 20, "grad_sqr": 4.0, "grad_var": 40.0, "lr": 0.2})
+    row = state.gradients()["a"]
+    assert (row["grad_sqr"], row["grad_var"], row["lr"], row["reports"], row["step"]) == (3.0, 30.0, 0.2, 2, 20)
+
+
+def test_jobs_json_and_learned_show_the_measured_statistics(tmp_path: Path) -> None:
+    state = _store(tmp_path)
+    with state.transaction() as db:
+        db.update_job("a", batch_size=128)
+    _fold(state, {"step": 10, "grad_sqr": 2.0, "grad_var": 128.0, "lr": 0.05})
+    runner = CliRunner()
+    out = runner.invoke(app, ["jobs", "--state", str(state.dir), "--json"])
+    assert out.exit_code == 0, out.output
+    view = json.loads(out.output)
+    job = view["jobs"][0]
+    # B_noise = 128 / 2 = 64; M0 = 32 (the job file's batch); at M = 128: (64 + 32) / (64 + 128) = 0.5
+    assert (job["grad_sqr"], job["grad_var"], job["noise_scale"], job["lr"], job["efficiency"]) == (
+        2.0, 128.0, 64.0, 0.05, 0.5)
+    assert view["learned"]["gradients"][0]["noise_scale"] == 64.0
+    shown = runner.invoke(app, ["learned", "--state", str(state.dir)])
+    assert shown.exit_code == 0 and "noise scale" in shown.output and "0.5" in shown.output
+
+
+def test_a_database_written_before_the_table_is_migrated_by_a_writer(tmp_path: Path) -> None:
+    state = _store(tmp_path)
+    path = state.path
+    state.close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE gradients")  # what a state directory of the previous version holds
+    conn.commit()
+    conn.close()
+    reader = StateStore(tmp_path / "state", create=False, readonly=True)
+    assert reader.gradients() == {} and reader.jobs()[0].name == "a"  # read-only: reads as none, changes nothing
+    assert check_state(tmp_path / "state")["set_aside"] == []
+    reader.close()
+    writer = StateStore(tmp_path / "state")
+    _fold(writer, {"step": 3, "grad_sqr": 1.0, "grad_var": 5.0})
+    assert writer.gradients()["a"]["grad_var"] == 5.0
+
+
+def test_a_damaged_gradients_row_is_set_aside_and_starts_over(tmp_path: Path) -> None:
+    state = _store(tmp_path)
+    _fold(state, {"step": 3, "grad_sqr": 1.0, "grad_var": 5.0})
+    with state.transaction() as db:
+        db.execute("UPDATE gradients SET grad_var = -1 WHERE job = 'a'")
+    assert state.gradients() == {}
+    assert any(t == "gradients" and "grad_var" in p for (t, _), p in state.set_aside.items())
+    _fold(state, {"step": 4, "grad_sqr": 1.0, "grad_var": 7.0})  # the next report starts the statistics over
+    assert state.gradients()["a"]["grad_var"] == 7.0 and state.gradients()["a"]["reports"] == 1
+
+
+def test_the_noise_job_follows_the_contract_and_reports_its_noise_scale(tmp_path: Path) -> None:
+    """scripts/noise_job.py (the benchmark's job): its progress passes check_progress with the contract's fields."""
+    import os
+    import subprocess
+
+    from scheduler.executor.job_files import read_progress
+
+    progress = tmp_path / "progress.json"
+    env = {**os.environ, "COLOCATE_CHECKPOINT": str(tmp_path / "ckpt"), "COLOCATE_PROGRESS_FILE": str(progress),
+           "COLOCATE_TARGET_SAMPLES": "500", "COLOCATE_BATCH_SIZE": "64", "COLOCATE_TARGET_STEPS": ""}
+    subprocess.run([sys.executable, str(REPO / "scripts" / "noise_job.py"), "--noise", "64", "--base-batch", "32",
+                    "--step-s", "0.001", "--per-sample-s", "0"], env=env, check=True, timeout=60)
+    record = read_progress(progress)
+    assert record is not None and record["state"] == "finished" and record["samples"] >= 500
+    assert record["grad_var"] / record["grad_sqr"] == pytest.approx(64.0)
+    assert record["lr"] == pytest.approx(0.1 * 64 / 32)
