@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from scheduler.learning import gradient_noise as gn
 from scheduler.learning.online import LearnedGoodputModel
-from scheduler.model.efficiency import GnsCurve, ValidationCurves
+from scheduler.model.efficiency import GnsCurve, ValidationCurves, statistical_efficiency
 from scheduler.model.jobs import Job
 
 noise = st.floats(min_value=1e-3, max_value=1e6)
@@ -49,7 +49,7 @@ def test_efficiency_rises_with_the_noise_scale(b: float, more: float, m0: int, e
 def test_efficiency_is_pollux_form_with_known_numbers() -> None:
     # B = 64, M0 = 32: E(128) = 96 / 192 = 0.5; E(32) = 1; E(16) = 1 (capped)
     assert float(gn.efficiency(128, 32, 64.0)) == pytest.approx(0.5)
-    assert list(gn.efficiency(np.array([16, 32]), 32, 64.0)) == [1.0, 1.0]
+    assert [gn.efficiency(m, 32, 64.0) for m in (16, 32)] == [1.0, 1.0]
     assert float(gn.efficiency(10**6, 32, math.inf)) == 1.0  # |G|² = 0: pure noise, every batch as efficient
     assert gn.noise_scale(0.0, 3.0) == math.inf and gn.noise_scale(2.0, 6.0) == 3.0
 
@@ -66,8 +66,9 @@ def test_the_contracts_per_example_variance_converts_to_sias_variance_at_m0(
     m = np.array(sorted({m0 + b for b in batches}), dtype=float)
     grid = np.array([m0, m[-1] + 1.0])
     sia = ValidationCurves("app", grid, np.array([0.0]), np.full((1, 2), sqr), np.full((1, 2), var))
-    np.testing.assert_allclose(sia.efficiency_at_epoch(0, m), gn.efficiency(m, m0, gn.noise_scale(sqr, trace)),
-                               rtol=1e-9)
+    ours = [gn.efficiency(x, m0, gn.noise_scale(sqr, trace)) for x in m]
+    np.testing.assert_allclose(sia.efficiency_at_epoch(0, m), ours, rtol=1e-9)
+    np.testing.assert_allclose(statistical_efficiency(m, m0, gn.noise_scale(sqr, trace)), ours, rtol=1e-12)
 
 
 def test_reports_are_smoothed_once_each_with_the_latest_learning_rate() -> None:
@@ -130,7 +131,7 @@ def test_a_profiled_jobs_curve_gives_way_to_its_measurements() -> None:
             return batch_size / (0.01 + 0.0001 * batch_size)
 
         def efficiency(self, job, batch_size):
-            return gn.efficiency(batch_size, 32, 1e6)
+            return statistical_efficiency(batch_size, 32, 1e6)
 
         def grid_efficiency(self, job):
             grid = np.array([32.0, 64.0, 128.0, 256.0, 512.0, 1024.0])

@@ -110,3 +110,45 @@ def test_the_noise_job_follows_the_contract_and_reports_its_noise_scale(tmp_path
     assert record is not None and record["state"] == "finished" and record["samples"] >= 500
     assert record["grad_var"] / record["grad_sqr"] == pytest.approx(64.0)
     assert record["lr"] == pytest.approx(0.1 * 64 / 32)
+
+
+@pytest.mark.slow
+def test_serve_gives_a_small_noise_scale_a_small_batch_and_a_large_one_a_large_batch(tmp_path: Path) -> None:
+    """Live, local backend: two adaptive jobs alike but for their reported noise scale (8 and 8192) start at the
+    throughput-best batch; once they report, serve moves the low-noise one to a small batch (goodput), not the other."""
+    from dataclasses import replace
+
+    from scheduler.executor.registry import make_executor
+    from scheduler.model.cluster import cluster_from_dict
+    from scheduler.service.config import LIVE_ILP, ServeConfig
+    from scheduler.service.server import Server
+    from tests.serve_helpers import kill_groups, wait_until
+
+    state = StateStore(tmp_path / "state")
+    cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 2, "memory_gb": 16}}})
+    config = ServeConfig(round_s=0.5, device="cpu", stop_grace_s=10, ilp=replace(LIVE_ILP, restart_cost_s=1.0))
+    server = Server(state, cluster, make_executor("local"), config)
+    server.acquire()
+    job = REPO / "scripts" / "noise_job.py"
+    for b in (8, 8192):
+        state.submit(job_from_dict({
+            "name": f"n{b}", "command": f"exec {sys.executable} {job} --noise {b} --base-batch 32",
+            "application": f"noise{b}", "samples": 10**9, "batch_size": 32, "min_batch_size": 16,
+            "max_batch_size": 1024, "adaptive": True, "max_gpus": 1}))
+
+    def settled() -> bool:
+        server.round()
+        rows = {r.name: r for r in state.jobs()}
+        return (set(state.gradients()) == {"n8", "n8192"} and rows["n8"].state == "running"
+                and (rows["n8"].batch_size or 0) <= 64)
+
+    try:
+        wait_until(settled, 240, "the low-noise job to run at a small batch")
+        rows = {r.name: r for r in state.jobs()}
+        assert rows["n8192"].batch_size == 1024  # its efficiency at 1024 is 0.89: throughput wins
+        assert any(e["kind"] == "resized" for e in state.events("n8"))  # it started larger, then was resized
+        view = {j["name"]: j for j in json.loads(CliRunner().invoke(app, ["jobs", "--state", str(state.dir),
+                                                                           "--json"]).output)["jobs"]}
+        assert view["n8"]["noise_scale"] == 8.0 and view["n8192"]["noise_scale"] == 8192.0
+    finally:
+        kill_groups(state.dir)

@@ -25,6 +25,9 @@ steadier than an average of noisy ratios, as Pollux does), a running mean over t
 :data:`FULL_WEIGHT_REPORTS` reports, then an exponential average of weight :data:`SMOOTHING` (the statistics
 drift as training goes on: late reports must count). A report is folded once: a poll that finds the same step
 again folds nothing.
+
+No numpy here: ``colocate jobs --json`` shows these figures and imports nothing heavy (:func:`efficiency` is
+:func:`scheduler.model.efficiency.statistical_efficiency` for one batch; the tests check they agree).
 """
 
 from __future__ import annotations
@@ -33,10 +36,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
-
-from scheduler.model.efficiency import statistical_efficiency
 
 SMOOTHING = 0.25  # weight of a new report once FULL_WEIGHT_REPORTS have been folded
 FULL_WEIGHT_REPORTS = 4
@@ -57,7 +56,7 @@ class GradientStats:
         """B_noise = tr Σ / |G|² (∞ when |G|² = 0: nothing but noise, every batch size is as efficient)."""
         return noise_scale(self.grad_sqr, self.grad_var)
 
-    def efficiency(self, batch_size: "np.ndarray | float", base_batch: int) -> "np.ndarray":
+    def efficiency(self, batch_size: float, base_batch: int) -> float:
         """E(M) at each global batch ``batch_size`` for a job whose base batch is ``base_batch`` (module docstring)."""
         return efficiency(batch_size, base_batch, self.noise_scale)
 
@@ -71,9 +70,12 @@ def noise_scale(grad_sqr: float, grad_var: float) -> float:
     return grad_var / grad_sqr if grad_sqr > 0 else math.inf
 
 
-def efficiency(batch_size: "np.ndarray | float", base_batch: int, noise: float) -> "np.ndarray":
-    """E(M) = (B + M0) / (B + M), capped at 1 (M ≤ M0), for noise scale B = ``noise`` and M0 = ``base_batch``."""
-    return statistical_efficiency(batch_size, base_batch, noise)
+def efficiency(batch_size: float, base_batch: int, noise: float) -> float:
+    """E(M) = (B + M0) / (B + M), capped at 1 (M ≤ M0), for noise scale B = ``noise`` and M0 = ``base_batch``
+    (B = ∞: 1 at every batch)."""
+    if not math.isfinite(noise):
+        return 1.0
+    return min((noise + base_batch) / (noise + float(batch_size)), 1.0)
 
 
 def variance_at_base(grad_var: float, base_batch: int) -> float:
