@@ -180,10 +180,11 @@ class LearnedGoodputModel(GoodputModelBase):
         return float(np.asarray(efficiency).reshape(-1)[0]) if efficiency is not None else 1.0
 
     def _candidates(self, spec: JobLimits | None, job: Job) -> list[int]:
-        """The batches :meth:`estimate` chooses among: the profile's grid for a profiled job (the batches its
-        arrays choose among), else :func:`batch_candidates`."""
+        """The batches :meth:`estimate` chooses among: for a profiled job with measured gradient statistics the
+        profile's grid (what its arrays would choose among: :meth:`estimate_arrays` comes here for it), else
+        :func:`batch_candidates`."""
         known = self.base.applications if self.base is not None else None
-        if self.base is not None and known is not None and job.application in known:
+        if self.base is not None and known is not None and job.application in known and job.name in self.gradients:
             grid = self.base.grid_efficiency(job)
             if grid is not None:
                 return [int(b) for b in grid[0]]
