@@ -83,6 +83,21 @@ def test_a_database_written_before_the_table_is_migrated_by_a_writer(tmp_path: P
     assert writer.gradients()["a"]["grad_var"] == 5.0
 
 
+def test_a_gradients_table_of_another_layout_is_refused_at_start_up(tmp_path: Path) -> None:
+    from common.errors import InputError
+
+    state = _store(tmp_path)
+    path = state.path
+    state.close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE gradients")
+    conn.execute("CREATE TABLE gradients (job TEXT PRIMARY KEY, noise REAL)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(InputError, match="table 'gradients' lacks column 'grad_sqr'"):
+        StateStore(tmp_path / "state")
+
+
 def test_a_damaged_gradients_row_is_set_aside_and_starts_over(tmp_path: Path) -> None:
     state = _store(tmp_path)
     _fold(state, {"step": 3, "grad_sqr": 1.0, "grad_var": 5.0})
