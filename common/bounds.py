@@ -25,6 +25,9 @@ MAX_SAMPLES = 10**12  # a job's target samples
 # What a running job may report (its progress file): a step trains at least one sample and at most one batch.
 MAX_PROGRESS_STEPS = MAX_SAMPLES
 MAX_PROGRESS_SAMPLES = MAX_STEPS * MAX_BATCH
+# its gradient statistics: a squared norm or a variance trace no training that still learns reaches; a learning rate
+MAX_GRADIENT_STAT = 1e30
+MAX_LR = 1e6
 MAX_EPOCH_S = 1e10  # a wall-clock time stamp (seconds since 1970; the year 2286)
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from scheduler.executor.base import Executor, GroupPoll
 from scheduler.executor.job_files import checked_files
+from scheduler.learning import gradient_noise
 from scheduler.learning.measured import learned_ratios
 from scheduler.learning.online import LearnedGoodputModel, policy_table, round_job_types
 from scheduler.model.cluster import Cluster
@@ -268,9 +269,10 @@ class Server:
     def learned(self, rows: list[JobRow]) -> tuple[LearnedGoodputModel, ColocationTable | None, list[dict[str, Any]]]:
         """The goodput model and colocation table of this round, measurements on top of the priors (the table
         carries the pairs' measured ratios too, for the slowdown bounds: :func:`contract.measured_table`), and the
-        measurements they came from."""
+        measurements they came from. Jobs that report gradient statistics get the efficiency they measure."""
         measurements = self.state.measurements()
-        model = LearnedGoodputModel(measurements, {r.name: r.spec for r in rows}, base=self.profiles)
+        gradients = {job: gradient_noise.from_row(r) for job, r in self.state.gradients().items()}
+        model = LearnedGoodputModel(measurements, {r.name: r.spec for r in rows}, base=self.profiles, gradients=gradients)
         active = [r for r in rows if r.state in (QUEUED, RUNNING)]
         types = round_job_types(self.cluster.type_names, [(r.spec.app, r.batch_size) for r in active])
         # unknown pairs are explored only while the jobs ask for the whole cluster (scheduler.learning.explore)

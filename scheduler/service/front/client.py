@@ -89,6 +89,7 @@ def check_state(state_dir: str | Path) -> dict[str, Any]:
                              field="--state", valid="a copy that passes; see docs/hardening.md")
         rows = store.jobs()
         groups, measurements, events = store.groups(), store.measurements(), store.events()
+        store.gradients()  # its damaged rows are set aside too
         store.check_meta()
         return {"path": str(store.path), "schema_version": store.meta("schema_version"),
                 "jobs": dict(Counter(r.state for r in rows)), "groups": len(groups),
