@@ -21,12 +21,14 @@ tried again after a backoff (:class:`StartRetries`), not every round.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from common.owners import REFUSE, RUN_SELF, Owner, may_run_as
 from scheduler.executor.command import RunSettings, job_argv
 from scheduler.executor.plan import GpuGroup, build_plan, job_environment
 from scheduler.executor.supervise import CHECKPOINT_FILE, OOM_FILE, PROGRESS_FILE
@@ -58,12 +60,32 @@ def build_group(unit: "Unit", rows: dict[str, "JobRow"], config: "ServeConfig") 
     return replace(group, jobs=jobs)
 
 
+def run_as(owner_uid: int | None, users: str) -> Owner | None:
+    """The user a job of ``owner_uid`` runs as, by the rule of :func:`common.owners.may_run_as` (``users``: serve's
+    ``--users``): None for the server itself (an owner unknown is the server's own user, as before owners were
+    recorded); a refused job raises (its start fails with the reason)."""
+    if owner_uid is None:
+        return None
+    decision = may_run_as(os.getuid(), owner_uid, users)
+    if decision.kind == REFUSE:
+        raise PermissionError(decision.reason)
+    if decision.kind == RUN_SELF:
+        return None
+    try:
+        return Owner.of_uid(owner_uid)
+    except KeyError:
+        raise PermissionError(f"uid {owner_uid} has no account on this machine") from None
+
+
 def group_document(key: str, group: GpuGroup, rows: dict[str, "JobRow"], config: "ServeConfig",
-                   state_dir: Path, limits: Mapping[str, int | None] | None = None) -> dict[str, Any]:
+                   state_dir: Path, limits: Mapping[str, int | None] | None = None,
+                   owners: Mapping[str, int | None] | None = None) -> dict[str, Any]:
     """What :func:`scheduler.executor.supervise.supervise` runs (see its docstring for the format); ``limits``:
-    each member's memory limit in bytes per GPU (None alone)."""
+    each member's memory limit in bytes per GPU (None alone); ``owners``: each member's owner uid (absent or None:
+    the server's own user), run as the rule of ``config.users`` says (:func:`run_as`)."""
     jobs = []
     for job in group.jobs:
+        owner = run_as((owners or {}).get(job.name), config.users)
         spec = rows[job.name].spec
         directory = job_dir(state_dir, job.name)
         directory.mkdir(parents=True, exist_ok=True)
@@ -81,7 +103,8 @@ def group_document(key: str, group: GpuGroup, rows: dict[str, "JobRow"], config:
         if limit is not None:
             env["COLOCATE_MEMORY_LIMIT_BYTES"] = str(limit)
         jobs.append({"name": job.name, "dir": str(directory), "env": env, "memory_limit_bytes": limit,
-                     "argv": job_argv(job, settings, python=config.python, progress_file=str(progress))})
+                     "argv": job_argv(job, settings, python=config.python, progress_file=str(progress)),
+                     **({"owner": owner.to_dict()} if owner is not None else {})})
     # the GPUs it holds, kept with the group: busy while it runs, even where its members' rows cannot be read
     placement = {"gpu_type": group.gpu_type, "nodes": list(group.nodes), "gpus": list(group.gpus)}
     return {"key": key, "sharing": group.sharing, "gpu": config.device != "cpu", "grace_s": config.stop_grace_s,
