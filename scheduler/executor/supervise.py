@@ -19,6 +19,7 @@ start). :func:`spawn_supervisor` writes it to the job's ``generation`` file befo
 starts; a supervisor that finds another generation there — a stale copy whose server or actor lost track
 of it — kills its copy of the job at once and writes no ``exit.json``; and ``exit.json`` carries its
 generation, so a late one of an old copy is never read as the new copy's end (:func:`group_files`).
+``"pid_record": false`` (a Slurm job run as its owner, who cannot write the server's ``runs/``) writes no pid file.
 Started from a Ray actor (``die_with_parent``), the supervisor also gets ``PR_SET_PDEATHSIG``: it dies with
 its actor, and its jobs with it.
 
@@ -215,6 +216,8 @@ def _start_job(job: dict[str, Any], base_env: dict[str, str], cgroup: Path | Non
 
 
 def _write_pid_file(doc: dict[str, Any], jobs: dict[str, list[Any]], cgroups: dict[str, str] | None = None) -> None:
+    if doc.get("pid_record") is False:  # a Slurm job run as its owner: its handle is the job id (runs/ is root's)
+        return
     pid_file = Path(doc["pid_file"])
     temp = pid_file.with_name(f".{pid_file.name}.tmp")
     temp.write_text(json.dumps({"pid": os.getpid(), "start_time": process_start_time(os.getpid()), "jobs": jobs,
