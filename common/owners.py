@@ -22,7 +22,6 @@ before it runs anything of the job's (:func:`drop_to`).
 
 from __future__ import annotations
 
-import grp
 import os
 import pwd
 from dataclasses import dataclass

@@ -54,6 +54,13 @@ class RoundStats:
     deferred: int = 0  # units waiting for GPUs that stopping groups still hold
 
 
+def row_owner(row: JobRow) -> tuple[str, int | None]:
+    """Whose job ``row`` is: the owner's user name (``""``: the server's one user) and uid (None: the server's own
+    user). Every use of a job's owner in the service reads it here: the round's jobs (:func:`policy_jobs`), the
+    group's sharing and the user its jobs run as (:mod:`scheduler.service.groups`)."""
+    return "", None
+
+
 def policy_jobs(rows: Sequence[JobRow], now: float, held: Collection[str] = (),
                 memory: Mapping[str, float | None] | None = None) -> list[Job]:
     """The policy's view of the active jobs (queued and running), in submission order.
@@ -75,7 +82,7 @@ def policy_jobs(rows: Sequence[JobRow], now: float, held: Collection[str] = (),
             current_gpu_type=row.gpu_type if running else None, current_num_gpus=row.num_gpus if running else 0,
             current_partner=row.others[0] if running and row.others else None,
             pinned=running and row.name in held, memory_gb=(memory or {}).get(row.name),
-            max_slowdown=spec.max_slowdown, exclusive=spec.exclusive))
+            max_slowdown=spec.max_slowdown, exclusive=spec.exclusive, owner=row_owner(row)[0]))
     return jobs
 
 
