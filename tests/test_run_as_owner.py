@@ -13,7 +13,9 @@ import stat
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -188,3 +190,72 @@ def test_a_directory_the_owner_cannot_reach_is_named() -> None:
         assert reachable_by(hidden / "jobs", users["alice"]) == hidden
         hidden.chmod(0o711)
         assert reachable_by(hidden / "jobs", users["alice"]) is None
+
+
+def test_a_group_of_several_owners_says_why_it_time_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--users multi --sharing mps``: a unit of alice's and bob's jobs on a type whose MPS serves one user at a time
+    is built time-sliced, and says why; one owner's unit keeps MPS; a type the rule closes raises."""
+    from scheduler.model.cluster import cluster_from_dict
+    from scheduler.service import groups
+    from scheduler.service.config import ServeConfig
+    from scheduler.service.rounds import Slot
+
+    monkeypatch.setattr(groups, "row_owner", lambda row: (row, None))  # the lead's row.owner: here the row itself
+    cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})
+    config = ServeConfig(users="multi", sharing="mps", device="cpu")
+    unit = (Slot("a", "t4", 1, 4, ("b",), (0,), (0,)), Slot("b", "t4", 1, 4, ("a",), (0,), (0,)))
+    owners = groups.owner_planning(cluster, config, "local")
+    sharing, why = groups.group_sharing(unit, {"a": "alice", "b": "bob"}, config, owners)  # type: ignore[arg-type]
+    assert sharing == "timeslice" and "serves one user at a time" in why
+    assert groups.group_sharing(unit, {"a": "alice", "b": "alice"}, config, owners) == ("mps", "")  # type: ignore
+    assert groups.owner_planning(cluster, ServeConfig(sharing="mps"), "local").table(None) is None
+    assert not groups.owner_planning(cluster, ServeConfig(sharing="mps", device="cpu"), "local").rule.restricts
+    with pytest.raises(PermissionError, match="a Slurm job runs as one user"):
+        groups.group_sharing(unit, {"a": "alice", "b": "bob"}, config,  # type: ignore[arg-type]
+                             groups.owner_planning(cluster, replace(config, sharing="timeslice"), "slurm"))
+
+
+@pytest.mark.slow
+def test_the_server_runs_each_job_as_its_owner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``colocate serve --backend local --users multi`` as root, end to end: with each row's owner
+    (:func:`scheduler.service.rounds.row_owner`, set here as the state's owner column will), alice's and bob's jobs
+    run as alice and bob."""
+    from scheduler.executor.registry import make_executor
+    from scheduler.model.cluster import cluster_from_dict
+    from scheduler.service import groups, rounds
+    from scheduler.service.config import ServeConfig
+    from scheduler.service.jobs.jobspec import job_from_dict
+    from scheduler.service.server import Server
+    from scheduler.service.state.store import StateStore
+    from tests.serve_helpers import kill_groups, wait_until
+
+    with unix_users("alice", "bob") as users, shared_dir() as base:
+        owner_of = {"ja": users["alice"], "jb": users["bob"]}
+
+        def row_owner(row: Any) -> tuple[str, int | None]:
+            return owner_of[row.name].name, owner_of[row.name].uid
+
+        monkeypatch.setattr(groups, "row_owner", row_owner)
+        monkeypatch.setattr(rounds, "row_owner", row_owner)
+        state = StateStore(base / "state")
+        cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 2, "memory_gb": 16}}})
+        server = Server(state, cluster, make_executor("local"),
+                        ServeConfig(round_s=0.5, device="cpu", stop_grace_s=5, users="multi"))
+        server.acquire()
+        try:
+            for name in owner_of:
+                state.submit(job_from_dict({"name": name, "command": "echo $$ > $COLOCATE_JOB_DIR/pid; sleep 600",
+                                            "application": "mine", "steps": 5, "batch_size": 4, "exclusive": True}))
+
+            def running() -> bool:
+                server.round()
+                return all((base / "state/jobs" / n / "pid").exists() for n in owner_of)
+
+            wait_until(running, 120, "both jobs to start", 0.3)
+            for name, owner in owner_of.items():
+                pid = int((base / "state/jobs" / name / "pid").read_text())
+                assert _status(pid)["Uid"].split() == [str(owner.uid)] * 4
+                assert (base / "state/jobs" / name).stat().st_uid == owner.uid
+        finally:
+            kill_groups(state.dir)
+            state.close()
