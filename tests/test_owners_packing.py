@@ -12,14 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from scheduler.ilp.config import IlpConfig
+from scheduler.ilp.policy import PackingPolicy
 from scheduler.model.cluster import Cluster, GpuType, cluster_from_dict
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import TableGoodputModel
 from scheduler.model.jobs import Job
 from scheduler.model.owners import NEVER, SAME, TIMESLICE, OwnerRule, OwnersTable, owner_rule, under_rule
 from scheduler.model.policy import RoundContext, check_decision
-from scheduler.ilp.config import IlpConfig
-from scheduler.ilp.policy import PackingPolicy
 
 APPS = ("x", "y", "z")
 TYPES = ("single", "multi")
