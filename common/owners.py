@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,13 +136,22 @@ def drop_to(owner: Owner) -> None:
 
 def give_to(path: Path, owner: Owner, mode: int) -> None:
     """``path`` (a file or directory the server made) becomes ``owner``'s with ``mode``. Changed through an open
-    descriptor of ``path`` itself (``O_NOFOLLOW``): a link the job put there in the meantime is never followed."""
+    descriptor of ``path`` itself (``O_NOFOLLOW``): a symbolic link the job put there in the meantime is never
+    followed, and a hard link (another file's name: perhaps one the owner must not get) is refused."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        os.fchown(fd, owner.uid, owner.gid)
-        os.fchmod(fd, mode)
+        give_fd(fd, owner, mode)
     finally:
         os.close(fd)
+
+
+def give_fd(fd: int, owner: Owner, mode: int) -> None:
+    """The open file or directory ``fd`` becomes ``owner``'s with ``mode`` (a file with other names is refused)."""
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        raise PermissionError(f"not handing a file with {st.st_nlink} names to {owner.name}")
+    os.fchown(fd, owner.uid, owner.gid)
+    os.fchmod(fd, mode)
 
 
 def reachable_by(path: Path, owner: Owner) -> Path | None:

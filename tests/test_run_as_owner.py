@@ -148,7 +148,7 @@ def test_alice_runs_as_alice_and_cannot_touch_bobs_job() -> None:
             home, user, logname, cwd = (a_dir / "whoami").read_text().split()
             assert (home, user, logname, cwd) == (alice.home, alice.name, alice.name, str(a_dir))
             for path, mode in ((a_dir, 0o700), (a_dir / "train.log", 0o600), (a_dir / "mine", 0o600),
-                               (bob_dir, 0o700)):
+                               (a_dir / "generation", 0o600), (bob_dir, 0o700)):
                 st = path.lstat()
                 assert (stat.S_IMODE(st.st_mode), st.st_uid) == (mode, bob.uid if path == bob_dir else alice.uid)
             assert (base / "runs/g.pid").stat().st_uid == 0  # the supervisor is the server's (root)
@@ -180,6 +180,20 @@ def test_the_reaper_holds_a_job_that_runs_as_another_user() -> None:
         assert (out / "uid").read_text().split() == [str(alice.uid)]
         assert sorted(map(int, (out / "groups").read_text().split())) == sorted(alice.groups)
         assert not _sleepers("4343.5")
+
+
+def test_a_file_with_another_name_is_never_handed_over(tmp_path: Path) -> None:
+    """A job that hard-links a file it must not get under a record's name gets nothing: the server refuses to change
+    a file with more than one name."""
+    from common.owners import give_to
+
+    secret = tmp_path / "secret"
+    secret.write_text("root's")
+    os.link(secret, tmp_path / "exit.json")
+    before = secret.stat()
+    with pytest.raises(PermissionError, match="2 names"):
+        give_to(tmp_path / "exit.json", Owner(4242, 4242, "x", (4242,)), 0o600)
+    assert (secret.stat().st_uid, secret.stat().st_mode) == (before.st_uid, before.st_mode)
 
 
 def test_a_directory_the_owner_cannot_reach_is_named() -> None:

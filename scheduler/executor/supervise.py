@@ -49,6 +49,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -56,7 +57,7 @@ from typing import Any
 
 from common.contain import kill_cgroup, make_cgroup, remove_cgroup
 from common.files import atomic_write_text
-from common.owners import Owner, give_to, reachable_by
+from common.owners import Owner, give_fd, give_to, reachable_by
 from common.untrusted import UntrustedFile, read_regular
 from scheduler.executor.job_files import MAX_RECORD_BYTES, job_records, last_line
 
@@ -198,15 +199,18 @@ def _start_job(job: dict[str, Any], base_env: dict[str, str], cgroup: Path | Non
     _remove(job_dir / EXIT_FILE)
     _remove(job_dir / STOP_FILE)
     _remove(job_dir / OOM_FILE)
-    log = os.fdopen(open_log(job_dir / LOG_FILE), "ab")
+    owner = job_owner(job)
+    fd = open_log(job_dir / LOG_FILE)
+    if owner is not None:  # its log is the owner's alone (the descriptor's file: nothing swapped in is touched)
+        give_fd(fd, owner, 0o600)
+    log = os.fdopen(fd, "ab")
     with log:
         log.write(f"# colocate serve: {job['name']} started {time.strftime('%Y-%m-%d %H:%M:%S')}; "
                   f"argv: {job['argv']}\n".encode())
         log.flush()
         contained = ["--cgroup", str(cgroup)] if cgroup is not None else []
-        owner, env = job_owner(job), {**base_env, **job["env"]}
-        if owner is not None:  # the job's own process becomes its owner; its log is the owner's alone
-            give_to(job_dir / LOG_FILE, owner, 0o600)
+        env = {**base_env, **job["env"]}
+        if owner is not None:  # the job's own process becomes its owner
             contained += ["--user", owner.arg()]
             env.update(owner.environment())
         return subprocess.Popen([sys.executable, "-m", "common.contain", str(os.getpid()), *contained, "--",
@@ -230,9 +234,19 @@ def _write_atomic(path: Path, text: str, owner: Owner | None = None) -> None:
     renamed over whatever is there (a directory the job made there is removed first); ``owner``'s, 0600, if any."""
     if path.is_dir() and not path.is_symlink():
         _remove(path)
-    atomic_write_text(path, text, durable=False)
-    if owner is not None:
-        give_to(path, owner, 0o600)
+    if owner is None:
+        atomic_write_text(path, text, durable=False)
+        return
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # O_EXCL, 0600: the owner's before
+    try:                                                                   # it has the record's name
+        give_fd(fd, owner, 0o600)
+        os.write(fd, text.encode())
+        os.replace(temp, path)
+    except OSError:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    finally:
+        os.close(fd)
 
 
 def superseded(job: dict[str, Any], key: str | None) -> bool:
