@@ -62,8 +62,10 @@ def row_owner(row: JobRow) -> tuple[str, int | None]:
 
 
 def policy_jobs(rows: Sequence[JobRow], now: float, held: Collection[str] = (),
-                memory: Mapping[str, float | None] | None = None) -> list[Job]:
-    """The policy's view of the active jobs (queued and running), in submission order.
+                memory: Mapping[str, float | None] | None = None, owners: bool = False) -> list[Job]:
+    """The policy's view of the active jobs (queued and running), in submission order; ``owners``: each job names
+    its owner (only where owners change what may share: :class:`scheduler.model.owners.OwnerRule`; else every job
+    is one owner's, and the round is the same as a single user's).
 
     ``age_s`` is the time since the job's *first* start (Sia's T); ``held`` jobs are pinned to their current
     configuration (the minimum run of :mod:`scheduler.service.stability`); ``memory``: each job's planned GPU
@@ -82,7 +84,8 @@ def policy_jobs(rows: Sequence[JobRow], now: float, held: Collection[str] = (),
             current_gpu_type=row.gpu_type if running else None, current_num_gpus=row.num_gpus if running else 0,
             current_partner=row.others[0] if running and row.others else None,
             pinned=running and row.name in held, memory_gb=(memory or {}).get(row.name),
-            max_slowdown=spec.max_slowdown, exclusive=spec.exclusive, owner=row_owner(row)[0]))
+            max_slowdown=spec.max_slowdown, exclusive=spec.exclusive,
+            owner=row_owner(row)[0] if owners else ""))
     return jobs
 
 

@@ -157,7 +157,8 @@ class Server:
         previous = rounds.current_placement(rows)
         breaks = contract.broken_bounds(self._running_groups(rows), measurements, self._default_bound, model.solo_time)
         planned = contract.planned_memory(rows, self.cluster.type_names, self._memory)
-        policy_jobs = rounds.policy_jobs(rows, now, self._held(rows, now, table, set(breaks)), planned)
+        policy_jobs = rounds.policy_jobs(rows, now, self._held(rows, now, table, set(breaks)), planned,
+                                         owners=self.owners.rule.restricts)
         context = RoundContext(goodput=self._batches_held(model, policy_jobs, rows), time_s=now,
                                colocation=self.owners.table(table),
                                previous_placement=previous, round_duration_s=self.config.round_s)
