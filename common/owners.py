@@ -56,15 +56,6 @@ class Owner:
     def of_name(cls, name: str) -> "Owner":
         return cls.of_uid(pwd.getpwnam(name).pw_uid)
 
-    @classmethod
-    def server(cls) -> "Owner":
-        """The server's own user (a single-user server's every job)."""
-        uid = os.getuid()
-        try:
-            return cls.of_uid(uid)
-        except KeyError:  # a uid without an account (a container's): itself, its own groups
-            return cls(uid, os.getgid(), str(uid), tuple(sorted(set(os.getgroups()))), os.environ.get("HOME", "/"))
-
     def to_dict(self) -> dict[str, Any]:
         return {"uid": self.uid, "gid": self.gid, "name": self.name, "groups": list(self.groups), "home": self.home}
 
