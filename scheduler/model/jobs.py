@@ -3,7 +3,7 @@
 Jobs CSV columns (``name`` and ``application`` required, the rest optional)::
 
     name,application,arrival,num_gpus,max_gpus,batch_size,min_batch_size,max_batch_size,adaptive,
-    memory_gb,age_s,restarts,current_gpu_type,current_num_gpus,current_partner,pinned,max_slowdown,exclusive
+    memory_gb,age_s,restarts,current_gpu_type,current_num_gpus,current_partner,pinned,max_slowdown,exclusive,owner
 
 * **Rigid** jobs (``adaptive`` false, the default) keep ``num_gpus`` (default 1) and ``batch_size`` (the
   global batch; default: the goodput model's choice at ``num_gpus``).
@@ -13,6 +13,8 @@ Jobs CSV columns (``name`` and ``application`` required, the rest optional)::
   for keeping placements stable); ``pinned`` marks a job in checkpoint-restore that must keep its config.
 * ``max_slowdown``: this job never runs slower than ``1 / max_slowdown`` of its solo speed in a group (default:
   the policy's cluster-wide ``IlpConfig.max_slowdown``); ``exclusive`` true: it never shares its GPUs.
+* ``owner``: the user the job belongs to (default empty: every job one owner's); a group of several owners shares
+  as :mod:`scheduler.model.owners` allows (not by single-user MPS).
 * ``progress`` is the statistical progress made so far (the unit of the ``progress`` column of Sia's
   ``validation-*.csv`` curves); the goodput model reads the gradient noise there.
 
@@ -57,6 +59,7 @@ class Job:
     restart_cost_s: float | None = None  # this job's restart penalty for the ILP (None: the policy's default)
     max_slowdown: float | None = None  # its own slowdown bound in a group (None: the policy's cluster-wide one)
     exclusive: bool = False  # never shares its GPUs
+    owner: str = ""  # whose job (the user name); "" everywhere: one owner (scheduler.model.owners)
 
     @property
     def job_type(self) -> str:
@@ -138,6 +141,7 @@ _COLUMNS: dict[str, tuple[Any, str]] = {
     "progress": (_parse_float, "a number in [0, 1e15]"),
     "max_slowdown": (_parse_float, "a number in [1, 1000]: never slower than 1/this of its solo speed in a group"),
     "exclusive": (_parse_bool, "true/false: never shares its GPUs"),
+    "owner": (_parse_str, f"the user the job belongs to: {NAME_RULE}, or empty"),
 }
 _ALIASES = {"time": "arrival", "num_replicas": "num_gpus"}
 
@@ -178,6 +182,8 @@ def _check_job(job: Job, *, source: str, row: int) -> None:
         raise bad("current_gpu_type", "current_num_gpus > 0 needs current_gpu_type")
     check_name(job.name, source=source, field="name", what=f"job name (row {row})")
     check_name(job.application, source=source, field="application", what=f"application (row {row})")
+    if job.owner:
+        check_name(job.owner, source=source, field="owner", what=f"owner (row {row})")
     limits = {"arrival": MAX_SECONDS, "age_s": MAX_SECONDS, "num_gpus": MAX_GPUS, "max_gpus": MAX_GPUS,
               "current_num_gpus": MAX_GPUS, "batch_size": MAX_BATCH, "min_batch_size": MAX_BATCH,
               "max_batch_size": MAX_BATCH, "memory_gb": 10_000, "restarts": 1_000_000, "progress": 1e15}

@@ -13,6 +13,7 @@ from typing import Any
 from common.bounds import check_number
 from common.errors import InputError
 from common.options import nested, option
+from common.owners import USERS_MODES
 from scheduler.ilp.config import IlpConfig
 from scheduler.service.probes.manager import ProbeConfig
 from scheduler.service.stability import StabilityConfig
@@ -47,6 +48,9 @@ class ServeConfig:
     device: str = option("auto", "What built-in jobs train on.", choices=DEVICES)
     sharing: str = option("timeslice", "How packed groups share their GPUs (a registered sharing mode).",
                           choices=_sharing_names)
+    users: str = option("own", "Whose jobs run, as whom: own (the server's own user's jobs only), multi (each job as "
+                               "its owner: the server runs as root; local and slurm backends) or single (every job as "
+                               "the server's user, whoever submitted it; not as root).", choices=USERS_MODES)
     threads: int = option(1, "CPU threads per built-in job process.")
     stop_grace_s: float = option(30.0, "Seconds a job has to checkpoint after SIGTERM.", flag="--grace")
     start_timeout_s: float = option(120.0, "A group the backend cannot start in this long goes back to the queue, "
@@ -66,6 +70,8 @@ class ServeConfig:
             raise InputError(f"{self.device!r}", field="device", valid=", ".join(DEVICES))
         if self.sharing not in _sharing_names():
             raise InputError(f"{self.sharing!r}", field="sharing", valid=", ".join(_sharing_names()))
+        if self.users not in USERS_MODES:
+            raise InputError(f"{self.users!r}", field="users", valid=", ".join(USERS_MODES))
         check_number(self.threads, field="threads", low=1, high=256, integer=True)
         check_number(self.stop_grace_s, field="stop_grace_s", low=0, high=3600, low_open=True,
                      valid="seconds in (0, 3600]")

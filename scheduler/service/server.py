@@ -43,7 +43,7 @@ from scheduler.model.jobs import Job
 from scheduler.service import admission, contract, rounds, settle, waiting
 from scheduler.service.batch_hold import HeldBatchModel, batch_holds
 from scheduler.service.config import ServeConfig
-from scheduler.service.groups import StartRetries, remove_group_files
+from scheduler.service.groups import StartRetries, owner_planning, remove_group_files
 from scheduler.service.probes.manager import ProbeManager, probing_enabled
 from scheduler.service.rounds import RoundStats
 from scheduler.service.stability import finishing_groups, fold_startup, hurting_members, load_startups, pinned_jobs
@@ -91,6 +91,7 @@ class Server:
         # the slowdown a member accepts unless it says otherwise: the policy's own bound, else the cluster's
         bound = self.policy.traits.max_slowdown
         self._default_bound = bound if bound is not None else config.ilp.max_slowdown
+        self.owners = owner_planning(cluster, config, executor.name)  # how jobs of several owners may share
 
     # -- lifetime ----------------------------------------------------------------------------------------
     def acquire(self, lock: Any = None) -> None:
@@ -157,8 +158,10 @@ class Server:
         previous = rounds.current_placement(rows)
         breaks = contract.broken_bounds(self._running_groups(rows), measurements, self._default_bound, model.solo_time)
         planned = contract.planned_memory(rows, self.cluster.type_names, self._memory)
-        policy_jobs = rounds.policy_jobs(rows, now, self._held(rows, now, table, set(breaks)), planned)
-        context = RoundContext(goodput=self._batches_held(model, policy_jobs, rows), time_s=now, colocation=table,
+        policy_jobs = rounds.policy_jobs(rows, now, self._held(rows, now, table, set(breaks)), planned,
+                                         owners=self.owners.rule.restricts)
+        context = RoundContext(goodput=self._batches_held(model, policy_jobs, rows), time_s=now,
+                               colocation=self.owners.table(table),
                                previous_placement=previous, round_duration_s=self.config.round_s)
         decided, decided_cpu = time.perf_counter(), time.process_time()
         decision = self.policy.allocate(policy_jobs, self.cluster, context) if rows else None
@@ -445,7 +448,7 @@ class Server:
         return started, tuple(deferred)
 
     def _start_unit(self, unit: rounds.Unit, rows: dict[str, JobRow]) -> int:
-        from scheduler.service.groups import build_group, group_document, last_group_number
+        from scheduler.service.groups import build_group, group_document, group_sharing, last_group_number
 
         with self.state.transaction() as db:
             number = last_group_number(self.state) + 1
@@ -455,10 +458,11 @@ class Server:
             # built outside any transaction (job directories, the executor's modules on a first start):
             # submitters and readers never wait behind it; a server killed here only skipped a group number
             with admission.unit_problems():  # a job its group cannot be built for fails, not the server
-                group = build_group(unit, rows, self.config)
+                group = build_group(unit, rows, self.config, self.owners)
                 limits = contract.unit_limits(unit, rows, self.cluster[unit[0].gpu_type].memory_gb, self._memory,
                                               self.config.ilp.context_memory_gb)
-                doc = group_document(key, group, rows, self.config, self.state.dir, limits)
+                doc = group_document(key, group, rows, self.config, self.state.dir, limits,
+                                     group_sharing(unit, rows, self.config, self.owners)[1])
             with self.state.transaction() as db:
                 db.put_group(key, self.executor.name, {"doc": doc, "handle": {}}, [s.job for s in unit])
                 for slot in unit:
