@@ -23,7 +23,6 @@ import math
 import re
 import types
 from collections.abc import Callable, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type_hints
@@ -37,8 +36,8 @@ _MISSING: Any = dataclasses.MISSING
 _SET = "set_options"
 _CONTEXT = "cli_context"  # Typer passes the command's context to a parameter annotated typer.Context
 _HELP_EXPERIMENTAL = "help_experimental"
+_CONFIG_FILE = "config_file"
 _TRUE = ("true", "yes", "on", "1")
-_EXPLICIT: ContextVar[dict[str, dict[str, Any]] | None] = ContextVar("explicit_settings", default=None)
 _FALSE = ("false", "no", "off", "0")
 
 
@@ -50,7 +49,10 @@ class ConfigSpec:
     default instance (None: the class's own defaults; a request with required fields has no other).
     ``flags``: the dotted field paths shown as flags (None: every option that is not experimental); the others
     are set with ``--set``. ``panel``: the heading of its options in ``--help``. ``aliases``: accept the fields'
-    old spellings (hidden, with a warning) — only on the commands that had them.
+    old spellings (hidden, with a warning) — only on the commands that had them. ``defaults``: when the config's
+    defaults depend on another choice of the run (an ILP policy's own settings), ``defaults(built, others)``
+    gets the config built over ``base`` and the command's other arguments and says them (:class:`Defaults`); the
+    user's values are then applied over those.
     """
 
     name: str
@@ -59,6 +61,23 @@ class ConfigSpec:
     flags: tuple[str, ...] | None = None
     panel: str | None = None
     aliases: bool = False
+    defaults: Callable[[Any, dict[str, Any]], Defaults] | None = None
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """A config's defaults for this run (:attr:`ConfigSpec.defaults`).
+
+    ``value``: one default instance (the command receives one config), a dict of them (it receives a config per
+    key, each with the user's values), or None (the config does not apply: the command receives None).
+    ``unused``: the dotted field prefixes that do not apply (``("",)``: all; implied by an empty ``value``).
+    Setting a field that does not apply is refused: ``{flag} with {why}``, ``valid`` saying what would apply.
+    """
+
+    value: Any
+    why: str = ""
+    valid: str = ""
+    unused: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -271,8 +290,9 @@ def _check_finite(entry: Entry, value: Any) -> None:
         raise InputError(f"{value!r}", field=entry.shown_as, valid="a finite number")
 
 
-def _build(spec: ConfigSpec, values: dict[tuple[str, ...], Any]) -> Any:
-    """The config of ``spec`` with ``values`` (by field path) over its defaults; its checks name the flag."""
+def _build(spec: ConfigSpec, values: dict[tuple[str, ...], Any], base: Any = _MISSING) -> Any:
+    """The config of ``spec`` with ``values`` (by field path) over ``base`` (default: the spec's); its checks name
+    the flag."""
     by_name = {e.path: e for e in entries(spec)}
 
     def make(cls: type, base: Any, prefix: tuple[str, ...]) -> Any:
@@ -292,8 +312,29 @@ def _build(spec: ConfigSpec, values: dict[tuple[str, ...], Any]) -> Any:
                 raise
             raise InputError(err.detail, source=err.source, field=entry.shown_as, valid=err.valid) from None
 
-    base = spec.base() if spec.base is not None else None
+    if base is _MISSING:
+        base = spec.base() if spec.base is not None else None
     return make(spec.cls, base, ())
+
+
+def _for_run(spec: ConfigSpec, values: dict[tuple[str, ...], Any], built: Any, others: dict[str, Any]) -> Any:
+    """The config of ``spec`` over this run's defaults (:attr:`ConfigSpec.defaults`): one, one per key, or None;
+    a value the user set for a field that does not apply is refused."""
+    if spec.defaults is None:
+        return built
+    run = spec.defaults(built, others)
+    unused = ("",) if run.value is None or run.value == {} else run.unused
+    by_path = {e.path: e for e in entries(spec)}
+    for path in values:
+        dotted = ".".join(path)
+        if any(dotted == u or dotted.startswith(u + ".") or u == "" for u in unused):
+            flag = by_path[path].shown_as
+            raise InputError(f"{flag} with {run.why}", field=flag, valid=run.valid)
+    if run.value is None:
+        return None
+    if isinstance(run.value, dict):
+        return {key: _build(spec, values, base) for key, base in run.value.items()}
+    return _build(spec, values, run.value)
 
 
 def _explicit(ctx: Any, name: str) -> bool:
@@ -302,9 +343,10 @@ def _explicit(ctx: Any, name: str) -> bool:
     return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
 
-def _given(ctx: Any, entry: Entry, kwargs: dict[str, Any], settings: dict[str, Any]) -> list[tuple[str, Any]]:
+def _given(ctx: Any, entry: Entry, kwargs: dict[str, Any], settings: dict[str, Any],
+           filed: dict[str, Any]) -> list[tuple[str, Any]]:
     """Every way the user set ``entry`` on this command line: (how, value) for its flag, an old spelling
-    (warned about) and ``--set``."""
+    (warned about) and ``--set``; else the value of ``--config FILE`` (``filed``), if it has one."""
     found: list[tuple[str, Any]] = []
     if entry.has_flag:
         value = kwargs.pop(entry.param)
@@ -319,16 +361,17 @@ def _given(ctx: Any, entry: Entry, kwargs: dict[str, Any], settings: dict[str, A
             found.append((spelled, old))
     if entry.key in settings:
         found.append((f"--set {entry.key}", settings[entry.key]))
+    if not found and entry.key in filed:
+        found.append((f"--config {entry.key}", filed[entry.key]))
     return found
 
 
-def _collect(ctx: Any, spec: ConfigSpec, kwargs: dict[str, Any], settings: dict[str, Any]
-             ) -> tuple[Any, dict[str, Any]]:
-    """The config of ``spec`` from the command line, and the fields the user set (by dotted path)."""
+def _collect(ctx: Any, spec: ConfigSpec, kwargs: dict[str, Any], settings: dict[str, Any],
+             filed: dict[str, Any]) -> Any:
+    """The config of ``spec`` from the command line (and ``--config FILE``) over this run's defaults."""
     values: dict[tuple[str, ...], Any] = {}
-    explicit: dict[str, Any] = {}
     for entry in entries(spec):
-        found = _given(ctx, entry, kwargs, settings)
+        found = _given(ctx, entry, kwargs, settings, filed)
         if len(found) > 1:
             raise InputError(f"both {found[0][0]} and {found[1][0]} given", field=entry.shown_as,
                              valid="one of them")
@@ -344,14 +387,8 @@ def _collect(ctx: Any, spec: ConfigSpec, kwargs: dict[str, Any], settings: dict[
                 raise InputError(err.detail, field=found[0][0], valid=f"{err.valid} or none") from None
         _check_choices(entry, value)
         _check_finite(entry, value)
-        values[entry.path] = explicit[entry.dotted] = value
-    return _build(spec, values), explicit
-
-
-def explicit_settings(name: str) -> dict[str, Any]:
-    """The fields of the command's config ``name`` that the user set (a flag given or ``--set``), by dotted
-    path: what a command passes on when the defaults belong to someone else (a policy's own defaults)."""
-    return dict((_EXPLICIT.get() or {}).get(name, {}))
+        values[entry.path] = value
+    return _for_run(spec, values, _build(spec, values), kwargs)
 
 
 def _print_experimental(specs: Sequence[ConfigSpec]) -> None:
@@ -371,9 +408,11 @@ def _print_experimental(specs: Sequence[ConfigSpec]) -> None:
     Console().print(table)
 
 
-def config_command(*specs: ConfigSpec) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def config_command(*specs: ConfigSpec, loadable: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a command function whose keyword parameters named after ``specs`` receive the built configs:
-    their fields' options, ``--set`` and ``--help-experimental`` are added to its signature."""
+    their fields' options, ``--set`` and ``--help-experimental`` are added to its signature; ``loadable``:
+    ``--config FILE`` too, a run's printed config (:mod:`colocate.config_file`) whose values stand for the
+    options not given on the command line."""
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         names = {s.name for s in specs}
@@ -403,23 +442,28 @@ def config_command(*specs: ConfigSpec) -> Callable[[Callable[..., Any]], Callabl
                                                    help="List the settings without a flag (ablations, solver "
                                                         "internals) and exit.")),
         ]
+        loader = inspect.Parameter(_CONFIG_FILE, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],  # noqa: UP045
+                                   default=typer.Option(None, "--config", metavar="FILE", show_default=False,
+                                                        help="Settings of an earlier run (its --json output, or "
+                                                             "the JSON of its config): options given here win."))
         # a command whose every setting has its flag needs neither
         extra = [inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
-                 *(settable if unflagged else [])]
+                 *(settable if unflagged else []), *([loader] if loadable else [])]
 
         @functools.wraps(func)
         def wrapper(**kwargs: Any) -> Any:
             ctx = kwargs.pop(_CONTEXT)
             settings = _settings(specs, kwargs.pop(_SET, None) or [])
             kwargs.pop(_HELP_EXPERIMENTAL, None)
-            explicit: dict[str, dict[str, Any]] = {}
+            filed: dict[str, Any] = {}
+            path = kwargs.pop(_CONFIG_FILE, None)
+            if path is not None:
+                from colocate.config_file import read_config
+
+                filed = read_config(path, {e.key: e for spec in specs for e in entries(spec)})
             for spec in specs:
-                kwargs[spec.name], explicit[spec.name] = _collect(ctx, spec, kwargs, settings)
-            token = _EXPLICIT.set(explicit)
-            try:
-                return func(**kwargs)
-            finally:
-                _EXPLICIT.reset(token)
+                kwargs[spec.name] = _collect(ctx, spec, kwargs, settings, filed)
+            return func(**kwargs)
 
         wrapper.__signature__ = inspect.Signature(own + generated + extra)  # type: ignore[attr-defined]
         wrapper.config_specs = specs  # type: ignore[attr-defined]  # the consistency test reads them

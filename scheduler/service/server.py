@@ -59,13 +59,13 @@ class Server:
 
     def __init__(self, state: StateStore, cluster: Cluster, executor: Executor, config: ServeConfig = ServeConfig(),
                  *, profiles: GoodputModelBase | None = None, colocation: ColocationTable | None = None) -> None:
-        from scheduler.policies import make_policy
+        from scheduler.policies import make_policy, policy_spec
 
         self.state, self.cluster, self.executor, self.config = state, cluster, executor, config
         self.profiles, self.colocation = profiles, colocation
         # what a restart costs when a batch change must pay for one: the ILP's S, whatever the policy
         self._restart_cost_s = config.ilp.restart_cost_s
-        self.policy = make_policy(config.policy, **config.policy_options())
+        self.policy = make_policy(config.policy, ilp=config.ilp if policy_spec(config.policy).solves_ilp else None)
         self.runs = state.dir / "runs"
         self.runs.mkdir(exist_ok=True)
         self._lock: Any = None  # the open lock file, held for the server's lifetime

@@ -1,0 +1,125 @@
+"""A run's settings as one JSON value: printed with the run (``simulate --json``: its ``config``), loaded again with
+``--config FILE`` (:func:`colocate.cli_config.config_command`, ``loadable``).
+
+The value is ``{namespace: {field: value, nested: {...}}}``, one namespace per config of the command (``run``,
+``sim``, ``ilp``; a config that does not apply to the run is ``null``), every option field written out, so the
+file reproduces the run even where a default changes later. Options given on the command line win over the
+file's values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from common.errors import InputError
+
+if typing.TYPE_CHECKING:
+    from colocate.cli_config import ConfigSpec, Entry
+
+
+def config_json(specs: Sequence[ConfigSpec], configs: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of a run: every option field of each config in ``configs`` (by spec name), JSON-ready."""
+    from colocate.cli_config import entries
+
+    out: dict[str, Any] = {}
+    for spec in specs:
+        config = configs.get(spec.name)
+        if config is None:
+            out[spec.name] = None
+            continue
+        section: dict[str, Any] = {}
+        for entry in entries(spec):
+            value: Any = config
+            for name in entry.path:
+                value = getattr(value, name)
+            node = section
+            for name in entry.path[:-1]:
+                node = node.setdefault(name, {})
+            node[entry.path[-1]] = _plain(value)
+        out[spec.name] = section
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    return str(value)  # a Path, a parsed value (its text is what parses back to it)
+
+
+def read_config(path: Path, known: Mapping[str, Entry]) -> dict[str, Any]:
+    """``--config FILE`` → {``--set`` key: value}: the file's config (a ``--json`` output's ``config``, or the
+    config itself); an unknown key or a value of the wrong type is an :class:`InputError` naming the file and key."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise InputError(f"cannot read it ({type(err).__name__})", source=str(path), field="--config",
+                         valid="a JSON file: a run's --json output or its config") from None
+    if isinstance(data, dict) and isinstance(data.get("config"), dict):
+        data = data["config"]
+    if not isinstance(data, dict):
+        raise InputError("not a JSON object", source=str(path), field="--config",
+                         valid="a JSON object {namespace: {field: value}}")
+    flat: dict[str, Any] = {}
+    _flatten(data, (), flat, path)
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        entry = known.get(key)
+        if entry is None:
+            raise InputError(f"unknown setting {key!r}", source=str(path), field=key,
+                             valid="one of " + ", ".join(sorted(known)))
+        out[key] = _typed(entry, value, path)
+    return out
+
+
+def _flatten(node: dict[str, Any], prefix: tuple[str, ...], out: dict[str, Any], path: Path) -> None:
+    for name, value in node.items():
+        key = (*prefix, str(name))
+        if isinstance(value, dict):
+            _flatten(value, key, out, path)
+        elif value is None and not prefix:
+            continue  # a config that did not apply to that run
+        else:
+            out[".".join(key)] = value
+
+
+def _typed(entry: Entry, value: Any, path: Path) -> Any:
+    """A JSON value as the field's type: the same parse as ``--set`` for text, numbers and booleans kept exact."""
+    from colocate.cli_config import _optional_of, parse_setting
+
+    inner, optional = _optional_of(entry.annotation)
+    if value is None:
+        if optional:
+            return None
+    elif isinstance(value, bool):
+        if inner is bool:
+            return value
+    elif isinstance(value, (int, float)):
+        if inner is float and math.isfinite(value):
+            return float(value)
+        if inner is int and isinstance(value, int):
+            return value
+    elif isinstance(value, str):
+        if inner not in (bool, int, float):
+            try:
+                return parse_setting(entry, value)
+            except InputError as err:
+                raise InputError(err.detail, source=str(path), field=entry.key, valid=err.valid) from None
+    elif isinstance(value, list) and typing.get_origin(inner) is tuple:
+        return tuple(value)
+    raise InputError(f"{json.dumps(value)[:60]} is not a value of {entry.key}", source=str(path), field=entry.key,
+                     valid=_kind(inner, optional))
+
+
+def _kind(inner: Any, optional: bool) -> str:
+    names = {bool: "true or false", int: "an integer", float: "a number", Path: "a path"}
+    return names.get(inner, "a string") + (" or null" if optional else "")
+
+
+__all__ = ["config_json", "read_config"]
