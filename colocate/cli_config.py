@@ -181,11 +181,18 @@ def _cli_type(entry: Entry) -> Any:
         inner = list[str]  # repeatable
     elif get_origin(inner) is tuple and all(a in (str, int, float, Path) for a in get_args(inner)):
         pass  # an option of several values (--emit slurm DIR)
+    elif _parsed(entry):
+        return str  # a value with its own parser (BeliefSpec.parse): the text, parsed in _collect
     elif inner not in (bool, int, float, str, Path, list[str]):
         raise TypeError(f"{entry.key}: no command-line form for {entry.annotation!r}")
     if _none_or_number(entry):
         return Optional[str]  # noqa: UP045  (a number, or "none": parsed by parse_setting in _collect)
     return Optional[inner] if optional or entry.default is None else inner  # noqa: UP045  (Typer reads it)
+
+
+def _parsed(entry: Entry) -> bool:
+    """A field of a type that parses its own text (a classmethod ``parse``), such as ``--belief``'s."""
+    return callable(getattr(_optional_of(entry.annotation)[0], "parse", None))
 
 
 def _none_or_number(entry: Entry) -> bool:
@@ -203,6 +210,8 @@ def _parameter(entry: Entry) -> inspect.Parameter:
         decls.append(entry.field.metadata["short"])
     choices = entry.choices
     default = ... if entry.default is _MISSING else entry.default
+    if _parsed(entry) and default is not ...:
+        default = str(default)
     if isinstance(default, tuple):
         default = list(default)
     if entry.field.metadata.get("argument"):
@@ -242,6 +251,11 @@ def parse_setting(entry: Entry, text: str) -> Any:
         return None
     if get_origin(inner) is Literal or inner is str:
         return word
+    if _parsed(entry):
+        try:
+            return inner.parse(word)
+        except InputError as err:
+            raise InputError(err.detail, field=f"--set {entry.key}", valid=err.valid) from None
     if inner is bool:
         if word.lower() in _TRUE + _FALSE:
             return word.lower() in _TRUE
@@ -380,6 +394,11 @@ def _collect(ctx: Any, spec: ConfigSpec, kwargs: dict[str, Any], settings: dict[
         value = found[0][1]
         if isinstance(value, list) and get_origin(_optional_of(entry.annotation)[0]) is tuple:
             value = tuple(value)
+        if isinstance(value, str) and _parsed(entry):
+            try:
+                value = parse_setting(entry, value)
+            except InputError as err:
+                raise InputError(err.detail, field=found[0][0], valid=err.valid) from None
         if isinstance(value, str) and _none_or_number(entry):
             try:
                 value = parse_setting(entry, value)
@@ -389,6 +408,13 @@ def _collect(ctx: Any, spec: ConfigSpec, kwargs: dict[str, Any], settings: dict[
         _check_finite(entry, value)
         values[entry.path] = value
     return _for_run(spec, values, _build(spec, values), kwargs)
+
+
+def printed_config(specs: Sequence[ConfigSpec], configs: dict[str, Any]) -> dict[str, Any]:
+    """A run's settings as one JSON value (:mod:`colocate.config_file`): what ``--config FILE`` loads again."""
+    from colocate.config_file import config_json
+
+    return config_json({s.name: (entries(s), configs.get(s.name)) for s in specs})
 
 
 def _print_experimental(specs: Sequence[ConfigSpec]) -> None:
@@ -460,7 +486,8 @@ def config_command(*specs: ConfigSpec, loadable: bool = False) -> Callable[[Call
             if path is not None:
                 from colocate.config_file import read_config
 
-                filed = read_config(path, {e.key: e for spec in specs for e in entries(spec)})
+                filed = read_config(path, {e.key: e for spec in specs for e in entries(spec)}, parse_setting,
+                                    _optional_of)
             for spec in specs:
                 kwargs[spec.name] = _collect(ctx, spec, kwargs, settings, filed)
             return func(**kwargs)

@@ -12,28 +12,26 @@ from __future__ import annotations
 import json
 import math
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from common.errors import InputError
 
-if typing.TYPE_CHECKING:
-    from colocate.cli_config import ConfigSpec, Entry
+# The command-line side (colocate.cli_config) passes its field entries and parsers in: it imports this module.
+Entry = Any
 
 
-def config_json(specs: Sequence[ConfigSpec], configs: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings of a run: every option field of each config in ``configs`` (by spec name), JSON-ready."""
-    from colocate.cli_config import entries
-
+def config_json(sections: Mapping[str, tuple[Sequence[Entry], Any]]) -> dict[str, Any]:
+    """The settings of a run: {namespace: (its field entries, its config or None)} → every option field of each
+    config, JSON-ready (:func:`colocate.cli_config.printed_config` builds the argument)."""
     out: dict[str, Any] = {}
-    for spec in specs:
-        config = configs.get(spec.name)
+    for namespace, (fields, config) in sections.items():
         if config is None:
-            out[spec.name] = None
+            out[namespace] = None
             continue
         section: dict[str, Any] = {}
-        for entry in entries(spec):
+        for entry in fields:
             value: Any = config
             for name in entry.path:
                 value = getattr(value, name)
@@ -41,7 +39,7 @@ def config_json(specs: Sequence[ConfigSpec], configs: Mapping[str, Any]) -> dict
             for name in entry.path[:-1]:
                 node = node.setdefault(name, {})
             node[entry.path[-1]] = _plain(value)
-        out[spec.name] = section
+        out[namespace] = section
     return out
 
 
@@ -53,7 +51,11 @@ def _plain(value: Any) -> Any:
     return str(value)  # a Path, a parsed value (its text is what parses back to it)
 
 
-def read_config(path: Path, known: Mapping[str, Entry]) -> dict[str, Any]:
+Parse = Callable[[Entry, str], Any]
+OptionalOf = Callable[[Any], tuple[Any, bool]]
+
+
+def read_config(path: Path, known: Mapping[str, Entry], parse: Parse, optional_of: OptionalOf) -> dict[str, Any]:
     """``--config FILE`` → {``--set`` key: value}: the file's config (a ``--json`` output's ``config``, or the
     config itself); an unknown key or a value of the wrong type is an :class:`InputError` naming the file and key."""
     try:
@@ -74,7 +76,7 @@ def read_config(path: Path, known: Mapping[str, Entry]) -> dict[str, Any]:
         if entry is None:
             raise InputError(f"unknown setting {key!r}", source=str(path), field=key,
                              valid="one of " + ", ".join(sorted(known)))
-        out[key] = _typed(entry, value, path)
+        out[key] = _typed(entry, value, path, parse, optional_of)
     return out
 
 
@@ -89,11 +91,9 @@ def _flatten(node: dict[str, Any], prefix: tuple[str, ...], out: dict[str, Any],
             out[".".join(key)] = value
 
 
-def _typed(entry: Entry, value: Any, path: Path) -> Any:
+def _typed(entry: Entry, value: Any, path: Path, parse: Parse, optional_of: OptionalOf) -> Any:
     """A JSON value as the field's type: the same parse as ``--set`` for text, numbers and booleans kept exact."""
-    from colocate.cli_config import _optional_of, parse_setting
-
-    inner, optional = _optional_of(entry.annotation)
+    inner, optional = optional_of(entry.annotation)
     if value is None:
         if optional:
             return None
@@ -108,7 +108,7 @@ def _typed(entry: Entry, value: Any, path: Path) -> Any:
     elif isinstance(value, str):
         if inner not in (bool, int, float):
             try:
-                return parse_setting(entry, value)
+                return parse(entry, value)
             except InputError as err:
                 raise InputError(err.detail, source=str(path), field=entry.key, valid=err.valid) from None
     elif isinstance(value, list) and typing.get_origin(inner) is tuple:

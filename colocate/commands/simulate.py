@@ -10,8 +10,9 @@ from typing import Any
 
 import typer
 
-from colocate.cli_config import ConfigSpec, Defaults, config_command
+from colocate.cli_config import ConfigSpec, Defaults, config_command, printed_config
 from scheduler.ilp.config import IlpConfig
+from scheduler.learning.belief import BeliefSpec
 from scheduler.policies import ILP_POLICY_NAMES, PolicyChoice
 from scheduler.sim.config import SimConfig
 
@@ -59,12 +60,11 @@ def _colocation(path: Path | None):  # -> ColocationTable | None
     return ColocationTable.from_frame(measured_colocation_table(load_results(path)))
 
 
-def _check_belief_table(belief: str) -> None:
+def _check_belief_table(spec: BeliefSpec) -> None:
     """``--belief table:FILE``: the file read once before the simulation starts, so a bad one is a one-line
     error before any progress (the simulator reads it again as its prior)."""
-    from scheduler.learning.belief import parse_belief, read_belief_table
+    from scheduler.learning.belief import read_belief_table
 
-    spec = parse_belief(belief)
     if spec.kind == "table":
         read_belief_table(spec)
 
@@ -139,7 +139,6 @@ def simulate_command(
     ilp: dict[str, IlpConfig],
 ) -> None:
     """Simulate a workload under one policy; print JCTs, makespan, GPU-hours, utilization, packing."""
-    from colocate.config_file import config_json
     from common.safe_load import json_text
     from profiler.campaign.outdir import check_out_dir, prepare_out_dir
     from scheduler.formats.profiles import check_workload
@@ -164,6 +163,6 @@ def simulate_command(
         result.write(prepare_out_dir(out))
     if as_json:
         configs = {"run": run, "sim": sim, "ilp": the_ilp}
-        print(json_text({**result.to_json(), "config": config_json((RUN_SPEC, SIM_SPEC, ILP_SPEC), configs)}))
+        print(json_text({**result.to_json(), "config": printed_config((RUN_SPEC, SIM_SPEC, ILP_SPEC), configs)}))
         return
     _print_summary(result, f"{spec.name} · {work.name} · {cluster_obj.total_gpus} GPUs", out)

@@ -50,6 +50,7 @@ from scheduler.service.state import health
 from scheduler.service.state import lock as server_lock
 from scheduler.service.state.rows import GroupRecord
 from scheduler.service.state.store import CANCELLED, QUEUED, RUNNING, JobRow, StateStore, Transaction
+from scheduler.sim.job_state import cluster_bound
 
 BAD_FILE_GRACE_S = 2.0  # how long a job's records may stay unreadable before it misbehaves
 
@@ -88,8 +89,7 @@ class Server:
         self.splits = 0  # groups this server split because a member was measured past its slowdown bound
         self.ooms_at_start = contract.oom_totals(self._memory)  # the metrics count those after this
         # the slowdown a member accepts unless it says otherwise: the policy's own bound, else the cluster's
-        bound = self.policy.traits.max_slowdown
-        self._default_bound = bound if bound is not None else config.ilp.max_slowdown
+        self._default_bound = cluster_bound(self.policy, config.ilp.max_slowdown)
 
     # -- lifetime ----------------------------------------------------------------------------------------
     def acquire(self, lock: Any = None) -> None:

@@ -57,7 +57,7 @@ from scheduler.learning.throughput import LearnedThroughputGoodput, ThroughputLe
 from scheduler.model.cluster import Cluster, load_cluster
 from scheduler.model.configs import Configuration
 from scheduler.model.goodput import GoodputModel
-from scheduler.model.jobs import Job, finishing
+from scheduler.model.jobs import Job, finishing, slowdown_bound
 from scheduler.model.placement import place
 from scheduler.model.policy import Allocation, JobPlacement, Placement, Policy, RoundContext, RoundDecision
 from scheduler.sim.checks import SimulationError, check_placement, check_round
@@ -133,7 +133,7 @@ class Simulator:
                                              workload.source) for j in workload.jobs}
         bound = cluster_bound(policy)
         for st in self.states.values():  # what each job's time in a group is measured against
-            st.bound = st.spec.max_slowdown if st.spec.max_slowdown is not None else bound
+            st.bound = slowdown_bound(st.spec.max_slowdown, bound)
         if len(self.states) != len(workload.jobs):
             raise InputError("duplicate job names", source=workload.source, field="name", valid="unique names")
 
