@@ -20,15 +20,14 @@ import dataclasses
 import functools
 import inspect
 import math
-import re
-import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Optional, get_args, get_origin, get_type_hints
 
 import typer
 
+from colocate.config_file import _optional_of, parse_setting
 from common.errors import InputError
 from common.options import choices_of, flag_of, is_nested, is_option
 
@@ -37,8 +36,6 @@ _SET = "set_options"
 _CONTEXT = "cli_context"  # Typer passes the command's context to a parameter annotated typer.Context
 _HELP_EXPERIMENTAL = "help_experimental"
 _CONFIG_FILE = "config_file"
-_TRUE = ("true", "yes", "on", "1")
-_FALSE = ("false", "no", "off", "0")
 
 
 @dataclass(frozen=True)
@@ -72,12 +69,15 @@ class Defaults:
     key, each with the user's values), or None (the config does not apply: the command receives None).
     ``unused``: the dotted field prefixes that do not apply (``("",)``: all; implied by an empty ``value``).
     Setting a field that does not apply is refused: ``{flag} with {why}``, ``valid`` saying what would apply.
+    ``pinned``: dotted field → (what it is, valid): fields the choice decides (a policy's packing), refused when
+    set to anything but the default's value.
     """
 
     value: Any
     why: str = ""
     valid: str = ""
     unused: tuple[str, ...] = ()
+    pinned: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -163,15 +163,6 @@ def _walk(spec: ConfigSpec, cls: type, base: Any, prefix: tuple[str, ...]) -> li
     return out
 
 
-def _optional_of(annotation: Any) -> tuple[Any, bool]:
-    """(inner type, whether None is allowed) of ``X | None``."""
-    if get_origin(annotation) in (Union, types.UnionType):
-        args = [a for a in get_args(annotation) if a is not type(None)]
-        if len(args) == 1:
-            return args[0], True
-    return annotation, False
-
-
 def _cli_type(entry: Entry) -> Any:
     """The annotation Typer converts the option's value to."""
     inner, optional = _optional_of(entry.annotation)
@@ -237,43 +228,6 @@ def _alias_parameters(entry: Entry) -> list[inspect.Parameter]:
         params.append(inspect.Parameter(f"{entry.param}__alias{n}", inspect.Parameter.KEYWORD_ONLY, default=option,
                                         annotation=Optional[inner]))  # noqa: UP045
     return params
-
-
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)", re.IGNORECASE)
-
-
-def parse_setting(entry: Entry, text: str) -> Any:
-    """``--set`` text → a value of the field's type (the config checks its range)."""
-    inner, optional = _optional_of(entry.annotation)
-    word = text.strip()
-    if optional and word.lower() in ("none", "null"):
-        return None
-    if get_origin(inner) is Literal or inner is str:
-        return word
-    if _parsed(entry):
-        try:
-            return inner.parse(word)
-        except InputError as err:
-            raise InputError(err.detail, field=f"--set {entry.key}", valid=err.valid) from None
-    if inner is bool:
-        if word.lower() in _TRUE + _FALSE:
-            return word.lower() in _TRUE
-        raise InputError(f"{text!r} is not a boolean", field=f"--set {entry.key}", valid="true or false")
-    if inner in (int, float):
-        try:
-            # ASCII only: Python's int()/float() also read '1_0' and other scripts' digits ('١٢'), which a
-            # config file or another tool would not
-            if not (_INTEGER if inner is int else _DECIMAL).fullmatch(word):
-                raise ValueError(word)
-            value = int(word) if inner is int else float(word)
-        except ValueError:
-            raise InputError(f"{text!r} is not a number", field=f"--set {entry.key}",
-                             valid=("an integer" if inner is int else "a number")) from None
-        return value
-    if inner is Path:
-        return Path(word)
-    raise InputError(f"{entry.key} cannot be set from the command line", field="--set")
 
 
 def _settings(specs: Sequence[ConfigSpec], texts: Sequence[str]) -> dict[str, Any]:
@@ -344,11 +298,25 @@ def _for_run(spec: ConfigSpec, values: dict[tuple[str, ...], Any], built: Any, o
         if any(dotted == u or dotted.startswith(u + ".") or u == "" for u in unused):
             flag = by_path[path].shown_as
             raise InputError(f"{flag} with {run.why}", field=flag, valid=run.valid)
+    bases = list(run.value.values()) if isinstance(run.value, dict) else [run.value]
+    for path, value in values.items():
+        dotted = ".".join(path)
+        if dotted in run.pinned and any(_at(base, path) != value for base in bases):
+            what, valid = run.pinned[dotted]
+            shown = str(value).lower() if isinstance(value, bool) else value
+            raise InputError(f"{spec.name}.{dotted}={shown} with a policy that decides {what} itself",
+                             field=by_path[path].shown_as, valid=valid)
     if run.value is None:
         return None
     if isinstance(run.value, dict):
         return {key: _build(spec, values, base) for key, base in run.value.items()}
     return _build(spec, values, run.value)
+
+
+def _at(config: Any, path: tuple[str, ...]) -> Any:
+    for name in path:
+        config = getattr(config, name)
+    return config
 
 
 def _explicit(ctx: Any, name: str) -> bool:
@@ -486,8 +454,7 @@ def config_command(*specs: ConfigSpec, loadable: bool = False) -> Callable[[Call
             if path is not None:
                 from colocate.config_file import read_config
 
-                filed = read_config(path, {e.key: e for spec in specs for e in entries(spec)}, parse_setting,
-                                    _optional_of)
+                filed = read_config(path, {e.key: e for spec in specs for e in entries(spec)})
             for spec in specs:
                 kwargs[spec.name] = _collect(ctx, spec, kwargs, settings, filed)
             return func(**kwargs)

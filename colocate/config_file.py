@@ -1,5 +1,6 @@
-"""A run's settings as one JSON value: printed with the run (``simulate --json``: its ``config``), loaded again with
-``--config FILE`` (:func:`colocate.cli_config.config_command`, ``loadable``).
+"""Values of settings: ``--set`` text parsed to a field's type (:func:`parse_setting`), and a run's settings as one
+JSON value: printed with the run (``simulate --json``: its ``config``), loaded again with ``--config FILE``
+(:func:`colocate.cli_config.config_command`, ``loadable``).
 
 The value is ``{namespace: {field: value, nested: {...}}}``, one namespace per config of the command (``run``,
 ``sim``, ``ilp``; a config that does not apply to the run is ``null``), every option field written out, so the
@@ -11,15 +12,66 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Union, get_args, get_origin
 
 from common.errors import InputError
 
-# The command-line side (colocate.cli_config) passes its field entries and parsers in: it imports this module.
-Entry = Any
+Entry = Any  # colocate.cli_config.Entry (that module imports this one)
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+def _optional_of(annotation: Any) -> tuple[Any, bool]:
+    """(inner type, whether None is allowed) of ``X | None``."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return annotation, False
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)", re.IGNORECASE)
+
+
+def parse_setting(entry: Entry, text: str) -> Any:
+    """``--set`` text → a value of the field's type (the config checks its range)."""
+    inner, optional = _optional_of(entry.annotation)
+    word = text.strip()
+    if optional and word.lower() in ("none", "null"):
+        return None
+    if get_origin(inner) is Literal or inner is str:
+        return word
+    if callable(getattr(inner, "parse", None)):  # a value with its own parser (BeliefSpec)
+        try:
+            return inner.parse(word)
+        except InputError as err:
+            raise InputError(err.detail, field=f"--set {entry.key}", valid=err.valid) from None
+    if inner is bool:
+        if word.lower() in _TRUE + _FALSE:
+            return word.lower() in _TRUE
+        raise InputError(f"{text!r} is not a boolean", field=f"--set {entry.key}", valid="true or false")
+    if inner in (int, float):
+        try:
+            # ASCII only: Python's int()/float() also read '1_0' and other scripts' digits ('١٢'), which a
+            # config file or another tool would not
+            if not (_INTEGER if inner is int else _DECIMAL).fullmatch(word):
+                raise ValueError(word)
+            value = int(word) if inner is int else float(word)
+        except ValueError:
+            raise InputError(f"{text!r} is not a number", field=f"--set {entry.key}",
+                             valid=("an integer" if inner is int else "a number")) from None
+        return value
+    if inner is Path:
+        return Path(word)
+    raise InputError(f"{entry.key} cannot be set from the command line", field="--set")
+
+
 
 
 def config_json(sections: Mapping[str, tuple[Sequence[Entry], Any]]) -> dict[str, Any]:
@@ -51,11 +103,7 @@ def _plain(value: Any) -> Any:
     return str(value)  # a Path, a parsed value (its text is what parses back to it)
 
 
-Parse = Callable[[Entry, str], Any]
-OptionalOf = Callable[[Any], tuple[Any, bool]]
-
-
-def read_config(path: Path, known: Mapping[str, Entry], parse: Parse, optional_of: OptionalOf) -> dict[str, Any]:
+def read_config(path: Path, known: Mapping[str, Entry]) -> dict[str, Any]:
     """``--config FILE`` → {``--set`` key: value}: the file's config (a ``--json`` output's ``config``, or the
     config itself); an unknown key or a value of the wrong type is an :class:`InputError` naming the file and key."""
     try:
@@ -76,7 +124,7 @@ def read_config(path: Path, known: Mapping[str, Entry], parse: Parse, optional_o
         if entry is None:
             raise InputError(f"unknown setting {key!r}", source=str(path), field=key,
                              valid="one of " + ", ".join(sorted(known)))
-        out[key] = _typed(entry, value, path, parse, optional_of)
+        out[key] = _typed(entry, value, path)
     return out
 
 
@@ -91,9 +139,9 @@ def _flatten(node: dict[str, Any], prefix: tuple[str, ...], out: dict[str, Any],
             out[".".join(key)] = value
 
 
-def _typed(entry: Entry, value: Any, path: Path, parse: Parse, optional_of: OptionalOf) -> Any:
+def _typed(entry: Entry, value: Any, path: Path) -> Any:
     """A JSON value as the field's type: the same parse as ``--set`` for text, numbers and booleans kept exact."""
-    inner, optional = optional_of(entry.annotation)
+    inner, optional = _optional_of(entry.annotation)
     if value is None:
         if optional:
             return None
@@ -108,7 +156,7 @@ def _typed(entry: Entry, value: Any, path: Path, parse: Parse, optional_of: Opti
     elif isinstance(value, str):
         if inner not in (bool, int, float):
             try:
-                return parse(entry, value)
+                return parse_setting(entry, value)
             except InputError as err:
                 raise InputError(err.detail, source=str(path), field=entry.key, valid=err.valid) from None
     elif isinstance(value, list) and typing.get_origin(inner) is tuple:

@@ -16,11 +16,11 @@ def _policy_defaults(built: ServeConfig, others: dict[str, object]) -> Defaults:
     """Serve's knobs for the chosen policy: its ILP as serve runs it; ILP settings with a policy that solves
     none are refused."""
     from colocate.commands.simulate import ILP_VALID
-    from scheduler.policies import policy_spec
+    from scheduler.policies import PINNED, policy_spec
 
-    solves = policy_spec(built.policy).solves_ilp
+    spec = policy_spec(built.policy)
     return Defaults(ServeConfig.for_policy(built.policy), why=f"--policy {built.policy}", valid=ILP_VALID,
-                    unused=() if solves else ("ilp",))
+                    unused=() if spec.solves_ilp else ("ilp",), pinned={f"ilp.{f}": PINNED[f] for f in spec.pinned})
 
 
 REQUEST_SPEC = ConfigSpec("request", ServeRequest, panel="Where")

@@ -22,12 +22,12 @@ ILP_VALID = ("--policy " + ", ".join(ILP_POLICY_NAMES) + " (the policies that so
 def policy_ilp(names: Sequence[str]) -> Defaults:
     """The round-ILP settings' defaults of a run of ``names``: each ILP policy's own (the registry's); the user's
     values apply over them, and none may be given when no policy solves the ILP."""
-    from scheduler.policies import policy_spec
+    from scheduler.policies import PINNED, policy_spec
 
     specs = [policy_spec(n) for n in names]
     return Defaults({s.name: s.ilp for s in specs if s.ilp is not None},
                     why="--polic" + ("y " if len(specs) == 1 else "ies ") + ",".join(s.name for s in specs),
-                    valid=ILP_VALID)
+                    valid=ILP_VALID, pinned={f: PINNED[f] for s in specs for f in s.pinned})
 
 
 RUN_SPEC = ConfigSpec("run", PolicyChoice)

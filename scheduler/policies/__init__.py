@@ -154,7 +154,7 @@ def make_policy(name: str, *, seed: int = 0, ilp: IlpConfig | None = None) -> Po
     for f in spec.pinned:
         if getattr(config, f) != getattr(spec.ilp, f):
             raise InputError(f"{f} {getattr(config, f)} with policy {spec.name}", source="--policy", field=f"ilp.{f}",
-                             valid=f"{getattr(spec.ilp, f)} (the policy decides it: " + _PINNED_HINT[f] + ")")
+                             valid=f"{getattr(spec.ilp, f)}: {PINNED[f][1]}")
     return spec.factory(seed=seed, ilp=config)
 
 
@@ -172,9 +172,10 @@ class PolicyChoice:
         return policy_spec(self.policy)
 
 
-_PINNED_HINT = {"packing": "sia is the ILP without packing, colocate the ILP with it",
-                "max_group_size": "colocate-triples groups three, colocate pairs"}
+# The ILP fields a policy decides (PolicySpec.pinned): what each is, and what to use instead of changing it.
+PINNED = {"packing": ("packing", "--policy sia for the ILP without packing, --policy colocate for it with packing"),
+          "max_group_size": ("its group size", "3 with --policy colocate-triples, or --policy colocate for pairs")}
 
 
-__all__ = ["ILP_POLICY_NAMES", "PACKING_KEEP_BONUS", "POLICIES", "POLICY_NAMES", "PolicyChoice", "PolicySpec", "make_policy",
-           "policy_spec"]
+__all__ = ["ILP_POLICY_NAMES", "PACKING_KEEP_BONUS", "PINNED", "POLICIES", "POLICY_NAMES", "PolicyChoice", "PolicySpec",
+           "make_policy", "policy_spec"]
