@@ -22,7 +22,8 @@ batch size as their upper limit, as Sia's speedup functions do); rigid jobs run 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from common.errors import InputError
 from common.options import option
@@ -158,6 +159,15 @@ def make_policy(name: str, *, seed: int = 0, ilp: IlpConfig | None = None) -> Po
     return spec.factory(seed=seed, ilp=config)
 
 
+def own_ilp(name: str, **changes: Any) -> IlpConfig:
+    """The round-ILP settings of ILP policy ``name`` (its own, :attr:`PolicySpec.ilp`) with ``changes``."""
+    own = policy_spec(name).ilp
+    if own is None:
+        raise InputError(f"policy {name} solves no round ILP", source="--policy", field="policy",
+                         valid=", ".join(ILP_POLICY_NAMES))
+    return replace(own, **changes)
+
+
 @dataclass(frozen=True)
 class PolicyChoice:
     """The policy of one run (``colocate simulate --policy``): a config, so a run's printed settings name it."""
@@ -178,4 +188,4 @@ PINNED = {"packing": ("packing", "--policy sia for the ILP without packing, --po
 
 
 __all__ = ["ILP_POLICY_NAMES", "PACKING_KEEP_BONUS", "PINNED", "POLICIES", "POLICY_NAMES", "PolicyChoice", "PolicySpec",
-           "make_policy", "policy_spec"]
+           "make_policy", "own_ilp", "policy_spec"]

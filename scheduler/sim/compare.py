@@ -49,7 +49,7 @@ class CompareRequest:
     title: str | None = option(None, "Report title.")
     notes: Path | None = option(None, "Markdown file appended to the report as its Analysis section.")
     force: bool = option(False, "Rerun simulations whose results already exist in --out.")
-    targets: bool = option(False, "Check the project's JCT targets (colocate vs sia and gavel) in the report.")
+    targets: bool = option(False, "Check the project's JCT targets (colocate vs sia and gavel-sia) in the report.")
     sim: SimConfig = field(default_factory=SimConfig)  # the command line sets it as its own config (--set sim.*)
     # the round-ILP settings of each ILP policy compared (a policy missing here runs with its own)
     ilp: Mapping[str, IlpConfig] = field(default_factory=dict)
