@@ -90,8 +90,6 @@ class GavelPolicy:
     mechanism: str = "refill"
     received_s: dict[tuple[Combo, str], float] = field(default_factory=dict)
     active_s: dict[str, float] = field(default_factory=dict)
-    lp_solves: int = 0
-    lp_time_s: float = 0.0
     _round_start: float | None = field(default=None, repr=False)
     _cache_key: tuple = field(default=(), repr=False)
     _fractions: dict[tuple[Combo, str], float] = field(default_factory=dict, repr=False)
@@ -169,7 +167,6 @@ class GavelPolicy:
                slowdown: Mapping[str, float] | None = None) -> dict[tuple[Combo, str], float]:
         import pulp
 
-        started = time.perf_counter()
         total = sum(t.total_gpus for t in cluster)
         solo = {(o.combo[0], o.shape.gpu_type): o.estimates[0].goodput for o in options if len(o.combo) == 1}
         ref = {}
@@ -215,8 +212,6 @@ class GavelPolicy:
                 if len(o.combo) == 1 and better:
                     best[o.combo[0]] = o
             fractions = {o.key: 1.0 for o in best.values()}
-        self.lp_solves += 1
-        self.lp_time_s += time.perf_counter() - started
         return fractions
 
     # ------------------------------------------------------------------ a round
