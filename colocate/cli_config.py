@@ -35,7 +35,6 @@ _MISSING: Any = dataclasses.MISSING
 _SET = "set_options"
 _CONTEXT = "cli_context"  # Typer passes the command's context to a parameter annotated typer.Context
 _HELP_EXPERIMENTAL = "help_experimental"
-_CONFIG_FILE = "config_file"
 
 
 @dataclass(frozen=True)
@@ -247,20 +246,21 @@ def _settings(specs: Sequence[ConfigSpec], texts: Sequence[str]) -> dict[str, An
     return out
 
 
-def _check_choices(entry: Entry, value: Any) -> None:
+def _check_choices(entry: Entry, value: Any, how: str) -> None:
     choices = entry.choices
     if choices is not None and value is not None and str(value) not in choices:
-        raise InputError(f"{value!r}", field=entry.shown_as, valid=", ".join(choices))
+        raise InputError(f"{value!r}", field=how, valid=", ".join(choices))
 
 
-def _check_finite(entry: Entry, value: Any) -> None:
+def _check_finite(entry: Entry, value: Any, how: str) -> None:
     if isinstance(value, float) and not math.isfinite(value):
-        raise InputError(f"{value!r}", field=entry.shown_as, valid="a finite number")
+        raise InputError(f"{value!r}", field=how, valid="a finite number")
 
 
-def _build(spec: ConfigSpec, values: dict[tuple[str, ...], Any], base: Any = _MISSING) -> Any:
+def _build(spec: ConfigSpec, values: dict[tuple[str, ...], Any], base: Any = _MISSING,
+           how: dict[tuple[str, ...], str] | None = None) -> Any:
     """The config of ``spec`` with ``values`` (by field path) over ``base`` (default: the spec's); its checks name
-    the flag."""
+    the flag (``how`` the user gave the value: a flag, ``--set``, a file)."""
     by_name = {e.path: e for e in entries(spec)}
 
     def make(cls: type, base: Any, prefix: tuple[str, ...]) -> Any:
@@ -278,16 +278,18 @@ def _build(spec: ConfigSpec, values: dict[tuple[str, ...], Any], base: Any = _MI
             entry = by_name.get((*prefix, err.field or ""))
             if entry is None:
                 raise
-            raise InputError(err.detail, source=err.source, field=entry.shown_as, valid=err.valid) from None
+            shown = (how or {}).get(entry.path, entry.shown_as)
+            raise InputError(err.detail, source=err.source, field=shown, valid=err.valid) from None
 
     if base is _MISSING:
         base = spec.base() if spec.base is not None else None
     return make(spec.cls, base, ())
 
 
-def _for_run(spec: ConfigSpec, values: dict[tuple[str, ...], Any], built: Any, others: dict[str, Any]) -> Any:
+def _for_run(spec: ConfigSpec, values: dict[tuple[str, ...], Any], built: Any, others: dict[str, Any],
+             how: dict[tuple[str, ...], str]) -> Any:
     """The config of ``spec`` over this run's defaults (:attr:`ConfigSpec.defaults`): one, one per key, or None;
-    a value the user set for a field that does not apply is refused."""
+    a value the user set (``how``: where) for a field that does not apply is refused."""
     if spec.defaults is None:
         return built
     run = spec.defaults(built, others)
@@ -296,21 +298,20 @@ def _for_run(spec: ConfigSpec, values: dict[tuple[str, ...], Any], built: Any, o
     for path in values:
         dotted = ".".join(path)
         if any(dotted == u or dotted.startswith(u + ".") or u == "" for u in unused):
-            flag = by_path[path].shown_as
-            raise InputError(f"{flag} with {run.why}", field=flag, valid=run.valid)
+            raise InputError(f"{how[path]} with {run.why}", field=by_path[path].shown_as, valid=run.valid)
     bases = list(run.value.values()) if isinstance(run.value, dict) else [run.value]
     for path, value in values.items():
         dotted = ".".join(path)
         if dotted in run.pinned and any(_at(base, path) != value for base in bases):
             what, valid = run.pinned[dotted]
             shown = str(value).lower() if isinstance(value, bool) else value
-            raise InputError(f"{spec.name}.{dotted}={shown} with a policy that decides {what} itself",
+            raise InputError(f"{spec.name}.{dotted}={shown} ({how[path]}) with a policy that decides {what} itself",
                              field=by_path[path].shown_as, valid=valid)
     if run.value is None:
         return None
     if isinstance(run.value, dict):
-        return {key: _build(spec, values, base) for key, base in run.value.items()}
-    return _build(spec, values, run.value)
+        return {key: _build(spec, values, base, how) for key, base in run.value.items()}
+    return _build(spec, values, run.value, how)
 
 
 def _at(config: Any, path: tuple[str, ...]) -> Any:
@@ -328,7 +329,7 @@ def _explicit(ctx: Any, name: str) -> bool:
 def _given(ctx: Any, entry: Entry, kwargs: dict[str, Any], settings: dict[str, Any],
            filed: dict[str, Any]) -> list[tuple[str, Any]]:
     """Every way the user set ``entry`` on this command line: (how, value) for its flag, an old spelling
-    (warned about) and ``--set``; else the value of ``--config FILE`` (``filed``), if it has one."""
+    (warned about) and ``--set``; else the value of ``--set @FILE`` (``filed``), if it has one."""
     found: list[tuple[str, Any]] = []
     if entry.has_flag:
         value = kwargs.pop(entry.param)
@@ -344,14 +345,16 @@ def _given(ctx: Any, entry: Entry, kwargs: dict[str, Any], settings: dict[str, A
     if entry.key in settings:
         found.append((f"--set {entry.key}", settings[entry.key]))
     if not found and entry.key in filed:
-        found.append((f"--config {entry.key}", filed[entry.key]))
+        value, path = filed[entry.key]
+        found.append((f"{entry.key} of --set @{path}", value))
     return found
 
 
 def _collect(ctx: Any, spec: ConfigSpec, kwargs: dict[str, Any], settings: dict[str, Any],
              filed: dict[str, Any]) -> Any:
-    """The config of ``spec`` from the command line (and ``--config FILE``) over this run's defaults."""
+    """The config of ``spec`` from the command line (and ``--set @FILE``) over this run's defaults."""
     values: dict[tuple[str, ...], Any] = {}
+    how: dict[tuple[str, ...], str] = {}
     for entry in entries(spec):
         found = _given(ctx, entry, kwargs, settings, filed)
         if len(found) > 1:
@@ -372,14 +375,14 @@ def _collect(ctx: Any, spec: ConfigSpec, kwargs: dict[str, Any], settings: dict[
                 value = parse_setting(entry, value)
             except InputError as err:
                 raise InputError(err.detail, field=found[0][0], valid=f"{err.valid} or none") from None
-        _check_choices(entry, value)
-        _check_finite(entry, value)
-        values[entry.path] = value
-    return _for_run(spec, values, _build(spec, values), kwargs)
+        _check_choices(entry, value, found[0][0])
+        _check_finite(entry, value, found[0][0])
+        values[entry.path], how[entry.path] = value, found[0][0]
+    return _for_run(spec, values, _build(spec, values, how=how), kwargs, how)
 
 
 def printed_config(specs: Sequence[ConfigSpec], configs: dict[str, Any]) -> dict[str, Any]:
-    """A run's settings as one JSON value (:mod:`colocate.config_file`): what ``--config FILE`` loads again."""
+    """A run's settings as one JSON value (:mod:`colocate.config_file`): what ``--set @FILE`` loads again."""
     from colocate.config_file import config_json
 
     return config_json({s.name: (entries(s), configs.get(s.name)) for s in specs})
@@ -402,11 +405,11 @@ def _print_experimental(specs: Sequence[ConfigSpec]) -> None:
     Console().print(table)
 
 
-def config_command(*specs: ConfigSpec, loadable: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def config_command(*specs: ConfigSpec) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a command function whose keyword parameters named after ``specs`` receive the built configs:
-    their fields' options, ``--set`` and ``--help-experimental`` are added to its signature; ``loadable``:
-    ``--config FILE`` too, a run's printed config (:mod:`colocate.config_file`) whose values stand for the
-    options not given on the command line."""
+    their fields' options, ``--set`` and ``--help-experimental`` are added to its signature. ``--set @FILE``
+    loads a run's printed config (:mod:`colocate.config_file`): its values stand for the settings not given
+    otherwise on the command line."""
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         names = {s.name for s in specs}
@@ -429,32 +432,30 @@ def config_command(*specs: ConfigSpec, loadable: bool = False) -> Callable[[Call
         settable = [
             inspect.Parameter(_SET, inspect.Parameter.KEYWORD_ONLY, annotation=list[str], default=typer.Option(
                 [], "--set", metavar="KEY=VALUE", show_default=False,
-                help="Set any setting, those without a flag included (repeatable; --help-experimental lists them).")),
+                help="Set any setting, those without a flag included (repeatable; --help-experimental lists them); "
+                     "@FILE: every setting of a run's printed config (its --json output).")),
             inspect.Parameter(_HELP_EXPERIMENTAL, inspect.Parameter.KEYWORD_ONLY, annotation=bool,
                               default=typer.Option(False, "--help-experimental", is_eager=True,
                                                    callback=show_experimental,
                                                    help="List the settings without a flag (ablations, solver "
                                                         "internals) and exit.")),
         ]
-        loader = inspect.Parameter(_CONFIG_FILE, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],  # noqa: UP045
-                                   default=typer.Option(None, "--config", metavar="FILE", show_default=False,
-                                                        help="Settings of an earlier run (its --json output, or "
-                                                             "the JSON of its config): options given here win."))
         # a command whose every setting has its flag needs neither
         extra = [inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
-                 *(settable if unflagged else []), *([loader] if loadable else [])]
+                 *(settable if unflagged else [])]
 
         @functools.wraps(func)
         def wrapper(**kwargs: Any) -> Any:
             ctx = kwargs.pop(_CONTEXT)
-            settings = _settings(specs, kwargs.pop(_SET, None) or [])
+            texts = kwargs.pop(_SET, None) or []
+            settings = _settings(specs, [t for t in texts if not t.startswith("@")])
             kwargs.pop(_HELP_EXPERIMENTAL, None)
             filed: dict[str, Any] = {}
-            path = kwargs.pop(_CONFIG_FILE, None)
-            if path is not None:
+            for text in (t for t in texts if t.startswith("@")):  # a later file's value wins
                 from colocate.config_file import read_config
 
-                filed = read_config(path, {e.key: e for spec in specs for e in entries(spec)})
+                read = read_config(Path(text[1:]), {e.key: e for spec in specs for e in entries(spec)})
+                filed.update({key: (value, text[1:]) for key, value in read.items()})
             for spec in specs:
                 kwargs[spec.name] = _collect(ctx, spec, kwargs, settings, filed)
             return func(**kwargs)

@@ -1,6 +1,6 @@
 """Values of settings: ``--set`` text parsed to a field's type (:func:`parse_setting`), and a run's settings as one
-JSON value: printed with the run (``simulate --json``: its ``config``), loaded again with ``--config FILE``
-(:func:`colocate.cli_config.config_command`, ``loadable``).
+JSON value: printed with the run (``simulate --json``: its ``config``), loaded again with ``--set @FILE``
+(:func:`colocate.cli_config.config_command`).
 
 The value is ``{namespace: {field: value, nested: {...}}}``, one namespace per config of the command (``run``,
 ``sim``, ``ilp``; a config that does not apply to the run is ``null``), every option field written out, so the
@@ -104,17 +104,17 @@ def _plain(value: Any) -> Any:
 
 
 def read_config(path: Path, known: Mapping[str, Entry]) -> dict[str, Any]:
-    """``--config FILE`` → {``--set`` key: value}: the file's config (a ``--json`` output's ``config``, or the
+    """``--set @FILE`` → {``--set`` key: value}: the file's config (a ``--json`` output's ``config``, or the
     config itself); an unknown key or a value of the wrong type is an :class:`InputError` naming the file and key."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise InputError(f"cannot read it ({type(err).__name__})", source=str(path), field="--config",
+        raise InputError(f"cannot read it ({type(err).__name__})", source=str(path), field="--set @FILE",
                          valid="a JSON file: a run's --json output or its config") from None
     if isinstance(data, dict) and isinstance(data.get("config"), dict):
         data = data["config"]
     if not isinstance(data, dict):
-        raise InputError("not a JSON object", source=str(path), field="--config",
+        raise InputError("not a JSON object", source=str(path), field="--set @FILE",
                          valid="a JSON object {namespace: {field: value}}")
     flat: dict[str, Any] = {}
     _flatten(data, (), flat, path)

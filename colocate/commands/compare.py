@@ -78,8 +78,7 @@ def _policies_ilp(built: IlpConfig, others: dict[str, Any]) -> Defaults:
 
 @config_command(ConfigSpec("request", CompareRequest, panel="Comparison"),
                 ConfigSpec("sim", SimConfig, panel="Simulator", aliases=True),
-                ConfigSpec("ilp", IlpConfig, flags=(), panel="Round ILP (colocate, sia)", defaults=_policies_ilp),
-                loadable=True)
+                ConfigSpec("ilp", IlpConfig, flags=(), panel="Round ILP (colocate, sia)", defaults=_policies_ilp))
 def compare_command(*, request: CompareRequest, sim: SimConfig, ilp: dict[str, IlpConfig]) -> None:
     """Run the policies on every workload (in parallel processes) and write report.md, summary.csv and plots."""
     from colocate.commands._output import console, error_console

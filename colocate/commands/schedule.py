@@ -69,7 +69,7 @@ def _check_inputs(jobs: list, cluster: Any, model: Any, jobs_path: Path) -> None
 ILP_SPEC = ConfigSpec("ilp", IlpConfig, panel="Round ILP", aliases=True)
 
 
-@config_command(ILP_SPEC, loadable=True)
+@config_command(ILP_SPEC)
 def schedule(
     cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML: gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}."),
     jobs: Path = typer.Option(..., "--jobs", help="Jobs CSV (name,application[,num_gpus,adaptive,...])."),
@@ -114,7 +114,7 @@ def schedule(
     if as_json:
         from common.safe_load import json_text
 
-        # the round's settings beside the decision: --config loads them again (colocate.config_file)
+        # the round's settings beside the decision: --set @FILE loads them again (colocate.config_file)
         printed = {**decision_to_json(decision, placement), "config": printed_config([ILP_SPEC], {"ilp": ilp})}
         typer.echo(json_text(printed, indent=2))
         return

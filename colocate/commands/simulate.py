@@ -119,7 +119,7 @@ def _print_summary(result: Any, title: str, out: Path | None) -> None:
         console.print(f"logs in {out}/ (jobs.parquet, rounds.parquet, allocations.parquet, summary.json)")
 
 
-@config_command(RUN_SPEC, SIM_SPEC, ILP_SPEC, loadable=True)
+@config_command(RUN_SPEC, SIM_SPEC, ILP_SPEC)
 def simulate_command(
     cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML (e.g. scheduler/examples/sia-64gpu.yaml)."),
     workload: Path = typer.Option(..., "--workload", help="Sia/Pollux workload CSV, Gavel .trace or Philly job CSV."),
