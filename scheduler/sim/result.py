@@ -59,6 +59,11 @@ class SimulationResult:
         return paths
 
 
+def _plain(value: Any) -> Any:
+    """A setting as a run's summary.json stores it: a parsed value (``--belief``) as its text."""
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
 def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[dict[str, Any]],
                  gpu_s: tuple[float, float, float], wall: float, end_time: float, fallbacks: int) -> SimulationResult:
     """The :class:`SimulationResult` of a finished :class:`scheduler.sim.simulator.Simulator` run; ``gpu_s`` is the
@@ -118,7 +123,7 @@ def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[di
         "max_group_size": sim.max_group_size,
         "slowdown_bound": cluster_bound(sim.policy),
         "triple_ratios": TRIPLE_RATIOS if sim.max_group_size >= 3 else "none (pairs only)",
-        "model": {f.name: getattr(sim.config, f.name) for f in fields(sim.config) if is_option(f)},
+        "model": {f.name: _plain(getattr(sim.config, f.name)) for f in fields(sim.config) if is_option(f)},
     }
     learner = sim.learner
     if learner is not None:
