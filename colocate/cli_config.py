@@ -305,8 +305,8 @@ def _for_run(spec: ConfigSpec, values: dict[tuple[str, ...], Any], built: Any, o
         if dotted in run.pinned and any(_at(base, path) != value for base in bases):
             what, valid = run.pinned[dotted]
             shown = str(value).lower() if isinstance(value, bool) else value
-            raise InputError(f"{spec.name}.{dotted}={shown} ({how[path]}) with a policy that decides {what} itself",
-                             field=by_path[path].shown_as, valid=valid)
+            raise InputError(f"{spec.name}.{dotted}={shown} with a policy that decides {what} itself",
+                             field=how[path], valid=valid)
     if run.value is None:
         return None
     if isinstance(run.value, dict):

@@ -26,7 +26,8 @@ ALLOCATION_COLUMNS = ("round", "time_s", "job", "gpu_type", "num_gpus", "num_nod
 
 @dataclass
 class SimulationResult:
-    """Everything one run produced. ``summary`` has exactly :data:`SUMMARY_KEYS` (the ``--json`` schema)."""
+    """Everything one run produced. ``summary`` has exactly :data:`SUMMARY_KEYS` (the ``--json`` schema, to which
+    ``simulate --json`` adds the run's ``config``)."""
 
     policy: str
     workload: str
