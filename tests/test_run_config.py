@@ -122,3 +122,30 @@ def test_a_bad_config_file_is_a_one_line_error_naming_file_and_key(tmp_path: Pat
     path.write_text(content)
     code, out, err = _invoke(*SCHEDULE, "--set", f"@{path}")
     assert code != 0 and isinstance(err, InputError) and named in str(err) and str(path) in str(err) and not out
+
+
+def test_a_value_the_user_gives_wins_even_where_it_equals_the_plain_default() -> None:
+    """serve handed the policy only the ILP values that differed from IlpConfig's defaults, so ``--max-slowdown
+    2.5`` (IlpConfig's own) with ``colocate-triples`` ran at the policy's 3.75; the config is now built over the
+    policy's settings, and what the user gave is kept."""
+    import typer
+
+    from colocate.cli_config import config_command
+    from colocate.commands.serve import SERVE_SPEC
+
+    seen: dict[str, ServeConfig] = {}
+
+    @config_command(SERVE_SPEC)
+    def probe(*, serve: ServeConfig) -> None:
+        seen["serve"] = serve
+
+    app = typer.Typer()
+    app.command("probe")(probe)
+    app.command("other")(lambda: None)
+    result = CliRunner().invoke(app, ["probe", "--policy", "colocate-triples", "--max-slowdown", "2.5"])
+    assert result.exit_code == 0, result.output
+    ilp = seen["serve"].ilp
+    assert (ilp.max_slowdown, ilp.max_group_size, ilp.keep_bonus) == (2.5, 3, 0.02)
+    assert make_policy("colocate-triples", ilp=ilp).traits.max_slowdown == 2.5
+    CliRunner().invoke(app, ["probe", "--policy", "colocate-triples"])
+    assert seen["serve"].ilp.max_slowdown == 3.75  # left alone: the policy's own
