@@ -72,11 +72,18 @@ class Job:
 
     def slowdown_bound(self, default: float | None) -> float | None:
         """The slowdown this job accepts in a group: its own, else the cluster-wide ``default`` (None: any)."""
-        return self.max_slowdown if self.max_slowdown is not None else default
+        return slowdown_bound(self.max_slowdown, default)
 
     def with_state(self, **changes: Any) -> "Job":
         """A copy with some fields changed (the simulator uses this each round)."""
         return replace(self, **changes)
+
+
+def slowdown_bound(own: float | None, default: float | None) -> float | None:
+    """The slowdown a job accepts in a group: its own ``max_slowdown``, else the cluster-wide ``default`` (the
+    policy's, :func:`scheduler.sim.job_state.cluster_bound`; None: any). The one place a job's bound is resolved,
+    for every job record (a round's :class:`Job`, a workload's row, a served job's spec)."""
+    return own if own is not None else default
 
 
 FINISHING_ROUNDS = 2.0  # a running job expected to end within this many rounds keeps its placement

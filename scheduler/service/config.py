@@ -7,7 +7,7 @@ fields and those of the nested configs (:mod:`colocate.cli_config`).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from common.bounds import check_number
@@ -21,10 +21,20 @@ from scheduler.service.stability import StabilityConfig
 # The round ILP as a live scheduler runs it (scheduler.service.stability, rules 2-4 and fairness): resuming a
 # stopped job pays its restart, ties keep what runs, and with λ = 2 a waiting job that fits is allocated before
 # any adaptive job grows. Changing partners pays its restarts everywhere (scheduler.ilp, "Pair restart"). The
-# simulator keeps IlpConfig's own (Sia's) defaults.
-LIVE_ILP = IlpConfig(lambda_unallocated=2.0, keep_bonus=0.02, charge_resumes=True)
+# simulator keeps each policy's own (scheduler.policies: Sia's, with colocate's hysteresis).
+LIVE_CHANGES = {"lambda_unallocated": 2.0, "keep_bonus": 0.02, "charge_resumes": True}
+LIVE_ILP = IlpConfig(**LIVE_CHANGES)  # type: ignore[arg-type]
 DEVICES = ("auto", "cpu", "cuda")
-ILP_POLICIES = ("colocate", "colocate-triples", "sia")
+
+
+def live_ilp(policy: str) -> IlpConfig:
+    """The round ILP ``serve`` runs ``policy`` with: the policy's own settings (:mod:`scheduler.policies`; groups of
+    three for ``colocate-triples``, no packing for ``sia``) with the live scheduler's changes; :data:`LIVE_ILP` for a
+    policy that solves none (its restart cost and slowdown bound still apply to the jobs)."""
+    from scheduler.policies import policy_spec
+
+    own = policy_spec(policy).ilp
+    return LIVE_ILP if own is None else replace(own, **LIVE_CHANGES)  # type: ignore[arg-type]
 
 
 def _policy_names() -> tuple[str, ...]:
@@ -57,6 +67,7 @@ class ServeConfig:
                                            "seconds.", experimental=True)
     log_every: int = option(50, "Built-in jobs log every this many steps.", experimental=True)
     python: str = sys.executable
+    # the ILP of the policy as serve runs it: ServeConfig.for_policy(NAME) (the command line builds it so)
     ilp: IlpConfig = nested(lambda: LIVE_ILP, "the round ILP of the colocate and sia policies")
     stability: StabilityConfig = nested(StabilityConfig, "how long a started job keeps its GPUs")
     probe: ProbeConfig = nested(ProbeConfig, "automatic probes of never-measured job types")
@@ -78,16 +89,10 @@ class ServeConfig:
         check_number(self.start_timeout_s, field="start_timeout_s", low=1, high=86400)
         check_number(self.log_every, field="log_every", low=1, high=10**6, integer=True)
 
-    def policy_options(self) -> dict[str, Any]:
-        """The options the policy registry's factory gets: the ILP knobs that differ from IlpConfig's own
-        defaults, for the ILP policies (a policy's factory keeps its own defaults, e.g. groups of three for
-        colocate-triples), and ``keep_bonus`` always (the packing policies' own default is the simulator's
-        hysteresis; serve's is its own); nothing for the others."""
-        if self.policy not in ILP_POLICIES:
-            return {}
-        default = IlpConfig()
-        return {f: getattr(self.ilp, f) for f in IlpConfig.__dataclass_fields__
-                if getattr(self.ilp, f) != getattr(default, f) or f == "keep_bonus"}
+    @classmethod
+    def for_policy(cls, policy: str, **changes: Any) -> ServeConfig:
+        """The knobs of a server running ``policy``: its ILP is :func:`live_ilp` unless ``changes`` give one."""
+        return cls(policy=policy, **{"ilp": live_ilp(policy), **changes})
 
 
-__all__ = ["DEVICES", "ILP_POLICIES", "LIVE_ILP", "ServeConfig"]
+__all__ = ["DEVICES", "LIVE_ILP", "ServeConfig", "live_ilp"]

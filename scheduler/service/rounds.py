@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from scheduler.model.jobs import Job
 from scheduler.model.policy import JobPlacement, Placement, RoundDecision
@@ -181,12 +180,6 @@ def change_kind(slot: Slot, before: JobRow) -> str:
     if before.gpu_type and slot.others and set(slot.others) != set(before.others):
         return "repacked"  # with other partners; a job that starts alone again is restarted, not repacked
     return "restarted"
-
-
-def slot_detail(slot: Slot) -> dict[str, Any]:
-    return {"gpu_type": slot.gpu_type, "num_gpus": slot.num_gpus, "batch_size": slot.batch_size,
-            "partner": slot.others[0] if slot.others else None, "partners": list(slot.others),
-            "nodes": list(slot.nodes), "gpus": list(slot.gpus)}
 
 
 def describe(slot: Slot, key: str) -> str:

@@ -51,6 +51,7 @@ from scheduler.service.state import health
 from scheduler.service.state import lock as server_lock
 from scheduler.service.state.rows import GroupRecord
 from scheduler.service.state.store import CANCELLED, QUEUED, RUNNING, JobRow, StateStore, Transaction
+from scheduler.sim.job_state import cluster_bound
 
 BAD_FILE_GRACE_S = 2.0  # how long a job's records may stay unreadable before it misbehaves
 
@@ -60,13 +61,13 @@ class Server:
 
     def __init__(self, state: StateStore, cluster: Cluster, executor: Executor, config: ServeConfig = ServeConfig(),
                  *, profiles: GoodputModelBase | None = None, colocation: ColocationTable | None = None) -> None:
-        from scheduler.policies import make_policy
+        from scheduler.policies import make_policy, policy_spec
 
         self.state, self.cluster, self.executor, self.config = state, cluster, executor, config
         self.profiles, self.colocation = profiles, colocation
         # what a restart costs when a batch change must pay for one: the ILP's S, whatever the policy
         self._restart_cost_s = config.ilp.restart_cost_s
-        self.policy = make_policy(config.policy, **config.policy_options())
+        self.policy = make_policy(config.policy, ilp=config.ilp if policy_spec(config.policy).solves_ilp else None)
         self.runs = state.dir / "runs"
         self.runs.mkdir(exist_ok=True)
         self._lock: Any = None  # the open lock file, held for the server's lifetime
@@ -89,8 +90,7 @@ class Server:
         self.splits = 0  # groups this server split because a member was measured past its slowdown bound
         self.ooms_at_start = contract.oom_totals(self._memory)  # the metrics count those after this
         # the slowdown a member accepts unless it says otherwise: the policy's own bound, else the cluster's
-        bound = self.policy.traits.max_slowdown
-        self._default_bound = bound if bound is not None else config.ilp.max_slowdown
+        self._default_bound = cluster_bound(self.policy, config.ilp.max_slowdown)
         self.owners = owner_planning(cluster, config, executor.name)  # how jobs of several owners may share
 
     # -- lifetime ----------------------------------------------------------------------------------------

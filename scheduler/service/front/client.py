@@ -48,11 +48,6 @@ def _recorded_cluster(state_dir: str | Path) -> dict[str, int] | None:
         reader.close()
 
 
-def submit_job(job_file: str | Path, state_dir: str | Path, cluster_path: str | Path | None = None) -> str:
-    """Validate ``job_file`` and queue it (see :func:`submit_jobs`)."""
-    return submit_jobs([str(job_file)], state_dir, cluster_path)[0]
-
-
 def cancel_job(state_dir: str | Path, name: str) -> str:
     """Request the cancellation of job ``name``; returns its state before (final states are left alone)."""
     reader = StateStore(state_dir, create=False, readonly=True)

@@ -110,11 +110,6 @@ class JobSpec:
             del out["exclusive"]  # the stored spec of a job without it reads as before
         return {k: v for k, v in out.items() if v is not None}
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "JobSpec":
-        """Inverse of :meth:`to_dict` (for rows already validated)."""
-        return cls(**{**data, "gpu_types": tuple(data.get("gpu_types", ()))})
-
 
 @lru_cache(maxsize=1)
 def _model_names_from_source() -> tuple[str, ...]:

@@ -197,13 +197,6 @@ class StateStore:
         self._conn = open_database(self.path, readonly=readonly, lock_wait_s=self.lock_wait_s, schema=_SCHEMA,
                                    version=SCHEMA_VERSION)
 
-    def meta_or_none(self, key: str) -> str | None:
-        """:meth:`meta`, or None when the database has no tables yet."""
-        try:
-            return self.meta(key)
-        except sqlite3.OperationalError:
-            return None
-
     def close(self) -> None:
         self._conn.close()
 
