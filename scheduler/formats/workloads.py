@@ -348,12 +348,10 @@ def poisson_workload(num_jobs: int, *, jobs_per_hour: float = 20.0, seed: int = 
     """
     import numpy as np
 
-    if num_jobs < 1:
-        raise InputError(f"num_jobs {num_jobs} < 1", source="poisson_workload", field="num_jobs",
-                         valid="an integer >= 1")
-    if not jobs_per_hour > 0:
-        raise InputError(f"jobs_per_hour {jobs_per_hour}", source="poisson_workload", field="jobs_per_hour",
-                         valid="a number > 0")
+    check_number(num_jobs, field="num_jobs", low=1, high=math.inf, integer=True, source="poisson_workload",
+                 valid="an integer >= 1")
+    check_number(jobs_per_hour, field="jobs_per_hour", low=0, high=math.inf, low_open=True,
+                 source="poisson_workload", valid="a number > 0")
     classes = {c: w for c, w in PHILLY_CLASS_MIX.items()
                if applications is None or any(a in applications for a in PHILLY_CLASS_APPS[c])}
     if not classes:
