@@ -116,7 +116,7 @@ class ResultsStore:
 
     def jobs(self, runs: pd.DataFrame | None = None) -> pd.DataFrame:
         """Job rows of committed runs; pass ``runs`` when already read, to spare a second read of it."""
-        jobs = self._read(JOBS_FILE, JOB_COLUMNS)
+        jobs = self.table(JOBS_FILE)
         committed = set((self.runs() if runs is None else runs)["run_id"])
         return jobs[jobs["run_id"].isin(committed)].reset_index(drop=True)
 
@@ -215,6 +215,5 @@ def read_results_dir(path: str | Path) -> ResultsDir:
     if not ((root / RUNS_FILE).is_file() or (root / RUNS_FILE).with_suffix(".csv").is_file()):
         raise InputError(f"no {RUNS_FILE} here (empty or not a results directory)", source=root, valid=_FROM)
     store = ResultsStore(root, readonly=True)
-    runs, jobs = store.table(RUNS_FILE), store.table(JOBS_FILE)
-    committed = jobs[jobs["run_id"].isin(set(runs["run_id"]))].reset_index(drop=True)
-    return ResultsDir(root, runs, committed, store.table(KERNELS_FILE), store.read_meta())
+    runs = store.table(RUNS_FILE)
+    return ResultsDir(root, runs, store.jobs(runs), store.table(KERNELS_FILE), store.read_meta())
