@@ -20,16 +20,14 @@ import dataclasses
 import functools
 import inspect
 import math
-import re
-import types
-from collections.abc import Callable, Sequence
-from contextvars import ContextVar
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Optional, get_args, get_origin, get_type_hints
 
 import typer
 
+from colocate.config_file import _optional_of, parse_setting
 from common.errors import InputError
 from common.options import choices_of, flag_of, is_nested, is_option
 
@@ -37,9 +35,6 @@ _MISSING: Any = dataclasses.MISSING
 _SET = "set_options"
 _CONTEXT = "cli_context"  # Typer passes the command's context to a parameter annotated typer.Context
 _HELP_EXPERIMENTAL = "help_experimental"
-_TRUE = ("true", "yes", "on", "1")
-_EXPLICIT: ContextVar[dict[str, dict[str, Any]] | None] = ContextVar("explicit_settings", default=None)
-_FALSE = ("false", "no", "off", "0")
 
 
 @dataclass(frozen=True)
@@ -50,7 +45,10 @@ class ConfigSpec:
     default instance (None: the class's own defaults; a request with required fields has no other).
     ``flags``: the dotted field paths shown as flags (None: every option that is not experimental); the others
     are set with ``--set``. ``panel``: the heading of its options in ``--help``. ``aliases``: accept the fields'
-    old spellings (hidden, with a warning) — only on the commands that had them.
+    old spellings (hidden, with a warning) — only on the commands that had them. ``defaults``: when the config's
+    defaults depend on another choice of the run (an ILP policy's own settings), ``defaults(built, others)``
+    gets the config built over ``base`` and the command's other arguments and says them (:class:`Defaults`); the
+    user's values are then applied over those.
     """
 
     name: str
@@ -59,6 +57,26 @@ class ConfigSpec:
     flags: tuple[str, ...] | None = None
     panel: str | None = None
     aliases: bool = False
+    defaults: Callable[[Any, dict[str, Any]], Defaults] | None = None
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """A config's defaults for this run (:attr:`ConfigSpec.defaults`).
+
+    ``value``: one default instance (the command receives one config), a dict of them (it receives a config per
+    key, each with the user's values), or None (the config does not apply: the command receives None).
+    ``unused``: the dotted field prefixes that do not apply (``("",)``: all; implied by an empty ``value``).
+    Setting a field that does not apply is refused: ``{flag} with {why}``, ``valid`` saying what would apply.
+    ``pinned``: dotted field → (what it is, valid): fields the choice decides (a policy's packing), refused when
+    set to anything but the default's value.
+    """
+
+    value: Any
+    why: str = ""
+    valid: str = ""
+    unused: tuple[str, ...] = ()
+    pinned: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -144,15 +162,6 @@ def _walk(spec: ConfigSpec, cls: type, base: Any, prefix: tuple[str, ...]) -> li
     return out
 
 
-def _optional_of(annotation: Any) -> tuple[Any, bool]:
-    """(inner type, whether None is allowed) of ``X | None``."""
-    if get_origin(annotation) in (Union, types.UnionType):
-        args = [a for a in get_args(annotation) if a is not type(None)]
-        if len(args) == 1:
-            return args[0], True
-    return annotation, False
-
-
 def _cli_type(entry: Entry) -> Any:
     """The annotation Typer converts the option's value to."""
     inner, optional = _optional_of(entry.annotation)
@@ -162,11 +171,18 @@ def _cli_type(entry: Entry) -> Any:
         inner = list[str]  # repeatable
     elif get_origin(inner) is tuple and all(a in (str, int, float, Path) for a in get_args(inner)):
         pass  # an option of several values (--emit slurm DIR)
+    elif _parsed(entry):
+        return str  # a value with its own parser (BeliefSpec.parse): the text, parsed in _collect
     elif inner not in (bool, int, float, str, Path, list[str]):
         raise TypeError(f"{entry.key}: no command-line form for {entry.annotation!r}")
     if _none_or_number(entry):
         return Optional[str]  # noqa: UP045  (a number, or "none": parsed by parse_setting in _collect)
     return Optional[inner] if optional or entry.default is None else inner  # noqa: UP045  (Typer reads it)
+
+
+def _parsed(entry: Entry) -> bool:
+    """A field of a type that parses its own text (a classmethod ``parse``), such as ``--belief``'s."""
+    return callable(getattr(_optional_of(entry.annotation)[0], "parse", None))
 
 
 def _none_or_number(entry: Entry) -> bool:
@@ -184,6 +200,8 @@ def _parameter(entry: Entry) -> inspect.Parameter:
         decls.append(entry.field.metadata["short"])
     choices = entry.choices
     default = ... if entry.default is _MISSING else entry.default
+    if _parsed(entry) and default is not ...:
+        default = str(default)
     if isinstance(default, tuple):
         default = list(default)
     if entry.field.metadata.get("argument"):
@@ -211,38 +229,6 @@ def _alias_parameters(entry: Entry) -> list[inspect.Parameter]:
     return params
 
 
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)", re.IGNORECASE)
-
-
-def parse_setting(entry: Entry, text: str) -> Any:
-    """``--set`` text → a value of the field's type (the config checks its range)."""
-    inner, optional = _optional_of(entry.annotation)
-    word = text.strip()
-    if optional and word.lower() in ("none", "null"):
-        return None
-    if get_origin(inner) is Literal or inner is str:
-        return word
-    if inner is bool:
-        if word.lower() in _TRUE + _FALSE:
-            return word.lower() in _TRUE
-        raise InputError(f"{text!r} is not a boolean", field=f"--set {entry.key}", valid="true or false")
-    if inner in (int, float):
-        try:
-            # ASCII only: Python's int()/float() also read '1_0' and other scripts' digits ('١٢'), which a
-            # config file or another tool would not
-            if not (_INTEGER if inner is int else _DECIMAL).fullmatch(word):
-                raise ValueError(word)
-            value = int(word) if inner is int else float(word)
-        except ValueError:
-            raise InputError(f"{text!r} is not a number", field=f"--set {entry.key}",
-                             valid=("an integer" if inner is int else "a number")) from None
-        return value
-    if inner is Path:
-        return Path(word)
-    raise InputError(f"{entry.key} cannot be set from the command line", field="--set")
-
-
 def _settings(specs: Sequence[ConfigSpec], texts: Sequence[str]) -> dict[str, Any]:
     """``--set KEY=VALUE`` texts → {key: value}; a key given twice is refused (no silent winner)."""
     known = {e.key: e for spec in specs for e in entries(spec)}
@@ -260,19 +246,21 @@ def _settings(specs: Sequence[ConfigSpec], texts: Sequence[str]) -> dict[str, An
     return out
 
 
-def _check_choices(entry: Entry, value: Any) -> None:
+def _check_choices(entry: Entry, value: Any, how: str) -> None:
     choices = entry.choices
     if choices is not None and value is not None and str(value) not in choices:
-        raise InputError(f"{value!r}", field=entry.shown_as, valid=", ".join(choices))
+        raise InputError(f"{value!r}", field=how, valid=", ".join(choices))
 
 
-def _check_finite(entry: Entry, value: Any) -> None:
+def _check_finite(entry: Entry, value: Any, how: str) -> None:
     if isinstance(value, float) and not math.isfinite(value):
-        raise InputError(f"{value!r}", field=entry.shown_as, valid="a finite number")
+        raise InputError(f"{value!r}", field=how, valid="a finite number")
 
 
-def _build(spec: ConfigSpec, values: dict[tuple[str, ...], Any]) -> Any:
-    """The config of ``spec`` with ``values`` (by field path) over its defaults; its checks name the flag."""
+def _build(spec: ConfigSpec, values: dict[tuple[str, ...], Any], base: Any = _MISSING,
+           how: dict[tuple[str, ...], str] | None = None) -> Any:
+    """The config of ``spec`` with ``values`` (by field path) over ``base`` (default: the spec's); its checks name
+    the flag (``how`` the user gave the value: a flag, ``--set``, a file)."""
     by_name = {e.path: e for e in entries(spec)}
 
     def make(cls: type, base: Any, prefix: tuple[str, ...]) -> Any:
@@ -290,10 +278,46 @@ def _build(spec: ConfigSpec, values: dict[tuple[str, ...], Any]) -> Any:
             entry = by_name.get((*prefix, err.field or ""))
             if entry is None:
                 raise
-            raise InputError(err.detail, source=err.source, field=entry.shown_as, valid=err.valid) from None
+            shown = (how or {}).get(entry.path, entry.shown_as)
+            raise InputError(err.detail, source=err.source, field=shown, valid=err.valid) from None
 
-    base = spec.base() if spec.base is not None else None
+    if base is _MISSING:
+        base = spec.base() if spec.base is not None else None
     return make(spec.cls, base, ())
+
+
+def _for_run(spec: ConfigSpec, values: dict[tuple[str, ...], Any], built: Any, others: dict[str, Any],
+             how: dict[tuple[str, ...], str]) -> Any:
+    """The config of ``spec`` over this run's defaults (:attr:`ConfigSpec.defaults`): one, one per key, or None;
+    a value the user set (``how``: where) for a field that does not apply is refused."""
+    if spec.defaults is None:
+        return built
+    run = spec.defaults(built, others)
+    unused = ("",) if run.value is None or run.value == {} else run.unused
+    by_path = {e.path: e for e in entries(spec)}
+    for path in values:
+        dotted = ".".join(path)
+        if any(dotted == u or dotted.startswith(u + ".") or u == "" for u in unused):
+            raise InputError(f"{how[path]} with {run.why}", field=by_path[path].shown_as, valid=run.valid)
+    bases = list(run.value.values()) if isinstance(run.value, dict) else [run.value]
+    for path, value in values.items():
+        dotted = ".".join(path)
+        if dotted in run.pinned and any(_at(base, path) != value for base in bases):
+            what, valid = run.pinned[dotted]
+            shown = str(value).lower() if isinstance(value, bool) else value
+            raise InputError(f"{spec.name}.{dotted}={shown} with a policy that decides {what} itself",
+                             field=how[path], valid=valid)
+    if run.value is None:
+        return None
+    if isinstance(run.value, dict):
+        return {key: _build(spec, values, base, how) for key, base in run.value.items()}
+    return _build(spec, values, run.value, how)
+
+
+def _at(config: Any, path: tuple[str, ...]) -> Any:
+    for name in path:
+        config = getattr(config, name)
+    return config
 
 
 def _explicit(ctx: Any, name: str) -> bool:
@@ -302,9 +326,10 @@ def _explicit(ctx: Any, name: str) -> bool:
     return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
 
-def _given(ctx: Any, entry: Entry, kwargs: dict[str, Any], settings: dict[str, Any]) -> list[tuple[str, Any]]:
+def _given(ctx: Any, entry: Entry, kwargs: dict[str, Any], settings: dict[str, Any],
+           filed: dict[str, Any]) -> list[tuple[str, Any]]:
     """Every way the user set ``entry`` on this command line: (how, value) for its flag, an old spelling
-    (warned about) and ``--set``."""
+    (warned about) and ``--set``; else the value of ``--set @FILE`` (``filed``), if it has one."""
     found: list[tuple[str, Any]] = []
     if entry.has_flag:
         value = kwargs.pop(entry.param)
@@ -319,16 +344,19 @@ def _given(ctx: Any, entry: Entry, kwargs: dict[str, Any], settings: dict[str, A
             found.append((spelled, old))
     if entry.key in settings:
         found.append((f"--set {entry.key}", settings[entry.key]))
+    if not found and entry.key in filed:
+        value, path = filed[entry.key]
+        found.append((f"{entry.key} of --set @{path}", value))
     return found
 
 
-def _collect(ctx: Any, spec: ConfigSpec, kwargs: dict[str, Any], settings: dict[str, Any]
-             ) -> tuple[Any, dict[str, Any]]:
-    """The config of ``spec`` from the command line, and the fields the user set (by dotted path)."""
+def _collect(ctx: Any, spec: ConfigSpec, kwargs: dict[str, Any], settings: dict[str, Any],
+             filed: dict[str, Any]) -> Any:
+    """The config of ``spec`` from the command line (and ``--set @FILE``) over this run's defaults."""
     values: dict[tuple[str, ...], Any] = {}
-    explicit: dict[str, Any] = {}
+    how: dict[tuple[str, ...], str] = {}
     for entry in entries(spec):
-        found = _given(ctx, entry, kwargs, settings)
+        found = _given(ctx, entry, kwargs, settings, filed)
         if len(found) > 1:
             raise InputError(f"both {found[0][0]} and {found[1][0]} given", field=entry.shown_as,
                              valid="one of them")
@@ -337,21 +365,27 @@ def _collect(ctx: Any, spec: ConfigSpec, kwargs: dict[str, Any], settings: dict[
         value = found[0][1]
         if isinstance(value, list) and get_origin(_optional_of(entry.annotation)[0]) is tuple:
             value = tuple(value)
+        if isinstance(value, str) and _parsed(entry):
+            try:
+                value = parse_setting(entry, value)
+            except InputError as err:
+                raise InputError(err.detail, field=found[0][0], valid=err.valid) from None
         if isinstance(value, str) and _none_or_number(entry):
             try:
                 value = parse_setting(entry, value)
             except InputError as err:
                 raise InputError(err.detail, field=found[0][0], valid=f"{err.valid} or none") from None
-        _check_choices(entry, value)
-        _check_finite(entry, value)
-        values[entry.path] = explicit[entry.dotted] = value
-    return _build(spec, values), explicit
+        _check_choices(entry, value, found[0][0])
+        _check_finite(entry, value, found[0][0])
+        values[entry.path], how[entry.path] = value, found[0][0]
+    return _for_run(spec, values, _build(spec, values, how=how), kwargs, how)
 
 
-def explicit_settings(name: str) -> dict[str, Any]:
-    """The fields of the command's config ``name`` that the user set (a flag given or ``--set``), by dotted
-    path: what a command passes on when the defaults belong to someone else (a policy's own defaults)."""
-    return dict((_EXPLICIT.get() or {}).get(name, {}))
+def printed_config(specs: Sequence[ConfigSpec], configs: dict[str, Any]) -> dict[str, Any]:
+    """A run's settings as one JSON value (:mod:`colocate.config_file`): what ``--set @FILE`` loads again."""
+    from colocate.config_file import config_json
+
+    return config_json({s.name: (entries(s), configs.get(s.name)) for s in specs})
 
 
 def _print_experimental(specs: Sequence[ConfigSpec]) -> None:
@@ -373,7 +407,9 @@ def _print_experimental(specs: Sequence[ConfigSpec]) -> None:
 
 def config_command(*specs: ConfigSpec) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a command function whose keyword parameters named after ``specs`` receive the built configs:
-    their fields' options, ``--set`` and ``--help-experimental`` are added to its signature."""
+    their fields' options, ``--set`` and ``--help-experimental`` are added to its signature. ``--set @FILE``
+    loads a run's printed config (:mod:`colocate.config_file`): its values stand for the settings not given
+    otherwise on the command line."""
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         names = {s.name for s in specs}
@@ -396,7 +432,8 @@ def config_command(*specs: ConfigSpec) -> Callable[[Callable[..., Any]], Callabl
         settable = [
             inspect.Parameter(_SET, inspect.Parameter.KEYWORD_ONLY, annotation=list[str], default=typer.Option(
                 [], "--set", metavar="KEY=VALUE", show_default=False,
-                help="Set any setting, those without a flag included (repeatable; --help-experimental lists them).")),
+                help="Set any setting, those without a flag included (repeatable; --help-experimental lists them); "
+                     "@FILE: every setting of a run's printed config (its --json output).")),
             inspect.Parameter(_HELP_EXPERIMENTAL, inspect.Parameter.KEYWORD_ONLY, annotation=bool,
                               default=typer.Option(False, "--help-experimental", is_eager=True,
                                                    callback=show_experimental,
@@ -410,16 +447,18 @@ def config_command(*specs: ConfigSpec) -> Callable[[Callable[..., Any]], Callabl
         @functools.wraps(func)
         def wrapper(**kwargs: Any) -> Any:
             ctx = kwargs.pop(_CONTEXT)
-            settings = _settings(specs, kwargs.pop(_SET, None) or [])
+            texts = kwargs.pop(_SET, None) or []
+            settings = _settings(specs, [t for t in texts if not t.startswith("@")])
             kwargs.pop(_HELP_EXPERIMENTAL, None)
-            explicit: dict[str, dict[str, Any]] = {}
+            filed: dict[str, Any] = {}
+            for text in (t for t in texts if t.startswith("@")):  # a later file's value wins
+                from colocate.config_file import read_config
+
+                read = read_config(Path(text[1:]), {e.key: e for spec in specs for e in entries(spec)})
+                filed.update({key: (value, text[1:]) for key, value in read.items()})
             for spec in specs:
-                kwargs[spec.name], explicit[spec.name] = _collect(ctx, spec, kwargs, settings)
-            token = _EXPLICIT.set(explicit)
-            try:
-                return func(**kwargs)
-            finally:
-                _EXPLICIT.reset(token)
+                kwargs[spec.name] = _collect(ctx, spec, kwargs, settings, filed)
+            return func(**kwargs)
 
         wrapper.__signature__ = inspect.Signature(own + generated + extra)  # type: ignore[attr-defined]
         wrapper.config_specs = specs  # type: ignore[attr-defined]  # the consistency test reads them

@@ -25,6 +25,9 @@ MAX_SAMPLES = 10**12  # a job's target samples
 # What a running job may report (its progress file): a step trains at least one sample and at most one batch.
 MAX_PROGRESS_STEPS = MAX_SAMPLES
 MAX_PROGRESS_SAMPLES = MAX_STEPS * MAX_BATCH
+# its gradient statistics: a squared norm or a variance trace no training that still learns reaches; a learning rate
+MAX_GRADIENT_STAT = 1e30
+MAX_LR = 1e6
 MAX_EPOCH_S = 1e10  # a wall-clock time stamp (seconds since 1970; the year 2286)
 
 
@@ -41,10 +44,10 @@ def _fmt(x: float) -> str:
 
 
 
-def _describe(low: float, high: float, integer: bool, low_open: bool) -> str:
+def _describe(low: float, high: float, integer: bool, low_open: bool, high_open: bool = False) -> str:
     kind = "an integer" if integer else "a number"
-    left = "(" if low_open else "["
-    return f"{kind} in {left}{_fmt(low)}, {_fmt(high)}]"
+    left, right = "(" if low_open else "[", ")" if high_open else "]"
+    return f"{kind} in {left}{_fmt(low)}, {_fmt(high)}{right}"
 
 
 def in_range(value: Any, low: float, high: float, *, integer: bool = False) -> bool:
@@ -57,13 +60,16 @@ def in_range(value: Any, low: float, high: float, *, integer: bool = False) -> b
 
 
 def check_number(value: Any, *, field: str, low: float, high: float, source: str | Path | None = None,
-                 integer: bool = False, low_open: bool = False, valid: str | None = None) -> Any:
+                 integer: bool = False, low_open: bool = False, high_open: bool = False, valid: str | None = None,
+                 row: int | None = None) -> Any:
     """``value`` (an int when ``integer``) if it is a finite number in range, else an :class:`InputError`.
 
-    ``low_open`` makes the lower limit exclusive (``> low``). Whole floats pass as integers (YAML ``1e3``),
-    booleans never count as numbers.
+    ``low_open`` makes the lower limit exclusive (``> low``), ``high_open`` the upper one (``< high``). Whole
+    floats pass as integers (YAML ``1e3``), booleans never count as numbers. ``row``: the row of a table the
+    value came from, named in the message.
     """
-    rule = valid or _describe(low, high, integer, low_open)
+    rule = valid or _describe(low, high, integer, low_open, high_open)
+    at = "" if row is None else f"row {row}: "
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         try:  # numpy scalars and the like
             import numbers
@@ -72,13 +78,13 @@ def check_number(value: Any, *, field: str, low: float, high: float, source: str
                 raise TypeError
             value = value.item() if hasattr(value, "item") else float(value)
         except (TypeError, ValueError):
-            raise InputError(f"{shown(value)} is not a number", source=source, field=field, valid=rule) from None
+            raise InputError(f"{at}{shown(value)} is not a number", source=source, field=field, valid=rule) from None
     if isinstance(value, float) and not math.isfinite(value):
-        raise InputError(f"{value} is not a finite number", source=source, field=field, valid=rule)
-    if value < low or (low_open and value <= low) or value > high:
-        raise InputError(f"{shown_number(value)} is out of range", source=source, field=field, valid=rule)
+        raise InputError(f"{at}{value} is not a finite number", source=source, field=field, valid=rule)
+    if value < low or (low_open and value <= low) or value > high or (high_open and value >= high):
+        raise InputError(f"{at}{shown_number(value)} is out of range", source=source, field=field, valid=rule)
     if integer:
         if value != int(value):
-            raise InputError(f"{shown_number(value)} is not a whole number", source=source, field=field, valid=rule)
+            raise InputError(f"{at}{shown_number(value)} is not a whole number", source=source, field=field, valid=rule)
         return int(value)
     return value

@@ -1,4 +1,5 @@
-"""Everything a job starts stays with it and stops with it: ``python -m common.contain PARENT [--cgroup DIR] -- ARGV``.
+"""Everything a job starts stays with it and stops with it:
+``python -m common.contain PARENT [--cgroup DIR] [--user UID:GID:GROUPS] -- ARGV``.
 
 A job's command may start processes that leave its process group (``setsid``, a daemon's double fork): a signal to
 the group misses them, and they would outlive the job on GPUs another group owns by then. The *reaper* (this
@@ -16,6 +17,10 @@ after killing whatever the job left outside the group, with the status of the jo
 signal N ends the reaper by signal N). Its parent's death (``PR_SET_PDEATHSIG``) and SIGUSR1 (its supervisor's kill
 after the grace) make it kill everything, itself last.
 SIGTERM does not stop the reaper: the job gets it through the process group and decides.
+
+With ``--user`` the job's process joins its cgroup and *then* becomes that user (uid, gid, supplementary groups,
+umask 077: :func:`common.owners.drop_to`) before it runs anything of the job's; the reaper keeps the server's rights,
+so the cgroup, the subreaper tree and the kills hold whatever the job does as its owner.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from common.owners import Owner, drop_to
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
@@ -176,11 +183,28 @@ def _prctl(option: int, value: int) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, value)
 
 
+def _job_start(cgroup: Path | None, user: Owner | None) -> Callable[[], None] | None:
+    """What the job's process does before it runs the job: join its cgroup (with the reaper's rights), then become
+    its owner (the order matters: once it is the owner, it may not move itself into a cgroup)."""
+    if cgroup is None and user is None:
+        return None
+
+    def start() -> None:
+        if cgroup is not None:
+            join_cgroup(cgroup)
+        if user is not None:
+            drop_to(user)  # an error here fails the start: the job never runs with the reaper's rights
+
+    return start
+
+
 def main(argv: list[str]) -> int:
-    """The reaper: ``PARENT [--cgroup DIR] -- ARGV`` (PARENT: the pid it dies with)."""
+    """The reaper: ``PARENT [--cgroup DIR] [--user UID:GID:GROUPS] -- ARGV`` (PARENT: the pid it dies with)."""
     parent, rest = int(argv[0]), argv[1:]
-    cgroup = Path(rest[1]) if rest[:1] == ["--cgroup"] else None
+    options = rest[:rest.index("--")]
     command = rest[rest.index("--") + 1:]
+    cgroup = Path(options[options.index("--cgroup") + 1]) if "--cgroup" in options else None
+    user = Owner.from_arg(options[options.index("--user") + 1]) if "--user" in options else None
 
     def kill_everything(*_: object) -> None:
         kill_cgroup(cgroup)
@@ -193,7 +217,7 @@ def main(argv: list[str]) -> int:
         return 1
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     signal.signal(signal.SIGTERM, lambda *_: None)  # the job gets it too (same group) and decides
-    job = subprocess.Popen(command, preexec_fn=(lambda: join_cgroup(cgroup)) if cgroup is not None else None)
+    job = subprocess.Popen(command, preexec_fn=_job_start(cgroup, user))
     code = job.wait()
     # the job is its process group: a shell's trainer may still be writing its checkpoint after a SIGTERM ended the
     # shell. Once the group is gone, what the job left outside it (an escaped child, a daemon it started) is killed.

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +67,6 @@ def safe_name(text: str, limit: int | None = 60, *, keep: str = "", empty: str =
     digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     stem = kept or empty
     return f"{stem if limit is None else stem[:max(limit - 9, 1)]}-{digest}"
-
-
-def shell_quote(text: str) -> str:
-    """Quote ``text`` for a POSIX shell (one word, nothing expanded)."""
-    return shlex.quote(text)
 
 
 def comment_text(text: str) -> str:

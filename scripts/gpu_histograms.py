@@ -19,14 +19,14 @@ PANELS = (("gpm_sm_occupancy_mean", "mean SM occupancy over the window (%)"),
 
 def load_runs(dirs: list[Path]) -> pd.DataFrame:
     """Every ok run of the directories, with a ``mode`` label: solo, or the sharing mode and group size."""
-    from profiler.results.store import ResultsStore
+    from profiler.results.store import read_results_dir
 
-    stores = [ResultsStore(d) for d in dirs]
-    runs = pd.concat([s.runs() for s in stores], ignore_index=True)
+    found = [read_results_dir(d) for d in dirs]
+    runs = pd.concat([f.runs for f in found], ignore_index=True)
     runs = runs[runs["status"] == "ok"].copy()
     # NVML's per-process memory of each member (context included) summed over the run's jobs; the run's own
     # device-wide figure (memory_used_max_mib) also counts the campaign's idle warm workers
-    jobs = pd.concat([s.jobs() for s in stores], ignore_index=True)
+    jobs = pd.concat([f.jobs for f in found], ignore_index=True)
     memory = jobs.groupby("run_id")["nvml_process_memory_mib"].sum(min_count=1).astype(float) / 1024
     runs["group_memory_gib"] = runs["run_id"].map(memory)
     size = runs["group_size"].astype(int)

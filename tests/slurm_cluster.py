@@ -84,6 +84,9 @@ class SlurmCluster:
     # -- set-up ------------------------------------------------------------------------------------------
     def _write_config(self) -> None:
         hostname = socket.gethostname()
+        # searchable by everyone, listable by none: a batch job run as another user (tests/test_slurm_owners.py)
+        # reaches its script in the spool directory; the munge key stays root's (0600)
+        self.root.chmod(0o711)
         munge = self.root / "munge"
         munge.mkdir(mode=0o755)
         key = munge / "munge.key"

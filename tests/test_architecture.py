@@ -97,3 +97,24 @@ def test_decision_checks_raise_a_named_exception_that_survives_python_O(tmp_path
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "raised: h100: 2 GPUs used > capacity 1" in done.stdout
+
+
+def _main_guard_not_last(path: Path) -> bool:
+    """Whether ``path`` has an ``if __name__ == "__main__":`` block with module statements after it: run as
+    ``python -m``, the code after the block does not exist yet when the block runs (a supervisor once died with a
+    NameError this way, on a path only a job that ignores SIGTERM reaches)."""
+    body = ast.parse(path.read_text()).body
+    for i, node in enumerate(body):
+        test = node.test if isinstance(node, ast.If) else None
+        if (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+                and i != len(body) - 1):
+            return True
+    return False
+
+
+def test_a_modules_main_block_is_its_last_statement(tmp_path: Path) -> None:
+    late = [str(p.relative_to(REPO)) for room in ROOMS for p in (REPO / room).rglob("*.py") if _main_guard_not_last(p)]
+    assert late == [], f"code after `if __name__ == '__main__':` (move the block to the end): {late}"
+    bad = tmp_path / "bad.py"
+    bad.write_text('def a():\n    b()\n\n\nif __name__ == "__main__":\n    a()\n\n\ndef b():\n    pass\n')
+    assert _main_guard_not_last(bad)  # the check sees the mistake it is for

@@ -71,10 +71,10 @@ def test_schedule_json_is_json_with_every_solver(solver: str) -> None:
 
 @pytest.mark.slow
 def test_simulate_json_is_json_for_ilp_and_gavel_policies(tmp_path: Path) -> None:
-    """colocate (HiGHS) and gavel (pulp.HiGHS) policies; the Parquet logs written are readable."""
+    """colocate (HiGHS) and gavel-sia (pulp.HiGHS) policies; the Parquet logs written are readable."""
     workload = tmp_path / "tiny.csv"
     workload.write_text(TINY)
-    for policy in ("colocate", "gavel"):
+    for policy in ("colocate", "gavel-sia"):
         out = tmp_path / policy
         summary = json_stdout(colocate("simulate", "--cluster", "scheduler/data/cluster-default.yaml",
                                        "--workload", str(workload), "--policy", policy, "--out", str(out),

@@ -11,7 +11,7 @@ from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import TableGoodputModel
 from scheduler.model.jobs import Job
 from scheduler.model.policy import RoundContext, check_decision
-from scheduler.policies import PACKING_KEEP_BONUS, make_policy
+from scheduler.policies import PACKING_KEEP_BONUS, make_policy, own_ilp
 
 CLUSTER = Cluster({"v": GpuType("v", nodes=1, gpus_per_node=2, memory_gb=32)})
 # two GPUs make each job 1.3x faster than one; sharing them, each runs at 0.8 of that: Σρ = 1.6
@@ -49,7 +49,7 @@ def test_a_waiting_job_starts_beside_a_running_one_when_starting_it_is_valued() 
     waiting = Job("w", "y", adaptive=True, max_gpus=1)
 
     def partners(**options: float) -> dict[str, str | None]:
-        decision = make_policy("colocate", **options).allocate([a, waiting], one_gpu,
+        decision = make_policy("colocate", ilp=own_ilp("colocate", **options)).allocate([a, waiting], one_gpu,
                                                                RoundContext(MODEL, colocation=TABLE))
         check_decision(decision, [a, waiting], one_gpu)
         return {x.job: x.partner for x in decision.allocations}
@@ -62,4 +62,4 @@ def test_packing_policies_keep_what_runs_and_sia_does_not() -> None:
     assert make_policy("colocate").config.keep_bonus == pytest.approx(PACKING_KEEP_BONUS)  # type: ignore[attr-defined]
     assert make_policy("colocate-triples").config.keep_bonus == pytest.approx(PACKING_KEEP_BONUS)  # type: ignore[attr-defined]
     assert make_policy("sia").config.keep_bonus == 0.0  # type: ignore[attr-defined]
-    assert make_policy("colocate", keep_bonus=0.0).config.keep_bonus == 0.0  # type: ignore[attr-defined]
+    assert make_policy("colocate", ilp=own_ilp("colocate", keep_bonus=0.0)).config.keep_bonus == 0.0  # type: ignore[attr-defined]

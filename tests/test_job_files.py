@@ -128,6 +128,26 @@ def test_check_progress_accepts_the_trainers_records_and_bounds() -> None:
         check_exit({"returncode": 0, "stop_requested": "yes"})
 
 
+def test_gradient_statistics_are_optional_bounded_and_named_when_bad() -> None:
+    """The contract's grad_sqr/grad_var (≥ 0) and lr (> 0): absent reads as None, a bad value names its field."""
+    from scheduler.executor.job_files import BadRecord
+
+    assert {k: check_progress({})[k] for k in ("grad_sqr", "grad_var", "lr")} == dict.fromkeys(
+        ("grad_sqr", "grad_var", "lr"))
+    good = check_progress({"grad_sqr": 0.5, "grad_var": 0, "lr": 0.1})
+    assert (good["grad_sqr"], good["grad_var"], good["lr"]) == (0.5, 0.0, 0.1)
+    for key, bad in (("grad_sqr", -1e-9), ("grad_var", float("nan")), ("grad_var", 1e31), ("lr", 0),
+                     ("lr", -0.1), ("grad_sqr", "1.0"), ("lr", True), ("grad_sqr", float("inf"))):
+        with pytest.raises(BadRecord, match=f"field '{key}'"):
+            check_progress({key: bad})
+
+
+def test_bad_gradient_statistics_in_a_job_file_are_a_named_problem(tmp_path: Path) -> None:
+    (tmp_path / "progress.json").write_text('{"step": 3, "grad_var": -2.0}')
+    files = job_records(tmp_path, "progress.json", "exit.json")
+    assert files["progress"] is None and "field 'grad_var'" in files["problem"]
+
+
 def test_the_job_directory_itself_a_link_is_refused(tmp_path: Path) -> None:
     real = tmp_path / "real"
     real.mkdir()

@@ -8,7 +8,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from scheduler.executor.registry import make_executor
-from scheduler.ilp.config import IlpConfig
 from scheduler.ilp.policy import PackingPolicy
 from scheduler.learning.online import LearnedGoodputModel
 from scheduler.model.cluster import cluster_from_dict
@@ -43,8 +42,7 @@ def _running(name: str = "a", age_s: float = 60.0, restarts: int = 1, **fields: 
 
 
 def _batch(model: object, jobs: list[Job]) -> dict[str, int]:
-    serve = ServeConfig().policy_options()
-    decision = PackingPolicy(IlpConfig(mip_gap=0.0, **serve)).allocate(jobs, CLUSTER, RoundContext(model))  # type: ignore[arg-type]
+    decision = PackingPolicy(replace(ServeConfig().ilp, mip_gap=0.0)).allocate(jobs, CLUSTER, RoundContext(model))  # type: ignore[arg-type]
     return {a.job: a.batch_size for a in decision.allocations}
 
 

@@ -104,7 +104,11 @@ def test_good_jobs_complete_exactly_once_beside_misbehaving_jobs(tmp_path: Path)
                     and json.loads(CliRunner().invoke(app, ["jobs", "--state", str(state), "--json"]).output)[
                         "rounds"] >= 10)
 
-        wait_until(settled, 300, "every job to settle after ten rounds", interval_s=1.0)
+        try:
+            wait_until(settled, 300, "every job to settle after ten rounds", interval_s=1.0)
+        except AssertionError as err:  # say which job did not settle, and what the server said
+            states = {name: (row["state"], row.get("error")) for name, row in by_name(state).items()}
+            raise AssertionError(f"{err}: {states}\n{server.output()[-4000:]}") from None
         peak = _status(server.popen.pid)
         assert server.popen.poll() is None, server.output()
         assert json.loads(CliRunner().invoke(app, ["jobs", "--state", str(state), "--json"]).output)["server"][

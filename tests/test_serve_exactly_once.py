@@ -112,3 +112,34 @@ def test_killing_the_supervisor_the_trainer_and_the_server_in_turn_completes_onc
         assert most[0] <= 1  # never two trainers of the job at once
     finally:
         kill_groups(state.dir)
+
+
+def test_a_member_ignoring_sigterm_is_killed_after_the_grace_and_its_end_recorded(tmp_path: Path) -> None:
+    """A job asked to stop alone (its stop file) that ignores SIGTERM is killed once the group's grace has passed,
+    by the supervisor run as serve runs it (``python -m``), and its end is recorded as asked; the supervisor itself
+    ends cleanly (no traceback): a crash there left the job without an exit record, failed as "group gone"."""
+    from scheduler.executor.supervise import STOP_FILE, request_job_stop
+
+    job_dir, ready = tmp_path / "job", tmp_path / "trap-set"
+    doc = {"key": "g00001", "sharing": "timeslice", "gpu": False, "grace_s": 0.5,
+           "pid_file": str(tmp_path / "g00001.pid"),
+           "jobs": [{"name": "j", "dir": str(job_dir), "env": {},
+                     "argv": ["sh", "-c", f"trap '' TERM; touch {ready}; sleep 120"]}]}
+    group_file = tmp_path / "g00001.json"
+    group_file.write_text(json.dumps(doc))
+    handle = spawn_supervisor(group_file)
+    try:
+        wait_until(ready.exists, 60, "the job to ignore SIGTERM", 0.1)  # no race with the trap: it is set
+        request_job_stop(job_dir)
+        assert (job_dir / STOP_FILE).exists()
+        wait_until(lambda: not process_alive(handle["pid"], handle["start_time"]), 60, "the supervisor to end", 0.2)
+        ended = read_json(job_dir / EXIT_FILE)
+        assert ended is not None and ended["stop_requested"] is True and ended["returncode"] != 0, ended
+        log = group_file.with_suffix(".log").read_text()
+        assert "Traceback" not in log, log
+    finally:
+        if process_alive(handle["pid"], handle["start_time"]):
+            os.kill(handle["pid"], signal.SIGKILL)
+        trainer = _trainer(tmp_path / "g00001.pid")
+        if trainer and process_alive(*trainer):
+            os.killpg(trainer[0], signal.SIGKILL)

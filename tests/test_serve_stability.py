@@ -3,6 +3,8 @@ on (:class:`scheduler.service.stability.StabilityConfig`) and that the simulator
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from typer.testing import CliRunner
 
@@ -24,7 +26,7 @@ MODEL = TableGoodputModel({("app", "t4", 1): 100.0, ("app", "t4", 2): 190.0})
 
 
 def _serve_policy(policy: str = "colocate") -> PackingPolicy:
-    return PackingPolicy(IlpConfig(mip_gap=0.0, **ServeConfig(policy=policy).policy_options()))
+    return PackingPolicy(replace(ServeConfig.for_policy(policy).ilp, mip_gap=0.0), name=policy)
 
 
 def _decide(policy: PackingPolicy, jobs: list[Job]) -> dict[str, tuple[int, ...]]:
@@ -209,7 +211,7 @@ def test_bad_serve_options_are_one_line_errors_naming_the_flag_and_create_nothin
     assert not (tmp_path / "state").exists()
 
 
-def _pair_or_not(options: dict, age_s: float) -> dict[str, tuple[str, ...]]:
+def _pair_or_not(options: IlpConfig, age_s: float) -> dict[str, tuple[str, ...]]:
     from scheduler.model.colocation import ColocationTable
 
     one_gpu = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})
@@ -217,13 +219,13 @@ def _pair_or_not(options: dict, age_s: float) -> dict[str, tuple[str, ...]]:
     running = Job("a", "app", 0.0, num_gpus=1, batch_size=32, age_s=age_s, current_gpu_type="t4",
                   current_num_gpus=1)
     waiting = Job("b", "app", 0.0, num_gpus=1, batch_size=32)
-    policy = PackingPolicy(IlpConfig(mip_gap=0.0, **options))
+    policy = PackingPolicy(replace(options, mip_gap=0.0))
     decision = policy.allocate([running, waiting], one_gpu, RoundContext(MODEL, colocation=table))
     return {a.job: tuple(a.others) for a in decision.allocations}
 
 
 def test_a_young_running_job_is_not_restarted_to_take_a_partner_because_serve_restarts_whole_groups() -> None:
-    serve = ServeConfig().policy_options()
+    serve = ServeConfig().ilp
     # every member running on the GPUs pays, as serve restarts a changed group whole: the job 10 s into its
     # run keeps 10 / 35 of its goodput, so the pair does not pay yet
     assert _pair_or_not(serve, age_s=10.0) == {"a": ()}
@@ -231,17 +233,17 @@ def test_a_young_running_job_is_not_restarted_to_take_a_partner_because_serve_re
     assert _pair_or_not(serve, age_s=1000.0) == {"a": ("b",), "b": ("a",)}
 
 
-def _split_or_not(options: dict, age_s: float) -> dict[str, tuple[str, ...]]:
+def _split_or_not(options: IlpConfig, age_s: float) -> dict[str, tuple[str, ...]]:
     """Two jobs paired on one GPU of two (each at 0.7 of its speed): kept together or split onto both GPUs."""
     table = ColocationTable({("t4", "app", "app"): (0.7, 0.7)})
     pair = [Job(n, "app", 0.0, num_gpus=1, batch_size=32, age_s=age_s, current_gpu_type="t4", current_num_gpus=1,
                 current_partner=p) for n, p in (("a", "b"), ("b", "a"))]
-    decision = PackingPolicy(IlpConfig(mip_gap=0.0, **options)).allocate(pair, CLUSTER, RoundContext(MODEL, colocation=table))
+    decision = PackingPolicy(replace(options, mip_gap=0.0)).allocate(pair, CLUSTER, RoundContext(MODEL, colocation=table))
     return {a.job: tuple(a.others) for a in decision.allocations}
 
 
 def test_a_young_pair_is_not_split_because_the_member_that_stays_restarts_too() -> None:
-    serve = ServeConfig().policy_options()
+    serve = ServeConfig().ilp
     # serve restarts the group, the member that stays included: both pay, and the pair runs on
     assert _split_or_not(serve, age_s=40.0) == {"a": ("b",), "b": ("a",)}
     # a pair that has run long loses little to the restarts: split, each alone at full speed

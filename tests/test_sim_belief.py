@@ -70,7 +70,7 @@ def test_a_pair_that_hurts_is_split_within_two_rounds() -> None:
 def test_truth_is_the_default_and_the_policy_then_reads_the_true_table_itself() -> None:
     sim, spy, result = run((0.8, 0.6), "truth")
     assert sim.learner is None and all(table is sim.colocation for table in spy.seen)
-    assert result.belief is None and SimConfig().belief == "truth"
+    assert result.belief is None and str(SimConfig().belief) == "truth"
     _, _, learned = run((0.8, 0.6), "table:scheduler/examples/colocation-small.csv")  # a table without this pair
     assert learned.summary["completed"] == 2
 

@@ -36,7 +36,7 @@ def test_simulate_json_schema_and_logs(tmp_path):
                    "--out", str(out), "--json", "--profiles", str(PROFILES))
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
-    assert list(summary) == list(SUMMARY_KEYS)
+    assert list(summary) == [*SUMMARY_KEYS, "config"]  # the run's settings (tests/test_run_config.py)
     assert summary["policy"] == "colocate" and summary["jobs"] == summary["completed"] == 4
     assert summary["p50_jct_s"] <= summary["p99_jct_s"] and 0 < summary["utilization"] <= 1
     jobs = pd.read_parquet(out / "jobs.parquet")

@@ -100,12 +100,10 @@ def test_sias_restart_rule_counts_a_new_layout_over_nodes(restart_on, expected):
 
 
 def test_simulated_gavel_runs_sias_rounds_and_arrivals_wait_for_them_unlike_refill():
-    from scheduler.policies.gavel import GavelPolicy
-
     work = Workload("w", (WorkloadJob("A", "a", 0.0, 1, 32, work=60.0), WorkloadJob("B", "a", 0.0, 1, 32, work=1e4),
                           WorkloadJob("C", "a", 30.0, 1, 32, work=60.0)))
     jct = {}
-    for mode, policy in (("sia", "gavel"), ("refill", GavelPolicy(mechanism="refill"))):
+    for mode, policy in (("sia", "gavel-sia"), ("refill", "gavel-refill")):
         result = simulate(cluster_from_dict(ONE_NODE), work, policy, profiles=MODEL, adaptive=False)
         jct[mode] = result.jobs.set_index("job")["jct_s"]["C"]
     assert jct["sia"] > 300 > jct["refill"]  # C starts at the 360-s round, or as soon as A leaves

@@ -13,7 +13,7 @@ from scheduler.model.colocation import TRIPLE_RATIOS, ColocationTable
 from scheduler.model.goodput import TableGoodputModel
 from scheduler.model.jobs import Job
 from scheduler.model.policy import Allocation, JobPlacement, Placement, PolicyTraits, RoundDecision, SolverInfo
-from scheduler.policies import make_policy
+from scheduler.policies import make_policy, own_ilp
 from scheduler.policies.common import make_decision
 from scheduler.sim.checks import SimulationError, check_group_memory, check_placement, check_round
 from scheduler.sim.config import SimConfig
@@ -94,10 +94,10 @@ def test_pairs_only_policy_never_forms_a_triple():
 
 
 def test_registered_policy_packs_triples():
-    policy = make_policy("colocate-triples", p=1.0, min_benefit=0.0)
+    policy = make_policy("colocate-triples", ilp=own_ilp("colocate-triples", p=1.0, min_benefit=0.0))
     assert policy.config.max_group_size == 3 and policy.name == "colocate-triples"
     result = simulate(one_gpu(), three_jobs(), "colocate-triples", colocation=TABLE, profiles=GOODPUT,
-                      config=NO_COSTS, adaptive=False, policy_options={"p": 1.0, "min_benefit": 0.0})
+                      config=NO_COSTS, adaptive=False, ilp=own_ilp("colocate-triples", p=1.0, min_benefit=0.0))
     assert result.summary["triple_fraction"] > 0
 
 

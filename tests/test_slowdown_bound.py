@@ -82,11 +82,11 @@ def test_a_held_pair_keeps_its_column_while_it_is_held() -> None:
 
 
 def test_colocate_triples_bounds_at_one_and_a_quarter_of_an_even_third() -> None:
-    from scheduler.policies import TRIPLE_MAX_SLOWDOWN, make_policy
+    from scheduler.policies import TRIPLE_MAX_SLOWDOWN, make_policy, own_ilp
 
     assert make_policy("colocate-triples").traits.max_slowdown == TRIPLE_MAX_SLOWDOWN == 3.75
     assert make_policy("colocate").traits.max_slowdown == 2.5 and make_policy("sia").traits.max_slowdown is None
-    assert make_policy("colocate-triples", max_slowdown=None).traits.max_slowdown is None
+    assert make_policy("colocate-triples", ilp=own_ilp("colocate-triples", max_slowdown=None)).traits.max_slowdown is None
 
 
 def _two_jobs(**fields: object) -> Workload:

@@ -10,10 +10,11 @@ from typing import Any
 
 import pandas as pd
 
-from colocate.analysis.results import _read_parquet, empty_kernels
+from colocate.analysis.results import empty_kernels
 from common.files import atomic_write_json
 from common.files import atomic_write_table as atomic_write_parquet
 from profiler.results.schema import KERNEL_COLUMNS, KERNELS_FILE
+from profiler.results.store import ResultsStore
 
 KERNELS_META_FILE = "kernels_meta.json"
 OCCUPANCY_NOTE = ("torch-profiler occupancy_pct is the CUDA occupancy-calculator estimate from the launch "
@@ -27,7 +28,7 @@ def read_kernels(out: str | Path) -> pd.DataFrame:
     path = Path(out) / KERNELS_FILE
     if not path.is_file():
         return empty_kernels()
-    return _read_parquet(path, KERNEL_COLUMNS, ("job_type", "kernel", "duration_us"))
+    return ResultsStore(out, readonly=True).table(KERNELS_FILE)
 
 
 def write_kernels(out: str | Path, existing: pd.DataFrame, new: Sequence[pd.DataFrame], *, replace_backend: str) -> pd.DataFrame:

@@ -105,10 +105,6 @@ class CompatibilityMatrix:
         return frame
 
 
-def _square(job_types: list[str], fill: Any) -> pd.DataFrame:
-    return pd.DataFrame(fill, index=job_types, columns=job_types, dtype=object if isinstance(fill, str) else float)
-
-
 def build_matrix(
     pairs: pd.DataFrame, gpu_type: str, sharing: str, metric: str = "delta", *,
     batch_size: int | None = None, job_types: Iterable[str] | None = None,

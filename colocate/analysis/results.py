@@ -37,8 +37,6 @@ from profiler.results.schema import (
     JOBS_FILE,
     KERNEL_COLUMNS,
     KERNEL_NUMERIC,
-    KERNELS_FILE,
-    META_FILE,
     RUN_COLUMNS,
     RUN_NUMERIC,
     RUNS_FILE,
@@ -47,7 +45,7 @@ from profiler.results.schema import (
     STATUS_OK,
     STATUS_SKIPPED,
 )
-from profiler.results.store import ResultsStore
+from profiler.results.store import read_results_dir
 
 # Device-wide counters summarised per run (NVML / GPM); shown beside δ and used as predictor features.
 UTILIZATION_COLUMNS = ("gpu_util_mean", "gpm_sm_occupancy_mean", "gpm_sm_util_mean", "gpm_dram_bw_util_mean")
@@ -133,25 +131,9 @@ def empty_kernels() -> pd.DataFrame:
     return _coerce(pd.DataFrame(columns=list(KERNEL_COLUMNS)), KERNEL_COLUMNS, KERNEL_NUMERIC)
 
 
-def _read_parquet(path: Path, columns: Sequence[str], needed: Sequence[str]) -> pd.DataFrame:
-    try:
-        frame = pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises several types for truncated or non-Parquet files
-        raise InputError(
-            f"cannot read Parquet file ({type(exc).__name__}: {exc})", source=path,
-            valid="a runs/jobs/kernels.parquet written by `colocate profile` or `colocate import-gavel`",
-        ) from None
-    missing = [c for c in needed if c not in frame.columns]
-    if missing:
-        raise InputError(
-            f"missing column(s) {', '.join(missing)}", source=path, field=missing[0],
-            valid=f"the results schema: {', '.join(columns)}",
-        )
-    return frame
-
-
 def load_results(paths: str | Path | Sequence[str | Path]) -> ResultsSet:
-    """Read one or several results directories; raise a one-line :class:`InputError` for anything unusable.
+    """Read one or several results directories (:func:`profiler.results.store.read_results_dir`); raise a one-line
+    :class:`InputError` for anything unusable.
 
     Errors: a path that is not a directory, a directory without ``runs.parquet``, unreadable or schema-less
     files, no runs at all, the same cell measured on one GPU type at two image sizes (mismatched inputs).
@@ -160,41 +142,16 @@ def load_results(paths: str | Path | Sequence[str | Path]) -> ResultsSet:
         paths = [paths]
     if not paths:
         raise InputError("no results directory given", field="RESULTS_DIR", valid="one or more directories")
-    runs_parts, jobs_parts, kernel_parts, metas, sources = [], [], [], [], []
+    dirs = []
     for raw in paths:
-        path = Path(raw)
-        if not path.exists():
-            raise InputError("does not exist", source=path, valid="a results directory from `colocate profile`")
-        if not path.is_dir():
-            raise InputError("is not a directory", source=path, valid="a results directory from `colocate profile`")
-        runs_path, jobs_path = path / RUNS_FILE, path / JOBS_FILE
-        if not runs_path.is_file():
-            raise InputError(
-                f"no {RUNS_FILE} here (empty or not a results directory)", source=path,
-                valid="a directory written by `colocate profile` or `colocate import-gavel`",
-            )
-        runs = _read_parquet(runs_path, RUN_COLUMNS, ("run_id", "cell_id", "kind", "gpu_type", "status", "job_types"))
-        if runs.empty:
-            raise InputError("has no runs (empty campaign)", source=runs_path, valid="a campaign with at least one run")
-        jobs = (
-            _read_parquet(jobs_path, JOB_COLUMNS, ("run_id", "job_index", "job_type", "iter_time_s"))
-            if jobs_path.is_file() else pd.DataFrame(columns=list(JOB_COLUMNS))
-        )
-        kernels_path = path / KERNELS_FILE
-        kernels = (
-            _read_parquet(kernels_path, KERNEL_COLUMNS, ("job_type", "kernel", "duration_us"))
-            if kernels_path.is_file() else None
-        )
-        meta: dict[str, Any] = {}
-        if (path / META_FILE).is_file():
-            meta = ResultsStore(path).read_meta()
-        runs_parts.append(runs)
-        jobs_parts.append(jobs)
-        if kernels is not None and not kernels.empty:
-            kernel_parts.append(kernels)
-        metas.append(meta)
-        sources.append(path)
-    return results_from_frames(runs_parts, jobs_parts, kernel_parts, metas, sources)
+        found = read_results_dir(raw)
+        dirs.append(found)
+        if found.runs.empty:
+            raise InputError("has no runs (empty campaign)", source=found.root / RUNS_FILE,
+                             valid="a campaign with at least one run")
+    return results_from_frames([d.runs for d in dirs], [d.jobs for d in dirs],
+                               [d.kernels for d in dirs if not d.kernels.empty], [d.meta for d in dirs],
+                               [d.root for d in dirs])
 
 
 def results_from_frames(

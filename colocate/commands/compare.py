@@ -12,8 +12,8 @@ from typing import Any
 
 import typer
 
-from colocate.cli_config import ConfigSpec, config_command
-from colocate.commands.simulate import ilp_settings
+from colocate.cli_config import ConfigSpec, Defaults, config_command
+from colocate.commands.simulate import policy_ilp
 from scheduler.ilp.config import IlpConfig
 from scheduler.sim.compare import CompareRequest
 from scheduler.sim.config import SimConfig
@@ -68,15 +68,23 @@ def _progress_bar(description: str, total: int, completed: int) -> Iterator[Call
         yield done
 
 
+def _policies_ilp(built: IlpConfig, others: dict[str, Any]) -> Defaults:
+    """Each compared ILP policy's own settings (names the request refuses later are left out here)."""
+    from scheduler.policies import POLICIES
+
+    names = [p.strip().lower() for p in others["request"].policies.split(",")]
+    return policy_ilp([n for n in names if n in POLICIES])
+
+
 @config_command(ConfigSpec("request", CompareRequest, panel="Comparison"),
                 ConfigSpec("sim", SimConfig, panel="Simulator", aliases=True),
-                ConfigSpec("ilp", IlpConfig, flags=(), panel="Round ILP (colocate, sia)"))
-def compare_command(*, request: CompareRequest, sim: SimConfig, ilp: IlpConfig) -> None:
+                ConfigSpec("ilp", IlpConfig, flags=(), panel="Round ILP (colocate, sia)", defaults=_policies_ilp))
+def compare_command(*, request: CompareRequest, sim: SimConfig, ilp: dict[str, IlpConfig]) -> None:
     """Run the policies on every workload (in parallel processes) and write report.md, summary.csv and plots."""
     from colocate.commands._output import console, error_console
     from scheduler.sim.compare import SimulationFailed, compare_policies
 
-    request = replace(request, sim=sim, ilp_options=ilp_settings())
+    request = replace(request, sim=sim, ilp=ilp)
     if request.colocation is not None and request.colocation.is_dir():
         request = replace(request, colocation_rows=measured_pairs(request.colocation))
     try:

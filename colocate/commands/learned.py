@@ -21,7 +21,7 @@ def learned(
     out: Path = typer.Option(None, "--out", "-o", help="Write the learned colocation table here (CSV)."),
 ) -> None:
     """Show (or export) measured throughputs and pair ratios, with the number of samples behind each and their
-    source (run or probe), and the automatic probes."""
+    source (run or probe), the automatic probes, and the gradient statistics jobs report (noise scale, efficiency)."""
     from rich.table import Table
 
     from colocate.commands._output import console
@@ -63,6 +63,8 @@ def learned(
     console.print(f"{learned} learned pair(s) (measured together and alone: what --out writes and the "
                   f"colocate_learned_pairs metric counts); {len(view['colocation']) - learned} pending a solo time",
                   highlight=False)
+    if view["gradients"]:
+        console.print(_gradients_table(view["gradients"]))
     if view["probes"]:
         from rich.text import Text
 
@@ -76,3 +78,21 @@ def learned(
             cells = (p["key"], p["gpu_type"], p["type"], p["partner_type"] or "–", p["state"], gpu_s, p.get("error", ""))
             probes.add_row(*(Text(printable(c)) for c in cells))  # stored texts are neither markup nor escapes
         console.print(probes)
+
+
+def _gradients_table(rows: list[dict]) -> object:
+    """The gradient statistics jobs reported, as serve uses them: noise scale tr Σ / |G|², efficiency at the batch."""
+    from rich.table import Table
+
+    def number(value: float | None) -> str:
+        return "–" if value is None else f"{value:.4g}"
+
+    table = Table(title="measured gradient statistics (efficiency (B_noise + M0) / (B_noise + M))")
+    for column in ("job", "application", "|G|²", "tr Σ", "noise scale", "lr", "batch M", "base M0", "efficiency",
+                   "reports"):
+        table.add_column(column)
+    for g in rows:
+        table.add_row(g["job"], g["application"], number(g["grad_sqr"]), number(g["grad_var"]),
+                      number(g["noise_scale"]) if g["noise_scale"] is not None else "∞", number(g["lr"]),
+                      str(g["batch_size"]), str(g["base_batch"]), number(g["efficiency"]), str(g["gradient_reports"]))
+    return table

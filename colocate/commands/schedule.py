@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import typer
 
-from colocate.cli_config import ConfigSpec, config_command
+from colocate.cli_config import ConfigSpec, config_command, printed_config
 from common.errors import InputError
 from scheduler.formats.allocation_file import allocation_document as decision_to_json
 from scheduler.formats.colocation_table import load_colocation_table
@@ -66,7 +66,10 @@ def _check_inputs(jobs: list, cluster: Any, model: Any, jobs_path: Path) -> None
                              field=field, valid="a GPU count and batch size the profiles cover on some GPU type")
 
 
-@config_command(ConfigSpec("ilp", IlpConfig, panel="Round ILP", aliases=True))
+ILP_SPEC = ConfigSpec("ilp", IlpConfig, panel="Round ILP", aliases=True)
+
+
+@config_command(ILP_SPEC)
 def schedule(
     cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML: gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}."),
     jobs: Path = typer.Option(..., "--jobs", help="Jobs CSV (name,application[,num_gpus,adaptive,...])."),
@@ -111,7 +114,9 @@ def schedule(
     if as_json:
         from common.safe_load import json_text
 
-        typer.echo(json_text(decision_to_json(decision, placement), indent=2))
+        # the round's settings beside the decision: --set @FILE loads them again (colocate.config_file)
+        printed = {**decision_to_json(decision, placement), "config": printed_config([ILP_SPEC], {"ilp": ilp})}
+        typer.echo(json_text(printed, indent=2))
         return
     _print_table(decision, placement, the_jobs)
 

@@ -7,37 +7,32 @@ from dataclasses import replace
 
 import typer
 
-from colocate.cli_config import ConfigSpec, config_command, entries, explicit_settings
-from common.errors import InputError
-from scheduler.service.config import ILP_POLICIES, ServeConfig
+from colocate.cli_config import ConfigSpec, Defaults, config_command
+from scheduler.service.config import ServeConfig
 from scheduler.service.serve import ServeRequest
+
+
+def _policy_defaults(built: ServeConfig, others: dict[str, object]) -> Defaults:
+    """Serve's knobs for the chosen policy: its ILP as serve runs it; ILP settings with a policy that solves
+    none are refused."""
+    from colocate.commands.simulate import ILP_VALID
+    from scheduler.policies import PINNED, policy_spec
+
+    spec = policy_spec(built.policy)
+    return Defaults(ServeConfig.for_policy(built.policy), why=f"--policy {built.policy}", valid=ILP_VALID,
+                    unused=() if spec.solves_ilp else ("ilp",), pinned={f"ilp.{f}": PINNED[f] for f in spec.pinned})
+
 
 REQUEST_SPEC = ConfigSpec("request", ServeRequest, panel="Where")
 # The ILP knobs serve shows as flags; the rest of the round ILP is set with --set serve.ilp.FIELD=VALUE.
 SERVE_SPEC = ConfigSpec("serve", ServeConfig, base=ServeConfig, panel="Scheduler",
                         flags=("policy", "round_s", "device", "sharing", "threads", "stop_grace_s", "ilp.restart_cost_s",
                                "ilp.time_limit_s", "ilp.max_slowdown", "stability.min_run_s", "probe.enabled",
-                               "probe.budget_gpu_s"))
+                               "probe.budget_gpu_s"), defaults=_policy_defaults)
 
 
 def register(app: typer.Typer) -> None:
     app.command("serve")(serve)
-
-
-def _check_policy_options(config: ServeConfig) -> None:
-    """ILP settings given with a policy that solves no ILP would be silently ignored: refuse them; so is a group
-    size that contradicts ``colocate-triples``."""
-    given = {k: v for k, v in explicit_settings("serve").items() if k.startswith("ilp.")}
-    policy = config.policy
-    shown = {e.dotted: e.shown_as for e in entries(SERVE_SPEC)}
-    if given and policy not in ILP_POLICIES:
-        flag = shown[sorted(given)[0]]
-        raise InputError(f"{flag} with --policy {policy}", field=flag,
-                         valid=f"--policy {', '.join(ILP_POLICIES)} (the policies that solve the round ILP)")
-    size = given.get("ilp.max_group_size")
-    if policy == "colocate-triples" and size is not None and size != 3:
-        raise InputError(f"max_group_size {size} with --policy colocate-triples", field=shown["ilp.max_group_size"],
-                         valid="3, or --policy colocate for pairs")
 
 
 @config_command(REQUEST_SPEC, SERVE_SPEC)
@@ -48,7 +43,6 @@ def serve(*, request: ServeRequest, serve: ServeConfig) -> None:
     from scheduler.service.serve import serve_forever
     from scheduler.service.state.health import StateChanged
 
-    _check_policy_options(serve)
     request = replace(request, config=serve)
     stop = {"now": False}
 

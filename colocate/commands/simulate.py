@@ -3,57 +3,41 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from colocate.cli_config import ConfigSpec, config_command, entries, explicit_settings
+from colocate.cli_config import ConfigSpec, Defaults, config_command, printed_config
 from scheduler.ilp.config import IlpConfig
-from scheduler.policies import POLICY_NAMES
+from scheduler.learning.belief import BeliefSpec
+from scheduler.policies import ILP_POLICY_NAMES, PolicyChoice
 from scheduler.sim.config import SimConfig
 
+ILP_VALID = ("--policy " + ", ".join(ILP_POLICY_NAMES) + " (the policies that solve the round ILP)")
+
+
+def policy_ilp(names: Sequence[str]) -> Defaults:
+    """The round-ILP settings' defaults of a run of ``names``: each ILP policy's own (the registry's); the user's
+    values apply over them, and none may be given when no policy solves the ILP."""
+    from scheduler.policies import PINNED, policy_spec
+
+    specs = [policy_spec(n) for n in names]
+    return Defaults({s.name: s.ilp for s in specs if s.ilp is not None},
+                    why="--polic" + ("y " if len(specs) == 1 else "ies ") + ",".join(s.name for s in specs),
+                    valid=ILP_VALID, pinned={f: PINNED[f] for s in specs for f in s.pinned})
+
+
+RUN_SPEC = ConfigSpec("run", PolicyChoice)
 SIM_SPEC = ConfigSpec("sim", SimConfig, panel="Simulator", aliases=True)
-ILP_SPEC = ConfigSpec("ilp", IlpConfig, flags=("max_group_size", "max_slowdown"), panel="Round ILP (colocate, sia)")
-
-
-POLICY_HELP = "Scheduling policy (the README's policy table)."
+ILP_SPEC = ConfigSpec("ilp", IlpConfig, flags=("max_group_size", "max_slowdown"), panel="Round ILP (colocate, sia)",
+                      defaults=lambda built, others: policy_ilp([others["run"].policy]))
 
 
 def register(app: typer.Typer) -> None:
     app.command("simulate")(simulate_command)
-
-
-ILP_POLICIES = ("colocate", "colocate-triples", "sia")
-
-
-def ilp_policy_options(policy: str, ilp: IlpConfig) -> dict[str, Any]:
-    """The ILP settings the user gave, as the options of an ILP policy; the policy's own defaults stand for the
-    rest (``colocate-triples`` groups three). Given with a policy that solves no ILP, they are an error."""
-    given = ilp_settings()
-    if given and policy not in ILP_POLICIES:
-        from common.errors import InputError
-
-        name = sorted(given)[0]
-        flag = next(e.shown_as for e in entries(ILP_SPEC) if e.dotted == name)
-        raise InputError(f"{flag} with --policy {policy}", field=flag,
-                         valid=f"--policy {', '.join(ILP_POLICIES)} (the policies that solve the round ILP)")
-    return given
-
-
-def ilp_settings() -> dict[str, Any]:
-    """The ILP settings given with ``--set`` — but never ``ilp.packing``: here the policy says whether jobs pack
-    (``colocate`` packs, ``sia`` is the same ILP without packing)."""
-    given = explicit_settings("ilp")
-    if "packing" in given:
-        from common.errors import InputError
-
-        raise InputError(f"ilp.packing={str(given['packing']).lower()} with a policy that decides packing itself",
-                         field="--set ilp.packing",
-                         valid="--policy sia for the ILP without packing, --policy colocate for it with packing")
-    return given
 
 
 def _hours(seconds: float) -> str:
@@ -76,12 +60,11 @@ def _colocation(path: Path | None):  # -> ColocationTable | None
     return ColocationTable.from_frame(measured_colocation_table(load_results(path)))
 
 
-def _check_belief_table(belief: str) -> None:
+def _check_belief_table(spec: BeliefSpec) -> None:
     """``--belief table:FILE``: the file read once before the simulation starts, so a bad one is a one-line
     error before any progress (the simulator reads it again as its prior)."""
-    from scheduler.learning.belief import parse_belief, read_belief_table
+    from scheduler.learning.belief import read_belief_table
 
-    spec = parse_belief(belief)
     if spec.kind == "table":
         read_belief_table(spec)
 
@@ -136,11 +119,10 @@ def _print_summary(result: Any, title: str, out: Path | None) -> None:
         console.print(f"logs in {out}/ (jobs.parquet, rounds.parquet, allocations.parquet, summary.json)")
 
 
-@config_command(SIM_SPEC, ILP_SPEC)
+@config_command(RUN_SPEC, SIM_SPEC, ILP_SPEC)
 def simulate_command(
     cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML (e.g. scheduler/examples/sia-64gpu.yaml)."),
     workload: Path = typer.Option(..., "--workload", help="Sia/Pollux workload CSV, Gavel .trace or Philly job CSV."),
-    policy: str = typer.Option("colocate", "--policy", help=POLICY_HELP, metavar="|".join(POLICY_NAMES)),
     colocation: Path = typer.Option(None, "--colocation",
                                     help="Colocation table CSV, or a results directory (e.g. from import-pairs) "
                                          "whose measured pairs become one (default for packing policies: the "
@@ -152,8 +134,9 @@ def simulate_command(
     out: Path = typer.Option(None, "--out", "-o", help="Write jobs/rounds/allocations Parquet + summary.json here."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
     *,
+    run: PolicyChoice,
     sim: SimConfig,
-    ilp: IlpConfig,
+    ilp: dict[str, IlpConfig],
 ) -> None:
     """Simulate a workload under one policy; print JCTs, makespan, GPU-hours, utilization, packing."""
     from common.safe_load import json_text
@@ -162,11 +145,10 @@ def simulate_command(
     from scheduler.formats.shared_data import default_profiles_dir
     from scheduler.formats.workloads import read_workload
     from scheduler.model.cluster import load_cluster
-    from scheduler.policies import policy_spec
     from scheduler.sim.simulator import simulate
 
-    spec = policy_spec(policy)
-    options = ilp_policy_options(spec.name, ilp)
+    spec = run.spec
+    the_ilp = ilp.get(spec.name)
     table = _colocation(colocation)
     _check_belief_table(sim.belief)
     cluster_obj = load_cluster(cluster)
@@ -176,10 +158,11 @@ def simulate_command(
         check_out_dir(out)  # it cannot read) leaves no directory behind
     with _progress_bar(f"{spec.name} on {work.name}", len(work), hidden=as_json) as on_round:
         result = simulate(cluster_obj, work, spec.name, colocation=table, profiles=profiles,
-                          config=sim, progress=on_round, policy_options=options)
+                          config=sim, progress=on_round, ilp=the_ilp)
     if out is not None:
         result.write(prepare_out_dir(out))
     if as_json:
-        print(json_text(result.to_json()))
+        configs = {"run": run, "sim": sim, "ilp": the_ilp}
+        print(json_text({**result.to_json(), "config": printed_config((RUN_SPEC, SIM_SPEC, ILP_SPEC), configs)}))
         return
     _print_summary(result, f"{spec.name} · {work.name} · {cluster_obj.total_gpus} GPUs", out)

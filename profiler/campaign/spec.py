@@ -234,8 +234,8 @@ def _checked_sharing(data: dict[str, Any], source: str | Path) -> tuple[tuple[st
     percentages = data.get("mps_thread_percentages")
     if percentages is not None:
         for i, pct in enumerate(percentages):
-            if not 1 <= pct <= 100:
-                raise fail(f"mps_thread_percentages[{i}]", f"{pct} is out of range")
+            check_number(pct, field=f"mps_thread_percentages[{i}]", low=1, high=100, integer=True, source=source,
+                         valid=_KEYS["mps_thread_percentages"].valid)
         if not any(sharing_mode(mode).thread_partitions for mode in sharing):
             raise fail("mps_thread_percentages", "set, but 'mps' is not in 'sharing'")
     return sharing, percentages

@@ -25,7 +25,10 @@ Each :class:`SharingMode` says everything a layer needs about a mode, so no code
 * ``owns_devices``: the mode's service owns the group's GPUs and shows them to its clients renumbered from 0 (MPS:
   a daemon started with ``CUDA_VISIBLE_DEVICES``), so a client must not narrow them again;
   :meth:`SharingMode.client_environment` builds a client's environment from the group's accordingly — the one
-  place every executor (``colocate serve``'s supervisor on every backend, ``colocate launch``) takes it from.
+  place every executor (``colocate serve``'s supervisor on every backend, ``colocate launch``) takes it from;
+* ``one_user_at_a_time``: the mode's service serves one Unix user at a time (legacy MPS: a second user's clients
+  wait until the first user's end), so the scheduler never groups jobs of several owners with it unless the GPU
+  type says its MPS is multi-user (:mod:`scheduler.model.owners`).
 
 To add a mode, build a :class:`SharingMode` and :func:`register_sharing_mode` it (see ARCHITECTURE.md).
 """
@@ -111,6 +114,7 @@ class SharingMode:
     client_memory_env: Callable[[int, int], dict[str, str]] = _no_memory_limit
     owns_devices: bool = False
     shared: bool = True  # False only for the solo pseudo-mode
+    one_user_at_a_time: bool = False  # its service serves one Unix user at a time (legacy MPS): owners do not mix
 
     def client_environment(self, group_env: Mapping[str, str], limit_bytes: int | None = None) -> dict[str, str]:
         """One client's environment, built from its group's: ``group_env`` is the environment the mode was set up in
@@ -218,7 +222,7 @@ register_sharing_mode(SharingMode(
     "mps", "MPS",  # NVIDIA Multi-Process Service
     unavailable_reason=mps_unavailable_reason, enter=_enter_mps,
     slurm_setup=_MPS_SLURM_SETUP, slurm_teardown=_MPS_SLURM_TEARDOWN,
-    k8s_mode="mps", thread_partitions=True,
+    k8s_mode="mps", thread_partitions=True, one_user_at_a_time=True,
     start_service=_start_mps, stop_service=stop_daemon, worker_environment=_mps_worker_environment,
     check_clients=_check_mps_clients, client_memory_env=pinned_memory_env, owns_devices=True,
 ))

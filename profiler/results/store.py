@@ -12,6 +12,7 @@ the run in flight and a rerun never duplicates a row.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,15 @@ from profiler.results.schema import (
     RUNS_FILE,
     STATUS_SKIPPED,
 )
+
+# What a consumer needs of each table: the rest of a table's columns may be missing (older files lack newer ones).
+NEEDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    RUNS_FILE: ("run_id", "cell_id", "kind", "gpu_type", "status", "job_types"),
+    JOBS_FILE: ("run_id", "job_index", "job_type", "iter_time_s"),
+    KERNELS_FILE: ("job_type", "kernel", "duration_us"),
+}
+_SCHEMA = {RUNS_FILE: RUN_COLUMNS, JOBS_FILE: JOB_COLUMNS, KERNELS_FILE: KERNEL_COLUMNS}
+_FROM = "a directory written by `colocate profile` or `colocate import-gavel`"
 
 
 def _frame(rows: Iterable[Mapping[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
@@ -106,12 +116,23 @@ class ResultsStore:
 
     def jobs(self, runs: pd.DataFrame | None = None) -> pd.DataFrame:
         """Job rows of committed runs; pass ``runs`` when already read, to spare a second read of it."""
-        jobs = self._read(JOBS_FILE, JOB_COLUMNS)
+        jobs = self.table(JOBS_FILE)
         committed = set((self.runs() if runs is None else runs)["run_id"])
         return jobs[jobs["run_id"].isin(committed)].reset_index(drop=True)
 
     def kernels(self) -> pd.DataFrame:
         return self._read(KERNELS_FILE, KERNEL_COLUMNS)
+
+    def table(self, name: str) -> pd.DataFrame:
+        """``name`` (runs/jobs/kernels.parquet) as read, refused in one line when it lacks a needed column."""
+        from common.errors import InputError
+
+        frame = self._read(name, _SCHEMA[name])
+        missing = [c for c in NEEDED_COLUMNS[name] if c not in frame.columns]
+        if missing:
+            raise InputError(f"missing column(s) {', '.join(missing)}", source=self.root / name, field=missing[0],
+                             valid=f"the results schema: {', '.join(_SCHEMA[name])}")
+        return frame
 
     def finished_run_ids(self) -> set[str]:
         """Runs that are done for good; skipped runs (no GPU, no MPS here) are retried on resume."""
@@ -167,3 +188,32 @@ class ResultsStore:
 
     def write_meta(self, meta: Mapping[str, Any]) -> None:
         atomic_write_json(meta, self.root / META_FILE)
+
+
+@dataclass(frozen=True)
+class ResultsDir:
+    """What one results directory holds: its runs, the job rows of those runs, its kernel rows and meta.json."""
+
+    root: Path
+    runs: pd.DataFrame
+    jobs: pd.DataFrame
+    kernels: pd.DataFrame
+    meta: dict[str, Any]
+
+
+def read_results_dir(path: str | Path) -> ResultsDir:
+    """The one reader of a finished results directory (the analysis, the scheduler's solo times, ``--colocation
+    DIR``): read only, a damaged table from its CSV copy; a one-line :class:`InputError` for a path that is not a
+    results directory or a table without a needed column (:data:`NEEDED_COLUMNS`)."""
+    from common.errors import InputError
+
+    root = Path(path)
+    if not root.exists():
+        raise InputError("does not exist", source=root, valid="a results directory from `colocate profile`")
+    if not root.is_dir():
+        raise InputError("is not a directory", source=root, valid="a results directory from `colocate profile`")
+    if not ((root / RUNS_FILE).is_file() or (root / RUNS_FILE).with_suffix(".csv").is_file()):
+        raise InputError(f"no {RUNS_FILE} here (empty or not a results directory)", source=root, valid=_FROM)
+    store = ResultsStore(root, readonly=True)
+    runs = store.table(RUNS_FILE)
+    return ResultsDir(root, runs, store.jobs(runs), store.table(KERNELS_FILE), store.read_meta())

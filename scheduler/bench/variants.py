@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ def run_variants(cluster: Path, workloads: Sequence[Path], policies: Sequence[st
     application."""
     from scheduler.formats.workloads import read_workload
     from scheduler.model.cluster import load_cluster
+    from scheduler.policies import policy_spec
     from scheduler.sim.job_model import simulation_goodput_model
     from scheduler.sim.simulator import simulate
 
@@ -48,9 +49,10 @@ def run_variants(cluster: Path, workloads: Sequence[Path], policies: Sequence[st
             for repeat in range(repeats):
                 for policy in policies:
                     for variant in variants:
-                        options = dict(variant.ilp) if policy in ("colocate", "colocate-triples", "sia") else {}
+                        own = policy_spec(policy).ilp  # the variant's ILP changes apply over an ILP policy's own
+                        ilp = replace(own, **variant.ilp) if own is not None else None
                         started, cpu = time.time(), time.process_time()
-                        result = simulate(cluster_obj, work, policy, config=variant.sim, policy_options=options,
+                        result = simulate(cluster_obj, work, policy, config=variant.sim, ilp=ilp,
                                           profiles=models[(variant.sim.efficiency, variant.sim.step_times)])
                         by_app = result.jobs.groupby("application")
                         yield {"workload": f"{path.parent.name}/{path.stem}", "replicate": rep, "repeat": repeat,

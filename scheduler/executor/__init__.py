@@ -13,6 +13,6 @@ GPU group as the unit — one job alone on its GPUs, or a packed pair sharing th
 * :mod:`scheduler.executor.train` is the training process every built-in job runs (checkpoint-restore);
 * :mod:`scheduler.executor.base` is the executor protocol (run a plan to its end for ``launch``; start,
   poll, stop and release detached groups for ``serve``), :mod:`scheduler.executor.registry` the executors
-  by name (``local``: :mod:`.local_backend`, ``ray``: :mod:`.ray_backend`), and
+  by name (``local``: :mod:`.local`, ``ray``: :mod:`.ray.backend`), and
   :mod:`scheduler.executor.supervise` the per-group supervisor process that lets groups outlive the server.
 """

@@ -12,7 +12,11 @@ progress (``progress.json``)    a JSON object; ``step`` and ``restored_step`` in
                                 ≤ ``step``; ``samples`` an integer in [0, 10¹⁶] (10⁹ steps × a batch of 10⁷);
                                 ``elapsed_s`` and ``iter_time_s`` numbers in [0, 10⁸]; ``samples_per_s`` in
                                 [0, 10¹⁶]; ``steps`` null or an integer in [0, 10⁹]; ``state`` null, "running",
-                                "finished" or "stopped". Other keys are allowed and ignored.
+                                "finished" or "stopped"; optional gradient statistics (absent until the job
+                                has an estimate): ``grad_sqr`` (|G|², the true gradient's squared norm) and
+                                ``grad_var`` (tr Σ, the per-example gradient covariance's trace) numbers in
+                                [0, 10³⁰], ``lr`` (the learning rate in use) a number in (0, 10⁶]. Other keys
+                                are allowed and ignored.
 exit record (``exit.json``)     written by the group's supervisor (the job could overwrite it): ``returncode``
                                 null or an integer in [-255, 255], ``stop_requested`` a boolean, ``last_line`` a
                                 string of at most 1,000 characters, ``generation`` null or a string
@@ -33,7 +37,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common.bounds import MAX_BATCH, MAX_PROGRESS_SAMPLES, MAX_PROGRESS_STEPS, MAX_SECONDS, MAX_STEPS, in_range
+from common.bounds import (
+    MAX_BATCH,
+    MAX_GRADIENT_STAT,
+    MAX_LR,
+    MAX_PROGRESS_SAMPLES,
+    MAX_PROGRESS_STEPS,
+    MAX_SECONDS,
+    MAX_STEPS,
+    in_range,
+)
 from common.errors import InputError
 from common.names import shown
 from common.safe_load import parse_json
@@ -49,6 +62,10 @@ _PROGRESS_NUMBERS: dict[str, tuple[float, float, bool]] = {
     "samples": (0, MAX_PROGRESS_SAMPLES, True), "elapsed_s": (0, MAX_SECONDS, False),
     "iter_time_s": (0, MAX_SECONDS, False), "samples_per_s": (0, MAX_PROGRESS_SAMPLES, False),
     "steps": (0, MAX_STEPS, True),
+}
+# the gradient statistics a job may report (serve's live goodput: scheduler.learning.gradient_noise); absent → None
+_GRADIENT_NUMBERS: dict[str, tuple[float, float]] = {
+    "grad_sqr": (0, MAX_GRADIENT_STAT), "grad_var": (0, MAX_GRADIENT_STAT), "lr": (0, MAX_LR),
 }
 
 
@@ -71,6 +88,16 @@ def check_progress(data: Any, name: str = "progress.json") -> dict[str, Any]:
             kind = "an integer" if integer else "a number"
             raise BadRecord(f"{name}: field '{key}': {shown(value)} is not {kind} in [{low:g}, {high:g}]")
         out[key] = int(value) if integer else float(value)
+    for key, (low, high) in _GRADIENT_NUMBERS.items():
+        value = data.get(key)
+        if value is None:
+            out[key] = None
+            continue
+        positive = key == "lr"  # a learning rate of 0 trains nothing: not one to report
+        if not in_range(value, low, high) or (positive and not value > 0):
+            bounds = f"({low:g}, {high:g}]" if positive else f"[{low:g}, {high:g}]"
+            raise BadRecord(f"{name}: field '{key}': {shown(value)} is not a number in {bounds}")
+        out[key] = float(value)
     if out["restored_step"] > out["step"]:
         raise BadRecord(f"{name}: field 'restored_step': {out['restored_step']} is more than step {out['step']}")
     if data.get("state") is not None and data.get("state") not in PROGRESS_STATES:

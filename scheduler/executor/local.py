@@ -229,7 +229,9 @@ class LocalExecutor:
         if doc.get("gpu"):
             doc = {**doc, "cuda_visible_devices": ",".join(physical_gpus(group))}
         group_file = Path(doc["pid_file"]).with_suffix(".json")
-        group_file.write_text(json.dumps(doc))
+        group_file.unlink(missing_ok=True)  # made anew, 0600: its jobs' commands and environments are theirs
+        with open(os.open(group_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+            out.write(json.dumps(doc))
         return spawn_supervisor(group_file)
 
     def poll(self, handle: dict[str, Any], doc: dict[str, Any]) -> GroupPoll | None:

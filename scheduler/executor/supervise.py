@@ -19,6 +19,7 @@ start). :func:`spawn_supervisor` writes it to the job's ``generation`` file befo
 starts; a supervisor that finds another generation there — a stale copy whose server or actor lost track
 of it — kills its copy of the job at once and writes no ``exit.json``; and ``exit.json`` carries its
 generation, so a late one of an old copy is never read as the new copy's end (:func:`group_files`).
+``"pid_record": false`` (a Slurm job run as its owner, who cannot write the server's ``runs/``) writes no pid file.
 Started from a Ray actor (``die_with_parent``), the supervisor also gets ``PR_SET_PDEATHSIG``: it dies with
 its actor, and its jobs with it.
 
@@ -31,6 +32,12 @@ out of GPU memory, ``oom.json``. A member with a ``memory_limit_bytes`` (``coloc
 gets the sharing mode's own limit in its environment beside the group's daemon (MPS:
 ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, :attr:`profiler.gpu.sharing.SharingMode.client_memory_env`); its
 ``COLOCATE_MEMORY_LIMIT_BYTES`` is in ``env``.
+
+A job with an ``"owner"`` (:meth:`common.owners.Owner.to_dict`; ``colocate serve --users multi`` as root) runs as
+that user: its reaper makes the job's process the owner's (uid, gid, groups, umask 077) after it joined its cgroup;
+``HOME``/``USER``/``LOGNAME`` are the owner's and it starts in its own directory. The directory (0700), its log
+(0600) and the records written for it belong to the owner, so no other user reads or writes them; the supervisor,
+its reaper and the MPS daemon stay the server's (root: it still reads every record and kills what is left).
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -49,6 +57,7 @@ from typing import Any
 
 from common.contain import kill_cgroup, make_cgroup, remove_cgroup
 from common.files import atomic_write_text
+from common.owners import Owner, give_fd, give_to, reachable_by
 from common.untrusted import UntrustedFile, read_regular
 from scheduler.executor.job_files import MAX_RECORD_BYTES, job_records, last_line
 
@@ -122,9 +131,27 @@ def prepare_jobs(doc: dict[str, Any]) -> None:
     and the jobs' exit, progress and out-of-memory records of an earlier run are removed."""
     for job in doc["jobs"]:
         Path(job["dir"]).mkdir(parents=True, exist_ok=True)
-        _write_atomic(Path(job["dir"]) / GENERATION_FILE, str(doc.get("key", "")))
+        owner = job_owner(job)
+        if owner is not None:
+            _hand_over(Path(job["dir"]), owner)
+        _write_atomic(Path(job["dir"]) / GENERATION_FILE, str(doc.get("key", "")), owner)
         for name in (EXIT_FILE, PROGRESS_FILE, OOM_FILE):
             _remove(Path(job["dir"]) / name)
+
+
+def job_owner(job: dict[str, Any]) -> Owner | None:
+    """The user ``job`` runs as (None: the supervisor's own)."""
+    return Owner.from_dict(job["owner"]) if job.get("owner") else None
+
+
+def _hand_over(job_dir: Path, owner: Owner) -> None:
+    """The job's directory becomes its owner's, 0700; refused (one line, the group's start fails and is retried)
+    when the owner could not even reach it."""
+    blocked = reachable_by(job_dir, owner)
+    if blocked is not None:
+        raise PermissionError(f"{owner.name} cannot enter {blocked}, above its job directory: make it searchable "
+                              "(chmod o+x; the state directory 0711)")
+    give_to(job_dir, owner, 0o700)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -172,19 +199,29 @@ def _start_job(job: dict[str, Any], base_env: dict[str, str], cgroup: Path | Non
     _remove(job_dir / EXIT_FILE)
     _remove(job_dir / STOP_FILE)
     _remove(job_dir / OOM_FILE)
-    log = os.fdopen(open_log(job_dir / LOG_FILE), "ab")
+    owner = job_owner(job)
+    fd = open_log(job_dir / LOG_FILE)
+    if owner is not None:  # its log is the owner's alone (the descriptor's file: nothing swapped in is touched)
+        give_fd(fd, owner, 0o600)
+    log = os.fdopen(fd, "ab")
     with log:
         log.write(f"# colocate serve: {job['name']} started {time.strftime('%Y-%m-%d %H:%M:%S')}; "
                   f"argv: {job['argv']}\n".encode())
         log.flush()
         contained = ["--cgroup", str(cgroup)] if cgroup is not None else []
+        env = {**base_env, **job["env"]}
+        if owner is not None:  # the job's own process becomes its owner
+            contained += ["--user", owner.arg()]
+            env.update(owner.environment())
         return subprocess.Popen([sys.executable, "-m", "common.contain", str(os.getpid()), *contained, "--",
                                  *job["argv"]],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env={**base_env, **job["env"]}, start_new_session=True)
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True, cwd=job_dir if owner is not None else None)
 
 
 def _write_pid_file(doc: dict[str, Any], jobs: dict[str, list[Any]], cgroups: dict[str, str] | None = None) -> None:
+    if doc.get("pid_record") is False:  # a Slurm job run as its owner: its handle is the job id (runs/ is root's)
+        return
     pid_file = Path(doc["pid_file"])
     temp = pid_file.with_name(f".{pid_file.name}.tmp")
     temp.write_text(json.dumps({"pid": os.getpid(), "start_time": process_start_time(os.getpid()), "jobs": jobs,
@@ -192,12 +229,24 @@ def _write_pid_file(doc: dict[str, Any], jobs: dict[str, list[Any]], cgroups: di
     os.replace(temp, pid_file)
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def _write_atomic(path: Path, text: str, owner: Owner | None = None) -> None:
     """Replace ``path`` by ``text``: a fresh temporary name (``O_EXCL``, so no link a job left is followed),
-    renamed over whatever is there (a directory the job made there is removed first)."""
+    renamed over whatever is there (a directory the job made there is removed first); ``owner``'s, 0600, if any."""
     if path.is_dir() and not path.is_symlink():
         _remove(path)
-    atomic_write_text(path, text, durable=False)
+    if owner is None:
+        atomic_write_text(path, text, durable=False)
+        return
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # O_EXCL, 0600: the owner's before
+    try:                                                                   # it has the record's name
+        give_fd(fd, owner, 0o600)
+        os.write(fd, text.encode())
+        os.replace(temp, path)
+    except OSError:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    finally:
+        os.close(fd)
 
 
 def superseded(job: dict[str, Any], key: str | None) -> bool:
@@ -219,7 +268,7 @@ def _write_exit(job: dict[str, Any], code: int, stop_requested: bool, key: str |
     payload = {"returncode": code, "stop_requested": stop_requested, "ended_at": time.time(),
                "last_line": last_line(job_dir / LOG_FILE), "generation": key}
     try:
-        _write_atomic(job_dir / EXIT_FILE, json.dumps(payload))
+        _write_atomic(job_dir / EXIT_FILE, json.dumps(payload), job_owner(job))
     except OSError:  # the job's directory is gone or unwritable: the server sees its group end without a record
         pass
 
@@ -336,9 +385,6 @@ def main(argv: list[str] | None = None) -> int:
     return supervise(json.loads(Path(args[0]).read_text()))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
 
 def group_files(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """What each job of a group has written: ``{name: {"progress", "exit", "oom", "problem"}}`` — each record read
@@ -387,3 +433,7 @@ def _signal_process(pid: int, signum: int) -> None:
         os.kill(pid, signum)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

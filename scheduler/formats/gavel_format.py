@@ -13,8 +13,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from common.bounds import check_number
 from common.errors import InputError
-from common.names import check_name, shown
+from common.names import check_name
 from common.safe_load import load_json
 
 _JOB_NAME_RE = re.compile(r"^(?P<model>.+?) \(batch size (?P<batch>\d+)\)$")
@@ -45,10 +46,8 @@ def parse_gavel_key(key: str, source: str | Path, gpu: str) -> tuple[str, int]:
 
 def throughput_value(value: Any, source: Path, field: str) -> float:
     """A throughput in steps/s, checked: a finite non-negative number (0 = the job could not run)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise InputError(f"throughput {shown(value)} is not a finite non-negative number", source=source, field=field,
-                         valid="steps per second, e.g. 12.5 (0 = could not run)")
-    return float(value)
+    return float(check_number(value, field=field, low=0, high=math.inf, source=source,
+                              valid="steps per second, e.g. 12.5 (0 = could not run)"))
 
 
 def read_gavel_json(path: str | Path) -> dict[str, Any]:

@@ -63,15 +63,18 @@ def build_solo_times(results: Path, out: Path = DATA_DIR) -> list[Path]:
     """Write ``solo-<gpu>.csv`` from the ok solo runs under ``results/<gpu>/`` (:data:`SOURCES`)."""
     import pandas as pd
 
+    from profiler.results.schema import JOBS_FILE
+    from profiler.results.store import read_results_dir
+
     written = []
     for gpu in MEASURED_GPU_TYPES:
         frames = []
         for name in SOURCES:
             folder = results / gpu / name
-            if not (folder / "jobs.parquet").is_file():
+            if not (folder / JOBS_FILE).is_file():
                 continue
-            jobs, runs = pd.read_parquet(folder / "jobs.parquet"), pd.read_parquet(folder / "runs.parquet")
-            solo = jobs.merge(runs[["run_id", "kind", "image_size", "gpu_type"]], on="run_id")
+            found = read_results_dir(folder)
+            solo = found.jobs.merge(found.runs[["run_id", "kind", "image_size", "gpu_type"]], on="run_id")
             frames.append(solo[(solo["kind"] == "solo") & (solo["status"] == "ok")])
         if not frames:
             continue

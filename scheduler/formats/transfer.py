@@ -198,13 +198,6 @@ def _own_lookup(frame: "pd.DataFrame") -> dict[tuple[str, str, str], tuple[float
     return out
 
 
-def transferred_table(gavel_json: str | Path, **options: object) -> "ColocationTable":
-    """:func:`transferred_frame` as a :class:`scheduler.model.colocation.ColocationTable`."""
-    from scheduler.model.colocation import ColocationTable
-
-    return ColocationTable.from_frame(transferred_frame(gavel_json, **options))  # type: ignore[arg-type]
-
-
 def default_table_files() -> list[Path]:
     """The files of the simulator's default table: the transferred tables of Sia's GPU types and of the bundled
     types, and the pairs this project measured on a GPU under :data:`~scheduler.formats.bundled_files.SIMULATOR_SHARING`."""

@@ -9,7 +9,9 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from common.bounds import check_number
 from common.errors import InputError
+from scheduler.model.jobs import JobRequirements
 
 SIA_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 OPTIONAL_COLUMNS = ("work", "duration", "max_slowdown", "exclusive")
@@ -35,6 +37,10 @@ class WorkloadJob:
     max_slowdown: float | None = None  # its own slowdown bound in a group (None: the cluster-wide one)
     exclusive: bool = False  # never shares its GPUs
 
+    @property
+    def requirements(self) -> JobRequirements:
+        return JobRequirements(max_slowdown=self.max_slowdown, exclusive=self.exclusive)
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -58,8 +64,8 @@ class Workload:
     def at_load(self, load: float) -> "Workload":
         """The same jobs arriving ``load`` times as fast (arrival times divided by ``load``): Sia's nominal
         rate is 1; 2 doubles the arrival rate over the same job mix."""
-        if not (load > 0 and math.isfinite(load)):
-            raise InputError(f"load {load!r}", source=self.source, field="load", valid="a number > 0, e.g. 0.5 or 2")
+        check_number(load, field="load", low=0, high=math.inf, low_open=True, source=self.source,
+                     valid="a number > 0, e.g. 0.5 or 2")
         if load == 1:
             return self
         jobs = tuple(replace(j, arrival=j.arrival / load) for j in self.jobs)
@@ -72,8 +78,7 @@ class Workload:
         its jobs happen to arrive (a simulated cluster is sensitive to that)."""
         if not (isinstance(seed, int) and seed >= 0):
             raise InputError(f"seed {seed!r}", source=self.source, field="seed", valid="an integer >= 0")
-        if not (spread_s >= 0 and math.isfinite(spread_s)):
-            raise InputError(f"spread {spread_s!r}", source=self.source, field="spread_s", valid="seconds >= 0")
+        check_number(spread_s, field="spread_s", low=0, high=math.inf, source=self.source, valid="seconds >= 0")
         if seed == 0 or spread_s == 0:
             return self
         import numpy as np

@@ -29,11 +29,12 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from common.bounds import MAX_BATCH, MAX_GPUS
+from common.bounds import MAX_BATCH, MAX_GPUS, check_number
 from common.errors import InputError
 from common.names import check_name, shown
 from scheduler.formats.shared_data import gavel_throughputs_path
 from scheduler.formats.workload_jobs import OPTIONAL_COLUMNS, SIA_COLUMNS, Workload, WorkloadJob
+from scheduler.model.jobs import REQUIREMENT_RULES, JobRequirements
 
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 
@@ -76,17 +77,18 @@ def _sorted(jobs: Iterable[WorkloadJob]) -> tuple[WorkloadJob, ...]:
 
 def _number(text: str | None, *, source: str, row: int, field_name: str, valid: str, integer: bool = False,
             minimum: float = 0.0, strict: bool = False, maximum: float = MAX_WORKLOAD_SECONDS) -> float:
+    return check_number(_parsed(text, source=source, row=row, field_name=field_name, valid=valid), field=field_name,
+                        low=minimum, high=maximum, low_open=strict, integer=integer, source=source, row=row,
+                        valid=valid)
+
+
+def _parsed(text: str | None, *, source: str, row: int, field_name: str, valid: str) -> float:
     raw = "" if text is None else str(text).strip()
     try:
-        value = float(raw)
+        return float(raw)
     except ValueError:
         raise InputError(f"row {row}: cannot read {shown(raw)}", source=source, field=field_name,
                          valid=valid) from None
-    if not math.isfinite(value) or value < minimum or (strict and value <= minimum) or value > maximum:
-        raise InputError(f"row {row}: {shown(raw)} is out of range", source=source, field=field_name, valid=valid)
-    if integer and value != int(value):
-        raise InputError(f"row {row}: {raw!r} is not a whole number", source=source, field=field_name, valid=valid)
-    return value
 
 
 def read_sia_workload(path: str | Path) -> Workload:
@@ -154,15 +156,13 @@ def read_sia_workload(path: str | Path) -> Workload:
                                    strict=True)
             bound = None
             if rec.get("max_slowdown"):
-                bound = _number(rec["max_slowdown"], source=source, row=row, field_name="max_slowdown",
-                                valid="a slowdown in [1, 1000]: never slower than 1/this of its solo speed in a group",
-                                minimum=1.0, maximum=1000.0)
+                bound = _parsed(rec["max_slowdown"], source=source, row=row, field_name="max_slowdown",
+                                valid=REQUIREMENT_RULES["max_slowdown"])
             exclusive = str(rec.get("exclusive") or "").lower()
-            if exclusive not in ("", "true", "false", "1", "0"):
-                raise InputError(f"row {row}: {shown(exclusive)}", source=source, field="exclusive",
-                                 valid="true or false: never shares its GPUs")
-            jobs.append(WorkloadJob(name, app, arrival, int(gpus), batch, work, duration, bound,
-                                    exclusive in ("true", "1")))
+            needs = JobRequirements.checked(None, bound, {"": False, "false": False, "0": False, "true": True,
+                                                          "1": True}.get(exclusive, exclusive), source=source, row=row)
+            jobs.append(WorkloadJob(name, app, arrival, int(gpus), batch, work, duration, needs.max_slowdown,
+                                    needs.exclusive))
     if not jobs:
         raise InputError("no jobs", source=source, field="name", valid="at least one job row")
     return Workload(p.stem, _sorted(jobs), source)
@@ -313,8 +313,7 @@ def read_philly(path: str | Path, *, start_hour: float | None = None, hours: flo
     if frame.empty:
         raise InputError("no jobs (after Sia's filters: duration >= 60 s, < 1,000 GPU-hours, >= 1 GPU)",
                          source=source, field="duration", valid="at least one job row that passes them")
-    if not (math.isfinite(hours) and 0 < hours <= 24 * 365):
-        raise InputError(f"window of {hours} hours", field="hours", valid="hours in (0, 8760]")
+    check_number(hours, field="hours", low=0, high=24 * 365, low_open=True, valid="hours in (0, 8760]")
     if start_hour is None:
         hour = ((frame["timestamp"] - frame["timestamp"].min()).dt.total_seconds() // 3600).astype(int)
         per_hour = hour.value_counts().reindex(range(int(hour.max()) + 1), fill_value=0)
@@ -349,12 +348,10 @@ def poisson_workload(num_jobs: int, *, jobs_per_hour: float = 20.0, seed: int = 
     """
     import numpy as np
 
-    if num_jobs < 1:
-        raise InputError(f"num_jobs {num_jobs} < 1", source="poisson_workload", field="num_jobs",
-                         valid="an integer >= 1")
-    if not jobs_per_hour > 0:
-        raise InputError(f"jobs_per_hour {jobs_per_hour}", source="poisson_workload", field="jobs_per_hour",
-                         valid="a number > 0")
+    check_number(num_jobs, field="num_jobs", low=1, high=math.inf, integer=True, source="poisson_workload",
+                 valid="an integer >= 1")
+    check_number(jobs_per_hour, field="jobs_per_hour", low=0, high=math.inf, low_open=True,
+                 source="poisson_workload", valid="a number > 0")
     classes = {c: w for c, w in PHILLY_CLASS_MIX.items()
                if applications is None or any(a in applications for a in PHILLY_CLASS_APPS[c])}
     if not classes:

@@ -64,6 +64,19 @@ class BeliefSpec:
     def learns(self) -> bool:
         return self.kind != "truth"
 
+    @classmethod
+    def parse(cls, text: str) -> BeliefSpec:
+        """The one parser of a ``--belief`` text (:func:`parse_belief`)."""
+        return parse_belief(text)
+
+    def __str__(self) -> str:
+        """The text that parses back to this value (a run's printed config)."""
+        if self.kind == "table":
+            return f"table:{self.path}"
+        if self.kind == "noisy":
+            return f"noisy:{self.sigma!r}"
+        return self.kind
+
 
 def parse_belief(text: str) -> BeliefSpec:
     """``truth | none | predicted | table:FILE | noisy:SIGMA`` → :class:`BeliefSpec`; bad input → InputError."""
@@ -204,10 +217,9 @@ class SimBelief:
         return pd.DataFrame(self.rows, columns=list(BELIEF_COLUMNS))
 
 
-def sim_belief(text: str, truth: ColocationTable | None, wrap: Callable[[ColocationTable], ColocationTable],
+def sim_belief(spec: BeliefSpec, truth: ColocationTable | None, wrap: Callable[[ColocationTable], ColocationTable],
                seed: int = 0, explore: ExploreConfig = DEFAULT_EXPLORE) -> SimBelief | None:
-    """The simulator's belief for ``--belief text`` (None: the policy reads the truth)."""
-    spec = parse_belief(text)
+    """The simulator's belief for ``--belief`` (None: the policy reads the truth)."""
     if not spec.learns or truth is None:
         return None
     return SimBelief(spec, truth, wrap, seed, explore)

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from common.errors import InputError
+from common.bounds import check_number
 from common.options import option
 
 
@@ -59,14 +59,13 @@ class ExploreConfig:
     contention: float = 1.0
 
     def __post_init__(self) -> None:
-        if not 0 < self.level < 1:
-            raise InputError(f"level {self.level}", source="explore", field="level", valid="a coverage in (0, 1)")
+        check_number(self.level, field="level", low=0, high=1, low_open=True, high_open=True, source="explore",
+                     valid="a coverage in (0, 1)")
         for name in ("sigma", "contention"):
-            if not getattr(self, name) >= 0:
-                raise InputError(f"{name} {getattr(self, name)}", source="explore", field=name, valid="a number >= 0")
-        if not 0 < self.max_planned_ratio <= 1.5:
-            raise InputError(f"max_planned_ratio {self.max_planned_ratio}", source="explore",
-                             field="max_planned_ratio", valid="a number in (0, 1.5]")
+            check_number(getattr(self, name), field=name, low=0, high=math.inf, source="explore",
+                         valid="a number >= 0")
+        check_number(self.max_planned_ratio, field="max_planned_ratio", low=0, high=1.5, low_open=True,
+                     source="explore", valid="a number in (0, 1.5]")
 
     @property
     def z(self) -> float:

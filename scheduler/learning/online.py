@@ -8,7 +8,10 @@ per application, GPU type, GPU count, batch and partner type; :mod:`scheduler.se
   an application nobody profiled, from a Pollux-form prior (:data:`PRIOR`) — both scaled by how far this
   application's measurements on that GPU type (else on any type) sit from them, so one measurement
   calibrates every configuration of the job. It also enforces what the job file allows (GPU types, the
-  minimum GPU count): an estimate of None keeps the policy off that configuration.
+  minimum GPU count): an estimate of None keeps the policy off that configuration. A job that reports its
+  gradient statistics (:mod:`scheduler.learning.gradient_noise`) is given the statistical efficiency they
+  measure, E(M) = (B_noise + M0) / (B_noise + M), in place of its profile's curve or, unprofiled, of 1: its
+  batch is chosen for goodput, not throughput.
 * :func:`learned_ratios` turns, for every packed pair measured, each member's co-located iteration time and
   its solo time *measured at the same configuration* into the pair's ratios ``t / t'`` with the sample
   counts behind them (a pair whose solo is not measured yet stays ``pending``); :func:`policy_table`
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from scheduler.learning.explore import DEFAULT_EXPLORE, ExploreConfig, contended
+from scheduler.learning.gradient_noise import GradientStats
 from scheduler.learning.measured import job_type, solo_times
 from scheduler.learning.pairs import DEFAULT_PAIRS, PairBelief, PairConfig, chain_priors, table_prior
 from scheduler.model.colocation import ColocationTable
@@ -74,9 +78,10 @@ class LearnedGoodputModel(GoodputModelBase):
     """Goodput from measurements first, then the base model or the prior, calibrated by the measurements."""
 
     def __init__(self, measurements: Sequence[Mapping[str, Any]], specs: Mapping[str, JobLimits],
-                 base: GoodputModelBase | None = None) -> None:
+                 base: GoodputModelBase | None = None, gradients: Mapping[str, GradientStats] | None = None) -> None:
         self.base = base
         self.specs = dict(specs)
+        self.gradients = dict(gradients or {})  # job name -> the gradient statistics it reported, smoothed
         self.solo = solo_times(measurements)
         self._calibration: dict[tuple[str, str | None, int | None], float] = {}
         self._measured_apps = {key[0] for key in self.solo}
@@ -149,7 +154,7 @@ class LearnedGoodputModel(GoodputModelBase):
         if spec is not None and ((spec.gpu_types and gpu_type not in spec.gpu_types) or num_gpus < spec.min_gpus):
             return None
         best: GoodputEstimate | None = None
-        for batch in batch_candidates(spec, job):
+        for batch in self._candidates(spec, job):
             candidate = self.at_batch(job, gpu_type, num_gpus, batch, num_nodes)
             if candidate is not None and (best is None or candidate.goodput > best.goodput):
                 best = candidate
@@ -163,17 +168,36 @@ class LearnedGoodputModel(GoodputModelBase):
         tput = self.throughput(job.application, gpu_type, num_gpus, batch, num_nodes)
         if tput is None or tput <= 0:
             return None
-        efficiency = self.base.efficiency(job, batch) if self.base is not None else None
-        return GoodputEstimate(batch, tput, float(np.asarray(efficiency).reshape(-1)[0]) if efficiency is not None else 1.0)
+        return GoodputEstimate(batch, tput, self.efficiency_at(job, batch))
 
+    def efficiency_at(self, job: Job, batch: int) -> float:
+        """The job's statistical efficiency at ``batch``: measured from its reports (M0: its own batch), else its
+        profile's curve, else 1."""
+        stats = self.gradients.get(job.name)
+        if stats is not None:
+            return float(stats.efficiency(batch, job.batch_size or batch))
+        efficiency = self.base.efficiency(job, batch) if self.base is not None else None
+        return float(np.asarray(efficiency).reshape(-1)[0]) if efficiency is not None else 1.0
+
+    def _candidates(self, spec: JobLimits | None, job: Job) -> list[int]:
+        """The batches :meth:`estimate` chooses among: for a profiled job with measured gradient statistics the
+        profile's grid (what its arrays would choose among: :meth:`estimate_arrays` comes here for it), else
+        :func:`batch_candidates`."""
+        known = self.base.applications if self.base is not None else None
+        if self.base is not None and known is not None and job.application in known and job.name in self.gradients:
+            grid = self.base.grid_efficiency(job)
+            if grid is not None:
+                return [int(b) for b in grid[0]]
+        return batch_candidates(spec, job)
 
     def estimate_arrays(self, job: Job, configs: Sequence[Configuration]) -> EstimateArrays:
         """All configurations at once: the base model's arrays, calibrated, measured points and job limits on top.
 
-        Jobs the base model does not know take the per-configuration path (:meth:`estimate`).
+        Jobs the base model does not know, and jobs with measured gradient statistics (the profile's batch choice
+        rests on its own efficiency curve), take the per-configuration path (:meth:`estimate`).
         """
         known = self.base.applications if self.base is not None else None
-        if self.base is None or known is None or job.application not in known:
+        if self.base is None or known is None or job.application not in known or job.name in self.gradients:
             return super().estimate_arrays(job, configs)
         configs = configs if isinstance(configs, tuple) else tuple(configs)
         arrays = estimate_arrays(self.base, job, configs)

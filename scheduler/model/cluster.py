@@ -4,7 +4,10 @@ A cluster file is YAML::
 
     gpu_types:
       a100:  {nodes: 2, gpus_per_node: 8, memory_gb: 40}
-      t4:    {nodes: 6, gpus_per_node: 4, memory_gb: 16}
+      t4:    {nodes: 6, gpus_per_node: 4, memory_gb: 16, mps_multi_user: true}
+
+``mps_multi_user`` (default false): the type's MPS serves several users at once. Legacy MPS serves one user at a
+time, so the scheduler plans no MPS group of several owners there (:mod:`scheduler.model.owners`).
 
 Nodes of one type are numbered ``0 .. nodes-1`` and GPUs inside a node ``0 .. gpus_per_node-1``; the
 placement stage (:mod:`scheduler.model.placement`) speaks in those indices. Objects here are frozen values:
@@ -25,7 +28,7 @@ from common.names import check_name, shown
 MAX_GPUS_PER_NODE = 64
 MAX_MEMORY_GB = 10_000.0
 _VALID_TYPE_FIELDS = (f"nodes (int in [1, {MAX_GPUS}]), gpus_per_node (int in [1, {MAX_GPUS_PER_NODE}]), "
-                      f"memory_gb (number in (0, {MAX_MEMORY_GB:g}])")
+                      f"memory_gb (number in (0, {MAX_MEMORY_GB:g}]); optional mps_multi_user (true or false)")
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class GpuType:
     nodes: int
     gpus_per_node: int
     memory_gb: float
+    mps_multi_user: bool = False  # its MPS serves several users at once (else one at a time: legacy MPS)
 
     @property
     def total_gpus(self) -> int:
@@ -78,14 +82,16 @@ class Cluster:
     def scaled(self, factor: int) -> "Cluster":
         """The same cluster with every type's node count multiplied by ``factor`` (for scaling studies)."""
         return Cluster(
-            {n: GpuType(n, t.nodes * factor, t.gpus_per_node, t.memory_gb) for n, t in self.gpu_types.items()}
+            {n: GpuType(n, t.nodes * factor, t.gpus_per_node, t.memory_gb, t.mps_multi_user)
+             for n, t in self.gpu_types.items()}
         )
 
     def to_dict(self) -> dict[str, Any]:
         """The YAML form (inverse of :func:`cluster_from_dict`)."""
         return {
             "gpu_types": {
-                n: {"nodes": t.nodes, "gpus_per_node": t.gpus_per_node, "memory_gb": t.memory_gb}
+                n: {"nodes": t.nodes, "gpus_per_node": t.gpus_per_node, "memory_gb": t.memory_gb,
+                    **({"mps_multi_user": True} if t.mps_multi_user else {})}
                 for n, t in self.gpu_types.items()
             }
         }
@@ -123,7 +129,7 @@ def cluster_from_dict(data: Any, *, source: str = "<cluster>") -> Cluster:
         if missing:
             raise InputError(f"missing {', '.join(missing)}", source=source, field=f"{prefix}.{missing[0]}",
                              valid=_VALID_TYPE_FIELDS)
-        extra = set(spec) - {"nodes", "gpus_per_node", "memory_gb"}
+        extra = set(spec) - {"nodes", "gpus_per_node", "memory_gb", "mps_multi_user"}
         if extra:
             raise InputError(f"unknown key(s) {shown(sorted(map(str, extra)))}", source=source,
                              field=f"{prefix}.{sorted(map(str, extra))[0][:40]}",
@@ -136,7 +142,12 @@ def cluster_from_dict(data: Any, *, source: str = "<cluster>") -> Cluster:
                              field=f"{prefix}.nodes", valid=f"at most {MAX_GPUS} GPUs of one type")
         mem = check_number(spec["memory_gb"], source=source, field=f"{prefix}.memory_gb", low=0,
                            high=MAX_MEMORY_GB, low_open=True, valid=f"GPU memory in GB in (0, {MAX_MEMORY_GB:g}]")
-        types[name] = GpuType(name=name, nodes=nodes, gpus_per_node=per_node, memory_gb=float(mem))
+        multi = spec.get("mps_multi_user", False)
+        if not isinstance(multi, bool):
+            raise InputError(f"{shown(multi)} is not true or false", source=source, field=f"{prefix}.mps_multi_user",
+                             valid="true (the type's MPS serves several users at once) or false (the default)")
+        types[name] = GpuType(name=name, nodes=nodes, gpus_per_node=per_node, memory_gb=float(mem),
+                              mps_multi_user=multi)
     return Cluster(types)
 
 

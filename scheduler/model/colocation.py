@@ -233,8 +233,8 @@ class BoundedTable(ColocationTable):
 
 
 class JobClass(NamedTuple):
-    """Jobs of one class get the same answers from a round's (bounded) table: same application, job type and
-    bounds (``max_slowdown``, ``exclusive``: :class:`BoundedTable`).
+    """Jobs of one class get the same answers from a round's (bounded) table: same application, job type,
+    bounds (``max_slowdown``, ``exclusive``: :class:`BoundedTable`) and owner.
 
     Every field has one type, so classes sort (candidates and pricing order them): a job without a bound of
     its own (``max_slowdown`` None: the policy's cluster-wide bound applies) is ``has_own_bound=False,
@@ -245,10 +245,11 @@ class JobClass(NamedTuple):
     has_own_bound: bool
     own_bound: float
     exclusive: bool
+    owner: str  # a group of several owners may get other ratios (scheduler.model.owners.OwnersTable)
 
 
 def class_key(job: "Job") -> JobClass:
     """The class of ``job`` (:class:`JobClass`)."""
     bound = job.max_slowdown
     return JobClass(job.application, job.job_type, bound is not None, float(bound) if bound is not None else 0.0,
-                    bool(job.exclusive))
+                    bool(job.exclusive), job.owner)

@@ -3,7 +3,7 @@
 Jobs CSV columns (``name`` and ``application`` required, the rest optional)::
 
     name,application,arrival,num_gpus,max_gpus,batch_size,min_batch_size,max_batch_size,adaptive,
-    memory_gb,age_s,restarts,current_gpu_type,current_num_gpus,current_partner,pinned,max_slowdown,exclusive
+    memory_gb,age_s,restarts,current_gpu_type,current_num_gpus,current_partner,pinned,max_slowdown,exclusive,owner
 
 * **Rigid** jobs (``adaptive`` false, the default) keep ``num_gpus`` (default 1) and ``batch_size`` (the
   global batch; default: the goodput model's choice at ``num_gpus``).
@@ -13,6 +13,8 @@ Jobs CSV columns (``name`` and ``application`` required, the rest optional)::
   for keeping placements stable); ``pinned`` marks a job in checkpoint-restore that must keep its config.
 * ``max_slowdown``: this job never runs slower than ``1 / max_slowdown`` of its solo speed in a group (default:
   the policy's cluster-wide ``IlpConfig.max_slowdown``); ``exclusive`` true: it never shares its GPUs.
+* ``owner``: the user the job belongs to (default empty: every job one owner's); a group of several owners shares
+  as :mod:`scheduler.model.owners` allows (not by single-user MPS).
 * ``progress`` is the statistical progress made so far (the unit of the ``progress`` column of Sia's
   ``validation-*.csv`` curves); the goodput model reads the gradient noise there.
 
@@ -28,9 +30,46 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from common.bounds import MAX_BATCH, MAX_GPUS, MAX_SECONDS
+from common.bounds import MAX_BATCH, MAX_GPUS, MAX_SECONDS, check_number
 from common.errors import InputError
 from common.names import NAME_RULE, check_name, shown
+from scheduler.model.cluster import MAX_MEMORY_GB
+
+MAX_SLOWDOWN = 1000.0
+# What each requirement may be, as every job record's errors say it.
+REQUIREMENT_RULES: dict[str, str] = {
+    "memory_gb": f"GPU memory per GPU in GB, a number in (0, {MAX_MEMORY_GB:g}]",
+    "max_slowdown": f"a slowdown in [1, {MAX_SLOWDOWN:g}]: in a group, never slower than 1/this of its solo speed",
+    "exclusive": "true (never shares its GPUs) or false",
+}
+
+
+@dataclass(frozen=True)
+class JobRequirements:
+    """What a job asks of its GPUs beside their count, the same in every job record (``serve``'s job file, a
+    workload row, the scheduler's job): GPU memory per GPU (None: measured or estimated), its own slowdown bound
+    in a group (None: the cluster-wide one), and whether it never shares its GPUs."""
+
+    memory_gb: float | None = None
+    max_slowdown: float | None = None
+    exclusive: bool = False
+
+    @classmethod
+    def checked(cls, memory_gb: Any = None, max_slowdown: Any = None, exclusive: Any = False, *,
+                source: str | Path, row: int | None = None) -> "JobRequirements":
+        """The one validator of the three: a one-line :class:`InputError` naming ``source`` (and ``row`` of a
+        table) and the field, else the value."""
+        if not isinstance(exclusive, bool):
+            at = "" if row is None else f"row {row}: "
+            raise InputError(f"{at}{shown(exclusive)} is not valid", source=source, field="exclusive",
+                             valid=REQUIREMENT_RULES["exclusive"])
+        memory = None if memory_gb is None else float(check_number(
+            memory_gb, field="memory_gb", low=0, high=MAX_MEMORY_GB, low_open=True, source=source, row=row,
+            valid=REQUIREMENT_RULES["memory_gb"]))
+        bound = None if max_slowdown is None else float(check_number(
+            max_slowdown, field="max_slowdown", low=1, high=MAX_SLOWDOWN, source=source, row=row,
+            valid=REQUIREMENT_RULES["max_slowdown"]))
+        return cls(memory, bound, exclusive)
 
 
 @dataclass(frozen=True)
@@ -57,6 +96,7 @@ class Job:
     restart_cost_s: float | None = None  # this job's restart penalty for the ILP (None: the policy's default)
     max_slowdown: float | None = None  # its own slowdown bound in a group (None: the policy's cluster-wide one)
     exclusive: bool = False  # never shares its GPUs
+    owner: str = ""  # whose job (the user name); "" everywhere: one owner (scheduler.model.owners)
 
     @property
     def job_type(self) -> str:
@@ -64,16 +104,27 @@ class Job:
         return f"{self.application}@{self.batch_size}" if self.batch_size else self.application
 
     @property
+    def requirements(self) -> JobRequirements:
+        return JobRequirements(self.memory_gb, self.max_slowdown, self.exclusive)
+
+    @property
     def is_running(self) -> bool:
         return self.current_gpu_type is not None and self.current_num_gpus > 0
 
     def slowdown_bound(self, default: float | None) -> float | None:
         """The slowdown this job accepts in a group: its own, else the cluster-wide ``default`` (None: any)."""
-        return self.max_slowdown if self.max_slowdown is not None else default
+        return slowdown_bound(self.max_slowdown, default)
 
     def with_state(self, **changes: Any) -> "Job":
         """A copy with some fields changed (the simulator uses this each round)."""
         return replace(self, **changes)
+
+
+def slowdown_bound(own: float | None, default: float | None) -> float | None:
+    """The slowdown a job accepts in a group: its own ``max_slowdown``, else the cluster-wide ``default`` (the
+    policy's, :func:`scheduler.sim.job_state.cluster_bound`; None: any). The one place a job's bound is resolved,
+    for every job record (a round's :class:`Job`, a workload's row, a served job's spec)."""
+    return own if own is not None else default
 
 
 FINISHING_ROUNDS = 2.0  # a running job expected to end within this many rounds keeps its placement
@@ -128,7 +179,7 @@ _COLUMNS: dict[str, tuple[Any, str]] = {
     "min_batch_size": (_parse_int, f"an integer in [1, {MAX_BATCH}]"),
     "max_batch_size": (_parse_int, f"an integer in [min_batch_size, {MAX_BATCH}]"),
     "adaptive": (_parse_bool, "true/false"),
-    "memory_gb": (_parse_float, "GB per GPU, a number in (0, 10000]"),
+    "memory_gb": (_parse_float, REQUIREMENT_RULES["memory_gb"]),
     "age_s": (_parse_float, f"seconds, a number in [0, {MAX_SECONDS:g}]"),
     "restarts": (_parse_int, "an integer in [0, 1000000]"),
     "current_gpu_type": (_parse_str, "a GPU type name or empty"),
@@ -136,10 +187,19 @@ _COLUMNS: dict[str, tuple[Any, str]] = {
     "current_partner": (_parse_str, "another job's name or empty"),
     "pinned": (_parse_bool, "true/false"),
     "progress": (_parse_float, "a number in [0, 1e15]"),
-    "max_slowdown": (_parse_float, "a number in [1, 1000]: never slower than 1/this of its solo speed in a group"),
-    "exclusive": (_parse_bool, "true/false: never shares its GPUs"),
+    "max_slowdown": (_parse_float, REQUIREMENT_RULES["max_slowdown"]),
+    "exclusive": (_parse_bool, REQUIREMENT_RULES["exclusive"]),
+    "owner": (_parse_str, f"the user the job belongs to: {NAME_RULE}, or empty"),
 }
 _ALIASES = {"time": "arrival", "num_replicas": "num_gpus"}
+
+
+# (low, high) of each numeric column (the requirements are JobRequirements'); ints where the column is one
+_LIMITS: dict[str, tuple[float, float]] = {
+    "arrival": (0, MAX_SECONDS), "num_gpus": (1, MAX_GPUS), "max_gpus": (1, MAX_GPUS), "batch_size": (1, MAX_BATCH),
+    "min_batch_size": (1, MAX_BATCH), "max_batch_size": (1, MAX_BATCH), "age_s": (0, MAX_SECONDS),
+    "restarts": (0, 1_000_000), "current_num_gpus": (0, MAX_GPUS), "progress": (0, 1e15),
+}
 
 
 def _check_job(job: Job, *, source: str, row: int) -> None:
@@ -150,41 +210,20 @@ def _check_job(job: Job, *, source: str, row: int) -> None:
         raise bad("name", "empty name")
     if not job.application:
         raise bad("application", "empty application")
-    if job.arrival < 0:
-        raise bad("arrival", f"negative arrival {job.arrival}")
-    if job.num_gpus < 1:
-        raise bad("num_gpus", f"num_gpus {job.num_gpus} < 1")
+    for f, (low, high) in _LIMITS.items():
+        if getattr(job, f) is not None:
+            check_number(getattr(job, f), field=f, low=low, high=high, source=source, row=row, valid=_COLUMNS[f][1])
     if job.max_gpus is not None and job.max_gpus < job.num_gpus:
         raise bad("max_gpus", f"max_gpus {job.max_gpus} < num_gpus {job.num_gpus}")
-    for f in ("batch_size", "min_batch_size", "max_batch_size"):
-        v = getattr(job, f)
-        if v is not None and v < 1:
-            raise bad(f, f"{f} {v} < 1")
     if job.min_batch_size and job.max_batch_size and job.max_batch_size < job.min_batch_size:
         raise bad("max_batch_size", f"max_batch_size {job.max_batch_size} < min_batch_size {job.min_batch_size}")
-    if job.memory_gb is not None and job.memory_gb <= 0:
-        raise bad("memory_gb", f"memory_gb {job.memory_gb} <= 0")
-    if job.max_slowdown is not None and not 1 <= job.max_slowdown <= 1000:
-        raise bad("max_slowdown", f"max_slowdown {job.max_slowdown:g} is out of range")
-    if job.age_s < 0:
-        raise bad("age_s", f"negative age {job.age_s}")
-    if job.restarts < 0:
-        raise bad("restarts", f"negative restarts {job.restarts}")
-    if job.current_num_gpus < 0:
-        raise bad("current_num_gpus", f"negative current_num_gpus {job.current_num_gpus}")
-    if job.progress < 0:
-        raise bad("progress", f"negative progress {job.progress}")
+    JobRequirements.checked(job.memory_gb, job.max_slowdown, job.exclusive, source=source, row=row)
     if job.current_num_gpus > 0 and not job.current_gpu_type:
         raise bad("current_gpu_type", "current_num_gpus > 0 needs current_gpu_type")
     check_name(job.name, source=source, field="name", what=f"job name (row {row})")
     check_name(job.application, source=source, field="application", what=f"application (row {row})")
-    limits = {"arrival": MAX_SECONDS, "age_s": MAX_SECONDS, "num_gpus": MAX_GPUS, "max_gpus": MAX_GPUS,
-              "current_num_gpus": MAX_GPUS, "batch_size": MAX_BATCH, "min_batch_size": MAX_BATCH,
-              "max_batch_size": MAX_BATCH, "memory_gb": 10_000, "restarts": 1_000_000, "progress": 1e15}
-    for f, high in limits.items():
-        v = getattr(job, f)
-        if v is not None and v > high:
-            raise bad(f, f"{f} {v:g} is out of range")
+    if job.owner:
+        check_name(job.owner, source=source, field="owner", what=f"owner (row {row})")
 
 
 def jobs_from_rows(rows: Sequence[dict[str, str]], *, source: str = "<jobs>") -> list[Job]:

@@ -1,5 +1,7 @@
 r"""Gavel (OSDI'20) over time fractions, rigid jobs; and packed Gavel.
 
+Registered as ``gavel-sia`` (Sia's mechanism, below), ``gavel-refill`` and ``gavel-packed`` (Gavel's own).
+
 **Objective.** ``objective="max_sum_throughput"`` (the default: the policy Sia's simulator runs as
 "gavel", ``max_sum_throughput_perf``) maximises the total throughput in iterations per second,
 ``Σ_c,t Σ_{j ∈ c} (T_jct / B_j) / s_j · x_ct`` (``B_j`` the job's batch, ``s_j`` its application's
@@ -31,10 +33,11 @@ rounds (since its jobs arrived) the combination has received on ``t`` (never rec
 greedily while capacity lasts, skipping combinations whose jobs are already placed; jobs in
 checkpoint-restore keep their GPUs first (as in Sia's simulator). Between Gavel rounds running
 combinations keep their GPUs and GPUs freed by finished jobs are refilled in priority order. The received
-fractions are the policy's own bookkeeping of its decisions. That is ``mechanism="refill"``.
+fractions are the policy's own bookkeeping of its decisions. That is ``mechanism="refill"`` (``gavel-refill``,
+``gavel-packed``).
 
-**Sia's mechanism** (``mechanism="sia"``, what Sia's simulator runs as "gavel" and the simulator's default,
-``SimConfig.gavel_rounds``): decisions only at multiples of ``round_s`` from time 0 (the first one round in);
+**Sia's mechanism** (``mechanism="sia"``, ``gavel-sia``: what Sia's simulator runs as "gavel"): decisions only at
+multiples of ``round_s`` from time 0 (the first one round in);
 in between every job keeps exactly what it got, GPUs freed by finished jobs stay idle and arrivals wait for
 the next round. At a round each (job, type) is ranked by ``x_jt / f_jt`` with ``f_jt`` the job's seconds on
 ``t`` over all jobs' seconds on ``t`` (every job starts with half a round on every type, so nothing ranks
@@ -90,8 +93,6 @@ class GavelPolicy:
     mechanism: str = "refill"
     received_s: dict[tuple[Combo, str], float] = field(default_factory=dict)
     active_s: dict[str, float] = field(default_factory=dict)
-    lp_solves: int = 0
-    lp_time_s: float = 0.0
     _round_start: float | None = field(default=None, repr=False)
     _cache_key: tuple = field(default=(), repr=False)
     _fractions: dict[tuple[Combo, str], float] = field(default_factory=dict, repr=False)
@@ -169,7 +170,6 @@ class GavelPolicy:
                slowdown: Mapping[str, float] | None = None) -> dict[tuple[Combo, str], float]:
         import pulp
 
-        started = time.perf_counter()
         total = sum(t.total_gpus for t in cluster)
         solo = {(o.combo[0], o.shape.gpu_type): o.estimates[0].goodput for o in options if len(o.combo) == 1}
         ref = {}
@@ -215,8 +215,6 @@ class GavelPolicy:
                 if len(o.combo) == 1 and better:
                     best[o.combo[0]] = o
             fractions = {o.key: 1.0 for o in best.values()}
-        self.lp_solves += 1
-        self.lp_time_s += time.perf_counter() - started
         return fractions
 
     # ------------------------------------------------------------------ a round

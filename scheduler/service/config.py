@@ -7,12 +7,13 @@ fields and those of the nested configs (:mod:`colocate.cli_config`).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from common.bounds import check_number
 from common.errors import InputError
 from common.options import nested, option
+from common.owners import USERS_MODES
 from scheduler.ilp.config import IlpConfig
 from scheduler.service.probes.manager import ProbeConfig
 from scheduler.service.stability import StabilityConfig
@@ -20,10 +21,20 @@ from scheduler.service.stability import StabilityConfig
 # The round ILP as a live scheduler runs it (scheduler.service.stability, rules 2-4 and fairness): resuming a
 # stopped job pays its restart, ties keep what runs, and with λ = 2 a waiting job that fits is allocated before
 # any adaptive job grows. Changing partners pays its restarts everywhere (scheduler.ilp, "Pair restart"). The
-# simulator keeps IlpConfig's own (Sia's) defaults.
-LIVE_ILP = IlpConfig(lambda_unallocated=2.0, keep_bonus=0.02, charge_resumes=True)
+# simulator keeps each policy's own (scheduler.policies: Sia's, with colocate's hysteresis).
+LIVE_CHANGES = {"lambda_unallocated": 2.0, "keep_bonus": 0.02, "charge_resumes": True}
+LIVE_ILP = IlpConfig(**LIVE_CHANGES)  # type: ignore[arg-type]
 DEVICES = ("auto", "cpu", "cuda")
-ILP_POLICIES = ("colocate", "colocate-triples", "sia")
+
+
+def live_ilp(policy: str) -> IlpConfig:
+    """The round ILP ``serve`` runs ``policy`` with: the policy's own settings (:mod:`scheduler.policies`; groups of
+    three for ``colocate-triples``, no packing for ``sia``) with the live scheduler's changes; :data:`LIVE_ILP` for a
+    policy that solves none (its restart cost and slowdown bound still apply to the jobs)."""
+    from scheduler.policies import policy_spec
+
+    own = policy_spec(policy).ilp
+    return LIVE_ILP if own is None else replace(own, **LIVE_CHANGES)  # type: ignore[arg-type]
 
 
 def _policy_names() -> tuple[str, ...]:
@@ -47,12 +58,16 @@ class ServeConfig:
     device: str = option("auto", "What built-in jobs train on.", choices=DEVICES)
     sharing: str = option("timeslice", "How packed groups share their GPUs (a registered sharing mode).",
                           choices=_sharing_names)
+    users: str = option("own", "Whose jobs run, as whom: own (the server's own user's jobs only), multi (each job as "
+                               "its owner: the server runs as root; local and slurm backends) or single (every job as "
+                               "the server's user, whoever submitted it; not as root).", choices=USERS_MODES)
     threads: int = option(1, "CPU threads per built-in job process.")
     stop_grace_s: float = option(30.0, "Seconds a job has to checkpoint after SIGTERM.", flag="--grace")
     start_timeout_s: float = option(120.0, "A group the backend cannot start in this long goes back to the queue, "
                                            "seconds.", experimental=True)
     log_every: int = option(50, "Built-in jobs log every this many steps.", experimental=True)
     python: str = sys.executable
+    # the ILP of the policy as serve runs it: ServeConfig.for_policy(NAME) (the command line builds it so)
     ilp: IlpConfig = nested(lambda: LIVE_ILP, "the round ILP of the colocate and sia policies")
     stability: StabilityConfig = nested(StabilityConfig, "how long a started job keeps its GPUs")
     probe: ProbeConfig = nested(ProbeConfig, "automatic probes of never-measured job types")
@@ -66,22 +81,18 @@ class ServeConfig:
             raise InputError(f"{self.device!r}", field="device", valid=", ".join(DEVICES))
         if self.sharing not in _sharing_names():
             raise InputError(f"{self.sharing!r}", field="sharing", valid=", ".join(_sharing_names()))
+        if self.users not in USERS_MODES:
+            raise InputError(f"{self.users!r}", field="users", valid=", ".join(USERS_MODES))
         check_number(self.threads, field="threads", low=1, high=256, integer=True)
         check_number(self.stop_grace_s, field="stop_grace_s", low=0, high=3600, low_open=True,
                      valid="seconds in (0, 3600]")
         check_number(self.start_timeout_s, field="start_timeout_s", low=1, high=86400)
         check_number(self.log_every, field="log_every", low=1, high=10**6, integer=True)
 
-    def policy_options(self) -> dict[str, Any]:
-        """The options the policy registry's factory gets: the ILP knobs that differ from IlpConfig's own
-        defaults, for the ILP policies (a policy's factory keeps its own defaults, e.g. groups of three for
-        colocate-triples), and ``keep_bonus`` always (the packing policies' own default is the simulator's
-        hysteresis; serve's is its own); nothing for the others."""
-        if self.policy not in ILP_POLICIES:
-            return {}
-        default = IlpConfig()
-        return {f: getattr(self.ilp, f) for f in IlpConfig.__dataclass_fields__
-                if getattr(self.ilp, f) != getattr(default, f) or f == "keep_bonus"}
+    @classmethod
+    def for_policy(cls, policy: str, **changes: Any) -> ServeConfig:
+        """The knobs of a server running ``policy``: its ILP is :func:`live_ilp` unless ``changes`` give one."""
+        return cls(policy=policy, **{"ilp": live_ilp(policy), **changes})
 
 
-__all__ = ["DEVICES", "ILP_POLICIES", "LIVE_ILP", "ServeConfig"]
+__all__ = ["DEVICES", "LIVE_ILP", "ServeConfig", "live_ilp"]

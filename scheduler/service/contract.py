@@ -61,6 +61,7 @@ from typing import Any
 from common.untrusted import printable
 from scheduler.learning.measured import SoloTimes, job_type
 from scheduler.model.colocation import ColocationTable, MeasuredKey, MeasuredTable
+from scheduler.model.jobs import slowdown_bound
 from scheduler.model.memory import CONTEXT_GB, GIB, member_limits
 from scheduler.service.jobs.jobspec import JobSpec
 from scheduler.service.state.store import JobRow
@@ -367,7 +368,7 @@ def broken_bounds(groups: Mapping[str, list[JobRow]], measurements: Sequence[Map
         if len(members) < 2:
             continue
         for row in members:
-            bound = row.spec.max_slowdown if row.spec.max_slowdown is not None else default_bound
+            bound = slowdown_bound(row.spec.max_slowdown, default_bound)
             if bound is None:
                 continue
             others = [o for o in members if o.name != row.name]

@@ -21,18 +21,23 @@ tried again after a backoff (:class:`StartRetries`), not every round.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from common.owners import REFUSE, RUN_SELF, Owner, may_run_as
 from scheduler.executor.command import RunSettings, job_argv
 from scheduler.executor.plan import GpuGroup, build_plan, job_environment
 from scheduler.executor.supervise import CHECKPOINT_FILE, OOM_FILE, PROGRESS_FILE
+from scheduler.service.rounds import row_owner
 from scheduler.service.state.store import QUEUED, RUNNING
 
 if TYPE_CHECKING:  # pragma: no cover
+    from scheduler.model.cluster import Cluster
+    from scheduler.model.owners import OwnerPlanning
     from scheduler.service.config import ServeConfig
     from scheduler.service.rounds import Unit
     from scheduler.service.state.store import JobRow, Transaction
@@ -42,7 +47,21 @@ def job_dir(state_dir: Path, name: str) -> Path:
     return state_dir / "jobs" / name
 
 
-def build_group(unit: "Unit", rows: dict[str, "JobRow"], config: "ServeConfig") -> GpuGroup:
+def group_sharing(unit: "Unit", rows: dict[str, "JobRow"], config: "ServeConfig",
+                  owners: "OwnerPlanning | None" = None) -> tuple[str, str]:
+    """How the unit's jobs share their GPUs, and why when it is not ``config.sharing`` (jobs of several owners on a
+    GPU type whose MPS serves one user at a time time-slice: :mod:`scheduler.model.owners`); a group the rule never
+    allows (the round does not plan one) raises."""
+    if owners is None or len(unit) < 2:
+        return config.sharing, ""
+    sharing, why = owners.group_sharing(unit[0].gpu_type, config.sharing, [row_owner(rows[s.job])[0] for s in unit])
+    if sharing is None:
+        raise PermissionError(why)
+    return sharing, why
+
+
+def build_group(unit: "Unit", rows: dict[str, "JobRow"], config: "ServeConfig",
+                owners: "OwnerPlanning | None" = None) -> GpuGroup:
     """The GPU group of one unit (one job, or a pair or three sharing the same GPUs)."""
     data = {"allocations": [
         {"job": s.job, "gpu_type": s.gpu_type, "num_gpus": s.num_gpus, "batch_size": s.batch_size,
@@ -52,18 +71,61 @@ def build_group(unit: "Unit", rows: dict[str, "JobRow"], config: "ServeConfig") 
     plan = build_plan(data, source="colocate serve",
                       applications={n: spec.model for n, spec in specs.items() if spec.model},
                       commands={n: spec.command for n, spec in specs.items() if spec.command},
-                      sharing=config.sharing)
+                      sharing=group_sharing(unit, rows, config, owners)[0])
     group = plan.groups[0]
     jobs = tuple(replace(job, image_size=specs[job.name].image_size) if job.builtin else job for job in group.jobs)
     return replace(group, jobs=jobs)
 
 
+def owner_planning(cluster: "Cluster", config: "ServeConfig", backend: str) -> "OwnerPlanning":
+    """How this server's jobs of several owners may share a GPU (:mod:`scheduler.model.owners`). Owners matter only
+    when jobs run as their owners (``--users multi``; otherwise every job is the server's user's): then a sharing
+    mode that serves one user at a time (MPS) time-slices groups of several owners on types whose MPS is not
+    multi-user, planned with the bundled time-slicing ratios of the cluster's types (none: such groups are not
+    planned), and the Slurm backend groups no two owners (a batch job runs as one user)."""
+    from profiler.gpu.sharing import sharing_mode
+    from scheduler.formats.bundled import measured_table
+    from scheduler.model.owners import TIMESLICE, OwnerPlanning, OwnerRule, owner_rule
+
+    if config.users != "multi":
+        return OwnerPlanning(OwnerRule())
+    rule = owner_rule(cluster, one_user_at_a_time=sharing_mode(config.sharing).one_user_at_a_time,
+                      one_uid_per_group=backend == "slurm")
+    fallback = TIMESLICE in rule.across.values()
+    return OwnerPlanning(rule, measured_table(cluster.type_names, TIMESLICE) if fallback else None)
+
+
+def run_as(owner_uid: int | None, users: str) -> Owner | None:
+    """The user a job of ``owner_uid`` runs as, by the rule of :func:`common.owners.may_run_as` (``users``: serve's
+    ``--users``): None for the server itself (an owner unknown is the server's own user, as before owners were
+    recorded); a refused job raises (its start fails with the reason)."""
+    if owner_uid is None:
+        return None
+    decision = may_run_as(os.getuid(), owner_uid, users)
+    if decision.kind == REFUSE:
+        raise PermissionError(decision.reason)
+    if decision.kind == RUN_SELF:
+        return None
+    try:
+        return Owner.of_uid(owner_uid)
+    except KeyError:
+        raise PermissionError(f"uid {owner_uid} has no account on this machine") from None
+
+
 def group_document(key: str, group: GpuGroup, rows: dict[str, "JobRow"], config: "ServeConfig",
-                   state_dir: Path, limits: Mapping[str, int | None] | None = None) -> dict[str, Any]:
+                   state_dir: Path, limits: Mapping[str, int | None] | None = None,
+                   sharing_why: str = "") -> dict[str, Any]:
     """What :func:`scheduler.executor.supervise.supervise` runs (see its docstring for the format); ``limits``:
-    each member's memory limit in bytes per GPU (None alone)."""
+    each member's memory limit in bytes per GPU (None alone). Each member runs as the user the rule of
+    ``config.users`` says for its owner (:func:`run_as`, :func:`scheduler.service.rounds.row_owner`);
+    ``sharing_why``: why the group does not share as ``config.sharing`` says (:func:`group_sharing`), kept in the
+    document as ``sharing_why`` for ``colocate jobs``."""
     jobs = []
     for job in group.jobs:
+        try:
+            owner = run_as(row_owner(rows[job.name])[1], config.users)
+        except PermissionError as err:
+            raise PermissionError(f"job {job.name}: {err}") from None
         spec = rows[job.name].spec
         directory = job_dir(state_dir, job.name)
         directory.mkdir(parents=True, exist_ok=True)
@@ -81,11 +143,13 @@ def group_document(key: str, group: GpuGroup, rows: dict[str, "JobRow"], config:
         if limit is not None:
             env["COLOCATE_MEMORY_LIMIT_BYTES"] = str(limit)
         jobs.append({"name": job.name, "dir": str(directory), "env": env, "memory_limit_bytes": limit,
-                     "argv": job_argv(job, settings, python=config.python, progress_file=str(progress))})
+                     "argv": job_argv(job, settings, python=config.python, progress_file=str(progress)),
+                     **({"owner": owner.to_dict()} if owner is not None else {})})
     # the GPUs it holds, kept with the group: busy while it runs, even where its members' rows cannot be read
     placement = {"gpu_type": group.gpu_type, "nodes": list(group.nodes), "gpus": list(group.gpus)}
     return {"key": key, "sharing": group.sharing, "gpu": config.device != "cpu", "grace_s": config.stop_grace_s,
-            "pid_file": str(state_dir / "runs" / f"{key}.pid"), "placement": placement, "jobs": jobs}
+            "pid_file": str(state_dir / "runs" / f"{key}.pid"), "placement": placement, "jobs": jobs,
+            **({"sharing_why": sharing_why} if sharing_why else {})}
 
 
 def last_group_number(state: Any) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from scheduler.model.jobs import Job
 from scheduler.model.policy import JobPlacement, Placement, RoundDecision
@@ -54,9 +53,18 @@ class RoundStats:
     deferred: int = 0  # units waiting for GPUs that stopping groups still hold
 
 
+def row_owner(row: JobRow) -> tuple[str, int | None]:
+    """Whose job ``row`` is: the owner's user name (``""``: the server's one user) and uid (None: the server's own
+    user). Every use of a job's owner in the service reads it here: the round's jobs (:func:`policy_jobs`), the
+    group's sharing and the user its jobs run as (:mod:`scheduler.service.groups`)."""
+    return "", None
+
+
 def policy_jobs(rows: Sequence[JobRow], now: float, held: Collection[str] = (),
-                memory: Mapping[str, float | None] | None = None) -> list[Job]:
-    """The policy's view of the active jobs (queued and running), in submission order.
+                memory: Mapping[str, float | None] | None = None, owners: bool = False) -> list[Job]:
+    """The policy's view of the active jobs (queued and running), in submission order; ``owners``: each job names
+    its owner (only where owners change what may share: :class:`scheduler.model.owners.OwnerRule`; else every job
+    is one owner's, and the round is the same as a single user's).
 
     ``age_s`` is the time since the job's *first* start (Sia's T); ``held`` jobs are pinned to their current
     configuration (the minimum run of :mod:`scheduler.service.stability`); ``memory``: each job's planned GPU
@@ -75,7 +83,8 @@ def policy_jobs(rows: Sequence[JobRow], now: float, held: Collection[str] = (),
             current_gpu_type=row.gpu_type if running else None, current_num_gpus=row.num_gpus if running else 0,
             current_partner=row.others[0] if running and row.others else None,
             pinned=running and row.name in held, memory_gb=(memory or {}).get(row.name),
-            max_slowdown=spec.max_slowdown, exclusive=spec.exclusive))
+            max_slowdown=spec.max_slowdown, exclusive=spec.exclusive,
+            owner=row_owner(row)[0] if owners else ""))
     return jobs
 
 
@@ -171,12 +180,6 @@ def change_kind(slot: Slot, before: JobRow) -> str:
     if before.gpu_type and slot.others and set(slot.others) != set(before.others):
         return "repacked"  # with other partners; a job that starts alone again is restarted, not repacked
     return "restarted"
-
-
-def slot_detail(slot: Slot) -> dict[str, Any]:
-    return {"gpu_type": slot.gpu_type, "num_gpus": slot.num_gpus, "batch_size": slot.batch_size,
-            "partner": slot.others[0] if slot.others else None, "partners": list(slot.others),
-            "nodes": list(slot.nodes), "gpus": list(slot.gpus)}
 
 
 def describe(slot: Slot, key: str) -> str:

@@ -91,6 +91,21 @@ def check_sharing_device(sharing: str, device: str, backend: str) -> None:
                          valid=f"{', '.join(usable)} on the CPU; {sharing} with --device cuda (or auto on a GPU node)")
 
 
+def check_users(users: str, backend: str) -> None:
+    """Refuse a ``--users`` mode this server cannot keep (:func:`common.owners.serve_refusal`): each job as its owner
+    needs root and a backend that can start a process as another user (not Ray); every job as the server's user
+    must not be root's."""
+    import os
+
+    from common.owners import serve_refusal
+
+    reason = serve_refusal(users, os.getuid(), backend)
+    if reason is not None:
+        valid = ("own or single on the ray backend; multi with --backend local or slurm, as root"
+                 if backend == "ray" else "multi as root; single as an unprivileged user; own")
+        raise InputError(reason, field="--users", valid=valid)
+
+
 def check_jobs_device(device: str, backend: str) -> None:
     """Refuse ``--device cuda`` where the jobs run on this machine (the local backend) and its torch cannot use
     CUDA: every job would fail at its start. A Ray or Slurm cluster's nodes have their own GPUs (a job there
@@ -130,6 +145,7 @@ def serve_forever(request: ServeRequest, *, should_stop: Callable[[], bool] = la
     from scheduler.model.cluster import load_cluster
 
     config = request.config
+    check_users(config.users, request.backend)
     check_sharing_device(config.sharing, config.device, request.backend)
     check_jobs_device(config.device, request.backend)
     # the backend refuses before the first write too (Slurm's commands, the cluster file's slurm section, Ray)

@@ -33,6 +33,7 @@ from typing import Any
 
 from scheduler.executor.base import Executor, GroupPoll
 from scheduler.executor.job_files import checked_files
+from scheduler.learning import gradient_noise
 from scheduler.learning.measured import learned_ratios
 from scheduler.learning.online import LearnedGoodputModel, policy_table, round_job_types
 from scheduler.model.cluster import Cluster
@@ -42,7 +43,7 @@ from scheduler.model.jobs import Job
 from scheduler.service import admission, contract, rounds, settle, waiting
 from scheduler.service.batch_hold import HeldBatchModel, batch_holds
 from scheduler.service.config import ServeConfig
-from scheduler.service.groups import StartRetries, remove_group_files
+from scheduler.service.groups import StartRetries, owner_planning, remove_group_files
 from scheduler.service.probes.manager import ProbeManager, probing_enabled
 from scheduler.service.rounds import RoundStats
 from scheduler.service.stability import finishing_groups, fold_startup, hurting_members, load_startups, pinned_jobs
@@ -50,6 +51,7 @@ from scheduler.service.state import health
 from scheduler.service.state import lock as server_lock
 from scheduler.service.state.rows import GroupRecord
 from scheduler.service.state.store import CANCELLED, QUEUED, RUNNING, JobRow, StateStore, Transaction
+from scheduler.sim.job_state import cluster_bound
 
 BAD_FILE_GRACE_S = 2.0  # how long a job's records may stay unreadable before it misbehaves
 
@@ -59,13 +61,13 @@ class Server:
 
     def __init__(self, state: StateStore, cluster: Cluster, executor: Executor, config: ServeConfig = ServeConfig(),
                  *, profiles: GoodputModelBase | None = None, colocation: ColocationTable | None = None) -> None:
-        from scheduler.policies import make_policy
+        from scheduler.policies import make_policy, policy_spec
 
         self.state, self.cluster, self.executor, self.config = state, cluster, executor, config
         self.profiles, self.colocation = profiles, colocation
         # what a restart costs when a batch change must pay for one: the ILP's S, whatever the policy
         self._restart_cost_s = config.ilp.restart_cost_s
-        self.policy = make_policy(config.policy, **config.policy_options())
+        self.policy = make_policy(config.policy, ilp=config.ilp if policy_spec(config.policy).solves_ilp else None)
         self.runs = state.dir / "runs"
         self.runs.mkdir(exist_ok=True)
         self._lock: Any = None  # the open lock file, held for the server's lifetime
@@ -88,8 +90,8 @@ class Server:
         self.splits = 0  # groups this server split because a member was measured past its slowdown bound
         self.ooms_at_start = contract.oom_totals(self._memory)  # the metrics count those after this
         # the slowdown a member accepts unless it says otherwise: the policy's own bound, else the cluster's
-        bound = self.policy.traits.max_slowdown
-        self._default_bound = bound if bound is not None else config.ilp.max_slowdown
+        self._default_bound = cluster_bound(self.policy, config.ilp.max_slowdown)
+        self.owners = owner_planning(cluster, config, executor.name)  # how jobs of several owners may share
 
     # -- lifetime ----------------------------------------------------------------------------------------
     def acquire(self, lock: Any = None) -> None:
@@ -156,8 +158,10 @@ class Server:
         previous = rounds.current_placement(rows)
         breaks = contract.broken_bounds(self._running_groups(rows), measurements, self._default_bound, model.solo_time)
         planned = contract.planned_memory(rows, self.cluster.type_names, self._memory)
-        policy_jobs = rounds.policy_jobs(rows, now, self._held(rows, now, table, set(breaks)), planned)
-        context = RoundContext(goodput=self._batches_held(model, policy_jobs, rows), time_s=now, colocation=table,
+        policy_jobs = rounds.policy_jobs(rows, now, self._held(rows, now, table, set(breaks)), planned,
+                                         owners=self.owners.rule.restricts)
+        context = RoundContext(goodput=self._batches_held(model, policy_jobs, rows), time_s=now,
+                               colocation=self.owners.table(table),
                                previous_placement=previous, round_duration_s=self.config.round_s)
         decided, decided_cpu = time.perf_counter(), time.process_time()
         decision = self.policy.allocate(policy_jobs, self.cluster, context) if rows else None
@@ -268,9 +272,10 @@ class Server:
     def learned(self, rows: list[JobRow]) -> tuple[LearnedGoodputModel, ColocationTable | None, list[dict[str, Any]]]:
         """The goodput model and colocation table of this round, measurements on top of the priors (the table
         carries the pairs' measured ratios too, for the slowdown bounds: :func:`contract.measured_table`), and the
-        measurements they came from."""
+        measurements they came from. Jobs that report gradient statistics get the efficiency they measure."""
         measurements = self.state.measurements()
-        model = LearnedGoodputModel(measurements, {r.name: r.spec for r in rows}, base=self.profiles)
+        gradients = {job: gradient_noise.from_row(r) for job, r in self.state.gradients().items()}
+        model = LearnedGoodputModel(measurements, {r.name: r.spec for r in rows}, base=self.profiles, gradients=gradients)
         active = [r for r in rows if r.state in (QUEUED, RUNNING)]
         types = round_job_types(self.cluster.type_names, [(r.spec.app, r.batch_size) for r in active])
         # unknown pairs are explored only while the jobs ask for the whole cluster (scheduler.learning.explore)
@@ -443,7 +448,7 @@ class Server:
         return started, tuple(deferred)
 
     def _start_unit(self, unit: rounds.Unit, rows: dict[str, JobRow]) -> int:
-        from scheduler.service.groups import build_group, group_document, last_group_number
+        from scheduler.service.groups import build_group, group_document, group_sharing, last_group_number
 
         with self.state.transaction() as db:
             number = last_group_number(self.state) + 1
@@ -453,10 +458,11 @@ class Server:
             # built outside any transaction (job directories, the executor's modules on a first start):
             # submitters and readers never wait behind it; a server killed here only skipped a group number
             with admission.unit_problems():  # a job its group cannot be built for fails, not the server
-                group = build_group(unit, rows, self.config)
+                group = build_group(unit, rows, self.config, self.owners)
                 limits = contract.unit_limits(unit, rows, self.cluster[unit[0].gpu_type].memory_gb, self._memory,
                                               self.config.ilp.context_memory_gb)
-                doc = group_document(key, group, rows, self.config, self.state.dir, limits)
+                doc = group_document(key, group, rows, self.config, self.state.dir, limits,
+                                     group_sharing(unit, rows, self.config, self.owners)[1])
             with self.state.transaction() as db:
                 db.put_group(key, self.executor.name, {"doc": doc, "handle": {}}, [s.job for s in unit])
                 for slot in unit:

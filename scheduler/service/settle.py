@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from common.bounds import MAX_SECONDS
+from scheduler.learning import gradient_noise
 from scheduler.learning.measured import job_type
 from scheduler.service import contract
 from scheduler.service.state.rows import MIN_ITER_TIME_S
@@ -49,7 +50,20 @@ def fold_progress(db: Transaction, row: JobRow, progress: dict[str, Any] | None,
         if row.sample_step is None or step - row.sample_step >= 2:
             fields.update(sample_step=step, sample_elapsed=elapsed)
     db.update_job(row.name, **fields)
+    fold_gradients(db, row.name, progress)
     return row.sample_step is None and "sample_step" in fields
+
+
+def fold_gradients(db: Transaction, job: str, progress: dict[str, Any]) -> None:
+    """The gradient statistics of a progress record folded into the job's smoothed ones
+    (:func:`scheduler.learning.gradient_noise.fold`: each report once, a damaged stored row starts over)."""
+    if gradient_noise.report(progress) is None:
+        return
+    stored = db.gradients_of(job)
+    before = gradient_noise.from_row(stored) if stored is not None else None
+    after = gradient_noise.fold(before, progress)
+    if after is not None and after is not before:
+        db.put_gradients(job, after.as_row())
 
 
 def ended(db: Transaction, row: JobRow, exit: dict[str, Any], progress: dict[str, Any] | None,
@@ -111,4 +125,4 @@ def group_type(others: list[JobRow]) -> str:
     return "+".join(sorted(job_type(o.spec.app, o.batch_size or 0) for o in others))
 
 
-__all__ = ["WARMUP_STEPS", "crashed", "ended", "finished_but_lingering", "fold_progress", "group_type"]
+__all__ = ["WARMUP_STEPS", "crashed", "ended", "finished_but_lingering", "fold_gradients", "fold_progress", "group_type"]

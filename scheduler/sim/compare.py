@@ -13,17 +13,17 @@ import re
 import subprocess
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from common.errors import InputError
 from common.options import option, set_options
 from scheduler.formats.colocation_table import load_colocation_table
+from scheduler.ilp.config import IlpConfig
 from scheduler.sim.config import SimConfig
 
 RUN_LOGS = ("summary.json", "jobs.parquet", "rounds.parquet", "allocations.parquet")
-ILP_POLICIES = ("colocate", "colocate-triples", "sia")
 
 # Progress hook: given a description, the total runs and those already done, a context that yields the
 # function to call with each finished run's summary row.
@@ -37,7 +37,7 @@ class CompareRequest:
     cluster: Path = option(help="Cluster YAML.")
     workloads: str = option(help="Glob of workload files (comma-separate several globs).")
     out: Path = option(help="Report directory, e.g. results/sim/NAME.", short="-o")
-    policies: str = option("colocate,sia,gavel", "Comma-separated policy names.")
+    policies: str = option("colocate,sia,gavel-sia", "Comma-separated policy names.")
     loads: str = option("1", "Load points: multiples of each workload's arrival rate (arrival times divided by it), "
                              "e.g. 0.5,1,1.5,2,3.")
     colocation: Path | None = option(None, "Colocation table CSV, or a results directory (e.g. from import-pairs) "
@@ -49,10 +49,10 @@ class CompareRequest:
     title: str | None = option(None, "Report title.")
     notes: Path | None = option(None, "Markdown file appended to the report as its Analysis section.")
     force: bool = option(False, "Rerun simulations whose results already exist in --out.")
-    targets: bool = option(False, "Check the project's JCT targets (colocate vs sia and gavel) in the report.")
+    targets: bool = option(False, "Check the project's JCT targets (colocate vs sia and gavel-sia) in the report.")
     sim: SimConfig = field(default_factory=SimConfig)  # the command line sets it as its own config (--set sim.*)
-    # the ILP settings the user gave (--set ilp.*), passed to the ILP policies; the others get none
-    ilp_options: Mapping[str, Any] = field(default_factory=dict)
+    # the round-ILP settings of each ILP policy compared (a policy missing here runs with its own)
+    ilp: Mapping[str, IlpConfig] = field(default_factory=dict)
     # a results directory's measured pairs (gpu_type, type_a, type_b, ratio_a, ratio_b), read by the command line:
     # the analysis that reads results directories sits above this package
     colocation_rows: tuple[tuple[str, str, str, float, float], ...] | None = None
@@ -145,7 +145,7 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
     work = read_workload(task["workload"]).at_load(task["load"])
     try:
         result = simulate(task["cluster"], work, task["policy"], colocation=task["colocation"],
-                          profiles=task["profiles"], config=task["sim"], policy_options=task["ilp"])
+                          profiles=task["profiles"], config=task["sim"], ilp=task["ilp"])
     except SimulationError as err:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / FAILED_LOG, f"{err}\n")
@@ -173,7 +173,7 @@ def _checked_inputs(req: CompareRequest) -> tuple[Any, list[str]]:
     except InputError as err:
         raise InputError(err.detail, field="--policies", valid=err.valid) from None
     if not names:
-        raise InputError("no policy given", source="--policies", field="policies", valid="e.g. colocate,sia,gavel")
+        raise InputError("no policy given", source="--policies", field="policies", valid="e.g. colocate,sia,gavel-sia")
     return cluster, names
 
 
@@ -200,7 +200,7 @@ def plan_comparison(req: CompareRequest) -> ComparePlan:
                 tasks.append({"cluster": str(req.cluster), "workload": str(f), "policy": p, "label": label,
                               "load": load, "colocation": _task_table(req),
                               "sim": req.sim, "profiles": str(req.profiles) if req.profiles else None,
-                              "ilp": dict(req.ilp_options) if p in ILP_POLICIES else {},
+                              "ilp": req.ilp.get(p),
                               "out": str(req.out / "runs" / label / p)})
     todo = [t for t in tasks if req.force or not all((Path(t["out"]) / f).is_file() for f in RUN_LOGS)]
     n_workers = req.workers if req.workers is not None else min(os.cpu_count() or 1, max(len(todo), 1))
@@ -269,12 +269,26 @@ def _setup(plan: ComparePlan) -> dict[str, str]:
         "command": f"`colocate compare --cluster {req.cluster} --workloads '{req.workloads}' "
                    f"--policies {','.join(names)} --loads {','.join(f'{x:g}' for x in load_points)} --out {req.out}"
                    + "".join(f" {arg}" for arg in set_options(req.sim, "sim"))
-                   + "".join(f" --set ilp.{k}={v}" for k, v in sorted(req.ilp_options.items()))
+                   + "".join(f" {arg}" for arg in _ilp_args(req))
                    + (f" --colocation {colocation}" if colocation else "") + "`",
         "machine": f"{machine_description()}; {plan.n_workers} worker processes",
         "code": f"report written at {code_version()}; each run records the code it ran in "
                 f"`runs/<workload>/<policy>/summary.json` (meta.code)",
     }
+
+
+def _ilp_args(req: CompareRequest) -> list[str]:
+    """``--set ilp.FIELD=VALUE`` for each ILP setting of the request that differs from its policy's own."""
+    from scheduler.policies import policy_spec
+
+    changed: dict[str, Any] = {}
+    for name, config in req.ilp.items():
+        own = policy_spec(name).ilp
+        for f in fields(config):
+            if getattr(config, f.name) != getattr(own, f.name):
+                changed[f.name] = getattr(config, f.name)
+    return [f"--set ilp.{k}={'none' if v is None else str(v).lower() if isinstance(v, bool) else v}"
+            for k, v in sorted(changed.items())]
 
 
 def _task_table(req: CompareRequest) -> Any:

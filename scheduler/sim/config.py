@@ -14,7 +14,7 @@ from typing import Literal
 from common.bounds import check_number
 from common.errors import InputError
 from common.options import option
-from scheduler.learning.belief import parse_belief
+from scheduler.learning.belief import BeliefSpec, parse_belief
 from scheduler.sim.job_model import SIA_RESTART_COST_S, SIA_RESTART_PENALTY_S, SIA_SLOWDOWN
 
 BELIEF_HELP = ("What packing policies believe about pairs: truth (the table itself), none, predicted, table:FILE "
@@ -27,7 +27,7 @@ class SimConfig:
 
     round_s: float = option(60.0, "Round length, seconds.", aliases=("--round",))
     seed: int = option(0, "Seed of randomised policies (gandiva) and of noisy beliefs.")
-    belief: str = option("truth", BELIEF_HELP)
+    belief: BeliefSpec = option(BeliefSpec("truth"), BELIEF_HELP)  # text (the flag, a caller) is parsed once, here
     throughput: Literal["fitted", "bootstrap", "oracle"] = option(
         "fitted", "What adaptive policies believe of throughputs. fitted: a step-time model fitted to the "
                   "configurations each job ran (Sia); bootstrap: profiles of the GPU types a job ran on, projected "
@@ -67,10 +67,11 @@ class SimConfig:
                             ("restart_on", RESTART_ON), ("efficiency", EFFICIENCIES)):
             if getattr(self, name) not in valid:
                 raise InputError(f"{getattr(self, name)!r}", field=name, valid=", ".join(valid))
-        try:
-            parse_belief(self.belief)
-        except InputError as err:
-            raise InputError(err.detail, source=err.source, field="belief", valid=err.valid) from None
+        if not isinstance(self.belief, BeliefSpec):
+            try:
+                object.__setattr__(self, "belief", parse_belief(self.belief))
+            except InputError as err:
+                raise InputError(err.detail, source=err.source, field="belief", valid=err.valid) from None
 
     def restart_cost(self, application: str) -> float:
         return float(self.restart_cost_s.get(application, self.default_restart_cost_s))

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from common.errors import InputError
 from scheduler.formats.workload_jobs import WorkloadJob
-from scheduler.model.jobs import Job
+from scheduler.ilp.config import IlpConfig
+from scheduler.model.jobs import Job, slowdown_bound
 from scheduler.model.policy import Allocation
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -201,14 +202,12 @@ def _unit_times(units: list[Member], R: float) -> UnitTimes:
 
 
 
-def cluster_bound(policy: "Policy") -> float | None:
+def cluster_bound(policy: "Policy", fallback: float | None = IlpConfig().max_slowdown) -> float | None:
     """The slowdown bound a run's groups are measured against: the policy's own (an ILP policy keeps one), else
-    the cluster-wide default of :class:`scheduler.ilp.config.IlpConfig` (baselines keep none, but a job in a
-    group beyond it is slowed past what the cluster promises)."""
-    from scheduler.ilp.config import IlpConfig
-
-    bound = policy.traits.max_slowdown
-    return bound if bound is not None else IlpConfig().max_slowdown
+    ``fallback``: the cluster-wide default of :class:`scheduler.ilp.config.IlpConfig` (baselines keep none, but a
+    job in a group beyond it is slowed past what the cluster promises), ``serve``'s ILP's there. A job's own bound
+    comes first: :func:`scheduler.model.jobs.slowdown_bound`."""
+    return slowdown_bound(policy.traits.max_slowdown, fallback)
 
 
 __all__ = ["JobState", "Member", "UnitTimes", "advance", "cluster_bound", "initial_state"]

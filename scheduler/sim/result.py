@@ -26,7 +26,8 @@ ALLOCATION_COLUMNS = ("round", "time_s", "job", "gpu_type", "num_gpus", "num_nod
 
 @dataclass
 class SimulationResult:
-    """Everything one run produced. ``summary`` has exactly :data:`SUMMARY_KEYS` (the ``--json`` schema)."""
+    """Everything one run produced. ``summary`` has exactly :data:`SUMMARY_KEYS` (the ``--json`` schema, to which
+    ``simulate --json`` adds the run's ``config``)."""
 
     policy: str
     workload: str
@@ -57,6 +58,11 @@ class SimulationResult:
             self.belief.to_parquet(paths["belief"], index=False)
         paths["summary"].write_text(json.dumps({**self.to_json(), "meta": self.meta}, indent=2, default=str) + "\n")
         return paths
+
+
+def _plain(value: Any) -> Any:
+    """A setting as a run's summary.json stores it: a parsed value (``--belief``) as its text."""
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
 
 
 def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[dict[str, Any]],
@@ -118,7 +124,7 @@ def build_result(sim: Any, round_rows: list[dict[str, Any]], alloc_rows: list[di
         "max_group_size": sim.max_group_size,
         "slowdown_bound": cluster_bound(sim.policy),
         "triple_ratios": TRIPLE_RATIOS if sim.max_group_size >= 3 else "none (pairs only)",
-        "model": {f.name: getattr(sim.config, f.name) for f in fields(sim.config) if is_option(f)},
+        "model": {f.name: _plain(getattr(sim.config, f.name)) for f in fields(sim.config) if is_option(f)},
     }
     learner = sim.learner
     if learner is not None:

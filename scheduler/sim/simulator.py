@@ -10,7 +10,7 @@ Each round (60 s by default, as in Sia) runs five named steps of :meth:`Simulato
    *pinned* while restoring. What counts as a change is Sia's rule by default (``restart_on="placement"``):
    a new GPU type or number of GPUs on any node, or new GPUs for a job that joins or leaves a pair or group
    of three (Sia has no groups; a job moving onto or off shared GPUs must restart); ``"shape"``: a new type,
-   GPU count or node count; ``"gpus"``: any change of GPU indices. ``gavel`` runs Sia's mechanism
+   GPU count or node count; ``"gpus"``: any change of GPU indices. ``gavel-sia`` runs Sia's mechanism
    (:mod:`scheduler.policies.gavel`), whose rigid jobs may be split over nodes (the policy's
    ``traits.splits_across_nodes``: ``place(..., split=True)``); such a job runs on as many nodes as it was placed on.
 4. **progress** — jobs progress by their goodput on the allocation (throughput × statistical efficiency,
@@ -51,12 +51,13 @@ from common.errors import InputError
 from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.formats.workload_jobs import Workload
 from scheduler.formats.workloads import load_workload
+from scheduler.ilp.config import IlpConfig
 from scheduler.learning.belief import SimBelief, sim_belief
 from scheduler.learning.throughput import LearnedThroughputGoodput, ThroughputLearner
 from scheduler.model.cluster import Cluster, load_cluster
 from scheduler.model.configs import Configuration
 from scheduler.model.goodput import GoodputModel
-from scheduler.model.jobs import Job, finishing
+from scheduler.model.jobs import Job, finishing, slowdown_bound
 from scheduler.model.placement import place
 from scheduler.model.policy import Allocation, JobPlacement, Placement, Policy, RoundContext, RoundDecision
 from scheduler.sim.checks import SimulationError, check_placement, check_round
@@ -132,7 +133,7 @@ class Simulator:
                                              workload.source) for j in workload.jobs}
         bound = cluster_bound(policy)
         for st in self.states.values():  # what each job's time in a group is measured against
-            st.bound = st.spec.max_slowdown if st.spec.max_slowdown is not None else bound
+            st.bound = slowdown_bound(st.spec.max_slowdown, bound)
         if len(self.states) != len(workload.jobs):
             raise InputError("duplicate job names", source=workload.source, field="name", valid="unique names")
 
@@ -440,17 +441,17 @@ class Simulator:
 # --------------------------------------------------------------------------------------------------
 
 def resolve_policy(policy_name: str | Policy, seed: int = 0, adaptive: bool | None = None,
-                   options: Mapping[str, Any] | None = None) -> tuple[Policy, bool, bool]:
+                   ilp: IlpConfig | None = None) -> tuple[Policy, bool, bool]:
     """``(policy, adaptive, packs)``: the one place that decides whether jobs are adaptive.
 
     A named policy says it in the registry (:mod:`scheduler.policies`), a Policy object in its traits;
-    ``adaptive`` overrides either.
+    ``adaptive`` overrides either. ``ilp``: a named ILP policy's settings (default: its own).
     """
     from scheduler.policies import make_policy, policy_spec
 
     if isinstance(policy_name, str):
         spec = policy_spec(policy_name)
-        policy = make_policy(spec.name, seed=seed, **dict(options or {}))
+        policy = make_policy(spec.name, seed=seed, ilp=ilp)
         is_adaptive, packs = spec.adaptive, spec.packing
     else:
         policy, packs = policy_name, True
@@ -462,21 +463,20 @@ def simulate(cluster: Cluster | str | Path, workload: Workload | str | Path, pol
              colocation: ColocationTable | str | Path | None = None, round_s: float = 60.0, seed: int = 0, *,
              profiles: str | Path | GoodputModel | None = None, adaptive: bool | None = None,
              config: SimConfig | None = None, progress: ProgressCallback | None = None,
-             policy_options: Mapping[str, Any] | None = None) -> SimulationResult:
+             ilp: IlpConfig | None = None) -> SimulationResult:
     """Simulate ``policy_name`` on ``workload`` over ``cluster`` and return the :class:`SimulationResult`.
 
     ``colocation``: a table, a CSV path, or None — then packing policies use the bundled table transferred
     from Gavel's measurements (:mod:`scheduler.formats.transfer`). ``profiles``: a goodput model, a profile CSV or
     Sia traces directory (default: Sia's traces in the shared data folder). ``adaptive``: see
-    :func:`resolve_policy`. ``config`` (default: Sia's behaviour, ``round_s`` and ``seed`` as given).
+    :func:`resolve_policy`. ``config`` (default: Sia's behaviour, ``round_s`` and ``seed`` as given). ``ilp``:
+    the round-ILP settings of a named ILP policy (default: the policy's own, :mod:`scheduler.policies`).
     """
 
     cluster_obj = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
     work = load_workload(workload)
     cfg = config if config is not None else SimConfig(round_s=round_s, seed=seed)
-    if policy_name == "gavel":  # the simulator runs Gavel as Sia's simulator does (scheduler.policies.gavel)
-        policy_options = {"mechanism": "sia", **dict(policy_options or {})}
-    policy, is_adaptive, packs = resolve_policy(policy_name, cfg.seed, adaptive, policy_options)
+    policy, is_adaptive, packs = resolve_policy(policy_name, cfg.seed, adaptive, ilp)
     if isinstance(colocation, (str, Path)):
         table: ColocationTable | None = load_colocation_table(colocation)
     elif colocation is None and packs:

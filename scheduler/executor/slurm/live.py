@@ -25,6 +25,13 @@ failure — ends in another state (TIMEOUT, CANCELLED, NODE_FAIL, ...): :attr:`G
 Slurm's state and reason, and the server records its unfinished jobs as crashed with it. Exit records of
 jobs stopped that way are held back while the job is still ending, so the reason is Slurm's, not "stopped".
 
+**Owners.** A group whose jobs run as their owner (``colocate serve --users multi`` as root) is submitted with
+``sbatch --uid/--gid`` of that owner (Slurm 22.05 as Debian ships it: root may submit as another user), so Slurm's
+accounting, limits and ``squeue -u`` see the owner, and the batch script, supervisor and jobs all run as the owner
+(:func:`owner_submission`). A batch job has one uid: a group of several owners is refused (the round never plans
+one on Slurm: :func:`scheduler.model.owners.sharing_across_owners`). The owner gets the group file, an empty output
+file (Slurm opens it as the owner) and its jobs' directories (0700); the job starts in its first job's directory.
+
 **Re-adoption.** The handle the server stores is the Slurm job id; every job is named
 ``colocate-<instance>-<group>``, so a server killed between ``sbatch`` and storing the id finds it by name.
 """
@@ -32,6 +39,7 @@ jobs stopped that way are held back while the job is still ending, so the reason
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -42,12 +50,13 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import InputError
+from common.owners import Owner, give_to
 from profiler.gpu.sharing import sharing_mode
 from scheduler.executor.base import GroupPoll, JobStatus, LaunchReport, LaunchSettings
 from scheduler.executor.job_files import last_line
 from scheduler.executor.plan import GpuGroup, LaunchPlan
 from scheduler.executor.slurm.settings import SlurmSettings, sbatch_options
-from scheduler.executor.supervise import STOP_FILE, group_files, prepare_jobs
+from scheduler.executor.supervise import STOP_FILE, group_files, job_owner, prepare_jobs
 
 ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
          "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED")
@@ -136,14 +145,22 @@ class SlurmExecutor:
         runs = Path(doc["pid_file"]).parent
         group_file = Path(doc["pid_file"]).with_suffix(".json")
         script = group_file.with_suffix(".sbatch")
-        group_file.write_text(json.dumps({**doc, "cuda_visible_devices": None, "sharing_ready": True}))
+        output = runs / f"{doc['key']}.slurm.out"
+        owner, as_owner = owner_submission(doc)
+        group_file.write_text(json.dumps({**as_owner, "cuda_visible_devices": None, "sharing_ready": True}))
         script.write_text(group_script(doc, self.python))
         _stop_mark(doc).unlink(missing_ok=True)
         prepare_jobs(doc)
+        submit_as: list[str] = []
+        if owner is not None:
+            output.touch()
+            for path in (group_file, output):
+                give_to(path, owner, 0o600)
+            submit_as = [f"--uid={owner.uid}", f"--gid={owner.gid}", f"--chdir={doc['jobs'][0]['dir']}"]
         name = self.job_name(doc["key"])
         options = sbatch_options(group.gpu_type, group.gpus_per_node, len(group.jobs), self.settings, job_name=name,
-                                 output=runs / f"{doc['key']}.slurm.out")
-        done = self._runner(["sbatch", "--parsable", *options, str(script)])
+                                 output=output)
+        done = self._runner(["sbatch", "--parsable", *submit_as, *options, str(script)])
         if done.returncode != 0:
             raise RuntimeError(f"sbatch refused group {doc['key']}: {_first_line(done.stderr)}")
         self._queue = (0.0, {})  # the next query asks squeue again: the new job is in it
@@ -222,7 +239,7 @@ class SlurmExecutor:
     def _squeue(self) -> dict[str, SlurmJob] | None:
         """This user's jobs in every state Slurm still shows (ended ones for MinJobAge), one call for all;
         None when squeue failed."""
-        done = self._runner(["squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%r|%j"])
+        done = self._runner(["squeue", *_whose(), "-h", "-t", "all", "-o", "%i|%T|%r|%j"])
         if done.returncode != 0:
             return None
         jobs = {}
@@ -261,14 +278,34 @@ class SlurmExecutor:
 
     def _find(self, key: str) -> str | None:
         """The newest job named after group ``key`` (the server died before it stored the id)."""
-        done = self._runner(["squeue", "--me", "-h", "-t", "all", "-n", self.job_name(key), "-o", "%i"])
+        done = self._runner(["squeue", *_whose(), "-h", "-t", "all", "-n", self.job_name(key), "-o", "%i"])
         ids = sorted((line.strip() for line in done.stdout.splitlines() if line.strip().isdigit()), key=int)
         return ids[-1] if done.returncode == 0 and ids else None
+
+
+def owner_submission(doc: dict[str, Any]) -> tuple[Owner | None, dict[str, Any]]:
+    """The one owner a group's batch job runs as (None: the server's user) and the group document its supervisor
+    reads: already that user, it switches no one (no ``owner`` per job) and gives each job its owner's HOME/USER."""
+    owners = {json.dumps(job.get("owner"), sort_keys=True) for job in doc["jobs"]}
+    if len(owners) > 1:
+        raise RuntimeError(f"group {doc['key']} has jobs of {len(owners)} owners: a Slurm job runs as one user")
+    owner = job_owner(doc["jobs"][0]) if doc["jobs"] else None
+    if owner is None:
+        return None, doc
+    jobs = [{**{k: v for k, v in job.items() if k != "owner"}, "env": {**job["env"], **owner.environment()}}
+            for job in doc["jobs"]]
+    return owner, {**doc, "jobs": jobs, "pid_record": False}
 
 
 def _fields(text: str) -> dict[str, str]:
     """``scontrol show job -o``'s ``Key=Value`` words."""
     return dict(word.split("=", 1) for word in text.split() if "=" in word)
+
+
+def _whose() -> list[str]:
+    """Whose jobs ``squeue`` lists: this user's; root's server submits as each owner, so everyone's (the instance
+    name in every job's name keeps another server's jobs apart)."""
+    return [] if os.getuid() == 0 else ["--me"]
 
 
 def _stop_mark(doc: dict[str, Any]) -> Path:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.errors import InputError
 from common.options import option
 
 RIDGE_RANGE = (1e-3, 1e4)  # ridge penalties (ridge_lambda, evidence_lambda): see __post_init__
@@ -39,9 +38,8 @@ class PredictorConfig:
         for name in ("ridge_lambda", "evidence_lambda"):
             check_number(getattr(self, name), field=name, low=RIDGE_RANGE[0], high=RIDGE_RANGE[1], source="predictor")
         check_number(self.nuclear_lambda, field="nuclear_lambda", low=0, high=RIDGE_RANGE[1], source="predictor")
-        if not 0.5 <= self.level < 1:
-            raise InputError(f"interval level {self.level}", source="predictor", field="level",
-                             valid="a coverage in [0.5, 1), e.g. 0.8")
+        check_number(self.level, field="level", low=0.5, high=1, high_open=True, source="predictor",
+                     valid="a coverage in [0.5, 1), e.g. 0.8")
 
 
 

@@ -48,11 +48,6 @@ def _recorded_cluster(state_dir: str | Path) -> dict[str, int] | None:
         reader.close()
 
 
-def submit_job(job_file: str | Path, state_dir: str | Path, cluster_path: str | Path | None = None) -> str:
-    """Validate ``job_file`` and queue it (see :func:`submit_jobs`)."""
-    return submit_jobs([str(job_file)], state_dir, cluster_path)[0]
-
-
 def cancel_job(state_dir: str | Path, name: str) -> str:
     """Request the cancellation of job ``name``; returns its state before (final states are left alone)."""
     reader = StateStore(state_dir, create=False, readonly=True)
@@ -89,6 +84,7 @@ def check_state(state_dir: str | Path) -> dict[str, Any]:
                              field="--state", valid="a copy that passes; see docs/hardening.md")
         rows = store.jobs()
         groups, measurements, events = store.groups(), store.measurements(), store.events()
+        store.gradients()  # its damaged rows are set aside too
         store.check_meta()
         return {"path": str(store.path), "schema_version": store.meta("schema_version"),
                 "jobs": dict(Counter(r.state for r in rows)), "groups": len(groups),

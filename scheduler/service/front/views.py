@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler.learning import gradient_noise
 from scheduler.learning.measured import SoloTimes, learned_ratios
 from scheduler.service.state.store import StateStore
 
@@ -13,8 +14,8 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
     queued job why it waits, for a running adaptive one why it is not scaled up (``note``; the last round's reasons,
     :mod:`.waiting`), and its share of a GPU (:mod:`.contract`): the slowdown measured in its group against its solo time
     measured alone, else estimated (``slowdown_basis``: ``measured``, ``profile`` or ``prior``; None when unknown:
-    alone, queued, or not measured in its group yet), the memory limit it runs under, its own bound, and its
-    out-of-memory failures."""
+    alone, queued, or not measured in its group yet), the memory limit it runs under, its own bound, its
+    out-of-memory failures, and the gradient statistics it reported (:func:`job_gradients`)."""
     from scheduler.service.contract import load_solo_estimates, measured_slowdown, memory_records
     from scheduler.service.waiting import META_KEY, loads
 
@@ -23,6 +24,7 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
     estimates = load_solo_estimates(state)
     limits = running_limits(state)
     memory = memory_records(state)
+    gradients = job_gradients(state)
     out = []
     for row in state.jobs():
         slowdown = measured_slowdown(row, solo, estimates)
@@ -43,8 +45,15 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
             "slowdown_basis": slowdown[1] if slowdown is not None else None,  # its solo time: measured or estimated
             "memory_limit_gib": round(limit / 2**30, 3) if limit else None,
             "max_slowdown": row.spec.max_slowdown, "exclusive": row.spec.exclusive,
-            "ooms": int(memory.get(row.name, {}).get("ooms", 0))})
+            "ooms": int(memory.get(row.name, {}).get("ooms", 0)),
+            **gradient_noise.shown(gradients.get(row.name), row.batch_size, row.spec.batch_size)})
     return out
+
+
+def job_gradients(state: StateStore) -> dict[str, gradient_noise.GradientStats]:
+    """Each job's smoothed gradient statistics (``grad_sqr`` |G|², ``grad_var`` tr Σ, ``lr``); shown with the noise
+    scale tr Σ / |G|² and the statistical efficiency at the job's batch (:mod:`scheduler.learning.gradient_noise`)."""
+    return {job: gradient_noise.from_row(r) for job, r in state.gradients().items()}
 
 
 def running_limits(state: StateStore) -> dict[str, int]:
@@ -62,7 +71,8 @@ def running_limits(state: StateStore) -> dict[str, int]:
 
 def learned_view(state: StateStore) -> dict[str, Any]:
     """The learned tables: solo iteration times per configuration and pair ratios, with sample counts; each
-    with its ``source`` (``run``: measured while jobs ran, ``probe``: by automatic probes, or both); the probes."""
+    with its ``source`` (``run``: measured while jobs ran, ``probe``: by automatic probes, or both); the probes;
+    the gradient statistics each job reported (``gradients``: noise scale, efficiency at its batch)."""
     from scheduler.service.state.probe_records import META_KEY, load_records, probe_samples
 
     measurements = state.measurements()
@@ -87,7 +97,13 @@ def learned_view(state: StateStore) -> dict[str, Any]:
                 (app_b, r["gpu_type"], r["num_gpus"], int(batch_b), r["type_a"]))
         pairs.append({**r, "source": source(*keys)})
     shown = [{k: v for k, v in p.items() if k not in ("doc", "handle", "wrote", "members")} for p in probes]
-    return {"throughput": solo, "colocation": pairs, "probes": shown}
+    stats = job_gradients(state)
+    rows = {r.name: r for r in state.jobs()} if stats else {}
+    gradients = [{"job": job, "application": rows[job].spec.app, "batch_size": rows[job].batch_size or rows[job].spec.batch_size,
+                  "base_batch": rows[job].spec.batch_size,
+                  **gradient_noise.shown(g, rows[job].batch_size or rows[job].spec.batch_size, rows[job].spec.batch_size)}
+                 for job, g in sorted(stats.items()) if job in rows]
+    return {"throughput": solo, "colocation": pairs, "probes": shown, "gradients": gradients}
 
 
 def server_status(state: StateStore) -> dict[str, Any]:

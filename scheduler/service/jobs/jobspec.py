@@ -46,11 +46,10 @@ from common.bounds import MAX_BATCH, MAX_GPUS, MAX_SAMPLES, MAX_STEPS, check_num
 from common.errors import InputError
 from common.names import NAME_RULE, check_name, shown
 from common.placeholders import check_template
+from scheduler.model.jobs import REQUIREMENT_RULES, JobRequirements
 
 MAX_JOB_FILE_BYTES = 64 * 1024  # a job file is a dozen lines
 MAX_COMMAND_CHARS = 4096  # a command template, and the command once filled in
-MAX_MEMORY_GB = 10_000.0  # a GPU's memory (the cluster file's bound)
-MAX_SLOWDOWN = 1000.0
 # (low, high) of every numeric key: generous, finite (a typo such as steps: 1e30 fails at submit).
 BOUNDS: dict[str, tuple[int, int]] = {
     "steps": (1, MAX_STEPS), "samples": (1, MAX_SAMPLES), "batch_size": (1, MAX_BATCH), "min_batch_size": (1, MAX_BATCH),
@@ -66,9 +65,7 @@ FIELDS: dict[str, str] = {
     "adaptive": "true or false",
     "gpu_types": "a list of GPU type names of the cluster",
     **{key: f"an integer in [{low}, {high}]" for key, (low, high) in BOUNDS.items()},
-    "memory_gb": f"GPU memory per GPU in GB, a number in (0, {MAX_MEMORY_GB:g}]",
-    "max_slowdown": f"a slowdown in [1, {MAX_SLOWDOWN:g}]: in a group, never slower than 1/this of its solo speed",
-    "exclusive": "true (never shares its GPUs) or false",
+    **REQUIREMENT_RULES,
 }
 FIELDS["min_batch_size"] += ", <= batch_size"
 FIELDS["max_batch_size"] += ", >= batch_size"
@@ -99,6 +96,10 @@ class JobSpec:
     exclusive: bool = False
 
     @property
+    def requirements(self) -> JobRequirements:
+        return JobRequirements(self.memory_gb, self.max_slowdown, self.exclusive)
+
+    @property
     def app(self) -> str:
         """The name profiles and colocation tables know this job by."""
         return self.application or self.model or self.name
@@ -109,11 +110,6 @@ class JobSpec:
         if not self.exclusive:
             del out["exclusive"]  # the stored spec of a job without it reads as before
         return {k: v for k, v in out.items() if v is not None}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "JobSpec":
-        """Inverse of :meth:`to_dict` (for rows already validated)."""
-        return cls(**{**data, "gpu_types": tuple(data.get("gpu_types", ()))})
 
 
 @lru_cache(maxsize=1)
@@ -143,15 +139,6 @@ def _int(data: dict[str, Any], key: str, source: str) -> int | None:
         return None
     low, high = BOUNDS[key]
     return int(check_number(value, field=key, low=low, high=high, source=source, integer=True, valid=FIELDS[key]))
-
-
-def _float(data: dict[str, Any], key: str, source: str, *, low: float, high: float, low_open: bool = False
-           ) -> float | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    return float(check_number(value, field=key, low=low, high=high, low_open=low_open, source=source,
-                              valid=FIELDS[key]))
 
 
 def _text(data: dict[str, Any], key: str, source: str) -> str | None:
@@ -235,19 +222,16 @@ def job_from_dict(data: Any, *, source: str = "<job>", default_name: str | None 
     if ints["max_gpus"] is not None and ints["max_gpus"] < min_gpus:
         raise InputError(f"{ints['max_gpus']} < min_gpus {min_gpus}", source=source, field="max_gpus",
                          valid=FIELDS["max_gpus"])
-    exclusive = data.get("exclusive", False)
-    if not isinstance(exclusive, bool):
-        raise InputError(f"{shown(exclusive)} is not valid", source=source, field="exclusive", valid=FIELDS["exclusive"])
-    memory = _float(data, "memory_gb", source, low=0, high=MAX_MEMORY_GB, low_open=True)
-    bound = _float(data, "max_slowdown", source, low=1, high=MAX_SLOWDOWN)
+    needs = JobRequirements.checked(data.get("memory_gb"), data.get("max_slowdown"), data.get("exclusive", False),
+                                    source=source)
     spec = JobSpec(
         name=name, batch_size=batch, model=data.get("model"), command=data.get("command"),
         application=data.get("application"), steps=ints["steps"], samples=ints["samples"],
         min_batch_size=ints["min_batch_size"], max_batch_size=ints["max_batch_size"], min_gpus=min_gpus,
         max_gpus=ints["max_gpus"], adaptive=adaptive, gpu_types=_gpu_types(data.get("gpu_types"), source, gpu_types),
         image_size=ints["image_size"] or 32,
-        max_retries=ints["max_retries"] if ints["max_retries"] is not None else 2, memory_gb=memory,
-        max_slowdown=bound, exclusive=exclusive)
+        max_retries=ints["max_retries"] if ints["max_retries"] is not None else 2, memory_gb=needs.memory_gb,
+        max_slowdown=needs.max_slowdown, exclusive=needs.exclusive)
     if spec.command is not None:
         check_command(spec.command, representative_values(spec), source=source)
     return spec

@@ -7,6 +7,8 @@ Every way a state path can be wrong ends in one line naming the file and what to
   ``PRAGMA quick_check``), another program's SQLite file (tables but no colocate ``meta`` table with a
   schema version — such a file is never changed: nothing is added to it), of another schema version, or a
   table of another layout (columns, declared types, NOT NULL, primary key: :func:`_check_columns`);
+  a table added since the schema version was first written (:data:`ADDED`) may be missing: a writer creates it
+  (the migration), a read-only opener reads it as empty;
 * a lock held by another program for longer than :func:`lock_wait` seconds (``COLOCATE_STATE_LOCK_WAIT_S``,
   default :data:`DEFAULT_LOCK_WAIT_S`).
 
@@ -31,6 +33,8 @@ DEFAULT_LOCK_WAIT_S = 5.0
 LOCK_WAIT_ENV = "COLOCATE_STATE_LOCK_WAIT_S"
 RECOVERY = "move it aside and start from a copy that colocate state check accepts (see docs/hardening.md)"
 _OURS = ("jobs", "groups", "measurements", "events", "meta")
+# tables added to schema version 1 later (a database written before has none: created when opened for writing)
+ADDED = ("gradients",)
 
 
 def lock_wait() -> float:
@@ -133,7 +137,7 @@ def _expected_columns(schema: str) -> dict[str, list[tuple[str, str, int, int]]]
         for statement in schema.split(";"):
             if statement.strip():
                 conn.execute(statement)
-        return {t: _columns(conn, t) for t in _OURS}
+        return {t: _columns(conn, t) for t in (*_OURS, *ADDED)}
     finally:
         conn.close()
 
@@ -144,6 +148,8 @@ def _check_columns(conn: sqlite3.Connection, path: Path, schema: str) -> None:
     than failing on its first row."""
     for table, expected in _expected_columns(schema).items():
         found = _columns(conn, table)
+        if not found and table in ADDED:  # written before the table was added: migrated by a writer
+            continue
         if found == expected:
             continue
         names = [c[0] for c in expected]
@@ -172,12 +178,17 @@ def open_database(path: Path, *, readonly: bool, lock_wait_s: float, schema: str
             if not readonly:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")  # with WAL: durable across process crashes
-                if not ours:
+                if not ours or _lacks_added(conn):  # an older file gets the tables added since (IF NOT EXISTS)
                     _create(conn, schema, version)
         except BaseException:
             conn.close()
             raise
     return conn
+
+
+def _lacks_added(conn: sqlite3.Connection) -> bool:
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return any(t not in tables for t in ADDED)
 
 
 def _empty(schema: str, version: str) -> sqlite3.Connection:

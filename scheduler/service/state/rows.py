@@ -22,6 +22,8 @@ table              what a usable row is
                    ``partner_type`` empty or one or two job types ``APP@BATCH`` joined by ``+``; a finite
                    iteration time in [10⁻⁶, 10⁸] s; a count in [1, 2⁶²]
 ``events``         a time, a kind and a detail of the right types
+``gradients``      a job's safe name; ``grad_sqr``/``grad_var`` in the job files' bounds ([0, 10³⁰]), ``lr`` null
+                   or in (0, 10⁶]; ``reports`` in [1, 2⁶²]; ``step`` a progress step; ``updated_at`` a time
 ``meta``           per key (:data:`META_CHECKS`): counters are integers, times finite, JSON values of the
                    right shape
 =================  ===========================================================================================
@@ -40,6 +42,8 @@ from common.bounds import (
     MAX_BATCH,
     MAX_EPOCH_S,
     MAX_GPUS,
+    MAX_GRADIENT_STAT,
+    MAX_LR,
     MAX_PROGRESS_SAMPLES,
     MAX_PROGRESS_STEPS,
     MAX_SECONDS,
@@ -240,6 +244,19 @@ def check_measurement(values: Mapping[str, Any]) -> None:
         raise BadRow(f"column 'partner_type': {shown(partner)} is not '' or APP@BATCH (two joined by '+')")
 
 
+def check_gradients(values: Mapping[str, Any]) -> None:
+    """A ``gradients`` row: one job's smoothed gradient statistics (:mod:`scheduler.learning.gradient_noise`)."""
+    _name(values, "job")
+    for column in ("grad_sqr", "grad_var"):
+        _number(values, column, 0, MAX_GRADIENT_STAT)
+    _number(values, "lr", 0, MAX_LR, nullable=True)
+    if values.get("lr") is not None and not values["lr"] > 0:
+        raise BadRow(f"column 'lr': {shown(values['lr'])} is not a number in (0, {MAX_LR:g}]")
+    _number(values, "reports", 1, MAX_COUNT, integer=True)
+    _number(values, "step", 0, MAX_PROGRESS_STEPS, integer=True)
+    _number(values, "updated_at", 0, MAX_EPOCH_S)
+
+
 def check_event(values: Mapping[str, Any]) -> None:
     _number(values, "id", 0, MAX_COUNT, integer=True)
     _number(values, "time", 0, MAX_EPOCH_S)
@@ -253,7 +270,7 @@ def row_key(table: str, values: Mapping[str, Any]) -> str:
     if table == "measurements":
         parts = [values.get(c) for c in ("application", "gpu_type", "num_gpus", "batch_size", "partner_type")]
         return printable("/".join(str(p) for p in parts), 120)
-    column = {"jobs": "name", "groups": "key", "events": "id", "meta": "key"}[table]
+    column = {"jobs": "name", "groups": "key", "events": "id", "meta": "key", "gradients": "job"}[table]
     value = values.get(column)
     return value if isinstance(value, str) and is_safe_name(value) else shown(value)
 

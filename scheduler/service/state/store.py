@@ -11,6 +11,8 @@ state, never half of one; ``submit``, ``cancel`` and ``jobs`` run in other proce
 * ``measurements`` — measured mean iteration time per (application, GPU type, GPU count, batch, partner
   type; '' = solo) with the number of samples behind it (the online-learning table);
 * ``events`` — an append-only log (submitted, started, stopped, resized, completed, crashed, failed, ...);
+* ``gradients`` — per job, the gradient statistics it reports (|G|², tr Σ, learning rate), smoothed over its
+  reports (:mod:`scheduler.learning.gradient_noise`; added after version 1: a writer creates it in an older file);
 * ``meta`` — key/value: schema version, the server's pid and heartbeat, the round counter.
 
 Job states: ``queued`` (waiting for GPUs) → ``running`` → ``completed`` | ``failed`` | ``cancelled``; a job
@@ -40,6 +42,7 @@ from scheduler.service.state.rows import (
     GroupRecord,
     Partly,
     check_event,
+    check_gradients,
     check_group,
     check_job,
     check_measurement,
@@ -76,6 +79,10 @@ CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, job TEXT, kind TEXT NOT NULL, detail TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS gradients (
+    job TEXT PRIMARY KEY, grad_sqr REAL NOT NULL, grad_var REAL NOT NULL, lr REAL, reports INTEGER NOT NULL,
+    step INTEGER NOT NULL, updated_at REAL NOT NULL
+);
 """
 
 
@@ -190,13 +197,6 @@ class StateStore:
         self._conn = open_database(self.path, readonly=readonly, lock_wait_s=self.lock_wait_s, schema=_SCHEMA,
                                    version=SCHEMA_VERSION)
 
-    def meta_or_none(self, key: str) -> str | None:
-        """:meth:`meta`, or None when the database has no tables yet."""
-        try:
-            return self.meta(key)
-        except sqlite3.OperationalError:
-            return None
-
     def close(self) -> None:
         self._conn.close()
 
@@ -307,6 +307,14 @@ class StateStore:
         """The usable ``measurements`` rows (what the learning code may trust: names, ranges, finite times)."""
         self._forget("measurements")
         return self._usable("measurements", self._select("*", "measurements"), check_measurement)
+
+    @_guarded
+    def gradients(self) -> dict[str, dict[str, Any]]:
+        """The usable ``gradients`` rows by job; none in a file written before the table (opened read-only)."""
+        if not self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'gradients'").fetchone():
+            return {}
+        self._forget("gradients")
+        return {r["job"]: r for r in self._usable("gradients", self._select("*", "gradients"), check_gradients)}
 
     @_guarded
     def events(self, job: str | None = None) -> list[dict[str, Any]]:
@@ -447,6 +455,24 @@ class Transaction:
             "INSERT INTO measurements VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT DO UPDATE SET "
             "iter_time_s = (iter_time_s * count + excluded.iter_time_s) / (count + 1), count = count + 1",
             (application, gpu_type, num_gpus, batch_size, partner_type, iter_time_s))
+
+    def gradients_of(self, job: str) -> dict[str, Any] | None:
+        """The job's ``gradients`` row, checked; None when it has none or the row is damaged (it starts over)."""
+        raw = self.conn.execute("SELECT * FROM gradients WHERE job = ?", (job,)).fetchone()
+        if raw is None:
+            return None
+        values = dict(raw)
+        try:
+            check_gradients(values)
+        except BadRow:
+            return None
+        return values
+
+    def put_gradients(self, job: str, stats: dict[str, Any]) -> None:
+        """A job's smoothed gradient statistics (``grad_sqr``, ``grad_var``, ``lr``, ``reports``, ``step``)."""
+        self.conn.execute("INSERT OR REPLACE INTO gradients VALUES (?, ?, ?, ?, ?, ?, ?)",
+                          (job, stats["grad_sqr"], stats["grad_var"], stats["lr"], stats["reports"], stats["step"],
+                           time.time()))
 
     def set_meta(self, key: str, value: str) -> None:
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
