@@ -14,6 +14,7 @@ from common.bounds import check_number
 from common.errors import InputError
 from common.options import nested, option
 from scheduler.ilp.config import IlpConfig
+from scheduler.service.api.config import ApiConfig
 from scheduler.service.probes.manager import ProbeConfig
 from scheduler.service.stability import StabilityConfig
 
@@ -56,6 +57,7 @@ class ServeConfig:
     ilp: IlpConfig = nested(lambda: LIVE_ILP, "the round ILP of the colocate and sia policies")
     stability: StabilityConfig = nested(StabilityConfig, "how long a started job keeps its GPUs")
     probe: ProbeConfig = nested(ProbeConfig, "automatic probes of never-measured job types")
+    api: ApiConfig = nested(ApiConfig, "who may do what through the API, and its limits")
 
     def __post_init__(self) -> None:
         if self.policy not in _policy_names():

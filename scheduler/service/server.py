@@ -78,6 +78,7 @@ class Server:
         self._startups_changed = False
         self.on_round_end: Callable[[Server, RoundStats], None] | None = None  # e.g. metrics
         self.on_round_failed: Callable[[Server], None] | None = None  # a round's error was logged and recorded
+        self.idle: Callable[[float], None] = time.sleep  # the wait between rounds: the API's calls run in it
         self._watch = health.DatabaseWatch(state.path)  # the database file this server opened
         self.probes: ProbeManager | None = None  # automatic probes (:mod:`.probes`), made by acquire()
         self._recorded: set[tuple[str, str, str]] = set()  # set-aside rows already recorded as events
@@ -122,7 +123,7 @@ class Server:
             ended = time.monotonic()  # the next round comes round_s after this one's enacting ended
             while not should_stop() and time.monotonic() - ended < self.config.round_s:
                 self.between_rounds()
-                time.sleep(0.25)
+                self.idle(0.25)
 
     def between_rounds(self) -> None:
         """While stopped groups (or probes) free their GPUs: collect them, and start the units that waited."""

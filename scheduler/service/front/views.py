@@ -28,7 +28,8 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
         slowdown = measured_slowdown(row, solo, estimates)
         limit = limits.get(row.name) if row.state == "running" else None
         out.append({
-            "name": row.name, "state": row.state, "gpu_type": row.gpu_type if row.state == "running" else None,
+            "name": row.name, "owner": row.owner, "owner_uid": row.owner_uid, "state": row.state,
+            "gpu_type": row.gpu_type if row.state == "running" else None,
             "num_gpus": row.num_gpus if row.state == "running" else 0, "batch_size": row.batch_size,
             "partner": row.partner if row.state == "running" else None, "step": row.step, "samples": row.samples,
             "target": row.target, "target_unit": "steps" if row.spec.steps else "samples",
@@ -45,6 +46,17 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
             "max_slowdown": row.spec.max_slowdown, "exclusive": row.spec.exclusive,
             "ooms": int(memory.get(row.name, {}).get("ooms", 0))})
     return out
+
+
+def jobs_snapshot(state: StateStore) -> dict[str, Any]:
+    """What ``colocate jobs`` shows (and ``--json`` prints): every job, the learned tables, the rounds, the server,
+    failing rounds and set-aside rows. The API's ``jobs`` call answers the same (less others' jobs under
+    ``--private-data``)."""
+    from scheduler.service.state.health import failures_view
+
+    return {"jobs": job_views(state), "learned": learned_view(state), "rounds": state.meta_value("rounds") or 0,
+            "last_round": state.meta("last_round"), "server": server_status(state),
+            "round_failures": failures_view(state), "set_aside": set_aside_view(state)}
 
 
 def running_limits(state: StateStore) -> dict[str, int]:
