@@ -96,7 +96,7 @@ def jobs(
     watch: bool = typer.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),
 ) -> None:
     """Show every job of a scheduler instance (its owner's only, for others, under serve --private-data)."""
-    from scheduler.service.api.client import connect
+    from scheduler.service.front.remote import connect
 
     client = connect(state, server)
     where = server or str(state)

@@ -35,7 +35,7 @@ def learned(
 
     if out is not None:
         check_out_file(out)  # a directory, under a file, in a state directory: one line, before anything is read
-    from scheduler.service.api.client import connect
+    from scheduler.service.front.remote import connect
 
     client = connect(state, server)
     view = client.call("learned") if client is not None else learned_view(StateStore(state, create=False, readonly=True))

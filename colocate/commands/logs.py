@@ -21,7 +21,7 @@ def logs(
     """Print the last 64 KiB of a job's log (yours; an admin may read any). Needs a running server."""
     from common.errors import InputError
     from common.untrusted import printable
-    from scheduler.service.api.client import connect
+    from scheduler.service.front.remote import connect
 
     client = connect(state, server)
     if client is None:

@@ -11,7 +11,7 @@ import typer
 from colocate.commands.jobs import SERVER_HELP, STATE_HELP
 
 if TYPE_CHECKING:
-    from scheduler.service.api.client import ApiClient
+    from scheduler.service.front.remote import ApiClient
 
 token_app = typer.Typer(help="Bearer tokens for callers on other machines (admins only; see docs/multi-user.md).",
                         no_args_is_help=True)
@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
 
 def _client(state: Path | None, server: str | None) -> ApiClient:
     from common.errors import InputError
-    from scheduler.service.api.client import connect
+    from scheduler.service.front.remote import connect
 
     client = connect(state, server)
     if client is None:

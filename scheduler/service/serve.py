@@ -19,9 +19,9 @@ from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.formats.profiles import load_goodput_model
 from scheduler.model.colocation import ColocationTable
 from scheduler.service import admission
-from scheduler.service.api.config import socket_path
 from scheduler.service.api.web import ApiServer, listen_tcp, tls_context
 from scheduler.service.config import ServeConfig
+from scheduler.service.front.remote import socket_path
 from scheduler.service.rounds import RoundStats
 from scheduler.service.server import Server
 from scheduler.service.state import lock as server_lock

@@ -1,7 +1,6 @@
 """The server's API: every user operation on a state directory (submit, cancel, jobs, learned, logs, state check,
 tokens) goes through the running ``colocate serve``, which alone opens ``state.db``.
 
-* :mod:`.config` — ``ApiConfig`` (admins, private data, limits) and the listening options;
 * :mod:`.identity` — who calls: the kernel's peer credentials on the Unix socket, a token's user over HTTP; roles;
 * :mod:`.tokens` — bearer tokens for other machines: shown once, stored as salted scrypt hashes, expiring,
   revocable;
@@ -9,6 +8,7 @@ tokens) goes through the running ``colocate serve``, which alone opens ``state.d
   rounds (one writer of ``state.db``);
 * :mod:`.web` — the aiohttp application in its own thread: Unix socket and HTTP(S), limits on body size, JSON
   depth, request time and rate per caller; refusals counted and logged;
-* :mod:`.client` — the command side (standard library only): a Unix socket next to the state directory, or
-  ``--server URL`` with a token.
+* the command side is :mod:`scheduler.service.front.remote` (standard library only): the Unix socket next to the
+  state directory, or ``--server URL`` with a token. Its knobs are ``ApiConfig`` in
+  :mod:`scheduler.service.config`.
 """

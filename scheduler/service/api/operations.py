@@ -14,9 +14,9 @@ from typing import Any
 
 from common.errors import InputError
 from common.names import is_safe_name, shown
-from scheduler.service.api.config import ApiConfig
 from scheduler.service.api.identity import Caller, is_admin, may_touch
 from scheduler.service.api.tokens import TokenStore
+from scheduler.service.config import ApiConfig
 from scheduler.service.state.store import JobRow, StateStore
 
 MAX_JOBS_PER_SUBMIT = 1000

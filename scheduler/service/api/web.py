@@ -33,9 +33,10 @@ from typing import Any
 
 from common.errors import InputError
 from common.untrusted import printable
-from scheduler.service.api.config import MAX_SOCKET_PATH, ApiConfig
 from scheduler.service.api.identity import Caller, from_peer, from_user, peer_credentials
 from scheduler.service.api.operations import Operations, Refused
+from scheduler.service.config import ApiConfig
+from scheduler.service.front.remote import MAX_SOCKET_PATH
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 

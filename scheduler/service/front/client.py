@@ -1,6 +1,6 @@
 """The user-side operations on a state directory: ``submit``, ``cancel`` and ``state check``.
 
-Each goes through the running server's API (:mod:`scheduler.service.api.client`: its socket next to ``--state``,
+Each goes through the running server's API (:mod:`scheduler.service.front.remote`: its socket next to ``--state``,
 or ``--server URL``) and only where no server answers and the caller owns the state directory does it work on the
 database itself. Each validates everything before it writes anything, and only ``submit`` (and ``cancel`` of a
 job that exists) opens the database for writing: a failing ``cancel`` and ``state check`` create nothing.
@@ -23,7 +23,7 @@ def submit_jobs(job_files: list[Path] | list[str], state_dir: str | Path | None,
     """Validate every job file (against ``cluster_path``, else the cluster the last server recorded), then
     queue them in order in one transaction: a bad file (or a name already used) queues none of them.
     Returns the names. The files are read here, with the caller's rights; the server checks them again."""
-    from scheduler.service.api.client import connect
+    from scheduler.service.front.remote import connect
 
     client = connect(Path(state_dir) if state_dir is not None else None, server)
     if client is not None:
@@ -70,7 +70,7 @@ def submit_job(job_file: str | Path, state_dir: str | Path, cluster_path: str | 
 
 def cancel_job(state_dir: str | Path | None, name: str, server: str | None = None) -> str:
     """Request the cancellation of job ``name``; returns its state before (final states are left alone)."""
-    from scheduler.service.api.client import connect
+    from scheduler.service.front.remote import connect
 
     client = connect(Path(state_dir) if state_dir is not None else None, server)
     if client is not None:
@@ -95,7 +95,7 @@ def check_state(state_dir: str | Path | None, server: str | None = None) -> dict
     Returns a summary (``invalid``: jobs whose spec fails; ``set_aside``: damaged rows, each with its table, key
     and problem); a database that cannot be used at all is an :class:`InputError`. With a server running: its
     answer (an admin's call)."""
-    from scheduler.service.api.client import connect
+    from scheduler.service.front.remote import connect
 
     client = connect(Path(state_dir) if state_dir is not None else None, server)
     if client is not None:

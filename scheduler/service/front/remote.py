@@ -23,11 +23,19 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from common.errors import InputError
-from scheduler.service.api.config import socket_path
 
 TOKEN_ENV = "COLOCATE_TOKEN"
 CA_ENV = "COLOCATE_CA_FILE"
 TIMEOUT_S = 60.0
+SOCKET_SUFFIX = ".sock"
+MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with its NUL
+
+
+def socket_path(state_dir: Path) -> Path:
+    """The server's Unix socket: next to the state directory, not in it (the directory is the server's alone,
+    0700; the socket is what other users reach). ``/var/lib/colocate/state`` → ``/var/lib/colocate/state.sock``."""
+    state = Path(state_dir).absolute()
+    return state.with_name(state.name + SOCKET_SUFFIX)
 
 
 def token_file() -> Path:
