@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
 
 def cancel(
     name: str = typer.Argument(..., metavar="NAME", help="Job name, as printed by colocate submit."),
-    state: Path = typer.Option(None, "--state", help=STATE_HELP),
+    state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
     server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False),
 ) -> None:
     """Cancel a job (yours; an admin may cancel any)."""

@@ -90,7 +90,7 @@ def clip(text: str, width: int) -> str:
 
 
 def jobs(
-    state: Path = typer.Option(None, "--state", help=STATE_HELP),
+    state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
     server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False),
     as_json: bool = typer.Option(False, "--json", help="JSON: jobs and the learned tables."),
     watch: bool = typer.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),

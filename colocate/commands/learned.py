@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 
 
 def learned(
-    state: Path = typer.Option(None, "--state", help=STATE_HELP),
+    state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
     server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False),
     out: Path = typer.Option(None, "--out", "-o", help="Write the learned colocation table here (CSV)."),
 ) -> None:

@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
 
 def logs(
     name: str = typer.Argument(..., metavar="NAME", help="Job name, as printed by colocate submit."),
-    state: Path = typer.Option(None, "--state", help=STATE_HELP),
+    state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
     server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False),
 ) -> None:
     """Print the last 64 KiB of a job's log (yours; an admin may read any). Needs a running server."""

@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
 
 
 @state_app.command("check")
-def check(state: Path = typer.Option(None, "--state", help="State directory (or a copy of one); through its "
+def check(state: Path = typer.Option(None, "--state", readable=False, help="State directory (or a copy of one); through its "
                                      "server's socket when one runs (an admin's call)."),
           server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False)) -> None:
     """Check the database read-only: SQLite integrity, schema version and columns, every job's spec, every row.

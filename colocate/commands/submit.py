@@ -17,7 +17,7 @@ def submit(
     job_files: list[Path] = typer.Argument(..., metavar="JOB.yaml...", help="Job files (see the README: model or "
                                            "command, steps or samples, batch size, GPUs, adaptive); several are "
                                            "validated first, then queued in order."),
-    state: Path = typer.Option(None, "--state", help=STATE_HELP),
+    state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
     server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False),
     cluster: Path = typer.Option(None, "--cluster", help="Cluster YAML to check the job against.",
                                  show_default="the cluster the last colocate serve on --state recorded"),

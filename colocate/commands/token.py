@@ -50,7 +50,7 @@ def _duration(text: str | None) -> float | None:
 def create(user: str = typer.Argument(..., metavar="USER", help="The user the token acts as."),
            expires: str = typer.Option(None, "--expires", help="Valid for this long: 90d, 12h, 30m or seconds.",
                                        show_default="until revoked"),
-           state: Path = typer.Option(None, "--state", help=STATE_HELP),
+           state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
            server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False)) -> None:
     """Create a token for USER and print it once (only its salted hash is kept)."""
     made = _client(state, server).call("token-create", {"user": user, "expires_s": _duration(expires)})
@@ -60,7 +60,7 @@ def create(user: str = typer.Argument(..., metavar="USER", help="The user the to
 
 
 @token_app.command("list")
-def list_tokens(state: Path = typer.Option(None, "--state", help=STATE_HELP),
+def list_tokens(state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
                 server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False)) -> None:
     """List the tokens: ID, user, created, expires, revoked (never a secret)."""
     typer.echo(json.dumps(_client(state, server).call("token-list")["tokens"], indent=2))
@@ -68,7 +68,7 @@ def list_tokens(state: Path = typer.Option(None, "--state", help=STATE_HELP),
 
 @token_app.command("revoke")
 def revoke(token_id: str = typer.Argument(..., metavar="ID", help="The token's ID (colocate token list)."),
-           state: Path = typer.Option(None, "--state", help=STATE_HELP),
+           state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
            server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False)) -> None:
     """Revoke a token at once: every later call with it gets 401."""
     done = _client(state, server).call("token-revoke", {"id": token_id})

@@ -60,12 +60,13 @@ class Operations:
         if not is_safe_name(name):
             raise InputError(f"{shown(name)} is not a job name", field="name", valid="a job name colocate submit printed")
         row = self.state.job(name)
-        visible = row is not None and (not self.config.private_data or may_touch(caller, row.owner_uid,
-                                                                                 self.config.admins))
-        if row is None or not visible:
+        if row is None:
             raise InputError(JOB_HIDDEN.format(name=name), field="NAME", valid="colocate jobs lists the jobs you may see")
         if not may_touch(caller, row.owner_uid, self.config.admins):
-            raise self._refuse(caller, what, name, f"{name} belongs to {row.owner or 'the server'}, not {caller.name}")
+            refused = self._refuse(caller, what, name, f"{name} belongs to {row.owner or 'the server'}, not {caller.name}")
+            if self.config.private_data:  # refused and recorded alike, but not told that the job exists
+                raise Refused(JOB_HIDDEN.format(name=name), field="NAME", valid="colocate jobs lists the jobs you may see")
+            raise refused
         return row
 
     # -- the calls ---------------------------------------------------------------------------------------
@@ -137,8 +138,8 @@ class Operations:
         self._token_admin(caller, "token create")
         user, expires = body.get("user"), body.get("expires_s")
         if expires is not None and (isinstance(expires, bool) or not isinstance(expires, (int, float))
-                                    or not 60 <= expires <= 10 * 365 * 86400):
-            raise InputError(f"{shown(expires)}", field="--expires", valid="seconds in [60, 10 years]")
+                                    or not 1 <= expires <= 10 * 365 * 86400):
+            raise InputError(f"{shown(expires)}", field="--expires", valid="a duration in [1 s, 10 years]")
         from scheduler.service.api.identity import from_user
 
         if not isinstance(user, str) or from_user(user, "") is None:
