@@ -28,11 +28,11 @@ from typing import Any
 
 import pytest
 import yaml
+from serve_helpers import ServeProcess, kill_groups, wait_until, write_cluster
 
-from serve_helpers import REPO, ServeProcess, kill_groups, wait_until, write_cluster
-
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
-                                reason="needs root and useradd to create the users alice, bob and carol (CI runs as root)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
+                                 reason="needs root and useradd to create the users alice, bob and carol (CI runs as root)")]
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +132,7 @@ def site(users: dict[str, str]) -> Iterator[dict[str, Any]]:
     try:
         wait_until(lambda: (base / "state.sock").exists() and as_user(None, "jobs", "--state", str(state),
                                                                         "--json")[0] == 0, 60, "the server's socket")
-        import encodings.idna, encodings.utf_8_sig  # noqa: E401, F401
+        import encodings.idna  # noqa: E401, F401
         site = {"state": state, "base": base, "port": port, "server": server, **users}
         for argv in (("jobs", "--json"), ("jobs",), ("cancel", "none"), ("logs", "none"), ("token", "list"),
                      ("submit", str(job_file(site, "root-warm"))), ("submit", str(base / "missing.yaml"))):
@@ -192,8 +192,6 @@ def test_bob_cannot_cancel_read_or_write_into_alices_job(site: dict[str, Any]) -
     assert (site["state"].stat().st_mode & 0o777) == 0o700
     code, out = as_user(site["bob"], "jobs", "--state", str(site["state"]), "--json")
     assert code == 0 and "a-private" not in out  # --private-data: bob does not see alice's jobs
-    probe = site["base"] / "probe.py"
-    assert not os.access(site["state"] / "state.db", os.W_OK) or True  # root may; bob is tried below
     pid = os.fork()
     if pid == 0:
         entry = pwd.getpwnam(site["bob"])
@@ -210,7 +208,6 @@ def test_bob_cannot_cancel_read_or_write_into_alices_job(site: dict[str, Any]) -
                 os._exit(0)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, "bob could write into the state directory"
-    assert not probe.exists()
 
 
 def test_owners_and_admins_may_cancel(site: dict[str, Any]) -> None:
@@ -278,12 +275,12 @@ def test_hostile_clients_do_not_stop_rounds(site: dict[str, Any]) -> None:
     big.sendall(b"POST /v1/submit HTTP/1.1\r\nHost: x\r\nContent-Length: 104857600\r\n\r\n")
     with contextlib.suppress(OSError):
         big.sendall(b"x" * (8 << 20))  # the answer (413) may close the connection before all is sent
-    assert b" 413 " in big.recv(200) or True
+    assert b" 413 " in big.recv(200)
     deep = socket.socket(socket.AF_UNIX)
     deep.connect(str(site["base"] / "state.sock"))
     nested = b"[" * 100_000 + b"]" * 100_000
     deep.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(nested) + nested)
-    assert b" 400 " in deep.recv(200) or True
+    assert b" 400 " in deep.recv(200)
     statuses: dict[int, int] = {}
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:  # 5 s of requests, as fast as one client goes
@@ -334,5 +331,3 @@ def test_kill_9_with_requests_in_flight_loses_no_acknowledged_submission(users: 
         kill_groups(state)
         shutil.rmtree(base, ignore_errors=True)
 
-
-_ = REPO
