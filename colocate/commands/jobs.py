@@ -100,28 +100,27 @@ def jobs(
 
     client = connect(state, server)
     where = server or str(state)
-
-    def snapshot() -> dict[str, Any] | None:
-        if client is not None:
-            return dict(client.call("jobs"))
-        if not (state / "state.db").exists():  # a directory no server or submit has used (yet)
-            return None
-        from scheduler.service.front.views import jobs_snapshot
+    store = None
+    if client is None:  # the state directory's owner, no server running: read it directly (refused here if bad)
         from scheduler.service.state.store import StateStore
 
         store = StateStore(state, create=False, readonly=True)
-        try:
-            return jobs_snapshot(store)
-        finally:
-            store.close()
+
+    def snapshot() -> dict[str, Any] | None:
+        from scheduler.service.front.views import jobs_snapshot
+
+        if client is not None:
+            return dict(client.call("jobs"))
+        if store is None or not (state / "state.db").exists():  # a directory no server or submit has used (yet)
+            return None
+        return jobs_snapshot(store)
 
     if as_json:  # scripts poll this: no Rich console (its module imports pandas)
         from scheduler.service.front.views import jobs_snapshot
-        from scheduler.service.state.store import StateStore
 
         found = snapshot()
         if found is None:  # nothing submitted yet: the empty state, as a reader sees it
-            found = jobs_snapshot(StateStore(state, create=False, readonly=True))
+            found = jobs_snapshot(store) if store is not None else {}
         found.pop("last_round", None)
         typer.echo(json.dumps(found, indent=2))
         return
