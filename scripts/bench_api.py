@@ -86,7 +86,8 @@ def main() -> None:
         port = s.getsockname()[1]
     argv = [sys.executable, "-m", "colocate.cli", "serve", "--cluster", str(base / "cluster.yaml"), "--state",
             str(base / "state"), "--backend", "local", "--device", "cpu", "--policy", "fifo", "--round-s", "1",
-            "--api-port", str(port), "--set", "serve.api.rate_per_s=1000"]  # the calls, not the limit, timed
+            "--api-port", str(port), "--set", "serve.api.rate_per_s=1000",  # the calls, not the limit, timed
+            "--set", "serve.api.request_timeout_s=600"]
     server = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO,
                               stdout=subprocess.DEVNULL, stderr=open(base / "serve.log", "wb"))
     try:
@@ -98,12 +99,17 @@ def main() -> None:
         idle = _per_round(root, server.pid, args.window_s, load=False)
         loaded = _per_round(root, server.pid, args.window_s, load=True)
         socket_ms, http_ms = _p50(root, "s", args.calls), _p50(web, "h", args.calls)
-        began = time.perf_counter()
+        began, slowest = time.perf_counter(), 0.0
         for i in range(args.many):
+            one = time.perf_counter()
             root.call("submit", {"jobs": [{"spec": _spec(f"m-{i}")}]})
+            slowest = max(slowest, time.perf_counter() - one)
         many_s = time.perf_counter() - began
+        last_round = root.call("jobs")["last_round"]
         print(json.dumps({"socket_submit_p50_ms": round(socket_ms, 1), "http_submit_p50_ms": round(http_ms, 1),
-                          f"{args.many}_submissions_s": round(many_s, 1), "round_cpu_ms_idle": round(idle, 1),
+                          f"{args.many}_submissions_s": round(many_s, 1),
+                          "slowest_submission_s": round(slowest, 2), "last_round": last_round,
+                          "round_cpu_ms_idle": round(idle, 1),
                           "round_cpu_ms_50_rps": round(loaded, 1), "ratio": round(loaded / idle, 2) if idle else None,
                           "load_average": round(os.getloadavg()[0], 1)}, indent=2))
     finally:

@@ -1,10 +1,11 @@
 """The state of one scheduler instance: an SQLite database (WAL mode) in its state directory.
 
 Every change is a transaction, so ``kill -9`` of the server at any instant leaves either the old or the new
-state, never half of one; ``submit``, ``cancel`` and ``jobs`` run in other processes against the same file
-(WAL lets them read while the server writes). Tables:
+state, never half of one. While a server runs, ``submit``, ``cancel`` and ``jobs`` reach it through its API
+(:mod:`scheduler.service.api`) and its one connection does every write; without one, the state directory's
+owner's commands open this file themselves (WAL lets them read while another writes). Tables:
 
-* ``jobs`` — one row per submitted job: its spec (JSON), state, where it runs now (GPU type, count, batch,
+* ``jobs`` — one row per submitted job: its spec (JSON), its owner (user name and uid), state, where it runs now (GPU type, count, batch,
   partner, nodes and GPUs, group), progress (step, samples, measured samples/s), restarts and crashes;
 * ``groups`` — what runs now, one row per GPU group: the executor's handle (process ids and start times, or
   a Ray actor's name), so a restarted server re-adopts running jobs;
