@@ -1,15 +1,16 @@
 """The server's API timed: a submission through the Unix socket and through HTTP on loopback (p50 of calls from
-one client), 1,000 submissions one after another, and the server's CPU per round with and without the API
-serving 50 requests a second.
+one client), 1,000 submissions one after another, then a round's wall time (1,000 jobs queued) and the server's
+CPU with and without the API serving 50 ``jobs`` calls a second.
 
-    PYTHONPATH=$PWD python scripts/bench_api.py [--calls 100] [--many 1000] [--window-s 20]
+    PYTHONPATH=$PWD python scripts/bench_api.py [--calls 100] [--many 1000] [--window-s 20] [--call jobs|whoami]
 
 A ``colocate serve`` (local backend, 2 logical GPUs, ``--policy fifo``, ``--round-s 1``) runs in its own process;
 the jobs are ``sleep`` commands. Each call is the client of ``scheduler.service.front.remote`` in this process (what
 ``colocate submit`` does after its imports), so the times are the API's, not an interpreter's start-up. A call is
 answered between rounds (the round loop's thread runs it), so a call that arrives during a round waits for it.
-The CPU per round is the server process's user + system time (``/proc/PID/stat``) over a window divided by the
-rounds in it, idle and while a thread here makes 50 ``jobs`` calls a second.
+A round's wall time is what the server records for it (``last_round``), averaged over the rounds of a window; the
+server's CPU is its process's user + system time (``/proc/PID/stat``) a second over that window (the API's thread
+included).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def _cpu_s(pid: int) -> float:
 
 
 def _spec(name: str) -> dict[str, object]:
-    return {"name": name, "command": "sleep 600", "steps": 1, "batch_size": 1}
+    # one application for every job: distinct command jobs are distinct job types, whose pairs a round prices
+    return {"name": name, "command": "sleep 600", "application": "bench-sleep", "steps": 1, "batch_size": 1}
 
 
 def _p50(client: ApiClient, prefix: str, calls: int) -> float:
@@ -52,25 +54,29 @@ def _p50(client: ApiClient, prefix: str, calls: int) -> float:
     return statistics.median(times) * 1000
 
 
-def _per_round(root: ApiClient, pid: int, window_s: float, load: bool) -> float:
+def _rounds(root: ApiClient, pid: int, window_s: float, load: bool, call: str) -> tuple[float, float]:
+    """(mean wall ms of the rounds in a window, the server's CPU ms a second), idle or with 50 calls a second."""
     stop = threading.Event()
 
     def poll() -> None:
         while not stop.is_set():
             began = time.perf_counter()
-            root.call("whoami")
+            root.call(call)
             time.sleep(max(0.0, 0.02 - (time.perf_counter() - began)))  # 50 calls a second
 
     poller = threading.Thread(target=poll)
-    rounds0, cpu0 = root.call("jobs")["rounds"], _cpu_s(pid)
     if load:
         poller.start()
-    time.sleep(window_s)
+    cpu0, began, seen = _cpu_s(pid), time.monotonic(), {}
+    while time.monotonic() - began < window_s:  # each round's wall time, as the server records it
+        done = root.call("jobs")
+        seen[done["rounds"]] = float(str(done["last_round"]).split(" s total")[0])
+        time.sleep(0.5)
+    cpu = (_cpu_s(pid) - cpu0) / (time.monotonic() - began)
     stop.set()
     if load:
         poller.join()
-    rounds1, cpu1 = root.call("jobs")["rounds"], _cpu_s(pid)
-    return (cpu1 - cpu0) / max(1, rounds1 - rounds0) * 1000
+    return statistics.mean(seen.values()) * 1000, cpu * 1000
 
 
 def main() -> None:
@@ -78,6 +84,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--many", type=int, default=1000)
     parser.add_argument("--window-s", type=float, default=20.0)
+    parser.add_argument("--call", default="jobs", choices=("jobs", "whoami"),
+                        help="the call made 50 times a second: jobs (every job, the heaviest) or whoami (the lightest)")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="colocate-bench-api-"))
     (base / "cluster.yaml").write_text("gpu_types:\n  v100: {nodes: 1, gpus_per_node: 2, memory_gb: 16}\n")
@@ -96,8 +104,6 @@ def main() -> None:
         root = ApiClient("bench", socket=base / "state.sock")
         made = root.call("token-create", {"user": root.call("whoami")["user"], "expires_s": 3600})
         web = ApiClient("bench", url=f"http://127.0.0.1:{port}", token=made["token"])
-        idle = _per_round(root, server.pid, args.window_s, load=False)
-        loaded = _per_round(root, server.pid, args.window_s, load=True)
         socket_ms, http_ms = _p50(root, "s", args.calls), _p50(web, "h", args.calls)
         began, slowest = time.perf_counter(), 0.0
         for i in range(args.many):
@@ -105,12 +111,14 @@ def main() -> None:
             root.call("submit", {"jobs": [{"spec": _spec(f"m-{i}")}]})
             slowest = max(slowest, time.perf_counter() - one)
         many_s = time.perf_counter() - began
-        last_round = root.call("jobs")["last_round"]
+        (idle, idle_cpu), (loaded, loaded_cpu) = (_rounds(root, server.pid, args.window_s, load, args.call)
+                                                  for load in (False, True))
         print(json.dumps({"socket_submit_p50_ms": round(socket_ms, 1), "http_submit_p50_ms": round(http_ms, 1),
                           f"{args.many}_submissions_s": round(many_s, 1),
-                          "slowest_submission_s": round(slowest, 2), "last_round": last_round,
-                          "round_cpu_ms_idle": round(idle, 1),
-                          "round_cpu_ms_50_rps": round(loaded, 1), "ratio": round(loaded / idle, 2) if idle else None,
+                          "slowest_submission_s": round(slowest, 2),
+                          f"round_ms_{args.many}_queued_idle": round(idle, 1),
+                          "round_ms_50_rps": round(loaded, 1), "ratio": round(loaded / idle, 2) if idle else None,
+                          "server_cpu_ms_per_s_idle": round(idle_cpu), "server_cpu_ms_per_s_50_rps": round(loaded_cpu), "call": args.call,
                           "load_average": round(os.getloadavg()[0], 1)}, indent=2))
     finally:
         server.send_signal(signal.SIGTERM)
