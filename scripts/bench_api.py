@@ -118,7 +118,8 @@ def main() -> None:
                           "slowest_submission_s": round(slowest, 2),
                           f"round_ms_{args.many}_queued_idle": round(idle, 1),
                           "round_ms_50_rps": round(loaded, 1), "ratio": round(loaded / idle, 2) if idle else None,
-                          "server_cpu_ms_per_s_idle": round(idle_cpu), "server_cpu_ms_per_s_50_rps": round(loaded_cpu), "call": args.call,
+                          "server_cpu_ms_per_s_idle": round(idle_cpu), "server_cpu_ms_per_s_50_rps": round(loaded_cpu),
+                          "call": args.call,
                           "load_average": round(os.getloadavg()[0], 1)}, indent=2))
     finally:
         server.send_signal(signal.SIGTERM)

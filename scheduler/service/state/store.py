@@ -5,8 +5,9 @@ state, never half of one. While a server runs, ``submit``, ``cancel`` and ``jobs
 (:mod:`scheduler.service.api`) and its one connection does every write; without one, the state directory's
 owner's commands open this file themselves (WAL lets them read while another writes). Tables:
 
-* ``jobs`` — one row per submitted job: its spec (JSON), its owner (user name and uid), state, where it runs now (GPU type, count, batch,
-  partner, nodes and GPUs, group), progress (step, samples, measured samples/s), restarts and crashes;
+* ``jobs`` — one row per submitted job: its spec (JSON), its owner (user name and uid), state, where it runs
+  now (GPU type, count, batch, partner, nodes and GPUs, group), progress (step, samples, measured samples/s),
+  restarts and crashes;
 * ``groups`` — what runs now, one row per GPU group: the executor's handle (process ids and start times, or
   a Ray actor's name), so a restarted server re-adopts running jobs;
 * ``measurements`` — measured mean iteration time per (application, GPU type, GPU count, batch, partner
