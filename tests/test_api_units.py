@@ -173,3 +173,25 @@ def test_https_with_a_token_from_another_machine(tmp_path: Path, monkeypatch: py
         api.stop()
         ops.state.close()
     assert not os.path.exists(tmp_path / "state.sock")
+
+
+def test_a_socket_not_made_by_the_state_directorys_owner_is_not_trusted(tmp_path: Path) -> None:
+    """Someone else's socket at the server's name (in a directory others may write) never gets a submission."""
+    import socket
+
+    from scheduler.service.front.remote import connect
+
+    state = tmp_path / "state"
+    state.mkdir()
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(tmp_path / "state.sock"))
+    listener.listen(1)
+    try:
+        assert connect(state, None) is not None  # the same owner: trusted
+        if os.geteuid() != 0:
+            pytest.skip("needs root to give the directory to another uid (CI runs as root)")
+        os.chown(state, 12345, -1)
+        with pytest.raises(InputError, match="belongs to uid 0, the state directory to uid 12345"):
+            connect(state, None)
+    finally:
+        listener.close()

@@ -143,7 +143,11 @@ def _unlink_stale(path: Path) -> None:
     if not stat.S_ISSOCK(mode):
         raise InputError("exists and is not a socket", source=path, field="--state",
                          valid="move it aside: colocate serve puts its API socket there")
-    os.unlink(path)
+    try:
+        os.unlink(path)
+    except OSError as err:  # another user's socket in a sticky directory: not ours to remove
+        raise InputError(f"a socket this server cannot remove ({err.strerror or err})", source=path, field="--state",
+                         valid="a state directory whose parent only its server's user may write") from None
 
 
 class ApiServer:

@@ -149,11 +149,26 @@ def connect(state: Path | None, server: str | None) -> ApiClient | None:
         raise InputError("where is the server?", field="--state", valid="--state DIR on its machine, or --server URL")
     path = socket_path(state)
     if _answers(path):
+        _check_owner(path, state)
         return ApiClient(str(state), socket=path)
     if _owns(state):
         return None
     raise ServerDown(f"no colocate serve answers on {path}", source=state, field="--state",
                      valid="start colocate serve --state on it (only its owner works on it without a server)")
+
+
+def _check_owner(path: Path, state: Path) -> None:
+    """The socket is the state directory owner's: in a directory others may write (``/tmp``), anyone could have
+    put a socket of theirs at that name to receive the submissions meant for the server."""
+    try:
+        owner, server = os.stat(path).st_uid, os.stat(state).st_uid
+    except OSError as err:
+        raise InputError(f"cannot look at it ({err.strerror or err})", source=state, field="--state",
+                         valid="the state directory of a running colocate serve") from None
+    if owner != server:
+        raise InputError(f"the socket {path} belongs to uid {owner}, the state directory to uid {server}: refusing "
+                         "to talk to it", source=state, field="--state",
+                         valid="a socket made by the server itself (ask its operator)")
 
 
 def _answers(path: Path) -> bool:
