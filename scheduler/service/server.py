@@ -381,7 +381,7 @@ class Server:
                 settle.ended(db, row, files["exit"], files.get("progress"), self._memory, files.get("oom"),
                              limits.get(name), gpu)
                 ended.append(name)
-            elif (poll is None or not poll.alive) and stopping:
+            elif (poll is None or not poll.alive) and (stopping or row.cancel_requested):  # cancelled, not crashed
                 settle.ended(db, row, {"returncode": None, "stop_requested": True}, files.get("progress"), self._memory)
                 ended.append(name)
             elif poll is None or not poll.alive:
