@@ -19,26 +19,27 @@ def register(app: typer.Typer) -> None:
 
 
 def _table(rows: list[dict[str, Any]], meta: str) -> Any:
-    """The jobs as a table (with an owner column when some jobs are not the viewer's): every cell plain text (a job's last log line may hold escape sequences or Rich
-    markup; :func:`common.untrusted.printable` shows them as escapes and ``Text`` never reads markup)."""
+    """The jobs as a table (with an owner column when some jobs are not the viewer's): every cell plain text (a
+    job's last log line may hold escape sequences or Rich markup; :func:`common.untrusted.printable` shows them as
+    escapes and ``Text`` never reads markup)."""
+    import os
+
     from rich.table import Table
     from rich.text import Text
 
     from common.untrusted import printable
 
-    import os
-
     table = Table(title=Text(f"jobs · {printable(meta)}"))
     # whose each job is, once some are not the viewer's (a single user's table keeps its width)
     owners = {r.get("owner_uid", -1) for r in rows} - {os.geteuid(), -1}
-    for column in ("job", *(("owner",) if owners else ()), "state", "GPU type", "GPUs", "batch", "partner", "progress", "samples/s", "slowdown",
+    for column in ("job", *(("owner",) if owners else ()), "state", "GPU type", "GPUs", "batch", "partner", "progress",
+                   "samples/s", "slowdown",
                    "restarts", "crashes", "why waiting / not scaled / error"):
         table.add_column(column, overflow="fold")
     for r in rows:
         progress = f"{r['step'] if r['target_unit'] == 'steps' else r['samples']}/{r['target']} {r['target_unit']}"
-        cells = (r["name"], *((r.get("owner") or "",) if owners else ()), r["state"], r["gpu_type"] or "", str(r["num_gpus"] or ""),
-                 str(r["batch_size"] or ""),
-                 r["partner"] or "", progress, f"{r['samples_per_s']:.1f}" if r["samples_per_s"] else "",
+        cells = (r["name"], *((r.get("owner") or "",) if owners else ()), r["state"], r["gpu_type"] or "",
+                 str(r["num_gpus"] or ""), str(r["batch_size"] or ""), r["partner"] or "", progress, f"{r['samples_per_s']:.1f}" if r["samples_per_s"] else "",
                  _slowdown(r), str(r["restarts"]), str(r["crashes"]), _why(r))
         table.add_row(*(Text(printable(cell)) for cell in cells))
     return table
