@@ -39,7 +39,8 @@ def _table(rows: list[dict[str, Any]], meta: str) -> Any:
     for r in rows:
         progress = f"{r['step'] if r['target_unit'] == 'steps' else r['samples']}/{r['target']} {r['target_unit']}"
         cells = (r["name"], *((r.get("owner") or "",) if owners else ()), r["state"], r["gpu_type"] or "",
-                 str(r["num_gpus"] or ""), str(r["batch_size"] or ""), r["partner"] or "", progress, f"{r['samples_per_s']:.1f}" if r["samples_per_s"] else "",
+                 str(r["num_gpus"] or ""), str(r["batch_size"] or ""), r["partner"] or "", progress,
+                 f"{r['samples_per_s']:.1f}" if r["samples_per_s"] else "",
                  _slowdown(r), str(r["restarts"]), str(r["crashes"]), _why(r))
         table.add_row(*(Text(printable(cell)) for cell in cells))
     return table
