@@ -28,6 +28,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "jobs",
     "cancel",
     "learned",
+    "logs",
+    "token",
     "state",
     "bench",
     "simulate",

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from colocate.commands.jobs import SERVER_HELP, STATE_HELP
+
 
 def register(app: typer.Typer) -> None:
     app.command("cancel")(cancel)
@@ -13,10 +15,11 @@ def register(app: typer.Typer) -> None:
 
 def cancel(
     name: str = typer.Argument(..., metavar="NAME", help="Job name, as printed by colocate submit."),
-    state: Path = typer.Option(..., "--state", help="State directory of the scheduler."),
+    state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
+    server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False),
 ) -> None:
-    """Cancel a job."""
+    """Cancel a job (yours; an admin may cancel any)."""
     from scheduler.service.front.client import cancel_job
 
-    previous = cancel_job(state, name)
+    previous = cancel_job(state, name, server)
     typer.echo(f"{name}: {'already ' + previous if previous in ('completed', 'failed', 'cancelled') else 'cancel requested'}")

@@ -9,27 +9,38 @@ from typing import Any
 
 import typer
 
+STATE_HELP = "State directory of the scheduler (on its machine; through its server's socket when one runs)."
+SERVER_HELP = "URL of a colocate serve --api-port (another machine), with a token: COLOCATE_TOKEN or " \
+              "~/.config/colocate/token (0600)."
+
 
 def register(app: typer.Typer) -> None:
     app.command("jobs")(jobs)
 
 
 def _table(rows: list[dict[str, Any]], meta: str) -> Any:
-    """The jobs as a table: every cell plain text (a job's last log line may hold escape sequences or Rich
-    markup; :func:`common.untrusted.printable` shows them as escapes and ``Text`` never reads markup)."""
+    """The jobs as a table (with an owner column when some jobs are not the viewer's): every cell plain text (a
+    job's last log line may hold escape sequences or Rich markup; :func:`common.untrusted.printable` shows them as
+    escapes and ``Text`` never reads markup)."""
+    import os
+
     from rich.table import Table
     from rich.text import Text
 
     from common.untrusted import printable
 
     table = Table(title=Text(f"jobs · {printable(meta)}"))
-    for column in ("job", "state", "GPU type", "GPUs", "batch", "partner", "progress", "samples/s", "slowdown",
+    # whose each job is, once some are not the viewer's (a single user's table keeps its width)
+    owners = {r.get("owner_uid", -1) for r in rows} - {os.geteuid(), -1}
+    for column in ("job", *(("owner",) if owners else ()), "state", "GPU type", "GPUs", "batch", "partner", "progress",
+                   "samples/s", "slowdown",
                    "restarts", "crashes", "why waiting / not scaled / error"):
         table.add_column(column, overflow="fold")
     for r in rows:
         progress = f"{r['step'] if r['target_unit'] == 'steps' else r['samples']}/{r['target']} {r['target_unit']}"
-        cells = (r["name"], r["state"], r["gpu_type"] or "", str(r["num_gpus"] or ""), str(r["batch_size"] or ""),
-                 r["partner"] or "", progress, f"{r['samples_per_s']:.1f}" if r["samples_per_s"] else "",
+        cells = (r["name"], *((r.get("owner") or "",) if owners else ()), r["state"], r["gpu_type"] or "",
+                 str(r["num_gpus"] or ""), str(r["batch_size"] or ""), r["partner"] or "", progress,
+                 f"{r['samples_per_s']:.1f}" if r["samples_per_s"] else "",
                  _slowdown(r), str(r["restarts"]), str(r["crashes"]), _why(r))
         table.add_row(*(Text(printable(cell)) for cell in cells))
     return table
@@ -85,36 +96,57 @@ def clip(text: str, width: int) -> str:
 
 
 def jobs(
-    state: Path = typer.Option(..., "--state", help="State directory of the scheduler."),
+    state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
+    server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False),
     as_json: bool = typer.Option(False, "--json", help="JSON: jobs and the learned tables."),
     watch: bool = typer.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),
 ) -> None:
-    """Show every job of a scheduler instance."""
-    from scheduler.service.front.views import job_views, learned_view, server_status, set_aside_view
-    from scheduler.service.state.health import failures_view
-    from scheduler.service.state.store import StateStore
+    """Show every job of a scheduler instance (its owner's only, for others, under serve --private-data)."""
+    from scheduler.service.front.remote import connect
 
-    store = StateStore(state, create=False, readonly=True)
+    client = connect(state, server)
+    where = server or str(state)
+    store = None
+    if client is None:  # the state directory's owner, no server running: read it directly (refused here if bad)
+        from scheduler.service.state.store import StateStore
+
+        store = StateStore(state, create=False, readonly=True)
+
+    def snapshot() -> dict[str, Any] | None:
+        from scheduler.service.front.views import jobs_snapshot
+
+        if client is not None:
+            return dict(client.call("jobs"))
+        if store is None or not (state / "state.db").exists():  # a directory no server or submit has used (yet)
+            return None
+        return jobs_snapshot(store)
+
     if as_json:  # scripts poll this: no Rich console (its module imports pandas)
-        views = job_views(store)
-        typer.echo(json.dumps({"jobs": views, "learned": learned_view(store), "rounds": store.meta_value("rounds") or 0,
-                               "server": server_status(store), "round_failures": failures_view(store),
-                               "set_aside": set_aside_view(store)}, indent=2))
+        from scheduler.service.front.views import jobs_snapshot
+
+        found = snapshot()
+        if found is None:  # nothing submitted yet: the empty state, as a reader sees it
+            found = jobs_snapshot(store) if store is not None else {}
+        found.pop("last_round", None)
+        typer.echo(json.dumps(found, indent=2))
         return
     from colocate.commands._output import console, error_console
 
+    damaged = [0]
+
     def render() -> Any:
-        if not (state / "state.db").exists():  # a directory no server or submit has used (yet): say so
-            return _table([], f"none: {state} has no state.db yet (colocate serve or submit creates it)")
-        views = job_views(store)
-        return _table(views, f"{store.meta_value('rounds') or 0} rounds · last {store.meta('last_round') or '-'}"
-                      f" · {_server_line(server_status(store))}{_failing_line(failures_view(store))}")
+        found = snapshot()
+        if found is None:
+            return _table([], f"none: {where} has no state.db yet (colocate serve or submit creates it)")
+        damaged[0] = len(found["set_aside"])
+        return _table(found["jobs"], f"{found['rounds']} rounds · last {found['last_round'] or '-'}"
+                      f" · {_server_line(found['server'])}{_failing_line(found['round_failures'])}")
 
     if not watch:
         console.print(render())
-        if store.set_aside:
-            error_console.print(f"{len(store.set_aside)} damaged row(s) of the state database set aside; "
-                                f"colocate state check --state {state} lists them", highlight=False, markup=False)
+        if damaged[0]:
+            error_console.print(f"{damaged[0]} damaged row(s) of the state database set aside; "
+                                f"colocate state check --state {where} lists them", highlight=False, markup=False)
         return
     from rich.live import Live
 

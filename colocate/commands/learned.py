@@ -11,13 +11,16 @@ from pathlib import Path
 
 import typer
 
+from colocate.commands.jobs import SERVER_HELP, STATE_HELP
+
 
 def register(app: typer.Typer) -> None:
     app.command("learned")(learned)
 
 
 def learned(
-    state: Path = typer.Option(..., "--state", help="State directory of the scheduler."),
+    state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
+    server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False),
     out: Path = typer.Option(None, "--out", "-o", help="Write the learned colocation table here (CSV)."),
 ) -> None:
     """Show (or export) measured throughputs and pair ratios, with the number of samples behind each and their
@@ -32,7 +35,10 @@ def learned(
 
     if out is not None:
         check_out_file(out)  # a directory, under a file, in a state directory: one line, before anything is read
-    view = learned_view(StateStore(state, create=False, readonly=True))
+    from scheduler.service.front.remote import connect
+
+    client = connect(state, server)
+    view = client.call("learned") if client is not None else learned_view(StateStore(state, create=False, readonly=True))
     if out is not None:
         from scheduler.formats.colocation_table import write_colocation_table
 

@@ -28,7 +28,7 @@ REQUEST_SPEC = ConfigSpec("request", ServeRequest, panel="Where")
 SERVE_SPEC = ConfigSpec("serve", ServeConfig, base=ServeConfig, panel="Scheduler",
                         flags=("policy", "round_s", "device", "sharing", "threads", "stop_grace_s", "ilp.restart_cost_s",
                                "ilp.time_limit_s", "ilp.max_slowdown", "stability.min_run_s", "probe.enabled",
-                               "probe.budget_gpu_s"), defaults=_policy_defaults)
+                               "probe.budget_gpu_s", "users", "api.admins", "api.private_data"), defaults=_policy_defaults)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from colocate.commands.jobs import SERVER_HELP
+
 state_app = typer.Typer(help="Inspect a scheduler state directory (see docs/hardening.md for recovery).",
                         no_args_is_help=True)
 
@@ -16,14 +18,16 @@ def register(app: typer.Typer) -> None:
 
 
 @state_app.command("check")
-def check(state: Path = typer.Option(..., "--state", help="State directory (or a copy of one).")) -> None:
+def check(state: Path = typer.Option(None, "--state", readable=False, help="State directory (or a copy of one); through its "
+                                     "server's socket when one runs (an admin's call)."),
+          server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False)) -> None:
     """Check the database read-only: SQLite integrity, schema version and columns, every job's spec, every row.
     Exit 2 if it cannot be used, 1 if some jobs' specs are invalid (the server fails those jobs) or some rows are
     damaged (listed under set_aside: the server leaves them out) or the server's rounds are failing (round_failures:
     in_a_row > 0, the last error), 0 if sound."""
     from scheduler.service.front.client import check_state
 
-    summary = check_state(state)
+    summary = check_state(state, server)
     typer.echo(json.dumps(summary, indent=2))  # ASCII JSON: a row's text cannot reach the terminal raw
     if summary["invalid"] or summary["set_aside"] or summary["round_failures"]["in_a_row"]:
         raise typer.Exit(1)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from colocate.commands.jobs import SERVER_HELP, STATE_HELP
+
 
 def register(app: typer.Typer) -> None:
     app.command("submit")(submit)
@@ -15,13 +17,14 @@ def submit(
     job_files: list[Path] = typer.Argument(..., metavar="JOB.yaml...", help="Job files (see the README: model or "
                                            "command, steps or samples, batch size, GPUs, adaptive); several are "
                                            "validated first, then queued in order."),
-    state: Path = typer.Option(..., "--state", help="State directory of the scheduler."),
+    state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
+    server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False),
     cluster: Path = typer.Option(None, "--cluster", help="Cluster YAML to check the job against.",
                                  show_default="the cluster the last colocate serve on --state recorded"),
 ) -> None:
-    """Queue jobs; prints each one's name. A job the cluster can never run is refused with the reason, and a bad
+    """Queue jobs (owned by you); prints each one's name. A job the cluster can never run is refused with the reason, and a bad
     file queues none of them."""
     from scheduler.service.front.client import submit_jobs
 
-    for name in submit_jobs(job_files, state, cluster):
+    for name in submit_jobs(job_files, state, cluster, server):
         typer.echo(name)

@@ -12,6 +12,7 @@ from typing import Any
 
 from common.bounds import check_number
 from common.errors import InputError
+from common.names import is_safe_name
 from common.options import nested, option
 from common.owners import USERS_MODES
 from scheduler.ilp.config import IlpConfig
@@ -50,6 +51,30 @@ def _sharing_names() -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class ApiConfig:
+    """Who may do what through the API, and the limits every request meets."""
+
+    admins: tuple[str, ...] = option((), "A user (NAME) or a group (@NAME) who may cancel and read every job and "
+                                          "manage tokens; repeatable. Root and the server's user always may.",
+                                     flag="--admin", metavar="USER|@GROUP")
+    private_data: bool = option(False, "Hide other users' jobs from non-admins (as Slurm's PrivateData=jobs).")
+    max_body_bytes: int = option(1 << 20, "Largest request body, bytes.", experimental=True)
+    request_timeout_s: float = option(30.0, "A request not answered in this long gets 503, seconds.",
+                                       experimental=True)
+    rate_per_s: float = option(50.0, "Requests per second one caller may make (a burst of twice that).",
+                                experimental=True)
+
+    def __post_init__(self) -> None:
+        for name in self.admins:
+            if not is_safe_name(name.removeprefix("@")):
+                raise InputError(f"{name!r} is not a user or group name", field="admins",
+                                 valid="USER or @GROUP (letters, digits, '.', '_', '-')")
+        check_number(self.max_body_bytes, field="max_body_bytes", low=1024, high=1 << 30, integer=True)
+        check_number(self.request_timeout_s, field="request_timeout_s", low=0.1, high=3600)
+        check_number(self.rate_per_s, field="rate_per_s", low=0.1, high=1e6)
+
+
+@dataclass(frozen=True)
 class ServeConfig:
     """Knobs of the live scheduler (``colocate serve`` options)."""
 
@@ -71,6 +96,7 @@ class ServeConfig:
     ilp: IlpConfig = nested(lambda: LIVE_ILP, "the round ILP of the colocate and sia policies")
     stability: StabilityConfig = nested(StabilityConfig, "how long a started job keeps its GPUs")
     probe: ProbeConfig = nested(ProbeConfig, "automatic probes of never-measured job types")
+    api: ApiConfig = nested(ApiConfig, "who may do what through the API, and its limits")
 
     def __post_init__(self) -> None:
         if self.policy not in _policy_names():
@@ -95,4 +121,4 @@ class ServeConfig:
         return cls(policy=policy, **{"ilp": live_ilp(policy), **changes})
 
 
-__all__ = ["DEVICES", "LIVE_ILP", "ServeConfig", "live_ilp"]
+__all__ = ["ApiConfig", "DEVICES", "LIVE_ILP", "ServeConfig", "live_ilp"]

@@ -25,6 +25,9 @@ gpu_type,partners}``                          its solo time on that GPU type, co
 ``colocate_ooms_total{gpu_type}``  counter    out-of-memory failures (``oom`` events)
 ``colocate_splits_total``          counter    groups split because a member was measured past its slowdown bound
 ``colocate_round_failures_total``  counter    rounds that failed (an error escaped: ``round-failed`` events)
+``colocate_api_refused_total       counter    API calls refused: ``authentication`` (no, a wrong, expired or
+{reason}``                                    revoked token), ``forbidden`` (not the job's owner or an admin),
+                                             ``rate``, ``body``, ``input``, ``timeout``
 =================================  =========  ================================================================
 
 The per-job series carry bounded labels (``job_name``, its GPU type, its partners comma-joined: at most two) and are
@@ -74,6 +77,8 @@ class ServeMetrics:
                                per_job, registry=r)
         self.ooms = Counter("colocate_ooms", "Out-of-memory failures.", ["gpu_type"], registry=r)
         self.splits = Counter("colocate_splits", "Groups split: a member measured past its slowdown bound.", registry=r)
+        self.api_refused_total = Counter("colocate_api_refused", "API calls refused, by reason.", ["reason"],
+                                         registry=r)
         self.round_failures = Counter("colocate_round_failures", "Rounds that failed (round-failed events).",
                                       registry=r)
         self._job_series: dict[Any, set[tuple[str, ...]]] = {}
@@ -142,6 +147,10 @@ class ServeMetrics:
         self._failures(server)
         self.round_seconds.observe(stats.total_s)
         self.rounds.inc()
+
+    def api_refused(self, reason: str) -> None:
+        """One refused API call (called from the API's thread: prometheus_client's counters are thread-safe)."""
+        self.api_refused_total.labels(reason).inc()
 
     def round_failed(self, server: "Server") -> None:
         """A round failed (:mod:`.state.health` logged and recorded it): counted; the other series keep the last

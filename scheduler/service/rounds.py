@@ -54,10 +54,10 @@ class RoundStats:
 
 
 def row_owner(row: JobRow) -> tuple[str, int | None]:
-    """Whose job ``row`` is: the owner's user name (``""``: the server's one user) and uid (None: the server's own
-    user). Every use of a job's owner in the service reads it here: the round's jobs (:func:`policy_jobs`), the
-    group's sharing and the user its jobs run as (:mod:`scheduler.service.groups`)."""
-    return "", None
+    """Whose job ``row`` is: the owner's user name and uid as its row records them (the kernel's peer credentials
+    or a token, at submission). Every use of a job's owner in the service reads it here: the round's jobs
+    (:func:`policy_jobs`), the group's sharing and the user its jobs run as (:mod:`scheduler.service.groups`)."""
+    return row.owner, row.owner_uid if row.owner_uid >= 0 else None  # -1: a row from before owners
 
 
 def policy_jobs(rows: Sequence[JobRow], now: float, held: Collection[str] = (),

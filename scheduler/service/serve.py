@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,9 @@ from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.formats.profiles import load_goodput_model
 from scheduler.model.colocation import ColocationTable
 from scheduler.service import admission
+from scheduler.service.api.web import ApiServer, listen_tcp, tls_context
 from scheduler.service.config import ServeConfig
+from scheduler.service.front.remote import socket_path
 from scheduler.service.rounds import RoundStats
 from scheduler.service.server import Server
 from scheduler.service.state import lock as server_lock
@@ -49,6 +52,12 @@ class ServeRequest:
                                    show_default="a prior that measurements calibrate")
     max_rounds: int | None = option(None, "Stop after this many rounds.", show_default="until stopped")
     metrics_port: int | None = option(None, "Expose Prometheus metrics on 127.0.0.1:PORT.")
+    api_port: int | None = option(None, "Serve the API over HTTP(S) on --api-host:PORT, with bearer tokens (colocate "
+                                        "token create), for callers on other machines.",
+                                  show_default="the Unix socket next to --state only")
+    api_host: str = option("127.0.0.1", "Address of --api-port; beyond loopback only with --tls-cert and --tls-key.")
+    tls_cert: Path | None = option(None, "PEM certificate for HTTPS on --api-port.")
+    tls_key: Path | None = option(None, "PEM private key of --tls-cert.")
     config: ServeConfig = field(default_factory=ServeConfig)
 
     def __post_init__(self) -> None:
@@ -56,9 +65,13 @@ class ServeRequest:
             raise InputError(f"unknown backend {self.backend!r}", field="backend", valid=", ".join(_backend_names()))
         if self.max_rounds is not None:
             check_number(self.max_rounds, field="max_rounds", low=1, high=10**9, integer=True)
-        if self.metrics_port is not None:
-            check_number(self.metrics_port, field="metrics_port", low=1, high=65535, integer=True,
-                         valid="a TCP port in 1..65535")
+        for name in ("metrics_port", "api_port"):
+            if getattr(self, name) is not None:
+                check_number(getattr(self, name), field=name, low=1, high=65535, integer=True,
+                             valid="a TCP port in 1..65535")
+        if (self.tls_cert is not None or self.tls_key is not None) and self.api_port is None:
+            raise InputError("--tls-cert/--tls-key without --api-port", field="api_port",
+                             valid="--api-port PORT (HTTPS there), or no TLS options")
 
 
 def serve_colocation(colocation: Any, gpu_types: Sequence[str], sharing: str) -> tuple[ColocationTable | None, str]:
@@ -154,16 +167,19 @@ def serve_forever(request: ServeRequest, *, should_stop: Callable[[], bool] = la
     cluster = load_cluster(request.cluster)
     base = load_goodput_model(request.profiles) if request.profiles is not None else None
     table, origin = serve_colocation(request.colocation, cluster.type_names, config.sharing)
+    tls = tls_context(request.tls_cert, request.tls_key)  # bad files, TLS-less network: refused here
+    tcp = listen_tcp(request.api_host, request.api_port, tls) if request.api_port is not None else None
     metrics = None
     if request.metrics_port is not None:  # a busy port is refused before the state directory is touched
         from scheduler.service.metrics import ServeMetrics
 
         metrics = ServeMetrics()
         metrics.serve(request.metrics_port)
-    server = None
+    server = api = None
     try:
         try:
             request.state.mkdir(parents=True, exist_ok=True)
+            private(request.state, request.config.users)
         except OSError as err:  # raced into existence as something else since the check
             raise InputError(f"cannot create it ({err.strerror or err})", source=request.state, field="--state",
                              valid="a state directory you can write to (created if missing)") from None
@@ -176,15 +192,66 @@ def serve_forever(request: ServeRequest, *, should_stop: Callable[[], bool] = la
         admission.record_cluster(state, cluster)  # submit refuses what this cluster can never run
         server = Server(state, cluster, executor, config, profiles=base, colocation=table)
         server.acquire(lock)
+        api = start_api(server, tcp, tls)
         if metrics is not None:
             server.on_round_end = metrics.update
             server.on_round_failed = metrics.round_failed
+            api.on_refused = metrics.api_refused
         server.serve(should_stop, max_rounds=request.max_rounds, on_round=on_round)
     finally:
+        if api is not None:
+            api.stop()
+        elif tcp is not None:
+            tcp.close()
         if server is not None and server.probes is not None:
             server.probes.shutdown()  # probes end with the server (groups of jobs run on)
         if metrics is not None:
             metrics.shutdown()
+
+
+def private(state_dir: Path, users: str = "own") -> None:
+    """The state directory is the server's alone (0700): other users reach the server through its socket, never
+    its files (a directory of another user's is left as it is: the server refuses to take it elsewhere). With
+    ``--users multi`` it and its ``jobs/`` are 0711: each job, run as its owner, must pass through them to its own
+    directory (0700, its owner's), but nobody else may list them; ``state.db`` stays the server's (0600), and the
+    server's umask becomes 077, so no file it or its supervisors write there can be read by a name guessed."""
+    import os
+
+    if users == "multi":  # what the server and its supervisors write under a traversable directory is theirs alone
+        os.umask(0o077)
+    if state_dir.stat().st_uid != os.geteuid():
+        return
+    mode = 0o711 if users == "multi" else 0o700
+    os.chmod(state_dir, mode)
+    if users == "multi":
+        (state_dir / "jobs").mkdir(exist_ok=True)
+        os.chmod(state_dir / "jobs", mode)
+    if (state_dir / "state.db").exists():
+        os.chmod(state_dir / "state.db", 0o600)
+
+
+def run_refusal(users: str, backend: str, owner_uid: int) -> str | None:
+    """Why a job of ``owner_uid`` could never run on this server (``--users``: :func:`common.owners.may_run_as`),
+    None when it can: a submission that would only fail when its group starts is refused at once."""
+    import os
+
+    from common.owners import REFUSE, may_run_as
+
+    decision = may_run_as(os.getuid(), owner_uid, users, can_switch=backend != "ray", backend=backend)
+    return decision.reason if decision.kind == REFUSE else None
+
+
+def start_api(server: Server, tcp: Any, tls: Any) -> ApiServer:
+    """The API's thread on the socket next to the state directory (and on ``tcp``); its calls run between rounds."""
+    from scheduler.service.api.operations import Operations
+    from scheduler.service.api.tokens import TokenStore
+
+    ops = Operations(server.state, server.config.api, TokenStore(server.state.dir),
+                     run_refusal=partial(run_refusal, server.config.users, server.executor.name))
+    api = ApiServer(ops, socket_path(server.state.dir), server.config.api, tcp=tcp, tls=tls)
+    api.start()
+    server.idle = api.inbox.serve_for
+    return api
 
 
 def _instance(state: StateStore) -> str:

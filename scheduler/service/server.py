@@ -80,6 +80,7 @@ class Server:
         self._startups_changed = False
         self.on_round_end: Callable[[Server, RoundStats], None] | None = None  # e.g. metrics
         self.on_round_failed: Callable[[Server], None] | None = None  # a round's error was logged and recorded
+        self.idle: Callable[[float], None] = time.sleep  # the wait between rounds: the API's calls run in it
         self._watch = health.DatabaseWatch(state.path)  # the database file this server opened
         self.probes: ProbeManager | None = None  # automatic probes (:mod:`.probes`), made by acquire()
         self._recorded: set[tuple[str, str, str]] = set()  # set-aside rows already recorded as events
@@ -124,7 +125,7 @@ class Server:
             ended = time.monotonic()  # the next round comes round_s after this one's enacting ended
             while not should_stop() and time.monotonic() - ended < self.config.round_s:
                 self.between_rounds()
-                time.sleep(0.25)
+                self.idle(0.25)
 
     def between_rounds(self) -> None:
         """While stopped groups (or probes) free their GPUs: collect them, and start the units that waited."""
@@ -385,7 +386,7 @@ class Server:
                 settle.ended(db, row, files["exit"], files.get("progress"), self._memory, files.get("oom"),
                              limits.get(name), gpu)
                 ended.append(name)
-            elif (poll is None or not poll.alive) and stopping:
+            elif (poll is None or not poll.alive) and (stopping or row.cancel_requested):  # cancelled, not crashed
                 settle.ended(db, row, {"returncode": None, "stop_requested": True}, files.get("progress"), self._memory)
                 ended.append(name)
             elif poll is None or not poll.alive:

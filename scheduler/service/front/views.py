@@ -25,12 +25,14 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
     limits = running_limits(state)
     memory = memory_records(state)
     gradients = job_gradients(state)
+    sharing = sharing_notes(state)
     out = []
     for row in state.jobs():
         slowdown = measured_slowdown(row, solo, estimates)
         limit = limits.get(row.name) if row.state == "running" else None
         out.append({
-            "name": row.name, "state": row.state, "gpu_type": row.gpu_type if row.state == "running" else None,
+            "name": row.name, "owner": row.owner, "owner_uid": row.owner_uid, "state": row.state,
+            "gpu_type": row.gpu_type if row.state == "running" else None,
             "num_gpus": row.num_gpus if row.state == "running" else 0, "batch_size": row.batch_size,
             "partner": row.partner if row.state == "running" else None, "step": row.step, "samples": row.samples,
             "target": row.target, "target_unit": "steps" if row.spec.steps else "samples",
@@ -40,7 +42,9 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
             "application": row.spec.app, "error": row.error or row.invalid, "submitted_at": row.submitted_at,
             "finished_at": row.finished_at,
             "waiting": reasons.get(row.name) if row.state == "queued" else None,
-            "note": reasons.get(row.name) if row.state == "running" else None,  # e.g. why it is not scaled up
+            # e.g. why it is not scaled up, or why its group is time-sliced rather than under MPS
+            "note": (reasons.get(row.name) or sharing.get(row.name)) if row.state == "running" else None,
+            "sharing_why": sharing.get(row.name) if row.state == "running" else None,
             "slowdown": round(slowdown[0], 3) if slowdown is not None else None,
             "slowdown_basis": slowdown[1] if slowdown is not None else None,  # its solo time: measured or estimated
             "memory_limit_gib": round(limit / 2**30, 3) if limit else None,
@@ -54,6 +58,30 @@ def job_gradients(state: StateStore) -> dict[str, gradient_noise.GradientStats]:
     """Each job's smoothed gradient statistics (``grad_sqr`` |G|², ``grad_var`` tr Σ, ``lr``); shown with the noise
     scale tr Σ / |G|² and the statistical efficiency at the job's batch (:mod:`scheduler.learning.gradient_noise`)."""
     return {job: gradient_noise.from_row(r) for job, r in state.gradients().items()}
+
+
+def jobs_snapshot(state: StateStore) -> dict[str, Any]:
+    """What ``colocate jobs`` shows (and ``--json`` prints): every job, the learned tables, the rounds, the server,
+    failing rounds and set-aside rows. The API's ``jobs`` call answers the same (less others' jobs under
+    ``--private-data``)."""
+    from scheduler.service.state.health import failures_view
+
+    return {"jobs": job_views(state), "learned": learned_view(state), "rounds": state.meta_value("rounds") or 0,
+            "last_round": state.meta("last_round"), "server": server_status(state),
+            "round_failures": failures_view(state), "set_aside": set_aside_view(state)}
+
+
+def sharing_notes(state: StateStore) -> dict[str, str]:
+    """Why each running job's group does not share its GPUs as serve's ``--sharing`` says (its group document's
+    ``sharing_why``: e.g. MPS across owners on a node whose MPS serves one user at a time), by job name."""
+    out: dict[str, str] = {}
+    for group in state.groups().values():
+        why = group.doc.get("sharing_why")
+        if isinstance(why, str) and why:
+            for job in group.doc.get("jobs", []):
+                if isinstance(job, dict):
+                    out[str(job.get("name"))] = why[:300]
+    return out
 
 
 def running_limits(state: StateStore) -> dict[str, int]:

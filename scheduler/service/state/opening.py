@@ -92,13 +92,16 @@ def _connect(path: Path, readonly: bool, lock_wait_s: float) -> sqlite3.Connecti
         target, uri = f"file:{quote(str(path.resolve()))}?mode=ro", True
     else:
         target, uri = str(path), False
+        # created 0600, never world-readable: SQLite gives its -wal and -shm files the database's own mode, and
+        # under `serve --users multi` the state directory is 0711 (owners pass through it to their jobs)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
     conn = sqlite3.connect(target, uri=uri, timeout=lock_wait_s, isolation_level=None, check_same_thread=False)
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout={int(lock_wait_s * 1000)}")
     return conn
 
 
-def _check_ours(conn: sqlite3.Connection, path: Path, version: str, schema: str) -> bool:
+def _check_ours(conn: sqlite3.Connection, path: Path, version: str, schema: str, readonly: bool = True) -> bool:
     """True for a colocate state database of ``version``, False for an empty file; else an error."""
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not tables:
@@ -116,12 +119,46 @@ def _check_ours(conn: sqlite3.Connection, path: Path, version: str, schema: str)
     missing = [t for t in _OURS if t not in tables]
     if missing:
         raise InputError(f"has no table {missing[0]!r}", source=path, field="--state", valid=RECOVERY)
+    _add_owners(conn, path, readonly)
     _check_columns(conn, path, schema)
     check = conn.execute("PRAGMA quick_check").fetchone()
     if check is None or check[0] != "ok":
         raise InputError(f"fails SQLite's check ({str(check[0] if check else '')[:120]})", source=path,
                          field="--state", valid=RECOVERY)
     return True
+
+
+# columns added since the first layout: (name, declaration); an older database gets them on its first writable
+# open, its jobs owned by the state directory's owner (they were submitted by whoever could write it)
+_OWNER_COLUMNS = (("owner", "TEXT NOT NULL DEFAULT ''"), ("owner_uid", "INTEGER NOT NULL DEFAULT -1"))
+
+
+def _add_owners(conn: sqlite3.Connection, path: Path, readonly: bool) -> None:
+    """Add the owner columns to a ``jobs`` table written before jobs had owners (a read-only opener cannot: it
+    says which command adds them)."""
+    have = {c[0] for c in _columns(conn, "jobs")}
+    lacking = [(n, d) for n, d in _OWNER_COLUMNS if n not in have]
+    if not lacking:
+        return
+    if readonly:
+        raise InputError(f"table 'jobs' lacks column {lacking[0][0]!r} (written before jobs had owners)",
+                         source=path, field="--state", valid="start colocate serve on it once: it adds the owner columns")
+    import pwd
+
+    uid = path.parent.stat().st_uid
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for column, declaration in lacking:
+            conn.execute(f"ALTER TABLE jobs ADD COLUMN {column} {declaration}")
+        conn.execute("UPDATE jobs SET owner = ?, owner_uid = ?", (name, uid))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[tuple[str, str, int, int]]:
@@ -171,7 +208,7 @@ def open_database(path: Path, *, readonly: bool, lock_wait_s: float, schema: str
     with database_errors(path, lock_wait_s):
         conn = _connect(path, readonly, lock_wait_s)
         try:
-            ours = _check_ours(conn, path, version, schema)
+            ours = _check_ours(conn, path, version, schema, readonly)
             if readonly and not ours:  # an empty file: reads as an empty state
                 conn.close()
                 return _empty(schema, version)

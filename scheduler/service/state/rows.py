@@ -128,6 +128,10 @@ def check_job(values: Mapping[str, Any]) -> None:
     _name(values, "gpu_type", nullable=True)
     _name(values, "group_key", nullable=True)
     _text(values, "error")
+    _number(values, "owner_uid", -1, 2**32 - 1, integer=True)
+    owner = values.get("owner")
+    if not isinstance(owner, str) or len(owner) > 256:
+        raise BadRow(f"column 'owner': {shown(owner)} is not a user name")
     partner = values.get("partner")
     if partner is not None and (not isinstance(partner, str) or not all(is_safe_name(p) for p in partner.split(","))
                                 or len(partner.split(",")) > 2):

@@ -1,11 +1,13 @@
 """The state of one scheduler instance: an SQLite database (WAL mode) in its state directory.
 
 Every change is a transaction, so ``kill -9`` of the server at any instant leaves either the old or the new
-state, never half of one; ``submit``, ``cancel`` and ``jobs`` run in other processes against the same file
-(WAL lets them read while the server writes). Tables:
+state, never half of one. While a server runs, ``submit``, ``cancel`` and ``jobs`` reach it through its API
+(:mod:`scheduler.service.api`) and its one connection does every write; without one, the state directory's
+owner's commands open this file themselves (WAL lets them read while another writes). Tables:
 
-* ``jobs`` — one row per submitted job: its spec (JSON), state, where it runs now (GPU type, count, batch,
-  partner, nodes and GPUs, group), progress (step, samples, measured samples/s), restarts and crashes;
+* ``jobs`` — one row per submitted job: its spec (JSON), its owner (user name and uid), state, where it runs
+  now (GPU type, count, batch, partner, nodes and GPUs, group), progress (step, samples, measured samples/s),
+  restarts and crashes;
 * ``groups`` — what runs now, one row per GPU group: the executor's handle (process ids and start times, or
   a Ray actor's name), so a restarted server re-adopts running jobs;
 * ``measurements`` — measured mean iteration time per (application, GPU type, GPU count, batch, partner
@@ -65,7 +67,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     gpu_type TEXT, num_gpus INTEGER NOT NULL DEFAULT 0, batch_size INTEGER, partner TEXT,
     nodes TEXT, gpus TEXT, group_key TEXT,
     step INTEGER NOT NULL DEFAULT 0, samples INTEGER NOT NULL DEFAULT 0, samples_per_s REAL,
-    sample_step INTEGER, sample_elapsed REAL, error TEXT NOT NULL DEFAULT '', seq INTEGER NOT NULL
+    sample_step INTEGER, sample_elapsed REAL, error TEXT NOT NULL DEFAULT '', seq INTEGER NOT NULL,
+    owner TEXT NOT NULL DEFAULT '', owner_uid INTEGER NOT NULL DEFAULT -1
 );
 CREATE TABLE IF NOT EXISTS groups (
     key TEXT PRIMARY KEY, executor TEXT NOT NULL, handle TEXT NOT NULL, jobs TEXT NOT NULL, created_at REAL NOT NULL
@@ -112,6 +115,8 @@ class JobRow:
     sample_step: int | None
     sample_elapsed: float | None
     error: str
+    owner: str = ""  # who submitted it (a user name; '' in rows written before owners were recorded)
+    owner_uid: int = -1  # that user's uid (-1: unknown), as the kernel or a token named the caller
 
     invalid: str = ""  # why the stored spec is not one submit would accept ("" = valid; see from_sql)
 
@@ -171,6 +176,30 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
         with database_errors(self.path, self.lock_wait_s):
             return method(self, *args, **kwargs)
     return wrapper
+
+
+@dataclass(frozen=True)
+class JobOwner:
+    """Whose job it is, as the state records it: a user name and uid (from the kernel's peer credentials or a
+    token). The Unix account the job then runs as is :class:`common.owners.Owner`."""
+
+    name: str
+    uid: int
+
+    @classmethod
+    def of_process(cls) -> "JobOwner":
+        """This process's user (a submit written directly, by the state directory's owner)."""
+        import os
+        import pwd
+
+        uid = os.geteuid()
+        try:
+            return cls(pwd.getpwuid(uid).pw_name, uid)
+        except KeyError:  # a uid with no passwd entry (a container): its number names it
+            return cls(str(uid), uid)
+
+    def __str__(self) -> str:
+        return f"{self.name} (uid {self.uid})"
 
 
 class StateStore:
@@ -378,14 +407,16 @@ class StateStore:
                 self._note("meta", {"key": key}, "the key is not a text")
 
     # -- writes from other processes -------------------------------------------------------------------
-    def submit(self, spec: JobSpec, source: str = "<job>") -> str:
+    def submit(self, spec: JobSpec, source: str = "<job>", owner: JobOwner | None = None) -> str:
         """Queue a job; a name already in use is an input error."""
-        return self.submit_many([(spec, source)])[0]
+        return self.submit_many([(spec, source)], owner)[0]
 
-    def submit_many(self, jobs: list[tuple[JobSpec, str]]) -> list[str]:
+    def submit_many(self, jobs: list[tuple[JobSpec, str]], owner: JobOwner | None = None) -> list[str]:
         """Queue ``(spec, source)`` jobs in order, in one transaction: a name already in use (in the state or
         earlier in ``jobs``) is an input error naming its source, and queues none of them. One transaction
-        holds the write lock once, however many jobs (the server and other submitters wait less)."""
+        holds the write lock once, however many jobs (the server and other submitters wait less). ``owner``:
+        who submits (default: this process's user); each ``submitted`` event names them."""
+        owner = owner or JobOwner.of_process()
         with self.transaction() as db:
             seq = db.execute("SELECT COALESCE(MAX(CASE WHEN typeof(seq) = 'integer' AND seq BETWEEN 0 AND ? THEN seq "
                              "END), 0) FROM jobs", (MAX_COUNT,)).fetchone()[0]
@@ -394,14 +425,16 @@ class StateStore:
                     raise InputError(f"a job named {spec.name!r} was already submitted", source=source,
                                      field="name", valid="a name not used in this state directory")
                 seq += 1
-                db.execute("INSERT INTO jobs (name, spec, state, submitted_at, seq) VALUES (?, ?, ?, ?, ?)",
-                           (spec.name, json.dumps(spec.to_dict()), QUEUED, time.time(), seq))
-                db.event(spec.name, "submitted", "")
+                db.execute("INSERT INTO jobs (name, spec, state, submitted_at, seq, owner, owner_uid) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           (spec.name, json.dumps(spec.to_dict()), QUEUED, time.time(), seq, owner.name, owner.uid))
+                db.event(spec.name, "submitted", f"by {owner}")
         return [spec.name for spec, _ in jobs]
 
     @_guarded
-    def request_cancel(self, name: str) -> str:
-        """Mark a job for cancellation (the server stops it next round); returns its state."""
+    def request_cancel(self, name: str, by: JobOwner | None = None) -> str:
+        """Mark a job for cancellation (the server stops it next round); returns its state. ``by``: who asks
+        (default: this process's user), named in the ``cancel-requested`` event."""
         row = self._conn.execute("SELECT state FROM jobs WHERE name = ?", (name,)).fetchone()
         if row is None:
             known = [r[0] for r in self._conn.execute("SELECT name FROM jobs ORDER BY seq DESC LIMIT 10")]
@@ -412,7 +445,7 @@ class StateStore:
         with self.transaction() as db:
             row = db.execute("SELECT state FROM jobs WHERE name = ?", (name,)).fetchone()
             db.execute("UPDATE jobs SET cancel_requested = 1 WHERE name = ?", (name,))
-            db.event(name, "cancel-requested", "")
+            db.event(name, "cancel-requested", f"by {by or JobOwner.of_process()}")
             return str(row[0])
 
 
