@@ -94,7 +94,7 @@ def _ops(state: Path, private: bool = False) -> Operations:
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["submit", "cancel", "logs"]), st.sampled_from([ALICE, BOB, CAROL]),
+@given(st.lists(st.tuples(st.sampled_from(["submit", "cancel", "logs", "jobs"]), st.sampled_from([ALICE, BOB, CAROL]),
                           st.integers(0, 3)), min_size=1, max_size=12), st.booleans())
 def test_only_owners_and_admins_touch_a_job_whatever_the_sequence(calls: list[tuple[str, Caller, int]],
                                                                   private: bool) -> None:
@@ -111,6 +111,13 @@ def test_only_owners_and_admins_touch_a_job_whatever_the_sequence(calls: list[tu
                 else:
                     assert ops.call("submit", caller, {"jobs": [{"spec": spec}]}) == {"names": [name]}
                     owners[name] = caller
+                continue
+            if op == "jobs":  # answered from one snapshot per state of the store: never one from before a change
+                from scheduler.service.front.views import jobs_snapshot
+
+                fresh = {j["name"]: j for j in jobs_snapshot(ops.state)["jobs"]}
+                seen = {j["name"]: j for j in ops.call("jobs", CAROL, {})["jobs"]}
+                assert seen == fresh and set(seen) == set(owners)
                 continue
             allowed = name in owners and (owners[name] == caller or caller is CAROL)
             before = [e for e in ops.state.events() if e["kind"] == "refused"]

@@ -38,6 +38,7 @@ class Operations:
     on_refused: Callable[[str, Caller | None, str], None] = lambda kind, caller, why: None
     # why a job of this uid could never run here (serve's --users rule, common.owners.may_run_as), None if it can
     run_refusal: Callable[[int], str | None] = lambda uid: None
+    _snapshot: tuple[int, dict[str, Any]] | None = None  # (the store's changes, what `jobs` answered then)
 
     def call(self, name: str, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
         method = getattr(self, f"op_{name.replace('-', '_')}", None)
@@ -118,7 +119,10 @@ class Operations:
     def op_jobs(self, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
         from scheduler.service.front.views import jobs_snapshot
 
-        snapshot = jobs_snapshot(self.state)
+        # one snapshot per state: between rounds, many callers polling `jobs` cost one build, not one each
+        if self._snapshot is None or self._snapshot[0] != self.state.changes:
+            self._snapshot = (self.state.changes, jobs_snapshot(self.state))
+        snapshot = dict(self._snapshot[1])
         if self.config.private_data and not self._admin(caller):
             snapshot["jobs"] = [v for v in snapshot["jobs"] if v["owner_uid"] == caller.uid]
             snapshot["set_aside"] = []  # damaged rows name other users' jobs: an admin's business

@@ -229,6 +229,12 @@ class StateStore:
     def close(self) -> None:
         self._conn.close()
 
+    @property
+    def changes(self) -> int:
+        """Rows this store has inserted, updated or deleted since it opened: a value read from it before is still
+        current while this has not moved (the server's store is ``state.db``'s one writer)."""
+        return self._conn.total_changes
+
     @contextmanager
     def transaction(self) -> Iterator["Transaction"]:
         """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on any exception)."""
