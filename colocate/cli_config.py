@@ -6,11 +6,11 @@ instance), help, flag and choices, so nothing is restated in the command. A comm
 built and checked::
 
     @config_command(ConfigSpec("sim", SimConfig, panel="Simulator"))
-    def simulate(cluster: Path = typer.Option(...), *, sim: SimConfig) -> None: ...
+    def simulate(cluster: Path = cli_kit.Option(...), *, sim: SimConfig) -> None: ...
 
 Two options join every such command: ``--set NAMESPACE.FIELD=VALUE`` (repeatable) sets any field, the
-experimental ones included, and ``--help-experimental`` lists the fields that have no flag of their own. An old
-spelling (``aliases``) is a hidden option that warns and stands for its field. A config's own check
+experimental ones included, and ``--help-experimental`` lists the fields that have no flag of their own. A
+config's own check
 (``__post_init__``) names a field; the error the user sees names that field's flag.
 """
 
@@ -28,14 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type_hints
 
-import typer
-
+from colocate import cli_kit
 from common.errors import InputError
 from common.options import choices_of, flag_of, is_nested, is_option
 
 _MISSING: Any = dataclasses.MISSING
 _SET = "set_options"
-_CONTEXT = "cli_context"  # Typer passes the command's context to a parameter annotated typer.Context
+_CONTEXT = "cli_context"  # Typer passes the command's context to a parameter annotated cli_kit.Context
 _HELP_EXPERIMENTAL = "help_experimental"
 _TRUE = ("true", "yes", "on", "1")
 _EXPLICIT: ContextVar[dict[str, dict[str, Any]] | None] = ContextVar("explicit_settings", default=None)
@@ -49,8 +48,7 @@ class ConfigSpec:
     ``name``: the keyword the command function receives it as, and its ``--set`` namespace. ``base``: the
     default instance (None: the class's own defaults; a request with required fields has no other).
     ``flags``: the dotted field paths shown as flags (None: every option that is not experimental); the others
-    are set with ``--set``. ``panel``: the heading of its options in ``--help``. ``aliases``: accept the fields'
-    old spellings (hidden, with a warning) — only on the commands that had them.
+    are set with ``--set``. ``panel``: the heading of its options in ``--help``.
     """
 
     name: str
@@ -58,7 +56,6 @@ class ConfigSpec:
     base: Callable[[], Any] | None = None
     flags: tuple[str, ...] | None = None
     panel: str | None = None
-    aliases: bool = False
 
 
 @dataclass(frozen=True)
@@ -187,28 +184,13 @@ def _parameter(entry: Entry) -> inspect.Parameter:
     if isinstance(default, tuple):
         default = list(default)
     if entry.field.metadata.get("argument"):
-        argument = typer.Argument(default, metavar=entry.field.metadata.get("metavar"), help=entry.help,
+        argument = cli_kit.Argument(default, metavar=entry.field.metadata.get("metavar"), help=entry.help,
                                   show_default=entry.field.metadata.get("show_default", True))
         return inspect.Parameter(entry.param, inspect.Parameter.KEYWORD_ONLY, default=argument, annotation=kind)
-    option = typer.Option(default, *decls, help=entry.help, show_default=entry.field.metadata.get("show_default", True),
+    option = cli_kit.Option(default, *decls, help=entry.help, show_default=entry.field.metadata.get("show_default", True),
                           metavar=entry.field.metadata.get("metavar") or ("|".join(choices) if choices else None),
                           rich_help_panel=entry.spec.panel)
     return inspect.Parameter(entry.param, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
-
-
-def _aliases(entry: Entry) -> tuple[str, ...]:
-    return tuple(entry.field.metadata.get("aliases", ())) if entry.spec.aliases else ()
-
-
-def _alias_parameters(entry: Entry) -> list[inspect.Parameter]:
-    kind = _cli_type(entry)
-    inner, _ = _optional_of(kind)
-    params = []
-    for n, alias in enumerate(_aliases(entry)):
-        option = typer.Option(None, f"{alias}/--no-{alias[2:]}" if inner is bool else alias, hidden=True)
-        params.append(inspect.Parameter(f"{entry.param}__alias{n}", inspect.Parameter.KEYWORD_ONLY, default=option,
-                                        annotation=Optional[inner]))  # noqa: UP045
-    return params
 
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
@@ -303,20 +285,12 @@ def _explicit(ctx: Any, name: str) -> bool:
 
 
 def _given(ctx: Any, entry: Entry, kwargs: dict[str, Any], settings: dict[str, Any]) -> list[tuple[str, Any]]:
-    """Every way the user set ``entry`` on this command line: (how, value) for its flag, an old spelling
-    (warned about) and ``--set``."""
+    """Every way the user set ``entry`` on this command line: (how, value) for its flag and ``--set``."""
     found: list[tuple[str, Any]] = []
     if entry.has_flag:
         value = kwargs.pop(entry.param)
         if _explicit(ctx, entry.param):
             found.append((entry.flag, value))
-    for n, alias in enumerate(_aliases(entry)):
-        old = kwargs.pop(f"{entry.param}__alias{n}", None)
-        if old is not None:
-            spelled = "--no-" + alias[2:] if old is False else alias
-            instead = entry.shown_as if entry.has_flag else f"{entry.shown_as}={str(old).lower()}"
-            typer.echo(f"warning: {spelled} is deprecated, use {instead}", err=True)
-            found.append((spelled, old))
     if entry.key in settings:
         found.append((f"--set {entry.key}", settings[entry.key]))
     return found
@@ -386,25 +360,24 @@ def config_command(*specs: ConfigSpec) -> Callable[[Callable[..., Any]], Callabl
                 if entry.has_flag:
                     generated.append(_parameter(entry))
                 unflagged = unflagged or not entry.has_flag
-                generated += _alias_parameters(entry)
 
         def show_experimental(value: bool) -> None:
             if value:
                 _print_experimental(specs)
-                raise typer.Exit()
+                raise cli_kit.Exit()
 
         settable = [
-            inspect.Parameter(_SET, inspect.Parameter.KEYWORD_ONLY, annotation=list[str], default=typer.Option(
+            inspect.Parameter(_SET, inspect.Parameter.KEYWORD_ONLY, annotation=list[str], default=cli_kit.Option(
                 [], "--set", metavar="KEY=VALUE", show_default=False,
                 help="Set any setting, those without a flag included (repeatable; --help-experimental lists them).")),
             inspect.Parameter(_HELP_EXPERIMENTAL, inspect.Parameter.KEYWORD_ONLY, annotation=bool,
-                              default=typer.Option(False, "--help-experimental", is_eager=True,
+                              default=cli_kit.Option(False, "--help-experimental", is_eager=True,
                                                    callback=show_experimental,
                                                    help="List the settings without a flag (ablations, solver "
                                                         "internals) and exit.")),
         ]
         # a command whose every setting has its flag needs neither
-        extra = [inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
+        extra = [inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=cli_kit.Context),
                  *(settable if unflagged else [])]
 
         @functools.wraps(func)

@@ -25,7 +25,7 @@ Choices = Sequence[str] | Callable[[], Sequence[str]]
 
 
 def option(default: Any = _MISSING, help: str = "", *, flag: str | None = None, choices: Choices | None = None,
-           experimental: bool = False, show_default: str | bool = True, aliases: Sequence[str] = (),
+           experimental: bool = False, show_default: str | bool = True,
            default_factory: Callable[[], Any] = _MISSING, metavar: str | None = None, short: str | None = None,
            argument: bool = False) -> Any:
     """A dataclass field that is also a command-line option (no default: a required option).
@@ -33,13 +33,12 @@ def option(default: Any = _MISSING, help: str = "", *, flag: str | None = None, 
     ``flag``: the option's name when it is not ``--<field-name>`` (``--restart-cost`` for ``restart_cost_s``);
     ``short``: a one-letter form (``-o``). ``choices``: the valid values (or a function returning them: a
     registry's names); a ``Literal`` type gives them too. ``show_default``: a text for defaults that are not a
-    value (``"max(--round-s, 3 x start-up)"``). ``aliases``: old spellings that still work for one release,
-    hidden from help, with a warning. ``argument``: a positional argument rather than an option.
+    value (``"max(--round-s, 3 x start-up)"``). ``argument``: a positional argument rather than an option.
     """
     if not help:
         raise ValueError("an option needs a help text")
     metadata = {"help": help, "flag": flag, "choices": choices, "experimental": experimental,
-                "show_default": show_default, "aliases": tuple(aliases), "metavar": metavar, "short": short,
+                "show_default": show_default, "metavar": metavar, "short": short,
                 "argument": argument}
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
+from colocate import cli_kit
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("cancel")(cancel)
 
 
 def cancel(
-    name: str = typer.Argument(..., metavar="NAME", help="Job name, as printed by colocate submit."),
-    state: Path = typer.Option(..., "--state", help="State directory of the scheduler."),
+    name: str = cli_kit.Argument(..., metavar="NAME", help="Job name, as printed by colocate submit."),
+    state: Path = cli_kit.Option(..., "--state", help="State directory of the scheduler."),
 ) -> None:
     """Cancel a job."""
     from scheduler.service.front.client import cancel_job
 
     previous = cancel_job(state, name)
-    typer.echo(f"{name}: {'already ' + previous if previous in ('completed', 'failed', 'cancelled') else 'cancel requested'}")
+    cli_kit.echo(f"{name}: {'already ' + previous if previous in ('completed', 'failed', 'cancelled') else 'cancel requested'}")

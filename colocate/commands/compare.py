@@ -10,8 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import typer
-
+from colocate import cli_kit
 from colocate.cli_config import ConfigSpec, config_command
 from colocate.commands.simulate import ilp_settings
 from scheduler.ilp.config import IlpConfig
@@ -31,7 +30,7 @@ def measured_pairs(results_dir: Path) -> tuple[tuple[str, str, str, float, float
                  for r in frame.itertuples(index=False))
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("compare")(compare_command)
 
 
@@ -69,7 +68,7 @@ def _progress_bar(description: str, total: int, completed: int) -> Iterator[Call
 
 
 @config_command(ConfigSpec("request", CompareRequest, panel="Comparison"),
-                ConfigSpec("sim", SimConfig, panel="Simulator", aliases=True),
+                ConfigSpec("sim", SimConfig, panel="Simulator"),
                 ConfigSpec("ilp", IlpConfig, flags=(), panel="Round ILP (colocate, sia)"))
 def compare_command(*, request: CompareRequest, sim: SimConfig, ilp: IlpConfig) -> None:
     """Run the policies on every workload (in parallel processes) and write report.md, summary.csv and plots."""
@@ -83,7 +82,7 @@ def compare_command(*, request: CompareRequest, sim: SimConfig, ilp: IlpConfig) 
         report, means, failed = compare_policies(request, progress=_progress_bar)
     except SimulationFailed as err:
         error_console.print(f"[red]error:[/] {err}", highlight=False)
-        raise typer.Exit(1) from None
+        raise cli_kit.Exit(1) from None
     for (load, policy), row in means.iterrows():
         console.print(f"{load:>4g}× {policy:>13}: avg JCT {row.avg_jct_s / 3600:.3f} h · p99 {row.p99_jct_s / 3600:.2f} h"
                       f" · {row.gpu_hours:.0f} GPU-h · packed {row.packed_fraction:.1%}"
@@ -92,4 +91,4 @@ def compare_command(*, request: CompareRequest, sim: SimConfig, ilp: IlpConfig) 
     for line in failed:
         error_console.print(f"[red]failed:[/] {line}", highlight=False)
     if failed:
-        raise typer.Exit(1)
+        raise cli_kit.Exit(1)

@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import typer
+from colocate import cli_kit
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("jobs")(jobs)
 
 
@@ -85,9 +85,9 @@ def clip(text: str, width: int) -> str:
 
 
 def jobs(
-    state: Path = typer.Option(..., "--state", help="State directory of the scheduler."),
-    as_json: bool = typer.Option(False, "--json", help="JSON: jobs and the learned tables."),
-    watch: bool = typer.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),
+    state: Path = cli_kit.Option(..., "--state", help="State directory of the scheduler."),
+    as_json: bool = cli_kit.Option(False, "--json", help="JSON: jobs and the learned tables."),
+    watch: bool = cli_kit.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),
 ) -> None:
     """Show every job of a scheduler instance."""
     from scheduler.service.front.views import job_views, learned_view, server_status, set_aside_view
@@ -97,7 +97,7 @@ def jobs(
     store = StateStore(state, create=False, readonly=True)
     if as_json:  # scripts poll this: no Rich console (its module imports pandas)
         views = job_views(store)
-        typer.echo(json.dumps({"jobs": views, "learned": learned_view(store), "rounds": store.meta_value("rounds") or 0,
+        cli_kit.echo(json.dumps({"jobs": views, "learned": learned_view(store), "rounds": store.meta_value("rounds") or 0,
                                "server": server_status(store), "round_failures": failures_view(store),
                                "set_aside": set_aside_view(store)}, indent=2))
         return

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
+from colocate import cli_kit
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("learned")(learned)
 
 
 def learned(
-    state: Path = typer.Option(..., "--state", help="State directory of the scheduler."),
-    out: Path = typer.Option(None, "--out", "-o", help="Write the learned colocation table here (CSV)."),
+    state: Path = cli_kit.Option(..., "--state", help="State directory of the scheduler."),
+    out: Path = cli_kit.Option(None, "--out", "-o", help="Write the learned colocation table here (CSV)."),
 ) -> None:
     """Show (or export) measured throughputs and pair ratios, with the number of samples behind each and their
     source (run or probe), and the automatic probes."""
@@ -39,7 +39,7 @@ def learned(
         frame = learned_table_frame(view["colocation"])
         if not len(frame):
             console.print("no packed pair has been measured against a measured solo time yet; nothing written")
-            raise typer.Exit(1)
+            raise cli_kit.Exit(1)
         write_colocation_table(frame, out)
         console.print(f"wrote {len(frame)} pair(s) to {out}", highlight=False)
         return

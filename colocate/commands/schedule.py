@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-import typer
-
+from colocate import cli_kit
 from colocate.cli_config import ConfigSpec, config_command
 from common.errors import InputError
 from scheduler.formats.allocation_file import allocation_document as decision_to_json
@@ -20,7 +19,7 @@ from scheduler.formats.profiles import load_goodput_model
 from scheduler.ilp.config import IlpConfig
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("schedule")(schedule)
 
 
@@ -66,20 +65,20 @@ def _check_inputs(jobs: list, cluster: Any, model: Any, jobs_path: Path) -> None
                              field=field, valid="a GPU count and batch size the profiles cover on some GPU type")
 
 
-@config_command(ConfigSpec("ilp", IlpConfig, panel="Round ILP", aliases=True))
+@config_command(ConfigSpec("ilp", IlpConfig, panel="Round ILP"))
 def schedule(
-    cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML: gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}."),
-    jobs: Path = typer.Option(..., "--jobs", help="Jobs CSV (name,application[,num_gpus,adaptive,...])."),
-    profiles: Optional[Path] = typer.Option(None, "--profiles", help="Throughput profiles: a CSV "
+    cluster: Path = cli_kit.Option(..., "--cluster", help="Cluster YAML: gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}."),
+    jobs: Path = cli_kit.Option(..., "--jobs", help="Jobs CSV (name,application[,num_gpus,adaptive,...])."),
+    profiles: Optional[Path] = cli_kit.Option(None, "--profiles", help="Throughput profiles: a CSV "
                                             "(application,gpu_type,num_gpus,batch_size,throughput) or Sia's "
                                             "traces directory. Default: Sia's traces in the shared data "
                                                  "directory (COLOCATE_SHARED_DATA) if present, else the bundled "
                                                  "profiles."),
-    colocation: Optional[Path] = typer.Option(None, "--colocation", help="Colocation table CSV "
+    colocation: Optional[Path] = cli_kit.Option(None, "--colocation", help="Colocation table CSV "
                                               "(gpu_type,type_a,type_b,ratio_a,ratio_b). Default: the bundled tables, as "
                                                    "simulate (transferred from Gavel's measurements, and the pairs "
                                                    "measured on the H100 under MPS); --no-packing: none."),
-    as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON instead of a table."),
+    as_json: bool = cli_kit.Option(False, "--json", help="Print the decision as JSON instead of a table."),
     *,
     ilp: IlpConfig,
 ) -> None:
@@ -111,7 +110,7 @@ def schedule(
     if as_json:
         from common.safe_load import json_text
 
-        typer.echo(json_text(decision_to_json(decision, placement), indent=2))
+        cli_kit.echo(json_text(decision_to_json(decision, placement), indent=2))
         return
     _print_table(decision, placement, the_jobs)
 

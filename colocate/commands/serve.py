@@ -5,8 +5,7 @@ from __future__ import annotations
 import signal
 from dataclasses import replace
 
-import typer
-
+from colocate import cli_kit
 from colocate.cli_config import ConfigSpec, config_command, entries, explicit_settings
 from common.errors import InputError
 from scheduler.service.config import ILP_POLICIES, ServeConfig
@@ -20,7 +19,7 @@ SERVE_SPEC = ConfigSpec("serve", ServeConfig, base=ServeConfig, panel="Scheduler
                                "probe.budget_gpu_s"))
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("serve")(serve)
 
 
@@ -70,4 +69,4 @@ def serve(*, request: ServeRequest, serve: ServeConfig) -> None:
         from common.untrusted import printable
 
         error_console.print(f"error: {printable(err)}", highlight=False, markup=False, soft_wrap=True)
-        raise typer.Exit(3) from None
+        raise cli_kit.Exit(3) from None

@@ -8,21 +8,20 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import typer
-
+from colocate import cli_kit
 from colocate.cli_config import ConfigSpec, config_command, entries, explicit_settings
 from scheduler.ilp.config import IlpConfig
 from scheduler.policies import POLICY_NAMES
 from scheduler.sim.config import SimConfig
 
-SIM_SPEC = ConfigSpec("sim", SimConfig, panel="Simulator", aliases=True)
+SIM_SPEC = ConfigSpec("sim", SimConfig, panel="Simulator")
 ILP_SPEC = ConfigSpec("ilp", IlpConfig, flags=("max_group_size", "max_slowdown"), panel="Round ILP (colocate, sia)")
 
 
 POLICY_HELP = "Scheduling policy (the README's policy table)."
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("simulate")(simulate_command)
 
 
@@ -138,19 +137,19 @@ def _print_summary(result: Any, title: str, out: Path | None) -> None:
 
 @config_command(SIM_SPEC, ILP_SPEC)
 def simulate_command(
-    cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML (e.g. scheduler/examples/sia-64gpu.yaml)."),
-    workload: Path = typer.Option(..., "--workload", help="Sia/Pollux workload CSV, Gavel .trace or Philly job CSV."),
-    policy: str = typer.Option("colocate", "--policy", help=POLICY_HELP, metavar="|".join(POLICY_NAMES)),
-    colocation: Path = typer.Option(None, "--colocation",
+    cluster: Path = cli_kit.Option(..., "--cluster", help="Cluster YAML (e.g. scheduler/examples/sia-64gpu.yaml)."),
+    workload: Path = cli_kit.Option(..., "--workload", help="Sia/Pollux workload CSV, Gavel .trace or Philly job CSV."),
+    policy: str = cli_kit.Option("colocate", "--policy", help=POLICY_HELP, metavar="|".join(POLICY_NAMES)),
+    colocation: Path = cli_kit.Option(None, "--colocation",
                                     help="Colocation table CSV, or a results directory (e.g. from import-pairs) "
                                          "whose measured pairs become one (default for packing policies: the "
                                          "bundled tables: transferred from Gavel's measurements, and the "
                                          "pairs measured on the H100 under MPS)."),
-    profiles: Path = typer.Option(None, "--profiles",
+    profiles: Path = cli_kit.Option(None, "--profiles",
                                   help="Throughput profiles: Sia traces dir or profile CSV (default: "
                                        "<shared data>/sia/traces)."),
-    out: Path = typer.Option(None, "--out", "-o", help="Write jobs/rounds/allocations Parquet + summary.json here."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
+    out: Path = cli_kit.Option(None, "--out", "-o", help="Write jobs/rounds/allocations Parquet + summary.json here."),
+    as_json: bool = cli_kit.Option(False, "--json", help="Print the summary as one JSON object."),
     *,
     sim: SimConfig,
     ilp: IlpConfig,

@@ -47,31 +47,31 @@ def _warm_cell(s: dict[str, Any]) -> str:
 
 def register_bench(bench_app: Any) -> None:
     """Add ``colocate bench scheduler`` to the bench sub-app."""
-    import typer
+    from colocate import cli_kit
 
     @bench_app.command("scheduler")
     def scheduler_bench(
-        cases: str = typer.Option(",".join(f"{g}:{j}" for g, j in DEFAULT_CASES), "--cases",
+        cases: str = cli_kit.Option(",".join(f"{g}:{j}" for g, j in DEFAULT_CASES), "--cases",
                                   help="GPUS:JOBS pairs, comma-separated (GPUS a multiple of 64)."),
-        repeats: int = typer.Option(3, "--repeats", help="Random rounds per case (medians are reported)."),
-        profiles: Path = typer.Option(None, "--profiles", help="Sia traces directory (default ../shared/data/sia/traces)."),
-        colocation: Path = typer.Option(None, "--colocation", help="Colocation table (default: transferred table)."),
-        top_k: int = typer.Option(3, "--top-k"),
-        max_group_size: int = typer.Option(2, "--max-group-size", help="2 (pairs) or 3 (pairs and triples)."),
-        reference: bool = typer.Option(True, "--reference/--no-reference",
+        repeats: int = cli_kit.Option(3, "--repeats", help="Random rounds per case (medians are reported)."),
+        profiles: Path = cli_kit.Option(None, "--profiles", help="Sia traces directory (default ../shared/data/sia/traces)."),
+        colocation: Path = cli_kit.Option(None, "--colocation", help="Colocation table (default: transferred table)."),
+        top_k: int = cli_kit.Option(3, "--top-k"),
+        max_group_size: int = cli_kit.Option(2, "--max-group-size", help="2 (pairs) or 3 (pairs and triples)."),
+        reference: bool = cli_kit.Option(True, "--reference/--no-reference",
                                        help="Compute the exact reference (all-pairs LP bound) for the gap."),
-        plot: Path = typer.Option(None, "--plot", help="Write a log-log plot of round CPU time vs GPUs here."),
-        time_limit: float = typer.Option(10.0, "--time-limit", help="Solver limit for sia and top-k rounds."),
-        all_pairs_time_limit: float = typer.Option(60.0, "--all-pairs-time-limit"),
-        all_pairs_max_pairs: int = typer.Option(150_000, "--all-pairs-max-pairs",
+        plot: Path = cli_kit.Option(None, "--plot", help="Write a log-log plot of round CPU time vs GPUs here."),
+        time_limit: float = cli_kit.Option(10.0, "--time-limit", help="Solver limit for sia and top-k rounds."),
+        all_pairs_time_limit: float = cli_kit.Option(60.0, "--all-pairs-time-limit"),
+        all_pairs_max_pairs: int = cli_kit.Option(150_000, "--all-pairs-max-pairs",
                                                 help="Skip all-pairs above this many candidate pairs."),
-        exact_time_limit: float = typer.Option(120.0, "--exact-time-limit",
+        exact_time_limit: float = cli_kit.Option(120.0, "--exact-time-limit",
                                                help="Limit for the gap-0 all-pairs solve (else LP bound)."),
-        out: Path = typer.Option(None, "--out", help="Write per-round rows as CSV here."),
-        seed: int = typer.Option(0, "--seed"),
-        rounds: int = typer.Option(3, "--rounds", help="Rounds per repeat: the first cold, the rest steady-state "
+        out: Path = cli_kit.Option(None, "--out", help="Write per-round rows as CSV here."),
+        seed: int = cli_kit.Option(0, "--seed"),
+        rounds: int = cli_kit.Option(3, "--rounds", help="Rounds per repeat: the first cold, the rest steady-state "
                                                         "(jobs keep their allocation) with the warm start."),
-        turnover: float = typer.Option(0.02, "--turnover", help="Share of jobs replaced between rounds."),
+        turnover: float = cli_kit.Option(0.02, "--turnover", help="Share of jobs replaced between rounds."),
     ) -> None:
         """Round solve time at 64..2,048 GPUs, with/without packing, vs all-pairs; gap vs the exact optimum."""
         import pandas as pd
