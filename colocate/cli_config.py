@@ -30,7 +30,7 @@ from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type
 
 from colocate import cli_kit
 from common.errors import InputError
-from common.options import choices_of, flag_of, is_nested, is_option
+from common.options import choices_of, flag_of, is_nested, is_option, shared_field
 
 _MISSING: Any = dataclasses.MISSING
 _SET = "set_options"
@@ -189,8 +189,17 @@ def _parameter(entry: Entry) -> inspect.Parameter:
         return inspect.Parameter(entry.param, inspect.Parameter.KEYWORD_ONLY, default=argument, annotation=kind)
     option = cli_kit.Option(default, *decls, help=entry.help, show_default=entry.field.metadata.get("show_default", True),
                           metavar=entry.field.metadata.get("metavar") or ("|".join(choices) if choices else None),
-                          rich_help_panel=entry.spec.panel)
+                          panel=entry.spec.panel)
     return inspect.Parameter(entry.param, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
+
+
+def input_option(name: str, default: Any = None, *, show_default: str | bool = True) -> Any:
+    """A hand-written option that is :class:`common.options.Inputs`' ``name`` (``--cluster``, ``--profiles``,
+    ``--colocation``, ``--out``, ``--json``): its one flag and help, with this command's default (``...``:
+    required)."""
+    field = shared_field(name)
+    decls = [flag_of(field), *([field.metadata["short"]] if field.metadata.get("short") else [])]
+    return cli_kit.Option(default, *decls, help=field.metadata["help"], show_default=show_default)
 
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")

@@ -27,6 +27,8 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 import click
 from click.exceptions import Exit
 
+from common.errors import InputError
+
 Context = click.Context
 echo = click.echo
 __all__ = ["App", "Argument", "Context", "Exit", "Option", "echo"]
@@ -47,7 +49,8 @@ class _Declared:
 def Option(default: Any = ..., *decls: str, **settings: Any) -> Any:  # noqa: N802  (reads as a declaration)
     """An option: ``default`` (``...``: required), its flags (none: ``--<name>``), and ``help``, ``metavar``,
     ``show_default`` (True, False or a text), ``hidden``, ``min``/``max``, path checks (``exists``, ``file_okay``,
-    ``dir_okay``, ...), ``callback`` (called with the value), ``is_eager``, ``rich_help_panel`` (its heading)."""
+    ``dir_okay``, ...), ``callback`` (called with the value), ``is_eager``, ``panel`` (the heading it
+    is listed under in ``--help``)."""
     return _Declared("option", default, decls, settings)
 
 
@@ -101,6 +104,29 @@ def _shape(annotation: Any, settings: dict[str, Any]) -> _Shape:
     return _Shape(type=_leaf_type(inner, settings))
 
 
+class _Option(click.Option):
+    """An option with the heading it is listed under in ``--help`` (``panel``; None: Options)."""
+
+    def __init__(self, *args: Any, panel: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.panel = panel
+
+
+class _Command(click.Command):
+    """Lists its options under their headings: Options first, then each panel in order of appearance."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {"Options": []}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None and isinstance(param, click.Option):
+                sections.setdefault(getattr(param, "panel", None) or "Options", []).append(record)
+        for title, rows in sections.items():
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
 def _value_callback(callback: Callable[[Any], Any] | None) -> Any:
     if callback is None:
         return None
@@ -125,11 +151,39 @@ def _click_param(name: str, annotation: Any, declared: _Declared) -> click.Param
     common: dict[str, Any] = dict(
         help=settings.get("help"), hidden=settings.get("hidden", False), metavar=settings.get("metavar"),
         show_default=settings.get("show_default", True), callback=_value_callback(settings.get("callback")),
-        is_eager=settings.get("is_eager", False), expose_value=settings.get("expose_value", True))
+        is_eager=settings.get("is_eager", False), expose_value=settings.get("expose_value", True),
+        panel=settings.get("panel"))
     if shape.flag:
-        return click.Option([*decls, name], is_flag=True, required=required, **given, **common)
-    return click.Option([*decls, name], type=shape.type, required=required, multiple=shape.many,
+        return _Option([*decls, name], is_flag=True, required=required, **given, **common)
+    return _Option([*decls, name], type=shape.type, required=required, multiple=shape.many,
                         nargs=shape.nargs, **given, **common)
+
+
+def _names(field: str, param: click.Parameter) -> bool:
+    """Whether the library's field name ``field`` is this parameter's (``cfg__serve__sharing`` is ``sharing``)."""
+    return isinstance(param, click.Option) and bool(param.name) and str(param.name).split("__")[-1] == field
+
+
+def _about(source: str | None, value: Any) -> bool:
+    """Whether an error's ``source`` is the parameter's value, or a file inside it (a state directory's
+    database): no source, or a source of some other file (a job file's ``cluster`` key), is not."""
+    if source is None:
+        return True
+    if value is None or isinstance(value, (bool, list, tuple)):
+        return False
+    given, at = Path(str(value)).absolute(), Path(source).absolute()
+    return at == given or given in at.parents
+
+
+def flag_named(err: InputError, params: list[click.Parameter], values: dict[str, Any]) -> InputError:
+    """The library names a field of its config (``state``, ``sharing``); the user typed a flag: the same error
+    naming the command's flag for that field (``--state``), or ``err`` itself where no parameter is that field."""
+    if type(err) is not InputError or not err.field or err.field.startswith("-"):
+        return err
+    for param in params:
+        if _names(err.field, param) and _about(err.source, values.get(str(param.name))):
+            return InputError(err.detail, source=err.source, field=param.opts[0], valid=err.valid)
+    return err
 
 
 def _annotations(func: Callable[..., Any]) -> dict[str, Any]:
@@ -162,10 +216,16 @@ def build_command(func: Callable[..., Any], name: str | None = None, help: str |
     def invoke(**kwargs: Any) -> Any:
         if context_name is not None:
             kwargs[context_name] = click.get_current_context()
-        return func(**kwargs)
+        try:
+            return func(**kwargs)
+        except InputError as err:
+            named = flag_named(err, params, kwargs)
+            if named is err:
+                raise
+            raise named from None
 
     text = help if help is not None else inspect.getdoc(func)
-    return click.Command(name or func.__name__.replace("_", "-"), callback=invoke, params=params, help=text,
+    return _Command(name or func.__name__.replace("_", "-"), callback=invoke, params=params, help=text,
                          **settings)
 
 

@@ -93,3 +93,30 @@ def set_options(config: Any, namespace: str) -> list[str]:
         else:
             out.append(f"{flag_of(field)} {value}")
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """What many commands read and where they write: each idea has this one flag and this one help text. A
+    command (:func:`colocate.cli_config.input_option`) or another config (:func:`shared_option`) takes the
+    field with a default of its own; ``show_default`` says what that default is where it is not a value."""
+
+    cluster: Any = option(None, "Cluster YAML: gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}.")
+    profiles: Any = option(None, "Throughput profiles: a profile CSV (application,gpu_type,num_gpus,batch_size,"
+                                 "throughput) or Sia's traces directory.")
+    colocation: Any = option(None, "Pair ratios: a colocation table CSV (gpu_type,type_a,type_b,ratio_a,ratio_b), "
+                                   "or a results directory (e.g. from import-pairs) whose measured pairs become one.")
+    out: Any = option(None, "Where to write the output (a directory, or the file the command's description "
+                            "names).", short="-o")
+    as_json: bool = option(False, "Print the result as JSON instead of tables.", flag="--json")
+
+
+def shared_field(name: str) -> dataclasses.Field:
+    """The :class:`Inputs` field ``name`` (its flag, short form and help)."""
+    return {f.name: f for f in dataclasses.fields(Inputs)}[name]
+
+
+def shared_option(name: str, default: Any = _MISSING, *, show_default: str | bool = True) -> Any:
+    """A field of another config that is :class:`Inputs`' ``name``: the same flag and help, its own default."""
+    meta = shared_field(name).metadata
+    return option(default, meta["help"], flag=meta["flag"], short=meta["short"], show_default=show_default)

@@ -28,7 +28,7 @@ def test_help_shows_flags_without_a_value_type(monkeypatch) -> None:
         assert "<bool>" not in done.stdout, args
         assert re.search(r"--help\s+Show this message", done.stdout), done.stdout
     simulate_help = done.stdout
-    assert re.search(r"--json\s+Print the summary", simulate_help)
+    assert re.search(r"--json\s+Print the result as JSON", simulate_help)
     assert "-o, --out PATH" in simulate_help  # options that take a value keep their type
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from colocate import cli_kit
@@ -18,16 +17,6 @@ from scheduler.sim.compare import CompareRequest
 from scheduler.sim.config import SimConfig
 
 __all__ = ["compare_command", "register"]
-
-
-def measured_pairs(results_dir: Path) -> tuple[tuple[str, str, str, float, float], ...]:
-    """A results directory's measured pairs as colocation-table rows (what ``simulate --colocation DIR`` reads)."""
-    from colocate.analysis.matrix import measured_colocation_table
-    from colocate.analysis.results import load_results
-
-    frame = measured_colocation_table(load_results(results_dir))
-    return tuple((str(r.gpu_type), str(r.type_a), str(r.type_b), float(r.ratio_a), float(r.ratio_b))
-                 for r in frame.itertuples(index=False))
 
 
 def register(app: cli_kit.App) -> None:
@@ -71,12 +60,15 @@ def _progress_bar(description: str, total: int, completed: int) -> Iterator[Call
                 ConfigSpec("sim", SimConfig, panel="Simulator"),
                 ConfigSpec("ilp", IlpConfig, flags=(), panel="Round ILP (colocate, sia)"))
 def compare_command(*, request: CompareRequest, sim: SimConfig, ilp: IlpConfig) -> None:
-    """Run the policies on every workload (in parallel processes) and write report.md, summary.csv and plots."""
+    """Run the policies on every workload (in parallel processes) and write report.md, summary.csv and plots
+    (--out: the report directory, e.g. results/sim/NAME)."""
     from colocate.commands._output import console, error_console
     from scheduler.sim.compare import SimulationFailed, compare_policies
 
     request = replace(request, sim=sim, ilp_options=ilp_settings())
     if request.colocation is not None and request.colocation.is_dir():
+        from colocate.analysis.matrix import measured_pairs
+
         request = replace(request, colocation_rows=measured_pairs(request.colocation))
     try:
         report, means, failed = compare_policies(request, progress=_progress_bar)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
 def register(app: cli_kit.App) -> None:
@@ -30,11 +31,11 @@ def compare_gpus(
                                    "resnet18@64:tf32) or model (the network; medians over batches)."),
     sharing: str = cli_kit.Option(None, "--sharing",
                                 help="MODE for both types, or MODE_A,MODE_B (default: every mode both have)."),
-    out: Path = cli_kit.Option(None, "--out", "-o", help="Directory for the CSVs, JSON and plot.",
-                                show_default="RESULTS_DIR/gpu-compare"),
+    out: Path = input_option("out", show_default="RESULTS_DIR/gpu-compare"),
     top: int = cli_kit.Option(15, "--top", help="Pairs to print, the largest differences first (all: in the CSV)."),
 ) -> None:
-    """Compare the pairs measured on two GPU types: δ on each, differences, pairs worth packing on one only."""
+    """Compare the pairs measured on two GPU types: δ on each, differences, pairs worth packing on one only
+    (--out: the directory for the CSVs, JSON and plot)."""
     from rich.table import Table
 
     from colocate.analysis.gavel import load_inputs

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from colocate import cli_kit
+from colocate.cli_config import input_option
 
 DEMO_POLICIES = ("colocate", "sia")
 
@@ -50,7 +51,7 @@ def _example(name: str) -> Path:
 
 
 def demo(
-    out: Path = cli_kit.Option(Path("results/demo"), "--out", "-o", help="Results directory."),
+    out: Path = input_option("out", Path("results/demo")),
     device: str = cli_kit.Option(None, "--device", help="cpu or cuda[:N].", show_default="cuda if available"),
     spec_path: Path = cli_kit.Option(None, "--spec", help="Use this campaign instead of the embedded one."),
     skip_simulation: bool = cli_kit.Option(False, "--skip-simulation", help="Stop after the matrices."),

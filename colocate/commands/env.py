@@ -13,6 +13,7 @@ from importlib import metadata
 from typing import Any
 
 from colocate import cli_kit
+from colocate.cli_config import input_option
 
 PACKAGES = ("colocate", "torch", "numpy", "pandas", "pyarrow", "networkx", "pulp", "highspy", "nvidia-ml-py",
             "nvtx", "typer", "rich", "matplotlib", "ray")
@@ -69,7 +70,7 @@ def collect_env() -> dict[str, Any]:
 
 
 def env(
-    as_json: bool = cli_kit.Option(False, "--json", help="Print as JSON."),
+    as_json: bool = input_option("as_json", False),
     check: bool = cli_kit.Option(False, "--check", help="Preflight: prove MPS works (private daemon + a tiny "
                                "CUDA client), report compute mode, foreign MPS daemons, NVML/GPM, memory."),
     device: str = cli_kit.Option("cuda", "--device", help="GPU the preflight checks: cuda or cuda:N."),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
 def register(app: cli_kit.App) -> None:
@@ -13,12 +14,12 @@ def register(app: cli_kit.App) -> None:
 
 def export_gavel(
     results_dirs: list[Path] = cli_kit.Argument(..., metavar="RESULTS_DIR...", help="One or more results directories."),
-    out: Path = cli_kit.Option(None, "--out", "-o", help="JSON file.",
-                               show_default="RESULTS_DIR/gavel_throughputs.json"),
+    out: Path = input_option("out", show_default="RESULTS_DIR/gavel_throughputs.json"),
     sharing: str = cli_kit.Option(None, "--sharing", help="Sharing mode to export when the results hold several."),
     scale_factor: int = cli_kit.Option(1, "--scale-factor", min=1, help="Scale factor written into the job keys."),
 ) -> None:
-    """Write solo and pair throughputs (steps/s) as Gavel's simulation_throughputs.json layout."""
+    """Write solo and pair throughputs (steps/s) as Gavel's simulation_throughputs.json layout
+    (--out: the JSON file)."""
     from colocate.analysis.gavel import export_gavel as convert
     from colocate.analysis.results import load_results
     from colocate.commands._output import console

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
 def register(app: cli_kit.App) -> None:
@@ -14,11 +15,11 @@ def register(app: cli_kit.App) -> None:
 def export_pairs(
     results_dirs: list[Path] = cli_kit.Argument(None, metavar="RESULTS_DIR...", help="Results directories."),
     gavel: list[Path] = cli_kit.Option(None, "--gavel", help="Gavel throughput JSON (repeatable)."),
-    out: Path = cli_kit.Option(None, "--out", "-o", help="CSV to write; the JSON goes beside it.",
-                               show_default="RESULTS_DIR/pairs_export.csv"),
+    out: Path = input_option("out", show_default="RESULTS_DIR/pairs_export.csv"),
     gpu_type: list[str] = cli_kit.Option(None, "--gpu-type", help="Only these GPU types (repeatable)."),
 ) -> None:
-    """Write every measured pair with both jobs' solo and co-located figures, units and provenance."""
+    """Write every measured pair with both jobs' solo and co-located figures, units and provenance
+    (--out: the CSV; the JSON goes beside it)."""
     from colocate.analysis.gavel import load_inputs
     from colocate.analysis.pairs_export import check_export_targets
     from colocate.analysis.pairs_export import export_pairs as write

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
 def register(app: cli_kit.App) -> None:
@@ -13,13 +14,14 @@ def register(app: cli_kit.App) -> None:
 
 def import_gavel(
     file: Path = cli_kit.Argument(..., metavar="FILE.json", help="Gavel throughput file (e.g. simulation_throughputs.json)."),
-    out: Path = cli_kit.Option(..., "--out", "-o", help="Results directory to write (runs/jobs Parquet + CSV, meta.json)."),
+    out: Path = input_option("out", ...),
     gpu_type: list[str] = cli_kit.Option(None, "--gpu-type", help="Worker types to import (repeatable).",
                                         show_default="all"),
     scale_factor: int = cli_kit.Option(1, "--scale-factor", min=1, help="Gavel scale factor (GPUs per job) to import."),
     matrices: bool = cli_kit.Option(True, "--matrices/--no-matrices", help="Also write compatibility matrices to OUT/matrices."),
 ) -> None:
-    """Convert Gavel's solo and pair throughputs into our results schema ([0, 0] pairs become infeasible)."""
+    """Convert Gavel's solo and pair throughputs into our results schema ([0, 0] pairs become infeasible;
+    --out: the results directory to write)."""
     from rich.table import Table
 
     from colocate.analysis.gavel import import_gavel as convert

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
 def register(app: cli_kit.App) -> None:
@@ -13,7 +14,7 @@ def register(app: cli_kit.App) -> None:
 
 def import_pairs(
     file: Path = cli_kit.Argument(..., metavar="FILE.csv", help="One row per measured pair (see the README)."),
-    out: Path = cli_kit.Option(..., "--out", "-o", help="Results directory to write (runs/jobs Parquet + CSV, meta.json)."),
+    out: Path = input_option("out", ...),
     column: list[str] = cli_kit.Option(None, "--column", help="CANONICAL=THEIRS column mapping (repeatable), "
                                                             "e.g. --column job_a=model1."),
     columns: Path = cli_kit.Option(None, "--columns", help="YAML: {columns: {canonical: theirs}, defaults: {...}}."),
@@ -24,7 +25,8 @@ def import_pairs(
                                                                         "OUT/matrices (at most 32 job types per GPU type)."),
     force: bool = cli_kit.Option(False, "--force", help="Replace an earlier import in OUT (its files are removed first)."),
 ) -> None:
-    """Convert a pair table (solo and co-located times, or speeds t/t′) into our results schema."""
+    """Convert a pair table (solo and co-located times, or speeds t/t′) into our results schema
+    (--out: the results directory to write: runs/jobs Parquet + CSV, meta.json)."""
     from colocate.analysis.gavel import write_import
     from colocate.analysis.pairs_import import (
         PairColumns,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
 def register(app: cli_kit.App) -> None:
@@ -86,7 +87,7 @@ def clip(text: str, width: int) -> str:
 
 def jobs(
     state: Path = cli_kit.Option(..., "--state", help="State directory of the scheduler."),
-    as_json: bool = cli_kit.Option(False, "--json", help="JSON: jobs and the learned tables."),
+    as_json: bool = input_option("as_json", False),
     watch: bool = cli_kit.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),
 ) -> None:
     """Show every job of a scheduler instance."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
 def register(app: cli_kit.App) -> None:
@@ -13,8 +14,7 @@ def register(app: cli_kit.App) -> None:
 
 def kernels(
     spec_path: Path = cli_kit.Argument(..., metavar="SPEC.yaml", help="Campaign file: models, batch_sizes, image_size, device."),
-    out: Path = cli_kit.Option(None, "--out", "-o", help="Results directory.",
-                               show_default="results/<name>-kernels"),
+    out: Path = input_option("out", show_default="results/<name>-kernels"),
     backend: str = cli_kit.Option("torch", "--backend", help="torch (PyTorch profiler) or ncu (Nsight Compute, CUDA)."),
     iters: int = cli_kit.Option(2, "--iters", min=1, help="Profiled iterations after warm-up."),
     force: bool = cli_kit.Option(False, "--force", help="Profile job types already in kernels.parquet again."),

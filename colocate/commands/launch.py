@@ -6,7 +6,7 @@ import sys
 from typing import Any
 
 from colocate import cli_kit
-from colocate.cli_config import ConfigSpec, config_command
+from colocate.cli_config import ConfigSpec, config_command, input_option
 from scheduler.executor.launch import LaunchRequest
 
 
@@ -59,7 +59,7 @@ class _JobBars:
 
 @config_command(ConfigSpec("launch", LaunchRequest))
 def launch(
-    as_json: bool = cli_kit.Option(False, "--json", help="Print the final job statuses as JSON."),
+    as_json: bool = input_option("as_json", False),
     *,
     launch: LaunchRequest,
 ) -> None:

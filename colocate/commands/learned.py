@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
 def register(app: cli_kit.App) -> None:
@@ -18,10 +19,10 @@ def register(app: cli_kit.App) -> None:
 
 def learned(
     state: Path = cli_kit.Option(..., "--state", help="State directory of the scheduler."),
-    out: Path = cli_kit.Option(None, "--out", "-o", help="Write the learned colocation table here (CSV)."),
+    out: Path = input_option("out"),
 ) -> None:
     """Show (or export) measured throughputs and pair ratios, with the number of samples behind each and their
-    source (run or probe), and the automatic probes."""
+    source (run or probe), and the automatic probes. --out writes the learned colocation table (a CSV)."""
     from rich.table import Table
 
     from colocate.commands._output import console

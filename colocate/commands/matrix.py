@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
 def register(app: cli_kit.App) -> None:
@@ -16,8 +17,7 @@ def matrix(
                                               help="Results directories (several GPU types are kept apart)."),
     gavel: list[Path] = cli_kit.Option(None, "--gavel", help="Also read a Gavel throughput JSON (repeatable)."),
     metric: str = cli_kit.Option("delta", "--metric", help="delta, throughput_sum or slowdown."),
-    out: Path = cli_kit.Option(None, "--out", "-o", help="Output directory.",
-                               show_default="RESULTS_DIR/matrices"),
+    out: Path = input_option("out", show_default="RESULTS_DIR/matrices"),
     gpu_type: list[str] = cli_kit.Option(None, "--gpu-type", help="Only these GPU types (repeatable)."),
     by_batch: bool = cli_kit.Option(True, "--by-batch/--no-by-batch", help="Also one matrix per shared batch size."),
     plots: bool = cli_kit.Option(True, "--plots/--no-plots", help="Draw PNG heatmaps (CSV and GraphML are always written)."),

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from colocate import cli_kit
-from colocate.cli_config import ConfigSpec, config_command
+from colocate.cli_config import ConfigSpec, config_command, input_option
 from common.errors import InputError
 from scheduler.learning.predictor.config import PredictorConfig
 
@@ -53,8 +53,7 @@ def predict(
     gavel: list[Path] = cli_kit.Option(None, "--gavel", help="Gavel throughput JSON (repeatable)."),
     gpu_type: list[str] = cli_kit.Option(None, "--gpu-type", help="Only these GPU types (repeatable)."),
     sharing: str = cli_kit.Option(None, "--sharing", help="Sharing mode when the inputs hold several."),
-    out: Path = cli_kit.Option(None, "--out", "-o", help="Colocation table CSV.",
-                               show_default="RESULTS_DIR/colocation_predicted.csv"),
+    out: Path = input_option("out", show_default="RESULTS_DIR/colocation_predicted.csv"),
     evaluate: bool = cli_kit.Option(False, "--evaluate", help="Leave one pair out, one job type (model@batch) "
                                                             "out and one model (all its batches) out, against five "
                                                             "baselines, with the intervals' coverage."),
@@ -64,7 +63,7 @@ def predict(
     *, predictor: PredictorConfig,
 ) -> None:
     """Predict t/t' (and δ), with intervals, of every pair of measured job types per GPU type and sharing mode;
-    every GPU type and sharing mode given is evidence for the others."""
+    every GPU type and sharing mode given is evidence for the others (--out: the colocation table CSV)."""
     from colocate.analysis.gavel import load_inputs
     from colocate.analysis.results import choose_sharing
     from colocate.prediction.predict import make_datasets

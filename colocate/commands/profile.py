@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
 def register(app: cli_kit.App) -> None:
@@ -16,9 +17,9 @@ def register(app: cli_kit.App) -> None:
 
 def profile(
     spec_path: Path = cli_kit.Argument(..., metavar="SPEC.yaml", help="Campaign file (see README)."),
-    out: Path = cli_kit.Option(None, "--out", "-o", help="Results directory.", show_default="results/<name>"),
+    out: Path = input_option("out", show_default="results/<name>"),
     dry_run: bool = cli_kit.Option(False, "--dry-run", help="List the runs that would execute, run nothing."),
-    as_json: bool = cli_kit.Option(False, "--json", help="Print per-cell results as JSON instead of a table."),
+    as_json: bool = input_option("as_json", False),
     backend: str = cli_kit.Option("local", "--backend", help="local, or ray (needs the ray extra)."),
     address: str = cli_kit.Option(None, "--address", help="Ray cluster address for --backend ray."),
 ) -> None:

@@ -49,6 +49,10 @@ def serve(*, request: ServeRequest, serve: ServeConfig) -> None:
 
     _check_policy_options(serve)
     request = replace(request, config=serve)
+    if request.colocation is not None and request.colocation.is_dir():  # a results directory's measured pairs
+        from colocate.analysis.matrix import measured_pairs
+
+        request = replace(request, colocation_rows=measured_pairs(request.colocation))
     stop = {"now": False}
 
     def request_stop(signum: int, frame: object) -> None:
@@ -68,5 +72,6 @@ def serve(*, request: ServeRequest, serve: ServeConfig) -> None:
     except StateChanged as err:  # not bad input: the state went away under a running server (exit 3)
         from common.untrusted import printable
 
-        error_console.print(f"error: {printable(err)}", highlight=False, markup=False, soft_wrap=True)
+        said = InputError(err.detail, source=err.source, field="--state", valid=err.valid)  # the field's flag
+        error_console.print(f"error: {printable(said)}", highlight=False, markup=False, soft_wrap=True)
         raise cli_kit.Exit(3) from None

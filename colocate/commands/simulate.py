@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from colocate import cli_kit
-from colocate.cli_config import ConfigSpec, config_command, entries, explicit_settings
+from colocate.cli_config import ConfigSpec, config_command, entries, explicit_settings, input_option
 from scheduler.ilp.config import IlpConfig
 from scheduler.policies import POLICY_NAMES
 from scheduler.sim.config import SimConfig
@@ -57,22 +57,6 @@ def ilp_settings() -> dict[str, Any]:
 
 def _hours(seconds: float) -> str:
     return "–" if not math.isfinite(seconds) else f"{seconds / 3600:.2f} h"
-
-
-def _colocation(path: Path | None):  # -> ColocationTable | None
-    """The ``--colocation`` table, read before the simulation starts (a bad file is an error before any
-    progress): a CSV as it is, a results directory's measured pairs as a table."""
-    if path is None:
-        return None
-    if not path.is_dir():
-        from scheduler.formats.colocation_table import load_colocation_table
-
-        return load_colocation_table(path)
-    from colocate.analysis.matrix import measured_colocation_table
-    from colocate.analysis.results import load_results
-    from scheduler.model.colocation import ColocationTable
-
-    return ColocationTable.from_frame(measured_colocation_table(load_results(path)))
 
 
 def _check_belief_table(belief: str) -> None:
@@ -137,24 +121,21 @@ def _print_summary(result: Any, title: str, out: Path | None) -> None:
 
 @config_command(SIM_SPEC, ILP_SPEC)
 def simulate_command(
-    cluster: Path = cli_kit.Option(..., "--cluster", help="Cluster YAML (e.g. scheduler/examples/sia-64gpu.yaml)."),
+    cluster: Path = input_option("cluster", ...),
     workload: Path = cli_kit.Option(..., "--workload", help="Sia/Pollux workload CSV, Gavel .trace or Philly job CSV."),
     policy: str = cli_kit.Option("colocate", "--policy", help=POLICY_HELP, metavar="|".join(POLICY_NAMES)),
-    colocation: Path = cli_kit.Option(None, "--colocation",
-                                    help="Colocation table CSV, or a results directory (e.g. from import-pairs) "
-                                         "whose measured pairs become one (default for packing policies: the "
-                                         "bundled tables: transferred from Gavel's measurements, and the "
-                                         "pairs measured on the H100 under MPS)."),
-    profiles: Path = cli_kit.Option(None, "--profiles",
-                                  help="Throughput profiles: Sia traces dir or profile CSV (default: "
-                                       "<shared data>/sia/traces)."),
-    out: Path = cli_kit.Option(None, "--out", "-o", help="Write jobs/rounds/allocations Parquet + summary.json here."),
-    as_json: bool = cli_kit.Option(False, "--json", help="Print the summary as one JSON object."),
+    colocation: Path = input_option("colocation", show_default="packing policies: the bundled tables (transferred "
+                                                               "from Gavel's measurements, and the pairs measured "
+                                                               "on the H100 under MPS)"),
+    profiles: Path = input_option("profiles", show_default="<shared data>/sia/traces"),
+    out: Path = input_option("out"),
+    as_json: bool = input_option("as_json", False),
     *,
     sim: SimConfig,
     ilp: IlpConfig,
 ) -> None:
-    """Simulate a workload under one policy; print JCTs, makespan, GPU-hours, utilization, packing."""
+    """Simulate a workload under one policy; print JCTs, makespan, GPU-hours, utilization, packing (--out: a
+    directory for jobs/rounds/allocations Parquet + summary.json)."""
     from common.safe_load import json_text
     from profiler.campaign.outdir import check_out_dir, prepare_out_dir
     from scheduler.formats.profiles import check_workload
@@ -166,7 +147,9 @@ def simulate_command(
 
     spec = policy_spec(policy)
     options = ilp_policy_options(spec.name, ilp)
-    table = _colocation(colocation)
+    from colocate.analysis.matrix import read_colocation
+
+    table = read_colocation(colocation)
     _check_belief_table(sim.belief)
     cluster_obj = load_cluster(cluster)
     work = read_workload(workload)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
 def register(app: cli_kit.App) -> None:
@@ -16,8 +17,7 @@ def submit(
                                            "command, steps or samples, batch size, GPUs, adaptive); several are "
                                            "validated first, then queued in order."),
     state: Path = cli_kit.Option(..., "--state", help="State directory of the scheduler."),
-    cluster: Path = cli_kit.Option(None, "--cluster", help="Cluster YAML to check the job against.",
-                                 show_default="the cluster the last colocate serve on --state recorded"),
+    cluster: Path = input_option("cluster", show_default="the cluster the last colocate serve on --state recorded"),
 ) -> None:
     """Queue jobs; prints each one's name. A job the cluster can never run is refused with the reason, and a bad
     file queues none of them."""

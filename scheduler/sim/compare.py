@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import InputError
-from common.options import option, set_options
+from common.options import option, set_options, shared_option
 from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.sim.config import SimConfig
 
@@ -34,17 +34,15 @@ ProgressHook = Callable[[str, int, int], AbstractContextManager[Callable[[dict[s
 class CompareRequest:
     """What to compare and where to write it: the options of ``colocate compare`` (checked by the plan)."""
 
-    cluster: Path = option(help="Cluster YAML.")
+    cluster: Path = shared_option("cluster")
     workloads: str = option(help="Glob of workload files (comma-separate several globs).")
-    out: Path = option(help="Report directory, e.g. results/sim/NAME.", short="-o")
+    out: Path = shared_option("out")  # the report directory, e.g. results/sim/NAME
     policies: str = option("colocate,sia,gavel", "Comma-separated policy names.")
     loads: str = option("1", "Load points: multiples of each workload's arrival rate (arrival times divided by it), "
                              "e.g. 0.5,1,1.5,2,3.")
-    colocation: Path | None = option(None, "Colocation table CSV, or a results directory (e.g. from import-pairs) "
-                                           "whose measured pairs become one.",
-                                     show_default="the bundled tables: transferred from Gavel's measurements, and "
-                                                  "the pairs measured on the H100 under MPS")
-    profiles: Path | None = option(None, "Throughput profiles (default: <shared data>/sia/traces).")
+    colocation: Path | None = shared_option("colocation", None, show_default="the bundled tables: transferred from "
+                                            "Gavel's measurements, and the pairs measured on the H100 under MPS")
+    profiles: Path | None = shared_option("profiles", None, show_default="<shared data>/sia/traces")
     workers: int | None = option(None, "Worker processes.", show_default="CPU cores, at most the runs")
     title: str | None = option(None, "Report title.")
     notes: Path | None = option(None, "Markdown file appended to the report as its Analysis section.")
@@ -164,14 +162,14 @@ def _checked_inputs(req: CompareRequest) -> tuple[Any, list[str]]:
     from scheduler.policies import policy_spec
 
     if req.workers is not None:
-        check_number(req.workers, field="--workers", low=1, high=256, integer=True)
+        check_number(req.workers, field="workers", low=1, high=256, integer=True)
     if req.notes is not None and not req.notes.is_file():
-        raise InputError("notes file not found", source=req.notes, field="--notes", valid="a Markdown file")
+        raise InputError("notes file not found", source=req.notes, field="notes", valid="a Markdown file")
     cluster = load_cluster(req.cluster)
     try:
         names = [policy_spec(p).name for p in req.policies.split(",") if p.strip()]
     except InputError as err:
-        raise InputError(err.detail, field="--policies", valid=err.valid) from None
+        raise InputError(err.detail, field="policies", valid=err.valid) from None
     if not names:
         raise InputError("no policy given", source="--policies", field="policies", valid="e.g. colocate,sia,gavel")
     return cluster, names
@@ -309,7 +307,7 @@ def write_comparison_report(plan: ComparePlan) -> Path:
     packing = any(policy_spec(p).packing for p in plan.names)
     # the simulator's default table is the union of the bundled tables (scheduler.formats.transfer.default_table)
     tables = [_table_file(req)] if req.colocation is not None else default_table_files()
-    notes = read_text(req.notes, field="--notes", what="notes file") if req.notes is not None else ""
+    notes = read_text(req.notes, field="notes", what="notes file") if req.notes is not None else ""
     failed = failed_runs(plan)
     if failed:
         notes = ("**Failed runs** (stopped on a broken invariant; left out of every table and plot):\n\n"

@@ -11,6 +11,7 @@ from scheduler.bench.simulator import DEFAULT_WORKLOADS, SIA_CLUSTER, run_benchm
 def register_bench(bench_app: Any) -> None:
     """Add ``colocate bench simulator`` to the bench sub-app."""
     from colocate import cli_kit
+    from colocate.cli_config import input_option
 
     @bench_app.command("simulator")
     def simulator_bench(
@@ -18,8 +19,8 @@ def register_bench(bench_app: Any) -> None:
                                       help="Comma-separated workload files (default: Sia's philly and saturn "
                                            "workload-1, 160 jobs each)."),
         policies: str = cli_kit.Option("colocate", "--policies", help="Comma-separated policies."),
-        cluster: Path = cli_kit.Option(SIA_CLUSTER, "--cluster"),
-        profiles: Path = cli_kit.Option(None, "--profiles", help="Sia traces directory (default <shared>/sia/traces)."),
+        cluster: Path = input_option("cluster", SIA_CLUSTER),
+        profiles: Path = input_option("profiles", show_default="<shared data>/sia/traces"),
         target_s: float = cli_kit.Option(None, "--target",
                                        help="Wall-time target per run, seconds (default: 10 s up to 200 jobs, "
                                             "120 s above)."),

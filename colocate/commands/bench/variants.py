@@ -46,6 +46,7 @@ def parse_variant(text: str) -> Any:
 def register_bench(bench_app: Any) -> None:
     """Add ``colocate bench variants`` to the bench sub-app."""
     from colocate import cli_kit
+    from colocate.cli_config import input_option
 
     @bench_app.command("variants")
     def variants_bench(
@@ -53,14 +54,12 @@ def register_bench(bench_app: Any) -> None:
         workloads: str = cli_kit.Option(None, "--workloads", help="Comma-separated workload files.",
                                       show_default="Sia's philly and saturn workload-1"),
         policies: str = cli_kit.Option("sia", "--policies", help="Comma-separated policies."),
-        cluster: Path = cli_kit.Option(SIA_CLUSTER, "--cluster", help="Cluster YAML.",
-                                     show_default="scheduler/examples/sia-64gpu.yaml"),
-        profiles: Path = cli_kit.Option(None, "--profiles", help="Throughput profiles.",
-                                      show_default="<shared data>/sia/traces"),
+        cluster: Path = input_option("cluster", SIA_CLUSTER, show_default="scheduler/examples/sia-64gpu.yaml"),
+        profiles: Path = input_option("profiles", show_default="<shared data>/sia/traces"),
         replicates: int = cli_kit.Option(1, "--replicates", help="Runs per workload: the trace itself, then copies with "
                                                                "every arrival moved inside one round."),
         repeats: int = cli_kit.Option(1, "--repeats", help="Timed repetitions, the variants alternating."),
-        as_json: bool = cli_kit.Option(False, "--json", help="One JSON line per run instead of a table."),
+        as_json: bool = input_option("as_json", False),
     ) -> None:
         """Run the simulator under model variants (ablations, fidelity, speed) and print each run's figures."""
         from rich.console import Console

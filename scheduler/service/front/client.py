@@ -80,13 +80,13 @@ def check_state(state_dir: str | Path) -> dict[str, Any]:
     store = StateStore(state_dir, create=False, readonly=True)
     try:
         if not store.path.exists():
-            raise InputError("no state database here", source=store.path, field="--state",
+            raise InputError("no state database here", source=store.path, field="state",
                              valid="the --state DIR of a colocate serve or submit")
         with database_errors(store.path, store.lock_wait_s):
             integrity = [r[0] for r in store._conn.execute("PRAGMA integrity_check")]
         if integrity != ["ok"]:
             raise InputError(f"fails SQLite's integrity check ({integrity[0][:120]})", source=store.path,
-                             field="--state", valid="a copy that passes; see docs/hardening.md")
+                             field="state", valid="a copy that passes; see docs/hardening.md")
         rows = store.jobs()
         groups, measurements, events = store.groups(), store.measurements(), store.events()
         store.check_meta()
