@@ -111,12 +111,14 @@ class Inputs:
     as_json: bool = option(False, "Print the result as JSON instead of tables.", flag="--json")
 
 
-def shared_field(name: str) -> dataclasses.Field:
-    """The :class:`Inputs` field ``name`` (its flag, short form and help)."""
-    return {f.name: f for f in dataclasses.fields(Inputs)}[name]
+def shared_field(name: str, of: type = Inputs) -> dataclasses.Field:
+    """The field ``name`` of the shared declarations ``of`` (:class:`Inputs`, or another such as the executors'
+    ``Runtime``): its flag, short form, choices and help."""
+    return {f.name: f for f in dataclasses.fields(of)}[name]
 
 
-def shared_option(name: str, default: Any = _MISSING, *, show_default: str | bool = True) -> Any:
-    """A field of another config that is :class:`Inputs`' ``name``: the same flag and help, its own default."""
-    meta = shared_field(name).metadata
-    return option(default, meta["help"], flag=meta["flag"], short=meta["short"], show_default=show_default)
+def shared_option(name: str, default: Any = _MISSING, *, show_default: str | bool = True, of: type = Inputs) -> Any:
+    """A field of another config that is ``of``'s ``name``: the same flag, choices and help, its own default."""
+    meta = shared_field(name, of).metadata
+    return option(default, meta["help"], flag=meta["flag"] or flag_of(shared_field(name, of)), short=meta["short"],
+                  choices=meta["choices"], show_default=show_default)

@@ -90,3 +90,19 @@ def test_the_library_names_a_field_and_the_command_line_its_flag(tmp_path: Path)
     inside = InputError("bad", source=tmp_path / "state" / "server.db", field="state")
     jobs = build_app().commands["jobs"]
     assert flag_named(inside, jobs.params, {"state": tmp_path / "state"}).field == "--state"
+
+
+def test_launch_and_serve_share_the_runtime_flags() -> None:
+    """``--device``, ``--sharing``, ``--threads`` and ``--grace``: one help text on both (``Runtime``), each
+    command with its own default (serve gives a stopped job 30 s to checkpoint, launch 10 s)."""
+    commands = _commands()
+    helps: dict[str, set[str]] = {}
+    defaults: dict[tuple[str, str], Any] = {}
+    for path in ("launch", "serve"):
+        for param in commands[path].params:
+            for flag in set(getattr(param, "opts", [])) & {"--device", "--sharing", "--threads", "--grace"}:
+                helps.setdefault(flag, set()).add(param.help)
+                defaults[(path, flag)] = param.default
+    assert set(helps) == {"--device", "--sharing", "--threads", "--grace"}
+    assert all(len(texts) == 1 for texts in helps.values()), helps
+    assert defaults[("launch", "--grace")] == 10.0 and defaults[("serve", "--grace")] == 30.0

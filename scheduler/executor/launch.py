@@ -19,22 +19,17 @@ from common.errors import InputError
 from common.names import safe_name, shown
 from common.options import option, shared_option
 from profiler.gpu.sharing import sharing_mode_names
-from scheduler.executor.base import JobStatus, LaunchReport, LaunchSettings
+from scheduler.executor.base import DEVICES, JobStatus, LaunchReport, LaunchSettings, Runtime
 from scheduler.executor.command import RunSettings
 from scheduler.executor.plan import LaunchPlan, load_plan
 from scheduler.executor.registry import LAUNCH_BACKENDS, make_executor
 
 BACKENDS = LAUNCH_BACKENDS  # slurm runs serve's groups; launch writes sbatch scripts instead (--emit slurm)
 EMITTERS = ("slurm", "k8s")
-DEVICES = ("auto", "cpu", "cuda")
 
 
 def _backend_names() -> tuple[str, ...]:
     return LAUNCH_BACKENDS
-
-
-def _sharing_names() -> tuple[str, ...]:
-    return tuple(sharing_mode_names())
 
 
 @dataclass(frozen=True)
@@ -51,15 +46,14 @@ class LaunchRequest:
                                            metavar="slurm|k8s DIR", show_default=False)
     address: str | None = option(None, "Ray cluster address for --backend ray.")
     node: str | None = option(None, "local: run the groups of TYPE:N (e.g. h100:0).", show_default="all")
-    sharing: str = option("timeslice", "How pairs share a GPU unless the allocation says (a registered sharing "
-                                       "mode).", choices=_sharing_names)
-    device: str = option("auto", "What built-in jobs train on.", choices=DEVICES)
+    sharing: str = shared_option("sharing", "timeslice", of=Runtime)
+    device: str = shared_option("device", "auto", of=Runtime)
     steps: int = option(0, "Iterations per built-in job; 0 = until stopped.")
     duration_s: float | None = option(None, "Stop every job after this many seconds.", flag="--duration")
-    threads: int = option(1, "CPU threads per built-in job process.")
+    threads: int = shared_option("threads", 1, of=Runtime)
     image_size: int | None = option(None, "Input size of built-in jobs.", show_default="32; imagenet: 224")
     log_dir: Path | None = option(None, "Logs and progress files.", show_default="launch-logs/ALLOCATION-NAME")
-    grace_s: float = option(10.0, "Seconds between SIGTERM and SIGKILL at teardown.", flag="--grace")
+    grace_s: float = shared_option("grace_s", 10.0, of=Runtime)
     num_cpus: float = option(1.0, "ray: CPUs each group task reserves.")
     sbatch_options: tuple[str, ...] = option((), "slurm: extra #SBATCH line, e.g. --partition=gpu (repeatable; "
                                                  "--account, --qos, --time, ...: docs/scale-out.md).",

@@ -12,7 +12,8 @@ from typing import Any
 
 from common.bounds import check_number
 from common.errors import InputError
-from common.options import nested, option
+from common.options import nested, option, shared_option
+from scheduler.executor.base import DEVICES, Runtime, sharing_names
 from scheduler.ilp.config import IlpConfig
 from scheduler.service.probes.manager import ProbeConfig
 from scheduler.service.stability import StabilityConfig
@@ -22,7 +23,6 @@ from scheduler.service.stability import StabilityConfig
 # any adaptive job grows. Changing partners pays its restarts everywhere (scheduler.ilp, "Pair restart"). The
 # simulator keeps IlpConfig's own (Sia's) defaults.
 LIVE_ILP = IlpConfig(lambda_unallocated=2.0, keep_bonus=0.02, charge_resumes=True)
-DEVICES = ("auto", "cpu", "cuda")
 ILP_POLICIES = ("colocate", "colocate-triples", "sia")
 
 
@@ -32,23 +32,16 @@ def _policy_names() -> tuple[str, ...]:
     return POLICY_NAMES
 
 
-def _sharing_names() -> tuple[str, ...]:
-    from profiler.gpu.sharing import sharing_mode_names
-
-    return tuple(sharing_mode_names())
-
-
 @dataclass(frozen=True)
 class ServeConfig:
     """Knobs of the live scheduler (``colocate serve`` options)."""
 
     policy: str = option("colocate", "Scheduling policy (the README's policy table).", choices=_policy_names)
     round_s: float = option(60.0, "Round length, seconds.")
-    device: str = option("auto", "What built-in jobs train on.", choices=DEVICES)
-    sharing: str = option("timeslice", "How packed groups share their GPUs (a registered sharing mode).",
-                          choices=_sharing_names)
-    threads: int = option(1, "CPU threads per built-in job process.")
-    stop_grace_s: float = option(30.0, "Seconds a job has to checkpoint after SIGTERM.", flag="--grace")
+    device: str = shared_option("device", "auto", of=Runtime)
+    sharing: str = shared_option("sharing", "timeslice", of=Runtime)
+    threads: int = shared_option("threads", 1, of=Runtime)
+    stop_grace_s: float = shared_option("grace_s", 30.0, of=Runtime)
     start_timeout_s: float = option(120.0, "A group the backend cannot start in this long goes back to the queue, "
                                            "seconds.", experimental=True)
     log_every: int = option(50, "Built-in jobs log every this many steps.", experimental=True)
@@ -64,8 +57,8 @@ class ServeConfig:
                      valid="seconds in (0, 86400]")
         if self.device not in DEVICES:
             raise InputError(f"{self.device!r}", field="device", valid=", ".join(DEVICES))
-        if self.sharing not in _sharing_names():
-            raise InputError(f"{self.sharing!r}", field="sharing", valid=", ".join(_sharing_names()))
+        if self.sharing not in sharing_names():
+            raise InputError(f"{self.sharing!r}", field="sharing", valid=", ".join(sharing_names()))
         check_number(self.threads, field="threads", low=1, high=256, integer=True)
         check_number(self.stop_grace_s, field="stop_grace_s", low=0, high=3600, low_open=True,
                      valid="seconds in (0, 3600]")
