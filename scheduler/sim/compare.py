@@ -87,7 +87,7 @@ def expand_workloads(pattern: str) -> list[Path]:
         files.extend(Path(h) for h in hits if Path(h).is_file())
     unique = sorted(dict.fromkeys(files), key=lambda p: (p.parent.name, _natural(p.stem)))
     if not unique:
-        raise InputError(f"no file matches {pattern!r}", source="--workloads", field="workloads",
+        raise InputError(f"no file matches {pattern!r}", field="workloads",
                          valid="a glob such as ../shared/data/sia/workloads/philly/workload-*.csv (comma-separate several)")
     return unique
 
@@ -120,7 +120,7 @@ def parse_loads(text: str) -> list[float]:
         except ValueError:
             value = float("nan")
         if not value > 0 or value == float("inf"):
-            raise InputError(f"load {part!r}", source="--loads", field="loads",
+            raise InputError(f"load {part!r}", field="loads",
                              valid="comma-separated multiples of the arrival rate > 0, e.g. 0.5,1,1.5,2,3")
         loads.append(value)
     return sorted(set(loads))
@@ -171,7 +171,7 @@ def _checked_inputs(req: CompareRequest) -> tuple[Any, list[str]]:
     except InputError as err:
         raise InputError(err.detail, field="policies", valid=err.valid) from None
     if not names:
-        raise InputError("no policy given", source="--policies", field="policies", valid="e.g. colocate,sia,gavel")
+        raise InputError("no policy given", field="policies", valid="e.g. colocate,sia,gavel")
     return cluster, names
 
 
