@@ -213,7 +213,12 @@ def build_command(func: Callable[..., Any], name: str | None = None, help: str |
             raise TypeError(f"{func.__name__}: parameter {pname} is neither an Option nor an Argument")
         params.append(_click_param(pname, annotations[pname], declared))
 
+    many = [str(p.name) for p in params if getattr(p, "multiple", False) or p.nargs == -1]
+
     def invoke(**kwargs: Any) -> Any:
+        for key in many:  # Click gives a tuple; the function's annotation says list
+            if isinstance(kwargs.get(key), tuple):
+                kwargs[key] = list(kwargs[key])
         if context_name is not None:
             kwargs[context_name] = click.get_current_context()
         try:
