@@ -1,7 +1,7 @@
 """Command-line options generated from config fields: one pattern for every command that takes a config.
 
 A command declares the configs it takes with :func:`config_command`; each field declared with
-:func:`common.options.option` becomes a Typer option with the field's default (from the config's default
+:func:`common.options.option` becomes a command-line option with the field's default (from the config's default
 instance), help, flag and choices, so nothing is restated in the command. A command then receives each config
 built and checked::
 
@@ -34,7 +34,7 @@ from common.options import choices_of, flag_of, is_nested, is_option, shared_fie
 
 _MISSING: Any = dataclasses.MISSING
 _SET = "set_options"
-_CONTEXT = "cli_context"  # Typer passes the command's context to a parameter annotated cli_kit.Context
+_CONTEXT = "cli_context"  # the command's context is passed to a parameter annotated cli_kit.Context
 _HELP_EXPERIMENTAL = "help_experimental"
 _TRUE = ("true", "yes", "on", "1")
 _EXPLICIT: ContextVar[dict[str, dict[str, Any]] | None] = ContextVar("explicit_settings", default=None)
@@ -151,7 +151,7 @@ def _optional_of(annotation: Any) -> tuple[Any, bool]:
 
 
 def _cli_type(entry: Entry) -> Any:
-    """The annotation Typer converts the option's value to."""
+    """The annotation the command line converts the option's value to."""
     inner, optional = _optional_of(entry.annotation)
     if get_origin(inner) is Literal:
         inner = str
@@ -163,7 +163,7 @@ def _cli_type(entry: Entry) -> Any:
         raise TypeError(f"{entry.key}: no command-line form for {entry.annotation!r}")
     if _none_or_number(entry):
         return Optional[str]  # noqa: UP045  (a number, or "none": parsed by parse_setting in _collect)
-    return Optional[inner] if optional or entry.default is None else inner  # noqa: UP045  (Typer reads it)
+    return Optional[inner] if optional or entry.default is None else inner  # noqa: UP045  (cli_kit reads it)
 
 
 def _none_or_number(entry: Entry) -> bool:

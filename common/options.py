@@ -10,7 +10,7 @@ flag, its choices, whether it is experimental. The command line is generated fro
   command's ``--help``; ``--set NAMESPACE.FIELD=VALUE`` sets it and ``--help-experimental`` lists it.
 * :func:`nested`: a field holding another config whose options join the command's (``ServeConfig.stability``).
 
-This module imports nothing of the project or of Typer: the configs stay plain dataclasses.
+This module imports nothing of the project or of the command-line library: the configs stay plain dataclasses.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from colocate import cli_kit
 from colocate.cli_config import input_option
 
 PACKAGES = ("colocate", "torch", "numpy", "pandas", "pyarrow", "networkx", "pulp", "highspy", "nvidia-ml-py",
-            "nvtx", "typer", "rich", "matplotlib", "ray")
+            "nvtx", "click", "rich", "matplotlib", "ray")
 
 
 def register(app: cli_kit.App) -> None:
