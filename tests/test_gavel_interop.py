@@ -338,8 +338,9 @@ def test_cli_import_pairs_feeds_matrix_predict_and_colocation_table(tmp_path: Pa
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["completed"] == 24
     # a results directory is a colocation table on schedule too, as on simulate and compare (and serve)
-    done = run("schedule", "--cluster", "scheduler/data/cluster-default.yaml", "--jobs",
-               "scheduler/examples/jobs-small.csv", "--colocation", str(tmp_path / "apps"), "--json")
+    done = run("schedule", "--cluster", "scheduler/examples/cluster-small.yaml", "--jobs",
+               "scheduler/examples/jobs-small.csv", "--profiles", "scheduler/examples/profiles-generic.csv",
+               "--colocation", str(tmp_path / "apps"), "--json")
     assert done.returncode == 0, done.stderr
     bad = tmp_path / "bad.csv"
     bad.write_text("job_a,job_b,gpu_type,time_a,time_b,speed_a,speed_b\nx,y,v100,0.1,-2,0.5,0.5\n")
