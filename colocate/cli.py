@@ -11,9 +11,9 @@ import importlib
 import sys
 from typing import Any
 
-import typer
+import click
 
-from colocate import cli_params
+from colocate.cli_kit import App, Exit, Option, echo
 from common.errors import InputError
 
 # Order here is the order in `colocate --help`.
@@ -50,25 +50,16 @@ COMMAND_MODULES: tuple[str, ...] = (
 LIGHT_COMMANDS: tuple[str, ...] = ("submit", "jobs", "cancel")
 
 
-def build_app(names: tuple[str, ...] = COMMAND_MODULES) -> typer.Typer:
+def build_app(names: tuple[str, ...] = COMMAND_MODULES) -> App:
     """The command-line app with the commands of ``names`` (all by default)."""
-    built = typer.Typer(
-        name="colocate",
-        help="GPU co-location profiler and packing-aware cluster scheduler.",
-        no_args_is_help=True,
-        add_completion=False,
-        pretty_exceptions_enable=False,
-    )
-    if len(names) == 1:  # a callback keeps a lone command a subcommand (``colocate submit ...``)
-        built.callback()(lambda: None)
-    else:
-        built.callback()(_root)  # ``colocate --version``
+    built = App(name="colocate", help="GPU co-location profiler and packing-aware cluster scheduler.")
+    built.options(_root)  # ``colocate --version``
     for module_name in names:
         importlib.import_module(f"colocate.commands.{module_name}").register(built)
     return built
 
 
-def __getattr__(name: str) -> typer.Typer:
+def __getattr__(name: str) -> App:
     """``colocate.cli.app``, the full app, built on first use."""
     if name == "app":
         globals()["app"] = built = build_app()
@@ -88,33 +79,15 @@ def package_version() -> str:
 
 def _print_version(value: bool) -> None:
     if value:
-        typer.echo(f"colocate {package_version()}")
-        raise typer.Exit()
+        echo(f"colocate {package_version()}")
+        raise Exit()
 
 
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                 help="Print the version and exit."),
+    version: bool = Option(False, "--version", callback=_print_version, is_eager=True, expose_value=False,
+                           help="Print the version and exit."),
 ) -> None:
     """GPU co-location profiler and packing-aware cluster scheduler."""
-
-
-def _flags_show_no_type() -> None:
-    """Typer 0.29 labels every flag ``<bool>`` in ``--help`` (``--json <bool>``, ``--help <bool>``), as if it
-    took a value. A flag takes none: show no type for it. Other options keep Typer's label."""
-    from typer.core import TyperOption
-
-    original = TyperOption.display_type_rich
-    if getattr(original, "flags_show_no_type", False):
-        return
-
-    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
-        if self.is_flag and self.metavar is None:
-            return None
-        return original(self, ctx)
-
-    display_type_rich.flags_show_no_type = True  # type: ignore[attr-defined]
-    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
 
 
 def usage_error(err: Any) -> InputError:
@@ -126,12 +99,6 @@ def usage_error(err: Any) -> InputError:
     return InputError(message.rstrip("."), source=command, valid=f"see '{command} --help'")
 
 
-def _click_error(err: BaseException, name: str) -> bool:
-    """Whether ``err`` is Click's exception ``name`` (or a subclass) as Typer carries it (``typer._click``):
-    matched by name so that it need not be imported to ask."""
-    return any(c.__name__ == name and c.__module__.split(".")[0] == "typer" for c in type(err).__mro__)
-
-
 def _say_error(err: InputError) -> None:
     from rich.console import Console  # only on the way out: a command that succeeds never pays for Rich
     from rich.markup import escape
@@ -139,10 +106,6 @@ def _say_error(err: InputError) -> None:
     from common.untrusted import printable  # an error may quote a file's or a job's text: shown, never run
 
     Console(stderr=True).print(f"[bold red]error:[/] {escape(printable(err))}", highlight=False, soft_wrap=True)
-
-
-_flags_show_no_type()
-cli_params.install()
 
 
 def main() -> None:
@@ -161,16 +124,18 @@ def main() -> None:
 
         Console(stderr=True).print("interrupted", highlight=False)
         sys.exit(130)
-    except Exception as err:
-        if _click_error(err, "NoArgsIsHelpError"):  # `colocate` alone: the help was printed as it was made
-            sys.exit(2)
-        if _click_error(err, "ClickException"):  # usage errors, and Click's others (a file it could not open)
-            _say_error(usage_error(err) if _click_error(err, "UsageError") else InputError(str(err)))
-            sys.exit(getattr(err, "exit_code", 2))
-        if _click_error(err, "Abort"):  # end of input at a prompt
-            sys.exit(1)
-        raise
-    if isinstance(code, int) and not isinstance(code, bool) and code:  # a command's typer.Exit(N)
+    except click.exceptions.NoArgsIsHelpError as err:  # `colocate` alone (or a group alone): its help
+        echo(err.format_message())
+        sys.exit(2)
+    except click.UsageError as err:  # an unknown option, a value of the wrong type, a missing argument
+        _say_error(usage_error(err))
+        sys.exit(2)
+    except click.ClickException as err:  # Click's others (a file it could not open)
+        _say_error(InputError(err.format_message()))
+        sys.exit(err.exit_code)
+    except click.Abort:  # end of input at a prompt
+        sys.exit(1)
+    if isinstance(code, int) and not isinstance(code, bool) and code:  # a command's Exit(N)
         sys.exit(code)
 
 

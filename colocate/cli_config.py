@@ -1,16 +1,16 @@
 """Command-line options generated from config fields: one pattern for every command that takes a config.
 
 A command declares the configs it takes with :func:`config_command`; each field declared with
-:func:`common.options.option` becomes a Typer option with the field's default (from the config's default
+:func:`common.options.option` becomes a command-line option with the field's default (from the config's default
 instance), help, flag and choices, so nothing is restated in the command. A command then receives each config
 built and checked::
 
     @config_command(ConfigSpec("sim", SimConfig, panel="Simulator"))
-    def simulate(cluster: Path = typer.Option(...), *, sim: SimConfig) -> None: ...
+    def simulate(cluster: Path = cli_kit.Option(...), *, sim: SimConfig) -> None: ...
 
 Two options join every such command: ``--set NAMESPACE.FIELD=VALUE`` (repeatable) sets any field, the
-experimental ones included, and ``--help-experimental`` lists the fields that have no flag of their own. An old
-spelling (``aliases``) is a hidden option that warns and stands for its field. A config's own check
+experimental ones included, and ``--help-experimental`` lists the fields that have no flag of their own. A
+config's own check
 (``__post_init__``) names a field; the error the user sees names that field's flag.
 """
 
@@ -25,15 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional, get_args, get_origin, get_type_hints
 
-import typer
-
+from colocate import cli_kit
 from colocate.config_file import _optional_of, parse_setting
 from common.errors import InputError
-from common.options import choices_of, flag_of, is_nested, is_option
+from common.options import choices_of, flag_of, is_nested, is_option, shared_field
 
 _MISSING: Any = dataclasses.MISSING
 _SET = "set_options"
-_CONTEXT = "cli_context"  # Typer passes the command's context to a parameter annotated typer.Context
+_CONTEXT = "cli_context"  # the command's context is passed to a parameter annotated cli_kit.Context
 _HELP_EXPERIMENTAL = "help_experimental"
 
 
@@ -44,8 +43,7 @@ class ConfigSpec:
     ``name``: the keyword the command function receives it as, and its ``--set`` namespace. ``base``: the
     default instance (None: the class's own defaults; a request with required fields has no other).
     ``flags``: the dotted field paths shown as flags (None: every option that is not experimental); the others
-    are set with ``--set``. ``panel``: the heading of its options in ``--help``. ``aliases``: accept the fields'
-    old spellings (hidden, with a warning) — only on the commands that had them. ``defaults``: when the config's
+    are set with ``--set``. ``panel``: the heading of its options in ``--help``. ``defaults``: when the config's
     defaults depend on another choice of the run (an ILP policy's own settings), ``defaults(built, others)``
     gets the config built over ``base`` and the command's other arguments and says them (:class:`Defaults`); the
     user's values are then applied over those.
@@ -56,7 +54,6 @@ class ConfigSpec:
     base: Callable[[], Any] | None = None
     flags: tuple[str, ...] | None = None
     panel: str | None = None
-    aliases: bool = False
     defaults: Callable[[Any, dict[str, Any]], Defaults] | None = None
 
 
@@ -163,7 +160,7 @@ def _walk(spec: ConfigSpec, cls: type, base: Any, prefix: tuple[str, ...]) -> li
 
 
 def _cli_type(entry: Entry) -> Any:
-    """The annotation Typer converts the option's value to."""
+    """The annotation the command line converts the option's value to."""
     inner, optional = _optional_of(entry.annotation)
     if get_origin(inner) is Literal:
         inner = str
@@ -177,7 +174,7 @@ def _cli_type(entry: Entry) -> Any:
         raise TypeError(f"{entry.key}: no command-line form for {entry.annotation!r}")
     if _none_or_number(entry):
         return Optional[str]  # noqa: UP045  (a number, or "none": parsed by parse_setting in _collect)
-    return Optional[inner] if optional or entry.default is None else inner  # noqa: UP045  (Typer reads it)
+    return Optional[inner] if optional or entry.default is None else inner  # noqa: UP045  (cli_kit reads it)
 
 
 def _parsed(entry: Entry) -> bool:
@@ -205,28 +202,22 @@ def _parameter(entry: Entry) -> inspect.Parameter:
     if isinstance(default, tuple):
         default = list(default)
     if entry.field.metadata.get("argument"):
-        argument = typer.Argument(default, metavar=entry.field.metadata.get("metavar"), help=entry.help,
+        argument = cli_kit.Argument(default, metavar=entry.field.metadata.get("metavar"), help=entry.help,
                                   show_default=entry.field.metadata.get("show_default", True))
         return inspect.Parameter(entry.param, inspect.Parameter.KEYWORD_ONLY, default=argument, annotation=kind)
-    option = typer.Option(default, *decls, help=entry.help, show_default=entry.field.metadata.get("show_default", True),
+    option = cli_kit.Option(default, *decls, help=entry.help, show_default=entry.field.metadata.get("show_default", True),
                           metavar=entry.field.metadata.get("metavar") or ("|".join(choices) if choices else None),
-                          rich_help_panel=entry.spec.panel)
+                          panel=entry.spec.panel)
     return inspect.Parameter(entry.param, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
 
 
-def _aliases(entry: Entry) -> tuple[str, ...]:
-    return tuple(entry.field.metadata.get("aliases", ())) if entry.spec.aliases else ()
-
-
-def _alias_parameters(entry: Entry) -> list[inspect.Parameter]:
-    kind = _cli_type(entry)
-    inner, _ = _optional_of(kind)
-    params = []
-    for n, alias in enumerate(_aliases(entry)):
-        option = typer.Option(None, f"{alias}/--no-{alias[2:]}" if inner is bool else alias, hidden=True)
-        params.append(inspect.Parameter(f"{entry.param}__alias{n}", inspect.Parameter.KEYWORD_ONLY, default=option,
-                                        annotation=Optional[inner]))  # noqa: UP045
-    return params
+def input_option(name: str, default: Any = None, *, show_default: str | bool = True) -> Any:
+    """A hand-written option that is :class:`common.options.Inputs`' ``name`` (``--cluster``, ``--profiles``,
+    ``--colocation``, ``--out``, ``--json``): its one flag and help, with this command's default (``...``:
+    required)."""
+    field = shared_field(name)
+    decls = [flag_of(field), *([field.metadata["short"]] if field.metadata.get("short") else [])]
+    return cli_kit.Option(default, *decls, help=field.metadata["help"], show_default=show_default)
 
 
 def _settings(specs: Sequence[ConfigSpec], texts: Sequence[str]) -> dict[str, Any]:
@@ -328,20 +319,13 @@ def _explicit(ctx: Any, name: str) -> bool:
 
 def _given(ctx: Any, entry: Entry, kwargs: dict[str, Any], settings: dict[str, Any],
            filed: dict[str, Any]) -> list[tuple[str, Any]]:
-    """Every way the user set ``entry`` on this command line: (how, value) for its flag, an old spelling
-    (warned about) and ``--set``; else the value of ``--set @FILE`` (``filed``), if it has one."""
+    """Every way the user set ``entry`` on this command line: (how, value) for its flag and ``--set``;
+    else the value of ``--set @FILE`` (``filed``), if it has one."""
     found: list[tuple[str, Any]] = []
     if entry.has_flag:
         value = kwargs.pop(entry.param)
         if _explicit(ctx, entry.param):
             found.append((entry.flag, value))
-    for n, alias in enumerate(_aliases(entry)):
-        old = kwargs.pop(f"{entry.param}__alias{n}", None)
-        if old is not None:
-            spelled = "--no-" + alias[2:] if old is False else alias
-            instead = entry.shown_as if entry.has_flag else f"{entry.shown_as}={str(old).lower()}"
-            typer.echo(f"warning: {spelled} is deprecated, use {instead}", err=True)
-            found.append((spelled, old))
     if entry.key in settings:
         found.append((f"--set {entry.key}", settings[entry.key]))
     if not found and entry.key in filed:
@@ -422,26 +406,25 @@ def config_command(*specs: ConfigSpec) -> Callable[[Callable[..., Any]], Callabl
                 if entry.has_flag:
                     generated.append(_parameter(entry))
                 unflagged = unflagged or not entry.has_flag
-                generated += _alias_parameters(entry)
 
         def show_experimental(value: bool) -> None:
             if value:
                 _print_experimental(specs)
-                raise typer.Exit()
+                raise cli_kit.Exit()
 
         settable = [
-            inspect.Parameter(_SET, inspect.Parameter.KEYWORD_ONLY, annotation=list[str], default=typer.Option(
+            inspect.Parameter(_SET, inspect.Parameter.KEYWORD_ONLY, annotation=list[str], default=cli_kit.Option(
                 [], "--set", metavar="KEY=VALUE", show_default=False,
                 help="Set any setting, those without a flag included (repeatable; --help-experimental lists them); "
                      "@FILE: every setting of a run's printed config (its --json output).")),
             inspect.Parameter(_HELP_EXPERIMENTAL, inspect.Parameter.KEYWORD_ONLY, annotation=bool,
-                              default=typer.Option(False, "--help-experimental", is_eager=True,
+                              default=cli_kit.Option(False, "--help-experimental", is_eager=True,
                                                    callback=show_experimental,
                                                    help="List the settings without a flag (ablations, solver "
                                                         "internals) and exit.")),
         ]
         # a command whose every setting has its flag needs neither
-        extra = [inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
+        extra = [inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=cli_kit.Context),
                  *(settable if unflagged else [])]
 
         @functools.wraps(func)

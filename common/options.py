@@ -10,7 +10,7 @@ flag, its choices, whether it is experimental. The command line is generated fro
   command's ``--help``; ``--set NAMESPACE.FIELD=VALUE`` sets it and ``--help-experimental`` lists it.
 * :func:`nested`: a field holding another config whose options join the command's (``ServeConfig.stability``).
 
-This module imports nothing of the project or of Typer: the configs stay plain dataclasses.
+This module imports nothing of the project or of the command-line library: the configs stay plain dataclasses.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ Choices = Sequence[str] | Callable[[], Sequence[str]]
 
 
 def option(default: Any = _MISSING, help: str = "", *, flag: str | None = None, choices: Choices | None = None,
-           experimental: bool = False, show_default: str | bool = True, aliases: Sequence[str] = (),
+           experimental: bool = False, show_default: str | bool = True,
            default_factory: Callable[[], Any] = _MISSING, metavar: str | None = None, short: str | None = None,
            argument: bool = False) -> Any:
     """A dataclass field that is also a command-line option (no default: a required option).
@@ -33,13 +33,12 @@ def option(default: Any = _MISSING, help: str = "", *, flag: str | None = None, 
     ``flag``: the option's name when it is not ``--<field-name>`` (``--restart-cost`` for ``restart_cost_s``);
     ``short``: a one-letter form (``-o``). ``choices``: the valid values (or a function returning them: a
     registry's names); a ``Literal`` type gives them too. ``show_default``: a text for defaults that are not a
-    value (``"max(--round-s, 3 x start-up)"``). ``aliases``: old spellings that still work for one release,
-    hidden from help, with a warning. ``argument``: a positional argument rather than an option.
+    value (``"max(--round-s, 3 x start-up)"``). ``argument``: a positional argument rather than an option.
     """
     if not help:
         raise ValueError("an option needs a help text")
     metadata = {"help": help, "flag": flag, "choices": choices, "experimental": experimental,
-                "show_default": show_default, "aliases": tuple(aliases), "metavar": metavar, "short": short,
+                "show_default": show_default, "metavar": metavar, "short": short,
                 "argument": argument}
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
@@ -94,3 +93,32 @@ def set_options(config: Any, namespace: str) -> list[str]:
         else:
             out.append(f"{flag_of(field)} {value}")
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """What many commands read and where they write: each idea has this one flag and this one help text. A
+    command (:func:`colocate.cli_config.input_option`) or another config (:func:`shared_option`) takes the
+    field with a default of its own; ``show_default`` says what that default is where it is not a value."""
+
+    cluster: Any = option(None, "Cluster YAML: gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}.")
+    profiles: Any = option(None, "Throughput profiles: a profile CSV (application,gpu_type,num_gpus,batch_size,"
+                                 "throughput) or Sia's traces directory.")
+    colocation: Any = option(None, "Pair ratios: a colocation table CSV (gpu_type,type_a,type_b,ratio_a,ratio_b), "
+                                   "or a results directory (e.g. from import-pairs) whose measured pairs become one.")
+    out: Any = option(None, "Where to write the output (a directory, or the file the command's description "
+                            "names).", short="-o")
+    as_json: bool = option(False, "Print the result as JSON instead of tables.", flag="--json")
+
+
+def shared_field(name: str, of: type = Inputs) -> dataclasses.Field:
+    """The field ``name`` of the shared declarations ``of`` (:class:`Inputs`, or another such as the executors'
+    ``Runtime``): its flag, short form, choices and help."""
+    return {f.name: f for f in dataclasses.fields(of)}[name]
+
+
+def shared_option(name: str, default: Any = _MISSING, *, show_default: str | bool = True, of: type = Inputs) -> Any:
+    """A field of another config that is ``of``'s ``name``: the same flag, choices and help, its own default."""
+    meta = shared_field(name, of).metadata
+    return option(default, meta["help"], flag=meta["flag"] or flag_of(shared_field(name, of)), short=meta["short"],
+                  choices=meta["choices"], show_default=show_default)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from colocate.cli import app
 

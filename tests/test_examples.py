@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from colocate.cli import app
 from tests.serve_helpers import REPO, ServeProcess, by_name, kill_groups, wait_until, write_cluster

@@ -1,6 +1,6 @@
 """The front door of ``colocate serve`` stays light: ``submit`` and ``jobs --json`` import neither torch nor the
-numeric or display stack, Typer's pydantic-free conversion of plain parameters equals its own, and a submit of
-several files is one transaction. (Timings are in ``scripts/bench_front_door.py``, not here.)"""
+numeric or display stack (nor pydantic: the command line is Click's), and a submit of several files is one
+transaction. (Timings are in ``scripts/bench_front_door.py``, not here.)"""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Any
 
 import pytest
 
@@ -17,8 +17,8 @@ from common.errors import InputError
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "numpy", "pandas", "rich", "pydantic", "scipy", "pulp", "ray")
 PROBE = """import json, sys
-import typer
-own = sorted(m for m in sys.modules if "." not in m)  # what Typer imports by itself
+import click
+own = sorted(m for m in sys.modules if "." not in m)  # what Click imports by itself
 from colocate.cli import main
 sys.argv = ["colocate", *sys.argv[1:]]
 try:
@@ -27,9 +27,7 @@ except SystemExit as e:
     code = e.code
 else:
     code = 0
-bypass = getattr(getattr(typer.core, "build_runtime_param", None), "plain_params", False)
-print(json.dumps({"code": code, "modules": sorted(m for m in sys.modules if "." not in m), "typer": own,
-                  "bypass": bypass}))
+print(json.dumps({"code": code, "modules": sorted(m for m in sys.modules if "." not in m), "click": own}))
 """
 
 
@@ -41,9 +39,7 @@ def _run_cli(*args: str) -> tuple[int, set[str], str]:
     out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, check=True,
                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     last = json.loads(out.stdout.strip().splitlines()[-1])
-    # what this project's code imported: Typer's own imports do not count, nor pydantic where Typer converts
-    # parameters through it (a Typer release the bypass of colocate/cli_params.py was not checked against)
-    ours = set(last["modules"]) - set(last["typer"]) - (set() if last["bypass"] else {"pydantic"})
+    ours = set(last["modules"]) - set(last["click"])  # what this project's code imported, Click's own aside
     return last["code"], ours, out.stdout + out.stderr
 
 
@@ -70,64 +66,6 @@ def test_a_refused_submit_still_says_why_on_one_line(tmp_path: Path) -> None:
     bad = _job(tmp_path / "bad.yaml", "bad", "min_gpus: 0\n")
     code, _, out = _run_cli("submit", "--state", str(tmp_path / "state"), str(bad))
     assert code == 2 and "bad.yaml" in out and "min_gpus" in out
-
-
-def _plain_params() -> list[tuple[str, Any]]:
-    from typer.main import get_command
-
-    from colocate import cli_params
-    from colocate.cli import build_app
-
-    group = get_command(build_app())
-    found = []
-    for name, command in group.commands.items():  # type: ignore[attr-defined]
-        for param in command.params:
-            desc = getattr(param, "type_descriptor", None)
-            if desc is not None and desc.file_annotation is None and cli_params.plain(desc.annotation,
-                                                                                      desc.parameter_info):
-                found.append((f"{name} {param.name}", param))
-    return found
-
-
-def _convert(build: Any, param: Any, value: Any) -> tuple[str, Any, Any]:
-    """(outcome, the result's type, the result) — or the error's type and message: both must fail alike."""
-    import click
-
-    try:
-        got = build(param.type_descriptor).coerce(value, param=param, ctx=click.Context(click.Command("x")))
-    except Exception as err:
-        return "error", type(err).__name__, str(err)
-    return "ok", [type(v) for v in got] if isinstance(got, (list, tuple)) else type(got), got
-
-
-def test_plain_parameters_convert_as_typer_does_without_pydantic(tmp_path: Path) -> None:
-    from typer import core
-
-    import colocate.cli  # noqa: F401  (installs the conversion)
-
-    fast = getattr(core, "build_runtime_param", None)
-    original = getattr(fast, "original", None)
-    if original is None:
-        pytest.fail("colocate.cli_params found no conversion layer of the shape it knows in this Typer")
-    params = _plain_params()
-    annotations = {repr(p.type_descriptor.annotation) for _, p in params}
-    assert {"<class 'str'>", "<class 'pathlib.Path'>",
-            "<class 'bool'>"} <= annotations and any("list" in a for a in annotations), annotations
-    existing = tmp_path / "f.txt"
-    existing.write_text("x")
-    texts = ["x", "", "a/b/../c", "~/z", str(existing), str(tmp_path), str(tmp_path / "missing")]
-    for label, param in params:
-        annotation = param.type_descriptor.annotation
-        if annotation is bool:
-            values: list[Any] = [True, False, "true"]
-        elif get_origin(annotation) is list:
-            values = [tuple(texts), ()]
-        else:
-            values = [*texts, None]
-        for value in values:
-            assert _convert(fast, param, value) == _convert(original, param, value), (label, value)
-            if get_origin(annotation) is list and value:
-                assert isinstance(_convert(fast, param, value)[2][0], get_args(annotation)[0])
 
 
 def test_several_files_are_one_transaction_and_a_used_name_queues_none(tmp_path: Path) -> None:

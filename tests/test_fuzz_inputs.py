@@ -226,16 +226,19 @@ def test_simulate_with_a_bad_workload_leaves_no_output_directory(tmp_path: Path)
     assert code == 2 and len(err.strip().splitlines()) == 1 and not out.exists()
 
 
-def test_the_old_round_flag_still_works_for_a_release_and_warns(tmp_path: Path, monkeypatch) -> None:
-    """On a cluster of the bundled profiles' GPU types, so that it needs no shared data (CI has none)."""
+def test_the_old_round_flag_is_gone_and_the_error_points_at_round_s(tmp_path: Path, monkeypatch) -> None:
+    """Its release as a hidden alias has passed: refused in one line that offers --round-s, which works. On a
+    cluster of the bundled profiles' GPU types, so that it needs no shared data (CI has none)."""
     monkeypatch.setenv("COLOCATE_SHARED_DATA", str(tmp_path / "absent"))
     path = write(tmp_path / "w.csv", SIA)
     cluster = write(tmp_path / "c.yaml", b"name: tv\ngpu_types:\n  t4: {nodes: 1, gpus_per_node: 4, memory_gb: 16}\n"
                                          b"  v100: {nodes: 1, gpus_per_node: 4, memory_gb: 32}\n")
     code, out, err = run_cli("simulate", "--cluster", str(cluster), "--workload", str(path),
                              "--policy", "fifo", "--round", "30", "--json")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "'--round'" in err and "--round-s" in err, err
+    code, out, err = run_cli("simulate", "--cluster", str(cluster), "--workload", str(path),
+                             "--policy", "fifo", "--round-s", "30", "--json")
     assert code == 0 and json.loads(out)["completed"] >= 1, err
-    assert "--round is deprecated, use --round-s" in err
 
 
 ALLOCATION = json.dumps({"allocations": [

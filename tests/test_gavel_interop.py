@@ -328,15 +328,20 @@ def test_cli_import_pairs_feeds_matrix_predict_and_colocation_table(tmp_path: Pa
     apps.write_text("job_a,job_b,gpu_type,time_a,time_b,speed_a,speed_b\ncifar10,cifar10,t4,0.05,0.05,0.95,0.95\n"
                     "cifar10,deepspeech2,t4,0.05,0.3,0.9,0.9\ncifar10,cifar10,v100,0.04,0.04,0.95,0.95\n")
     assert run("import-pairs", str(apps), "--out", str(tmp_path / "apps"), "--no-matrices").returncode == 0
-    from colocate.commands.simulate import _colocation
+    from colocate.analysis.matrix import read_colocation
     from scheduler.model.jobs import Job
 
-    table = _colocation(tmp_path / "apps")
+    table = read_colocation(tmp_path / "apps")
     assert table.lookup("t4", Job("a", "cifar10"), Job("b", "deepspeech2")) == pytest.approx((0.9, 0.9))
     done = run("simulate", "--cluster", "scheduler/data/cluster-default.yaml", "--workload",
                "scheduler/examples/demo-workload.csv", "--colocation", str(tmp_path / "apps"), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["completed"] == 24
+    # a results directory is a colocation table on schedule too, as on simulate and compare (and serve)
+    done = run("schedule", "--cluster", "scheduler/examples/cluster-small.yaml", "--jobs",
+               "scheduler/examples/jobs-small.csv", "--profiles", "scheduler/examples/profiles-generic.csv",
+               "--colocation", str(tmp_path / "apps"), "--json")
+    assert done.returncode == 0, done.stderr
     bad = tmp_path / "bad.csv"
     bad.write_text("job_a,job_b,gpu_type,time_a,time_b,speed_a,speed_b\nx,y,v100,0.1,-2,0.5,0.5\n")
     failed = run("import-pairs", str(bad), "--out", str(tmp_path / "x"))

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from colocate.cli import app
 from common.errors import InputError

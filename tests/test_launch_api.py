@@ -42,7 +42,7 @@ BAD_REQUESTS = [
 @pytest.mark.parametrize(("changes", "flag"), BAD_REQUESTS)
 def test_request_checks_every_option_with_one_line(changes: dict, flag: str) -> None:
     """The library names the request's field; the command line names its flag."""
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from colocate.cli import app
 

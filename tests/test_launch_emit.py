@@ -194,7 +194,7 @@ def test_an_inventory_fills_in_gpu_uuids_and_node_names(tmp_path: Path) -> None:
 
 
 def test_cli_emits_and_prints_where(tmp_path: Path) -> None:
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from colocate.cli import app
 

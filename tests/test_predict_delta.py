@@ -269,7 +269,7 @@ def test_every_dataset_is_evidence_and_only_the_asked_ones_are_written() -> None
 
 
 def test_a_bad_interval_level_is_refused_in_one_line_naming_its_flag(cpu_campaign: Path) -> None:  # noqa: F811
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from colocate.cli import app
 

@@ -136,7 +136,7 @@ def test_the_next_device_calls_specs_plan_and_estimate_on_a_machine_without_thei
 
 
 def test_an_h200_fits_the_groups_an_h100_refuses_and_other_types_need_measured_solos() -> None:
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from colocate.cli import app
     from profiler.campaign.estimate import assumptions_for

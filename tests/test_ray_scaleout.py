@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from colocate.cli import app
 from common.errors import InputError

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from common.errors import InputError
 from scheduler.ilp.config import IlpConfig
@@ -128,8 +128,7 @@ def test_a_value_the_user_gives_wins_even_where_it_equals_the_plain_default() ->
     """serve handed the policy only the ILP values that differed from IlpConfig's defaults, so ``--max-slowdown
     2.5`` (IlpConfig's own) with ``colocate-triples`` ran at the policy's 3.75; the config is now built over the
     policy's settings, and what the user gave is kept."""
-    import typer
-
+    from colocate import cli_kit
     from colocate.cli_config import config_command
     from colocate.commands.serve import SERVE_SPEC
 
@@ -139,7 +138,7 @@ def test_a_value_the_user_gives_wins_even_where_it_equals_the_plain_default() ->
     def probe(*, serve: ServeConfig) -> None:
         seen["serve"] = serve
 
-    app = typer.Typer()
+    app = cli_kit.App()
     app.command("probe")(probe)
     app.command("other")(lambda: None)
     result = CliRunner().invoke(app, ["probe", "--policy", "colocate-triples", "--max-slowdown", "2.5"])

@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 import yaml
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from colocate.cli import app
 from tests.serve_helpers import ServeProcess, by_name, events, kill_groups, wait_until, write_cluster

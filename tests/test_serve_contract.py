@@ -82,7 +82,7 @@ def _drive(server: Server, done, timeout_s: float = 120.0) -> int:
 
 def _jobs_cli(state_dir: Path) -> dict[str, object]:
     """What ``colocate jobs --json`` (by job) and the ``colocate jobs`` table show."""
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from colocate.cli import app
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from colocate.cli import app
 from common.errors import InputError

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from colocate.cli import app
 from scheduler.service.metrics import ServeMetrics

@@ -133,7 +133,7 @@ def test_a_job_that_finished_but_does_not_exit_is_completed_and_its_group_killed
 
 
 def test_with_no_table_a_pair_is_tried_from_the_prior_and_its_measured_ratios_are_learned(tmp_path: Path) -> None:
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from colocate.cli import app
     from scheduler.formats.colocation_table import load_colocation_table

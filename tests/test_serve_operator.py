@@ -9,7 +9,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from colocate.cli import app
 from scheduler.executor.registry import make_executor

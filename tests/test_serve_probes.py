@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from colocate.cli import app
 from scheduler.executor.registry import make_executor

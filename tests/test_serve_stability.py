@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from common.errors import InputError
 from scheduler.ilp.columns import restart_factor
@@ -176,7 +176,7 @@ def test_submit_validates_without_importing_torch(tmp_path) -> None:
 
 
 def test_submit_takes_several_files_and_a_bad_one_queues_none(tmp_path) -> None:
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from colocate.cli import app
     from scheduler.service.state.store import StateStore

@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from colocate.cli import app
 from common.errors import InputError
@@ -246,7 +246,7 @@ def test_executors_come_from_a_registry_behind_one_protocol() -> None:
     assert isinstance(slurm, Executor) and slurm.name == "slurm" and not slurm.runs_here
     with pytest.raises(InputError) as info:
         make_executor("kubernetes")
-    assert info.value.field == "--backend" and "local, ray, slurm" in str(info.value)
+    assert info.value.field == "backend" and "local, ray, slurm" in str(info.value)
 
 
 def test_serve_explores_unknown_pairs_only_while_its_jobs_ask_for_every_gpu(tmp_path: Path) -> None:

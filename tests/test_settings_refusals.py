@@ -82,7 +82,7 @@ def test_help_texts_name_only_what_exists() -> None:
     ``--no-packing`` (serve has none)."""
     schedule = _help("schedule", "--help")
     assert "../shared/data" not in schedule and "no packing" not in schedule
-    assert "Default: the bundled tables" in schedule and "--power" in schedule
+    assert "[default: (the bundled tables" in schedule and "--power" in schedule
     assert not any(word.startswith("--") and len(word.strip(",.")) == 3 for word in schedule.split())
     assert "--no-packing" not in _help("serve", "--help-experimental")
     code, _, err = run_cli("schedule", "--p", "1")

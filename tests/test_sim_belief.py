@@ -80,7 +80,7 @@ def test_belief_values_are_checked_and_the_noisy_prior_is_seeded_and_bounded() -
     for bad in ("oracle", "noisy:", "noisy:-1", "table:", "predicted:3"):
         with pytest.raises(InputError) as info:
             parse_belief(bad)
-        assert info.value.field == "--belief"
+        assert info.value.field == "belief"
     with pytest.raises(InputError):
         SimConfig(belief="nope")
     truth = ColocationTable.from_rows([("g", "a", "b", 0.8, 0.6), ("g", "a", "a", 0.0, 0.0)])
@@ -89,7 +89,7 @@ def test_belief_values_are_checked_and_the_noisy_prior_is_seeded_and_bounded() -
     assert one.ratios[("g", "a", "a")] == (0.0, 0.0) and max(max(r) for r in one.ratios.values()) <= 1.5
     with pytest.raises(InputError) as info:
         run((0.8, 0.6), "table:/nonexistent.csv")
-    assert info.value.field == "--belief"
+    assert info.value.field == "belief"
 
 
 def test_a_calm_cluster_plans_unknown_pairs_without_optimism() -> None:

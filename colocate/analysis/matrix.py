@@ -318,3 +318,26 @@ def measured_colocation_table(results: ResultsSet, *, sharing: str | None = None
     table["ratio_a"] = table["ratio_a"].clip(upper=MAX_RATIO)
     table["ratio_b"] = table["ratio_b"].clip(upper=MAX_RATIO)
     return table.reset_index(drop=True)
+
+
+def measured_pairs(results_dir: Path) -> tuple[tuple[str, str, str, float, float], ...]:
+    """A results directory's measured pairs as colocation-table rows (gpu_type, type_a, type_b, ratio_a,
+    ratio_b): what ``--colocation DIR`` means on every command that takes it."""
+    from colocate.analysis.results import load_results
+
+    frame = measured_colocation_table(load_results(results_dir))
+    return tuple((str(r.gpu_type), str(r.type_a), str(r.type_b), float(r.ratio_a), float(r.ratio_b))
+                 for r in frame.itertuples(index=False))
+
+
+def read_colocation(path: Path | None) -> Any:  # -> ColocationTable | None
+    """The ``--colocation`` table, read before the command starts its work (a bad file is an error before any
+    progress): a CSV as it is, a results directory's measured pairs as a table."""
+    from scheduler.formats.colocation_table import load_colocation_table
+    from scheduler.model.colocation import ColocationTable
+
+    if path is None:
+        return None
+    if Path(path).is_dir():
+        return ColocationTable.from_rows(measured_pairs(Path(path)))
+    return load_colocation_table(path)

@@ -4,22 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
-
+from colocate import cli_kit
 from colocate.commands.jobs import SERVER_HELP, STATE_HELP
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("cancel")(cancel)
 
 
 def cancel(
-    name: str = typer.Argument(..., metavar="NAME", help="Job name, as printed by colocate submit."),
-    state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
-    server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False),
+    name: str = cli_kit.Argument(..., metavar="NAME", help="Job name, as printed by colocate submit."),
+    state: Path = cli_kit.Option(None, "--state", help=STATE_HELP, readable=False),
+    server: str = cli_kit.Option(None, "--server", help=SERVER_HELP, show_default=False),
 ) -> None:
     """Cancel a job (yours; an admin may cancel any)."""
     from scheduler.service.front.client import cancel_job
 
     previous = cancel_job(state, name, server)
-    typer.echo(f"{name}: {'already ' + previous if previous in ('completed', 'failed', 'cancelled') else 'cancel requested'}")
+    cli_kit.echo(f"{name}: {'already ' + previous if previous in ('completed', 'failed', 'cancelled') else 'cancel requested'}")

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
+from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("colocation-table")(colocation_table)
 
 
 def colocation_table(
-    results_dirs: list[Path] = typer.Argument(None, metavar="RESULTS_DIR...", help="Results directories."),
-    gavel: list[Path] = typer.Option(None, "--gavel", help="Gavel throughput JSON (repeatable)."),
-    out: Path = typer.Option(..., "--out", "-o", help="CSV to write: gpu_type,type_a,type_b,ratio_a,ratio_b,..."),
-    sharing: str = typer.Option(None, "--sharing", help="Sharing mode to use when the inputs hold several."),
-    gpu_type: list[str] = typer.Option(None, "--gpu-type", help="Only these GPU types (repeatable)."),
+    results_dirs: list[Path] = cli_kit.Argument(None, metavar="RESULTS_DIR...", help="Results directories."),
+    gavel: list[Path] = cli_kit.Option(None, "--gavel", help="Gavel throughput JSON (repeatable)."),
+    out: Path = input_option("out", ...),
+    sharing: str = cli_kit.Option(None, "--sharing", help="Sharing mode to use when the inputs hold several."),
+    gpu_type: list[str] = cli_kit.Option(None, "--gpu-type", help="Only these GPU types (repeatable)."),
 ) -> None:
-    """Write measured pair ratios t/t' per GPU type (0 = infeasible) for `colocate schedule --colocation`."""
+    """Write measured pair ratios t/t' per GPU type (0 = infeasible) for `colocate schedule --colocation`:
+    --out is the CSV to write (gpu_type,type_a,type_b,ratio_a,ratio_b,...)."""
     from colocate.analysis.gavel import load_inputs
     from colocate.analysis.matrix import measured_colocation_table
     from colocate.commands._output import console

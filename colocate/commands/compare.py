@@ -7,11 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-import typer
-
+from colocate import cli_kit
 from colocate.cli_config import ConfigSpec, Defaults, config_command
 from colocate.commands.simulate import policy_ilp
 from scheduler.ilp.config import IlpConfig
@@ -21,17 +19,7 @@ from scheduler.sim.config import SimConfig
 __all__ = ["compare_command", "register"]
 
 
-def measured_pairs(results_dir: Path) -> tuple[tuple[str, str, str, float, float], ...]:
-    """A results directory's measured pairs as colocation-table rows (what ``simulate --colocation DIR`` reads)."""
-    from colocate.analysis.matrix import measured_colocation_table
-    from colocate.analysis.results import load_results
-
-    frame = measured_colocation_table(load_results(results_dir))
-    return tuple((str(r.gpu_type), str(r.type_a), str(r.type_b), float(r.ratio_a), float(r.ratio_b))
-                 for r in frame.itertuples(index=False))
-
-
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("compare")(compare_command)
 
 
@@ -77,21 +65,24 @@ def _policies_ilp(built: IlpConfig, others: dict[str, Any]) -> Defaults:
 
 
 @config_command(ConfigSpec("request", CompareRequest, panel="Comparison"),
-                ConfigSpec("sim", SimConfig, panel="Simulator", aliases=True),
+                ConfigSpec("sim", SimConfig, panel="Simulator"),
                 ConfigSpec("ilp", IlpConfig, flags=(), panel="Round ILP (colocate, sia)", defaults=_policies_ilp))
 def compare_command(*, request: CompareRequest, sim: SimConfig, ilp: dict[str, IlpConfig]) -> None:
-    """Run the policies on every workload (in parallel processes) and write report.md, summary.csv and plots."""
+    """Run the policies on every workload (in parallel processes) and write report.md, summary.csv and plots
+    (--out: the report directory, e.g. results/sim/NAME)."""
     from colocate.commands._output import console, error_console
     from scheduler.sim.compare import SimulationFailed, compare_policies
 
     request = replace(request, sim=sim, ilp=ilp)
     if request.colocation is not None and request.colocation.is_dir():
+        from colocate.analysis.matrix import measured_pairs
+
         request = replace(request, colocation_rows=measured_pairs(request.colocation))
     try:
         report, means, failed = compare_policies(request, progress=_progress_bar)
     except SimulationFailed as err:
         error_console.print(f"[red]error:[/] {err}", highlight=False)
-        raise typer.Exit(1) from None
+        raise cli_kit.Exit(1) from None
     for (load, policy), row in means.iterrows():
         console.print(f"{load:>4g}× {policy:>13}: avg JCT {row.avg_jct_s / 3600:.3f} h · p99 {row.p99_jct_s / 3600:.2f} h"
                       f" · {row.gpu_hours:.0f} GPU-h · packed {row.packed_fraction:.1%}"
@@ -100,4 +91,4 @@ def compare_command(*, request: CompareRequest, sim: SimConfig, ilp: dict[str, I
     for line in failed:
         error_console.print(f"[red]failed:[/] {line}", highlight=False)
     if failed:
-        raise typer.Exit(1)
+        raise cli_kit.Exit(1)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
+from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("compare-gpus")(compare_gpus)
 
 
@@ -21,20 +22,20 @@ def _two(text: str, field: str, valid: str) -> tuple[str, str]:
 
 
 def compare_gpus(
-    results_dirs: list[Path] = typer.Argument(None, metavar="RESULTS_DIR...", help="Results directories."),
-    gavel: list[Path] = typer.Option(None, "--gavel", help="Gavel throughput JSON (repeatable)."),
-    types: str = typer.Option(..., "--types", help="The two GPU types, A,B (e.g. h100,h200)."),
-    match: str = typer.Option("job", "--match",
+    results_dirs: list[Path] = cli_kit.Argument(None, metavar="RESULTS_DIR...", help="Results directories."),
+    gavel: list[Path] = cli_kit.Option(None, "--gavel", help="Gavel throughput JSON (repeatable)."),
+    types: str = cli_kit.Option(..., "--types", help="The two GPU types, A,B (e.g. h100,h200)."),
+    match: str = cli_kit.Option("job", "--match",
                               help="How pairs are matched: job (the same job types), batch (network and batch, "
                                    "names without case or '-', precision dropped: Gavel's ResNet-18@64 meets "
                                    "resnet18@64:tf32) or model (the network; medians over batches)."),
-    sharing: str = typer.Option(None, "--sharing",
+    sharing: str = cli_kit.Option(None, "--sharing",
                                 help="MODE for both types, or MODE_A,MODE_B (default: every mode both have)."),
-    out: Path = typer.Option(None, "--out", "-o", help="Directory for the CSVs, JSON and plot.",
-                                show_default="RESULTS_DIR/gpu-compare"),
-    top: int = typer.Option(15, "--top", help="Pairs to print, the largest differences first (all: in the CSV)."),
+    out: Path = input_option("out", show_default="RESULTS_DIR/gpu-compare"),
+    top: int = cli_kit.Option(15, "--top", help="Pairs to print, the largest differences first (all: in the CSV)."),
 ) -> None:
-    """Compare the pairs measured on two GPU types: δ on each, differences, pairs worth packing on one only."""
+    """Compare the pairs measured on two GPU types: δ on each, differences, pairs worth packing on one only
+    (--out: the directory for the CSVs, JSON and plot)."""
     from rich.table import Table
 
     from colocate.analysis.gavel import load_inputs

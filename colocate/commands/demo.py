@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
+from colocate import cli_kit
+from colocate.cli_config import input_option
 
 DEMO_POLICIES = ("colocate", "sia")
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("demo")(demo)
 
 
@@ -50,10 +51,10 @@ def _example(name: str) -> Path:
 
 
 def demo(
-    out: Path = typer.Option(Path("results/demo"), "--out", "-o", help="Results directory."),
-    device: str = typer.Option(None, "--device", help="cpu or cuda[:N].", show_default="cuda if available"),
-    spec_path: Path = typer.Option(None, "--spec", help="Use this campaign instead of the embedded one."),
-    skip_simulation: bool = typer.Option(False, "--skip-simulation", help="Stop after the matrices."),
+    out: Path = input_option("out", Path("results/demo")),
+    device: str = cli_kit.Option(None, "--device", help="cpu or cuda[:N].", show_default="cuda if available"),
+    spec_path: Path = cli_kit.Option(None, "--spec", help="Use this campaign instead of the embedded one."),
+    skip_simulation: bool = cli_kit.Option(False, "--skip-simulation", help="Stop after the matrices."),
 ) -> None:
     """Run the embedded default: campaign → compatibility matrix → simulated colocate vs sia comparison."""
     from colocate.analysis.matrix import write_matrices

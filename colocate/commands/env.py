@@ -12,13 +12,14 @@ import shutil
 from importlib import metadata
 from typing import Any
 
-import typer
+from colocate import cli_kit
+from colocate.cli_config import input_option
 
 PACKAGES = ("colocate", "torch", "numpy", "pandas", "pyarrow", "networkx", "pulp", "highspy", "nvidia-ml-py",
-            "nvtx", "typer", "rich", "matplotlib", "ray")
+            "nvtx", "click", "rich", "matplotlib", "ray")
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("env")(env)
 
 
@@ -69,10 +70,10 @@ def collect_env() -> dict[str, Any]:
 
 
 def env(
-    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
-    check: bool = typer.Option(False, "--check", help="Preflight: prove MPS works (private daemon + a tiny "
+    as_json: bool = input_option("as_json", False),
+    check: bool = cli_kit.Option(False, "--check", help="Preflight: prove MPS works (private daemon + a tiny "
                                "CUDA client), report compute mode, foreign MPS daemons, NVML/GPM, memory."),
-    device: str = typer.Option("cuda", "--device", help="GPU the preflight checks: cuda or cuda:N."),
+    device: str = cli_kit.Option("cuda", "--device", help="GPU the preflight checks: cuda or cuda:N."),
 ) -> None:
     """Print versions, devices and whether MPS, NVML and GPM are usable (--check: run the preflight)."""
     from rich.table import Table
@@ -132,4 +133,4 @@ def _preflight(device: str, as_json: bool) -> None:
         console.print("[green]ready for GPU campaigns[/]" if report["ok"] else
                       "[red]not ready[/]: see the FAIL rows (they say what is missing)")
     if not report["ok"]:
-        raise typer.Exit(1)
+        raise cli_kit.Exit(1)

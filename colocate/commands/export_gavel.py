@@ -4,21 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
+from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("export-gavel")(export_gavel)
 
 
 def export_gavel(
-    results_dirs: list[Path] = typer.Argument(..., metavar="RESULTS_DIR...", help="One or more results directories."),
-    out: Path = typer.Option(None, "--out", "-o", help="JSON file.",
-                               show_default="RESULTS_DIR/gavel_throughputs.json"),
-    sharing: str = typer.Option(None, "--sharing", help="Sharing mode to export when the results hold several."),
-    scale_factor: int = typer.Option(1, "--scale-factor", min=1, help="Scale factor written into the job keys."),
+    results_dirs: list[Path] = cli_kit.Argument(..., metavar="RESULTS_DIR...", help="One or more results directories."),
+    out: Path = input_option("out", show_default="RESULTS_DIR/gavel_throughputs.json"),
+    sharing: str = cli_kit.Option(None, "--sharing", help="Sharing mode to export when the results hold several."),
+    scale_factor: int = cli_kit.Option(1, "--scale-factor", min=1, help="Scale factor written into the job keys."),
 ) -> None:
-    """Write solo and pair throughputs (steps/s) as Gavel's simulation_throughputs.json layout."""
+    """Write solo and pair throughputs (steps/s) as Gavel's simulation_throughputs.json layout
+    (--out: the JSON file)."""
     from colocate.analysis.gavel import export_gavel as convert
     from colocate.analysis.results import load_results
     from colocate.commands._output import console

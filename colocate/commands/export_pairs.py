@@ -4,21 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
+from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("export-pairs")(export_pairs)
 
 
 def export_pairs(
-    results_dirs: list[Path] = typer.Argument(None, metavar="RESULTS_DIR...", help="Results directories."),
-    gavel: list[Path] = typer.Option(None, "--gavel", help="Gavel throughput JSON (repeatable)."),
-    out: Path = typer.Option(None, "--out", "-o", help="CSV to write; the JSON goes beside it.",
-                               show_default="RESULTS_DIR/pairs_export.csv"),
-    gpu_type: list[str] = typer.Option(None, "--gpu-type", help="Only these GPU types (repeatable)."),
+    results_dirs: list[Path] = cli_kit.Argument(None, metavar="RESULTS_DIR...", help="Results directories."),
+    gavel: list[Path] = cli_kit.Option(None, "--gavel", help="Gavel throughput JSON (repeatable)."),
+    out: Path = input_option("out", show_default="RESULTS_DIR/pairs_export.csv"),
+    gpu_type: list[str] = cli_kit.Option(None, "--gpu-type", help="Only these GPU types (repeatable)."),
 ) -> None:
-    """Write every measured pair with both jobs' solo and co-located figures, units and provenance."""
+    """Write every measured pair with both jobs' solo and co-located figures, units and provenance
+    (--out: the CSV; the JSON goes beside it)."""
     from colocate.analysis.gavel import load_inputs
     from colocate.analysis.pairs_export import check_export_targets
     from colocate.analysis.pairs_export import export_pairs as write

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
+from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("import-gavel")(import_gavel)
 
 
 def import_gavel(
-    file: Path = typer.Argument(..., metavar="FILE.json", help="Gavel throughput file (e.g. simulation_throughputs.json)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Results directory to write (runs/jobs Parquet + CSV, meta.json)."),
-    gpu_type: list[str] = typer.Option(None, "--gpu-type", help="Worker types to import (repeatable).",
+    file: Path = cli_kit.Argument(..., metavar="FILE.json", help="Gavel throughput file (e.g. simulation_throughputs.json)."),
+    out: Path = input_option("out", ...),
+    gpu_type: list[str] = cli_kit.Option(None, "--gpu-type", help="Worker types to import (repeatable).",
                                         show_default="all"),
-    scale_factor: int = typer.Option(1, "--scale-factor", min=1, help="Gavel scale factor (GPUs per job) to import."),
-    matrices: bool = typer.Option(True, "--matrices/--no-matrices", help="Also write compatibility matrices to OUT/matrices."),
+    scale_factor: int = cli_kit.Option(1, "--scale-factor", min=1, help="Gavel scale factor (GPUs per job) to import."),
+    matrices: bool = cli_kit.Option(True, "--matrices/--no-matrices", help="Also write compatibility matrices to OUT/matrices."),
 ) -> None:
-    """Convert Gavel's solo and pair throughputs into our results schema ([0, 0] pairs become infeasible)."""
+    """Convert Gavel's solo and pair throughputs into our results schema ([0, 0] pairs become infeasible;
+    --out: the results directory to write)."""
     from rich.table import Table
 
     from colocate.analysis.gavel import import_gavel as convert

@@ -4,27 +4,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
+from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("import-pairs")(import_pairs)
 
 
 def import_pairs(
-    file: Path = typer.Argument(..., metavar="FILE.csv", help="One row per measured pair (see the README)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Results directory to write (runs/jobs Parquet + CSV, meta.json)."),
-    column: list[str] = typer.Option(None, "--column", help="CANONICAL=THEIRS column mapping (repeatable), "
+    file: Path = cli_kit.Argument(..., metavar="FILE.csv", help="One row per measured pair (see the README)."),
+    out: Path = input_option("out", ...),
+    column: list[str] = cli_kit.Option(None, "--column", help="CANONICAL=THEIRS column mapping (repeatable), "
                                                             "e.g. --column job_a=model1."),
-    columns: Path = typer.Option(None, "--columns", help="YAML: {columns: {canonical: theirs}, defaults: {...}}."),
-    gpu_type: str = typer.Option(None, "--gpu-type", help="GPU type for rows without a gpu_type column."),
-    sharing: str = typer.Option(None, "--sharing", help="Sharing mode for rows without a sharing column.",
+    columns: Path = cli_kit.Option(None, "--columns", help="YAML: {columns: {canonical: theirs}, defaults: {...}}."),
+    gpu_type: str = cli_kit.Option(None, "--gpu-type", help="GPU type for rows without a gpu_type column."),
+    sharing: str = cli_kit.Option(None, "--sharing", help="Sharing mode for rows without a sharing column.",
                                  show_default="timeslice"),
-    matrices: bool = typer.Option(True, "--matrices/--no-matrices", help="Also write compatibility matrices to "
+    matrices: bool = cli_kit.Option(True, "--matrices/--no-matrices", help="Also write compatibility matrices to "
                                                                         "OUT/matrices (at most 32 job types per GPU type)."),
-    force: bool = typer.Option(False, "--force", help="Replace an earlier import in OUT (its files are removed first)."),
+    force: bool = cli_kit.Option(False, "--force", help="Replace an earlier import in OUT (its files are removed first)."),
 ) -> None:
-    """Convert a pair table (solo and co-located times, or speeds t/t′) into our results schema."""
+    """Convert a pair table (solo and co-located times, or speeds t/t′) into our results schema
+    (--out: the results directory to write: runs/jobs Parquet + CSV, meta.json)."""
     from colocate.analysis.gavel import write_import
     from colocate.analysis.pairs_import import (
         PairColumns,

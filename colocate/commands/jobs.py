@@ -7,14 +7,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import typer
+from colocate import cli_kit
 
 STATE_HELP = "State directory of the scheduler (on its machine; through its server's socket when one runs)."
 SERVER_HELP = "URL of a colocate serve --api-port (another machine), with a token: COLOCATE_TOKEN or " \
               "~/.config/colocate/token (0600)."
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("jobs")(jobs)
 
 
@@ -96,10 +96,10 @@ def clip(text: str, width: int) -> str:
 
 
 def jobs(
-    state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
-    server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False),
-    as_json: bool = typer.Option(False, "--json", help="JSON: jobs and the learned tables."),
-    watch: bool = typer.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),
+    state: Path = cli_kit.Option(None, "--state", help=STATE_HELP, readable=False),
+    server: str = cli_kit.Option(None, "--server", help=SERVER_HELP, show_default=False),
+    as_json: bool = cli_kit.Option(False, "--json", help="JSON: jobs and the learned tables."),
+    watch: bool = cli_kit.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),
 ) -> None:
     """Show every job of a scheduler instance (its owner's only, for others, under serve --private-data)."""
     from scheduler.service.front.remote import connect
@@ -128,7 +128,7 @@ def jobs(
         if found is None:  # nothing submitted yet: the empty state, as a reader sees it
             found = jobs_snapshot(store) if store is not None else {}
         found.pop("last_round", None)
-        typer.echo(json.dumps(found, indent=2))
+        cli_kit.echo(json.dumps(found, indent=2))
         return
     from colocate.commands._output import console, error_console
 

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
+from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("kernels")(kernels)
 
 
 def kernels(
-    spec_path: Path = typer.Argument(..., metavar="SPEC.yaml", help="Campaign file: models, batch_sizes, image_size, device."),
-    out: Path = typer.Option(None, "--out", "-o", help="Results directory.",
-                               show_default="results/<name>-kernels"),
-    backend: str = typer.Option("torch", "--backend", help="torch (PyTorch profiler) or ncu (Nsight Compute, CUDA)."),
-    iters: int = typer.Option(2, "--iters", min=1, help="Profiled iterations after warm-up."),
-    force: bool = typer.Option(False, "--force", help="Profile job types already in kernels.parquet again."),
-    plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the bar and histogram PNGs."),
+    spec_path: Path = cli_kit.Argument(..., metavar="SPEC.yaml", help="Campaign file: models, batch_sizes, image_size, device."),
+    out: Path = input_option("out", show_default="results/<name>-kernels"),
+    backend: str = cli_kit.Option("torch", "--backend", help="torch (PyTorch profiler) or ncu (Nsight Compute, CUDA)."),
+    iters: int = cli_kit.Option(2, "--iters", min=1, help="Profiled iterations after warm-up."),
+    force: bool = cli_kit.Option(False, "--force", help="Profile job types already in kernels.parquet again."),
+    plots: bool = cli_kit.Option(True, "--plots/--no-plots", help="Write the bar and histogram PNGs."),
 ) -> None:
     """Record every kernel (CPU: every operator) of two iterations per job type into kernels.parquet + plots."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

@@ -5,13 +5,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import typer
-
-from colocate.cli_config import ConfigSpec, config_command
+from colocate import cli_kit
+from colocate.cli_config import ConfigSpec, config_command, input_option
 from scheduler.executor.launch import LaunchRequest
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("launch")(launch)
 
 
@@ -60,7 +59,7 @@ class _JobBars:
 
 @config_command(ConfigSpec("launch", LaunchRequest))
 def launch(
-    as_json: bool = typer.Option(False, "--json", help="Print the final job statuses as JSON."),
+    as_json: bool = input_option("as_json", False),
     *,
     launch: LaunchRequest,
 ) -> None:

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
-
+from colocate import cli_kit
 from colocate.commands.jobs import SERVER_HELP, STATE_HELP
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("learned")(learned)
 
 
 def learned(
-    state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
-    server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False),
-    out: Path = typer.Option(None, "--out", "-o", help="Write the learned colocation table here (CSV)."),
+    state: Path = cli_kit.Option(None, "--state", help=STATE_HELP, readable=False),
+    server: str = cli_kit.Option(None, "--server", help=SERVER_HELP, show_default=False),
+    out: Path = cli_kit.Option(None, "--out", "-o", help="Write the learned colocation table here (CSV)."),
 ) -> None:
     """Show (or export) measured throughputs and pair ratios, with the number of samples behind each and their
     source (run or probe), the automatic probes, and the gradient statistics jobs report (noise scale, efficiency)."""
@@ -45,7 +44,7 @@ def learned(
         frame = learned_table_frame(view["colocation"])
         if not len(frame):
             console.print("no packed pair has been measured against a measured solo time yet; nothing written")
-            raise typer.Exit(1)
+            raise cli_kit.Exit(1)
         write_colocation_table(frame, out)
         console.print(f"wrote {len(frame)} pair(s) to {out}", highlight=False)
         return

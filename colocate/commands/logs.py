@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
-
+from colocate import cli_kit
 from colocate.commands.jobs import SERVER_HELP, STATE_HELP
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("logs")(logs)
 
 
 def logs(
-    name: str = typer.Argument(..., metavar="NAME", help="Job name, as printed by colocate submit."),
-    state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
-    server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False),
+    name: str = cli_kit.Argument(..., metavar="NAME", help="Job name, as printed by colocate submit."),
+    state: Path = cli_kit.Option(None, "--state", help=STATE_HELP, readable=False),
+    server: str = cli_kit.Option(None, "--server", help=SERVER_HELP, show_default=False),
 ) -> None:
     """Print the last 64 KiB of a job's log (yours; an admin may read any). Needs a running server."""
     from common.errors import InputError
@@ -29,4 +28,4 @@ def logs(
                          valid="a state directory whose server runs (colocate serve --state)")
     text = client.call("logs", {"name": name})["log"]
     for line in text.splitlines():
-        typer.echo(printable(line))  # a job's log is the job's text: escapes shown, never interpreted
+        cli_kit.echo(printable(line))  # a job's log is the job's text: escapes shown, never interpreted

@@ -4,23 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
+from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("matrix")(matrix)
 
 
 def matrix(
-    results_dirs: list[Path] = typer.Argument(None, metavar="RESULTS_DIR...",
+    results_dirs: list[Path] = cli_kit.Argument(None, metavar="RESULTS_DIR...",
                                               help="Results directories (several GPU types are kept apart)."),
-    gavel: list[Path] = typer.Option(None, "--gavel", help="Also read a Gavel throughput JSON (repeatable)."),
-    metric: str = typer.Option("delta", "--metric", help="delta, throughput_sum or slowdown."),
-    out: Path = typer.Option(None, "--out", "-o", help="Output directory.",
-                               show_default="RESULTS_DIR/matrices"),
-    gpu_type: list[str] = typer.Option(None, "--gpu-type", help="Only these GPU types (repeatable)."),
-    by_batch: bool = typer.Option(True, "--by-batch/--no-by-batch", help="Also one matrix per shared batch size."),
-    plots: bool = typer.Option(True, "--plots/--no-plots", help="Draw PNG heatmaps (CSV and GraphML are always written)."),
+    gavel: list[Path] = cli_kit.Option(None, "--gavel", help="Also read a Gavel throughput JSON (repeatable)."),
+    metric: str = cli_kit.Option("delta", "--metric", help="delta, throughput_sum or slowdown."),
+    out: Path = input_option("out", show_default="RESULTS_DIR/matrices"),
+    gpu_type: list[str] = cli_kit.Option(None, "--gpu-type", help="Only these GPU types (repeatable)."),
+    by_batch: bool = cli_kit.Option(True, "--by-batch/--no-by-batch", help="Also one matrix per shared batch size."),
+    plots: bool = cli_kit.Option(True, "--plots/--no-plots", help="Draw PNG heatmaps (CSV and GraphML are always written)."),
 ) -> None:
     """Pivot measured pairs into job-type × job-type matrices per GPU type, sharing mode and batch size."""
     from rich.table import Table

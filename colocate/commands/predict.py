@@ -8,9 +8,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import typer
-
-from colocate.cli_config import ConfigSpec, config_command
+from colocate import cli_kit
+from colocate.cli_config import ConfigSpec, config_command, input_option
 from common.errors import InputError
 from scheduler.learning.predictor.config import PredictorConfig
 
@@ -19,7 +18,7 @@ TABLE_COLUMNS = ["gpu_type", "type_a", "type_b", "ratio_a", "ratio_b", "delta", 
 DIGITS = 4  # ratios and δ are written and printed to 4 decimals: measurement noise is larger than that
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("predict")(predict)
 
 
@@ -50,22 +49,21 @@ def _committed(path: Path) -> bool:
 
 @config_command(ConfigSpec("predictor", PredictorConfig, panel="Predictor"))
 def predict(
-    results_dirs: list[Path] = typer.Argument(None, metavar="RESULTS_DIR...", help="Results directories."),
-    gavel: list[Path] = typer.Option(None, "--gavel", help="Gavel throughput JSON (repeatable)."),
-    gpu_type: list[str] = typer.Option(None, "--gpu-type", help="Only these GPU types (repeatable)."),
-    sharing: str = typer.Option(None, "--sharing", help="Sharing mode when the inputs hold several."),
-    out: Path = typer.Option(None, "--out", "-o", help="Colocation table CSV.",
-                               show_default="RESULTS_DIR/colocation_predicted.csv"),
-    evaluate: bool = typer.Option(False, "--evaluate", help="Leave one pair out, one job type (model@batch) "
+    results_dirs: list[Path] = cli_kit.Argument(None, metavar="RESULTS_DIR...", help="Results directories."),
+    gavel: list[Path] = cli_kit.Option(None, "--gavel", help="Gavel throughput JSON (repeatable)."),
+    gpu_type: list[str] = cli_kit.Option(None, "--gpu-type", help="Only these GPU types (repeatable)."),
+    sharing: str = cli_kit.Option(None, "--sharing", help="Sharing mode when the inputs hold several."),
+    out: Path = input_option("out", show_default="RESULTS_DIR/colocation_predicted.csv"),
+    evaluate: bool = cli_kit.Option(False, "--evaluate", help="Leave one pair out, one job type (model@batch) "
                                                             "out and one model (all its batches) out, against five "
                                                             "baselines, with the intervals' coverage."),
-    report_dir: Path = typer.Option(None, "--report-dir", help="Where --evaluate writes its report.",
+    report_dir: Path = cli_kit.Option(None, "--report-dir", help="Where --evaluate writes its report.",
                                     show_default="<output>/predictor-evaluation"),
-    force: bool = typer.Option(False, "--force", help="Overwrite a report that git tracks (a committed one)."),
+    force: bool = cli_kit.Option(False, "--force", help="Overwrite a report that git tracks (a committed one)."),
     *, predictor: PredictorConfig,
 ) -> None:
     """Predict t/t' (and δ), with intervals, of every pair of measured job types per GPU type and sharing mode;
-    every GPU type and sharing mode given is evidence for the others."""
+    every GPU type and sharing mode given is evidence for the others (--out: the colocation table CSV)."""
     from colocate.analysis.gavel import load_inputs
     from colocate.analysis.results import choose_sharing
     from colocate.prediction.predict import make_datasets

@@ -7,20 +7,21 @@ import math
 from pathlib import Path
 from typing import Any
 
-import typer
+from colocate import cli_kit
+from colocate.cli_config import input_option
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("profile")(profile)
 
 
 def profile(
-    spec_path: Path = typer.Argument(..., metavar="SPEC.yaml", help="Campaign file (see README)."),
-    out: Path = typer.Option(None, "--out", "-o", help="Results directory.", show_default="results/<name>"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="List the runs that would execute, run nothing."),
-    as_json: bool = typer.Option(False, "--json", help="Print per-cell results as JSON instead of a table."),
-    backend: str = typer.Option("local", "--backend", help="local, or ray (needs the ray extra)."),
-    address: str = typer.Option(None, "--address", help="Ray cluster address for --backend ray."),
+    spec_path: Path = cli_kit.Argument(..., metavar="SPEC.yaml", help="Campaign file (see README)."),
+    out: Path = input_option("out", show_default="results/<name>"),
+    dry_run: bool = cli_kit.Option(False, "--dry-run", help="List the runs that would execute, run nothing."),
+    as_json: bool = input_option("as_json", False),
+    backend: str = cli_kit.Option("local", "--backend", help="local, or ray (needs the ray extra)."),
+    address: str = cli_kit.Option(None, "--address", help="Ray cluster address for --backend ray."),
 ) -> None:
     """Measure solo and co-located iteration times; print δ per cell. Rerun the same command to resume."""
     from colocate.analysis.summary import cell_summary
@@ -55,7 +56,7 @@ def profile(
     except KeyboardInterrupt:
         done = (ResultsStore(out).read_meta().get("sessions") or [{}])[-1].get("runs_executed", 0)
         error_console.print(f"interrupted after {done} runs; rerun the same command to resume", highlight=False)
-        raise typer.Exit(130) from None
+        raise cli_kit.Exit(130) from None
     summary = cell_summary(store.runs(), store.jobs())
     if as_json:
         records = json.loads(summary.to_json(orient="records"))

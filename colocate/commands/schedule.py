@@ -10,17 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-import typer
-
-from colocate.cli_config import ConfigSpec, config_command, printed_config
+from colocate import cli_kit
+from colocate.cli_config import ConfigSpec, config_command, input_option, printed_config
 from common.errors import InputError
 from scheduler.formats.allocation_file import allocation_document as decision_to_json
-from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.formats.profiles import load_goodput_model
 from scheduler.ilp.config import IlpConfig
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("schedule")(schedule)
 
 
@@ -66,23 +64,17 @@ def _check_inputs(jobs: list, cluster: Any, model: Any, jobs_path: Path) -> None
                              field=field, valid="a GPU count and batch size the profiles cover on some GPU type")
 
 
-ILP_SPEC = ConfigSpec("ilp", IlpConfig, panel="Round ILP", aliases=True)
+ILP_SPEC = ConfigSpec("ilp", IlpConfig, panel="Round ILP")
 
 
 @config_command(ILP_SPEC)
 def schedule(
-    cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML: gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}."),
-    jobs: Path = typer.Option(..., "--jobs", help="Jobs CSV (name,application[,num_gpus,adaptive,...])."),
-    profiles: Optional[Path] = typer.Option(None, "--profiles", help="Throughput profiles: a CSV "
-                                            "(application,gpu_type,num_gpus,batch_size,throughput) or Sia's "
-                                            "traces directory. Default: Sia's traces in the shared data "
-                                                 "directory (COLOCATE_SHARED_DATA) if present, else the bundled "
-                                                 "profiles."),
-    colocation: Optional[Path] = typer.Option(None, "--colocation", help="Colocation table CSV "
-                                              "(gpu_type,type_a,type_b,ratio_a,ratio_b). Default: the bundled tables, as "
-                                                   "simulate (transferred from Gavel's measurements, and the pairs "
-                                                   "measured on the H100 under MPS); --no-packing: none."),
-    as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON instead of a table."),
+    cluster: Path = input_option("cluster", ...),
+    jobs: Path = cli_kit.Option(..., "--jobs", help="Jobs CSV (name,application[,num_gpus,adaptive,...])."),
+    profiles: Optional[Path] = input_option("profiles", show_default="Sia's traces in the shared data, else the "
+                                                                     "bundled profiles"),
+    colocation: Optional[Path] = input_option("colocation", show_default="the bundled tables, as simulate; --no-packing: none"),
+    as_json: bool = input_option("as_json", False),
     *,
     ilp: IlpConfig,
 ) -> None:
@@ -103,10 +95,11 @@ def schedule(
                              field="--profiles", valid="a profile CSV or Sia's traces directory")
     model = load_goodput_model(profiles)
     _check_inputs(the_jobs, the_cluster, model, jobs)
+    # the same default as simulate: packing means the bundled pair ratios when none are given
+    from colocate.analysis.matrix import read_colocation
     from scheduler.formats.transfer import default_table
 
-    # the same default as simulate: packing means the bundled pair ratios when none are given
-    table = (load_colocation_table(colocation) if colocation is not None
+    table = (read_colocation(colocation) if colocation is not None
              else default_table() if ilp.packing else None)
     policy = PackingPolicy(ilp, name="colocate" if ilp.packing else "sia")
     decision = policy.allocate(the_jobs, the_cluster, RoundContext(goodput=model, colocation=table))
@@ -116,7 +109,7 @@ def schedule(
 
         # the round's settings beside the decision: --set @FILE loads them again (colocate.config_file)
         printed = {**decision_to_json(decision, placement), "config": printed_config([ILP_SPEC], {"ilp": ilp})}
-        typer.echo(json_text(printed, indent=2))
+        cli_kit.echo(json_text(printed, indent=2))
         return
     _print_table(decision, placement, the_jobs)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import signal
 from dataclasses import replace
 
-import typer
-
+from colocate import cli_kit
 from colocate.cli_config import ConfigSpec, Defaults, config_command
+from common.errors import InputError
 from scheduler.service.config import ServeConfig
 from scheduler.service.serve import ServeRequest
 
@@ -31,7 +31,7 @@ SERVE_SPEC = ConfigSpec("serve", ServeConfig, base=ServeConfig, panel="Scheduler
                                "probe.budget_gpu_s", "users", "api.admins", "api.private_data"), defaults=_policy_defaults)
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("serve")(serve)
 
 
@@ -44,6 +44,10 @@ def serve(*, request: ServeRequest, serve: ServeConfig) -> None:
     from scheduler.service.state.health import StateChanged
 
     request = replace(request, config=serve)
+    if request.colocation is not None and request.colocation.is_dir():  # a results directory's measured pairs
+        from colocate.analysis.matrix import measured_pairs
+
+        request = replace(request, colocation_rows=measured_pairs(request.colocation))
     stop = {"now": False}
 
     def request_stop(signum: int, frame: object) -> None:
@@ -63,5 +67,6 @@ def serve(*, request: ServeRequest, serve: ServeConfig) -> None:
     except StateChanged as err:  # not bad input: the state went away under a running server (exit 3)
         from common.untrusted import printable
 
-        error_console.print(f"error: {printable(err)}", highlight=False, markup=False, soft_wrap=True)
-        raise typer.Exit(3) from None
+        said = InputError(err.detail, source=err.source, field="--state", valid=err.valid)  # the field's flag
+        error_console.print(f"error: {printable(said)}", highlight=False, markup=False, soft_wrap=True)
+        raise cli_kit.Exit(3) from None

@@ -8,9 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import typer
-
-from colocate.cli_config import ConfigSpec, Defaults, config_command, printed_config
+from colocate import cli_kit
+from colocate.cli_config import ConfigSpec, Defaults, config_command, input_option, printed_config
 from scheduler.ilp.config import IlpConfig
 from scheduler.learning.belief import BeliefSpec
 from scheduler.policies import ILP_POLICY_NAMES, PolicyChoice
@@ -31,33 +30,17 @@ def policy_ilp(names: Sequence[str]) -> Defaults:
 
 
 RUN_SPEC = ConfigSpec("run", PolicyChoice)
-SIM_SPEC = ConfigSpec("sim", SimConfig, panel="Simulator", aliases=True)
+SIM_SPEC = ConfigSpec("sim", SimConfig, panel="Simulator")
 ILP_SPEC = ConfigSpec("ilp", IlpConfig, flags=("max_group_size", "max_slowdown"), panel="Round ILP (colocate, sia)",
                       defaults=lambda built, others: policy_ilp([others["run"].policy]))
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("simulate")(simulate_command)
 
 
 def _hours(seconds: float) -> str:
     return "–" if not math.isfinite(seconds) else f"{seconds / 3600:.2f} h"
-
-
-def _colocation(path: Path | None):  # -> ColocationTable | None
-    """The ``--colocation`` table, read before the simulation starts (a bad file is an error before any
-    progress): a CSV as it is, a results directory's measured pairs as a table."""
-    if path is None:
-        return None
-    if not path.is_dir():
-        from scheduler.formats.colocation_table import load_colocation_table
-
-        return load_colocation_table(path)
-    from colocate.analysis.matrix import measured_colocation_table
-    from colocate.analysis.results import load_results
-    from scheduler.model.colocation import ColocationTable
-
-    return ColocationTable.from_frame(measured_colocation_table(load_results(path)))
 
 
 def _check_belief_table(spec: BeliefSpec) -> None:
@@ -121,24 +104,21 @@ def _print_summary(result: Any, title: str, out: Path | None) -> None:
 
 @config_command(RUN_SPEC, SIM_SPEC, ILP_SPEC)
 def simulate_command(
-    cluster: Path = typer.Option(..., "--cluster", help="Cluster YAML (e.g. scheduler/examples/sia-64gpu.yaml)."),
-    workload: Path = typer.Option(..., "--workload", help="Sia/Pollux workload CSV, Gavel .trace or Philly job CSV."),
-    colocation: Path = typer.Option(None, "--colocation",
-                                    help="Colocation table CSV, or a results directory (e.g. from import-pairs) "
-                                         "whose measured pairs become one (default for packing policies: the "
-                                         "bundled tables: transferred from Gavel's measurements, and the "
-                                         "pairs measured on the H100 under MPS)."),
-    profiles: Path = typer.Option(None, "--profiles",
-                                  help="Throughput profiles: Sia traces dir or profile CSV (default: "
-                                       "<shared data>/sia/traces)."),
-    out: Path = typer.Option(None, "--out", "-o", help="Write jobs/rounds/allocations Parquet + summary.json here."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
+    cluster: Path = input_option("cluster", ...),
+    workload: Path = cli_kit.Option(..., "--workload", help="Sia/Pollux workload CSV, Gavel .trace or Philly job CSV."),
+    colocation: Path = input_option("colocation", show_default="packing policies: the bundled tables (transferred "
+                                                               "from Gavel's measurements, and the pairs measured "
+                                                               "on the H100 under MPS)"),
+    profiles: Path = input_option("profiles", show_default="<shared data>/sia/traces"),
+    out: Path = input_option("out"),
+    as_json: bool = input_option("as_json", False),
     *,
     run: PolicyChoice,
     sim: SimConfig,
     ilp: dict[str, IlpConfig],
 ) -> None:
-    """Simulate a workload under one policy; print JCTs, makespan, GPU-hours, utilization, packing."""
+    """Simulate a workload under one policy; print JCTs, makespan, GPU-hours, utilization, packing (--out: a
+    directory for jobs/rounds/allocations Parquet + summary.json)."""
     from common.safe_load import json_text
     from profiler.campaign.outdir import check_out_dir, prepare_out_dir
     from scheduler.formats.profiles import check_workload
@@ -149,7 +129,9 @@ def simulate_command(
 
     spec = run.spec
     the_ilp = ilp.get(spec.name)
-    table = _colocation(colocation)
+    from colocate.analysis.matrix import read_colocation
+
+    table = read_colocation(colocation)
     _check_belief_table(sim.belief)
     cluster_obj = load_cluster(cluster)
     work = read_workload(workload)

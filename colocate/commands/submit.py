@@ -4,22 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
-
+from colocate import cli_kit
 from colocate.commands.jobs import SERVER_HELP, STATE_HELP
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     app.command("submit")(submit)
 
 
 def submit(
-    job_files: list[Path] = typer.Argument(..., metavar="JOB.yaml...", help="Job files (see the README: model or "
+    job_files: list[Path] = cli_kit.Argument(..., metavar="JOB.yaml...", help="Job files (see the README: model or "
                                            "command, steps or samples, batch size, GPUs, adaptive); several are "
                                            "validated first, then queued in order."),
-    state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
-    server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False),
-    cluster: Path = typer.Option(None, "--cluster", help="Cluster YAML to check the job against.",
+    state: Path = cli_kit.Option(None, "--state", help=STATE_HELP, readable=False),
+    server: str = cli_kit.Option(None, "--server", help=SERVER_HELP, show_default=False),
+    cluster: Path = cli_kit.Option(None, "--cluster", help="Cluster YAML to check the job against.",
                                  show_default="the cluster the last colocate serve on --state recorded"),
 ) -> None:
     """Queue jobs (owned by you); prints each one's name. A job the cluster can never run is refused with the reason, and a bad
@@ -27,4 +26,4 @@ def submit(
     from scheduler.service.front.client import submit_jobs
 
     for name in submit_jobs(job_files, state, cluster, server):
-        typer.echo(name)
+        cli_kit.echo(name)

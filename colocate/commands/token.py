@@ -6,19 +6,18 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import typer
-
+from colocate import cli_kit
 from colocate.commands.jobs import SERVER_HELP, STATE_HELP
 
 if TYPE_CHECKING:
     from scheduler.service.front.remote import ApiClient
 
-token_app = typer.Typer(help="Bearer tokens for callers on other machines (admins only; see docs/multi-user.md).",
+token_app = cli_kit.App(help="Bearer tokens for callers on other machines (admins only; see docs/multi-user.md).",
                         no_args_is_help=True)
 
 
-def register(app: typer.Typer) -> None:
-    app.add_typer(token_app, name="token")
+def register(app: cli_kit.App) -> None:
+    app.add_command(token_app, "token")
 
 
 def _client(state: Path | None, server: str | None) -> ApiClient:
@@ -47,29 +46,29 @@ def _duration(text: str | None) -> float | None:
 
 
 @token_app.command("create")
-def create(user: str = typer.Argument(..., metavar="USER", help="The user the token acts as."),
-           expires: str = typer.Option(None, "--expires", help="Valid for this long: 90d, 12h, 30m or seconds.",
+def create(user: str = cli_kit.Argument(..., metavar="USER", help="The user the token acts as."),
+           expires: str = cli_kit.Option(None, "--expires", help="Valid for this long: 90d, 12h, 30m or seconds.",
                                        show_default="until revoked"),
-           state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
-           server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False)) -> None:
+           state: Path = cli_kit.Option(None, "--state", help=STATE_HELP, readable=False),
+           server: str = cli_kit.Option(None, "--server", help=SERVER_HELP, show_default=False)) -> None:
     """Create a token for USER and print it once (only its salted hash is kept)."""
     made = _client(state, server).call("token-create", {"user": user, "expires_s": _duration(expires)})
-    typer.echo(made["token"])
-    typer.echo(f"token {made['id']} for {made['user']}: shown once; store it in ~/.config/colocate/token (chmod 600) "
+    cli_kit.echo(made["token"])
+    cli_kit.echo(f"token {made['id']} for {made['user']}: shown once; store it in ~/.config/colocate/token (chmod 600) "
                "or COLOCATE_TOKEN", err=True)
 
 
 @token_app.command("list")
-def list_tokens(state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
-                server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False)) -> None:
+def list_tokens(state: Path = cli_kit.Option(None, "--state", help=STATE_HELP, readable=False),
+                server: str = cli_kit.Option(None, "--server", help=SERVER_HELP, show_default=False)) -> None:
     """List the tokens: ID, user, created, expires, revoked (never a secret)."""
-    typer.echo(json.dumps(_client(state, server).call("token-list")["tokens"], indent=2))
+    cli_kit.echo(json.dumps(_client(state, server).call("token-list")["tokens"], indent=2))
 
 
 @token_app.command("revoke")
-def revoke(token_id: str = typer.Argument(..., metavar="ID", help="The token's ID (colocate token list)."),
-           state: Path = typer.Option(None, "--state", help=STATE_HELP, readable=False),
-           server: str = typer.Option(None, "--server", help=SERVER_HELP, show_default=False)) -> None:
+def revoke(token_id: str = cli_kit.Argument(..., metavar="ID", help="The token's ID (colocate token list)."),
+           state: Path = cli_kit.Option(None, "--state", help=STATE_HELP, readable=False),
+           server: str = cli_kit.Option(None, "--server", help=SERVER_HELP, show_default=False)) -> None:
     """Revoke a token at once: every later call with it gets 401."""
     done = _client(state, server).call("token-revoke", {"id": token_id})
-    typer.echo(f"token {done['id']} of {done['user']}: revoked")
+    cli_kit.echo(f"token {done['id']} of {done['user']}: revoked")

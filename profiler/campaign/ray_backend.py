@@ -67,7 +67,7 @@ def require_ray() -> Any:
     try:
         import ray
     except ImportError as exc:
-        raise InputError(f"the ray backend is unavailable ({exc})", field="--backend",
+        raise InputError(f"the ray backend is unavailable ({exc})", field="backend",
                          valid="local, or install Ray (the 'ray' extra of colocate: pip install ray)") from None
     return ray
 
@@ -229,7 +229,7 @@ def _check_cluster(gpu_types: list[str]) -> dict[str, Any]:
 
     resources = ray.cluster_resources()
     if resources.get("GPU", 0) < 1:
-        raise InputError("the Ray cluster has no GPU (each run is a task with num_gpus=1)", field="--address",
+        raise InputError("the Ray cluster has no GPU (each run is a task with num_gpus=1)", field="address",
                          valid="a cluster whose nodes declare GPUs (ray start --num-gpus N; logical ones on CPU)")
     available = sorted(key.split(":", 1)[1] for key in resources if key.startswith("accelerator_type:"))
     for index, gpu_type in enumerate(gpu_types):

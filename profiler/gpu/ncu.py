@@ -144,7 +144,7 @@ def run_ncu(worker_args: list[str], *, timeout_s: float = 1800.0, env: dict[str,
     """Profile one job under ncu and return its kernel records. Raises RuntimeError when ncu fails."""
     ncu = find_ncu()
     if ncu is None:
-        raise InputError("Nsight Compute (ncu) is not on PATH", field="--backend",
+        raise InputError("Nsight Compute (ncu) is not on PATH", field="backend",
                          valid="torch (default), or install Nsight Compute for --backend ncu")
     with tempfile.TemporaryDirectory(prefix="colocate-ncu-") as tmp:
         report = Path(tmp) / "kernels"

@@ -21,10 +21,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from common.options import option
 from scheduler.executor.command import RunSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.executor.plan import GpuGroup, LaunchPlan
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def sharing_names() -> tuple[str, ...]:
+    """The registered sharing modes (read when asked: the registry imports the profiler's GPU code)."""
+    from profiler.gpu.sharing import sharing_mode_names
+
+    return tuple(sharing_mode_names())
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How jobs run wherever groups are started (``launch``, ``serve``): each idea one flag and one help text.
+    A config takes a field with ``shared_option(name, default, of=Runtime)`` (its own default)."""
+
+    device: str = option("auto", "What built-in jobs train on.", choices=DEVICES)
+    sharing: str = option("timeslice", "How the jobs of a group share its GPUs (a registered sharing mode; "
+                                       "launch: unless the allocation says).", choices=sharing_names)
+    threads: int = option(1, "CPU threads per built-in job process.")
+    grace_s: float = option(10.0, "Seconds a stopped job has after SIGTERM (to checkpoint) before SIGKILL.",
+                            flag="--grace")
 
 
 STATE_RUNNING = "running"

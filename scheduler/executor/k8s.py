@@ -91,10 +91,10 @@ def load_inventory(path: str | Path) -> Inventory:
     path = Path(path)
     valid = "gpu_type: [{node: NAME, gpus: [GPU-UUID, ...]}, ...]"
     if not path.is_file():
-        raise InputError("inventory file not found", source=path, field="--inventory", valid=valid)
+        raise InputError("inventory file not found", source=path, field="inventory", valid=valid)
     from common.safe_load import load_yaml
 
-    data = load_yaml(path, field="--inventory", what="inventory file")
+    data = load_yaml(path, field="inventory", what="inventory file")
     if not isinstance(data, dict):
         raise InputError("must be a mapping of GPU types to node lists", source=path, valid=valid)
     for gpu_type, nodes in data.items():

@@ -17,24 +17,19 @@ from pathlib import Path
 from common.bounds import MAX_SECONDS, check_number
 from common.errors import InputError
 from common.names import safe_name, shown
-from common.options import option
+from common.options import option, shared_option
 from profiler.gpu.sharing import sharing_mode_names
-from scheduler.executor.base import JobStatus, LaunchReport, LaunchSettings
+from scheduler.executor.base import DEVICES, JobStatus, LaunchReport, LaunchSettings, Runtime
 from scheduler.executor.command import RunSettings
 from scheduler.executor.plan import LaunchPlan, load_plan
 from scheduler.executor.registry import LAUNCH_BACKENDS, make_executor
 
 BACKENDS = LAUNCH_BACKENDS  # slurm runs serve's groups; launch writes sbatch scripts instead (--emit slurm)
 EMITTERS = ("slurm", "k8s")
-DEVICES = ("auto", "cpu", "cuda")
 
 
 def _backend_names() -> tuple[str, ...]:
     return LAUNCH_BACKENDS
-
-
-def _sharing_names() -> tuple[str, ...]:
-    return tuple(sharing_mode_names())
 
 
 @dataclass(frozen=True)
@@ -43,8 +38,7 @@ class LaunchRequest:
 
     allocation: Path = option(help="Output of colocate schedule --json.", argument=True, metavar="ALLOCATION.json")
     jobs: Path | None = option(None, "Jobs CSV given to colocate schedule (applications).")
-    cluster: Path | None = option(None, "Cluster YAML given to colocate schedule: refuse node or GPU indices "
-                                        "outside it.")
+    cluster: Path | None = shared_option("cluster", None, show_default="none: node and GPU indices unchecked")
     commands: Path | None = option(None, "YAML: job or application -> shell command.")
     backend: str = option("local", "Where groups run: local (this node) or ray (needs the ray extra).",
                           choices=_backend_names)
@@ -52,15 +46,14 @@ class LaunchRequest:
                                            metavar="slurm|k8s DIR", show_default=False)
     address: str | None = option(None, "Ray cluster address for --backend ray.")
     node: str | None = option(None, "local: run the groups of TYPE:N (e.g. h100:0).", show_default="all")
-    sharing: str = option("timeslice", "How pairs share a GPU unless the allocation says (a registered sharing "
-                                       "mode).", choices=_sharing_names)
-    device: str = option("auto", "What built-in jobs train on.", choices=DEVICES)
+    sharing: str = shared_option("sharing", "timeslice", of=Runtime)
+    device: str = shared_option("device", "auto", of=Runtime)
     steps: int = option(0, "Iterations per built-in job; 0 = until stopped.")
     duration_s: float | None = option(None, "Stop every job after this many seconds.", flag="--duration")
-    threads: int = option(1, "CPU threads per built-in job process.")
+    threads: int = shared_option("threads", 1, of=Runtime)
     image_size: int | None = option(None, "Input size of built-in jobs.", show_default="32; imagenet: 224")
     log_dir: Path | None = option(None, "Logs and progress files.", show_default="launch-logs/ALLOCATION-NAME")
-    grace_s: float = option(10.0, "Seconds between SIGTERM and SIGKILL at teardown.", flag="--grace")
+    grace_s: float = shared_option("grace_s", 10.0, of=Runtime)
     num_cpus: float = option(1.0, "ray: CPUs each group task reserves.")
     sbatch_options: tuple[str, ...] = option((), "slurm: extra #SBATCH line, e.g. --partition=gpu (repeatable; "
                                                  "--account, --qos, --time, ...: docs/scale-out.md).",
@@ -107,9 +100,9 @@ class LaunchRequest:
         from profiler.campaign.outdir import check_out_dir
 
         if self.emit is not None:
-            check_out_dir(self.emit[1], field="--emit")
+            check_out_dir(self.emit[1], field="emit")
         if self.log_dir is not None:
-            check_out_dir(self.log_dir, field="--log-dir")
+            check_out_dir(self.log_dir, field="log_dir")
 
     def _check_numbers(self) -> None:
         """Every numeric option finite and inside a documented range (NaN, inf and typos such as 1e12 refused)."""
@@ -196,13 +189,13 @@ def select_node(plan: LaunchPlan, node: str | None) -> LaunchPlan:
     keys = plan.node_keys()
     if node is None and len(keys) > 1:
         raise InputError(f"the allocation uses {len(keys)} nodes: " + ", ".join(f"{t}:{n}" for t, n in keys),
-                         field="--node", valid="one of them (this node), 'all' to run every group here, "
+                         field="node", valid="one of them (this node), 'all' to run every group here, "
                                                "or --backend ray / --emit slurm DIR")
     if node is None or node == "all":
         return plan
     gpu_type, _, index = node.partition(":")
     if not index.isdigit() or (gpu_type, int(index)) not in keys:
-        raise InputError(f"{node!r}", field="--node", valid=", ".join(f"{t}:{n}" for t, n in keys) + ", all")
+        raise InputError(f"{node!r}", field="node", valid=", ".join(f"{t}:{n}" for t, n in keys) + ", all")
     return plan.on_node(gpu_type, int(index))
 
 
@@ -225,7 +218,7 @@ def launch(
     settings = request.settings
     from profiler.campaign.outdir import check_out_dir
 
-    check_out_dir(settings.log_dir, field="--log-dir")  # the default one too, before any job starts
+    check_out_dir(settings.log_dir, field="log_dir")  # the default one too, before any job starts
     executor = make_executor(request.backend, address=request.address, num_cpus=request.num_cpus)
     if executor.runs_here:  # a back end elsewhere (Ray) checks its cluster inside run, once connected
         plan = select_node(plan, request.node)

@@ -172,7 +172,7 @@ def load_commands(path: Path) -> dict[str, str]:
     from common.safe_load import load_yaml
 
     if not path.is_file():
-        raise InputError("commands file not found", source=path, field="--commands",
+        raise InputError("commands file not found", source=path, field="commands",
                          valid="a YAML mapping of job or application names to shell commands")
     data = load_yaml(path, what="commands file")
     if not isinstance(data, dict):
@@ -342,7 +342,7 @@ def build_plan(
 ) -> LaunchPlan:
     """Validate a parsed allocation document and group its jobs by the GPUs they share."""
     if sharing not in sharing_mode_names():
-        raise InputError(f"unknown sharing mode {sharing!r}", field="--sharing", valid=", ".join(sharing_mode_names()))
+        raise InputError(f"unknown sharing mode {sharing!r}", field="sharing", valid=", ".join(sharing_mode_names()))
     if not isinstance(data, dict) or not isinstance(data.get("allocations"), list):
         raise InputError("has no 'allocations' list", source=source, field="allocations",
                          valid="the output of colocate schedule --json")

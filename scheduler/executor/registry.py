@@ -53,7 +53,7 @@ def _slurm(**options: Any) -> Executor:
 
     missing = [c for c in ("sbatch", "squeue", "scancel", "scontrol") if shutil.which(c) is None]
     if missing:
-        raise InputError(f"Slurm's {', '.join(missing)} not found on PATH", field="--backend",
+        raise InputError(f"Slurm's {', '.join(missing)} not found on PATH", field="backend",
                          valid="a machine that submits jobs to your Slurm cluster (Debian: apt-get install slurm-client)")
     cluster = options.get("cluster_file")
     settings = load_slurm_settings(cluster) if cluster is not None else SlurmSettings()
@@ -76,7 +76,7 @@ def make_executor(name: str, **options: Any) -> Executor:
     """The executor called ``name``; options it does not use are ignored (``address``, ``num_cpus``, ...)."""
     spec = EXECUTORS.get(name.strip().lower())
     if spec is None:
-        raise InputError(f"unknown backend {name!r}", field="--backend", valid=", ".join(EXECUTOR_NAMES))
+        raise InputError(f"unknown backend {name!r}", field="backend", valid=", ".join(EXECUTOR_NAMES))
     return spec.factory(**options)
 
 

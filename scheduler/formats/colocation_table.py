@@ -145,7 +145,7 @@ def read_colocation_table(path: str | Path) -> "pd.DataFrame":
 
     p = Path(path)
     if not p.is_file():
-        raise InputError("colocation table not found", source=p, field="--colocation", valid="a CSV file path")
+        raise InputError("colocation table not found", source=p, field="colocation", valid="a CSV file path")
     with p.open("rb") as lines:  # counted before pandas reads it: a huge table would take minutes and gigabytes
         if sum(1 for _ in lines) > MAX_ROWS + 1:
             raise InputError(f"has more than {MAX_ROWS:,} rows", source=p, field="gpu_type",

@@ -76,7 +76,7 @@ def read_generic_profiles(path: str | Path) -> "pd.DataFrame":
     """Read ``application,gpu_type,num_gpus,batch_size,throughput[,num_nodes]`` into :data:`PROFILE_COLUMNS`."""
     p = Path(path)
     if not p.is_file():
-        raise InputError("profiles file not found", source=p, field="--profiles", valid="a CSV file or Sia traces dir")
+        raise InputError("profiles file not found", source=p, field="profiles", valid="a CSV file or Sia traces dir")
     frame = _read_csv(p, GENERIC_COLUMNS)
     if "num_nodes" not in frame.columns:
         frame["num_nodes"] = 1
@@ -122,7 +122,7 @@ def read_sia_profiles(root: str | Path, applications: Iterable[str] | None = Non
 
     base = Path(root)
     if not base.is_dir():
-        raise InputError("Sia traces directory not found", source=base, field="--profiles",
+        raise InputError("Sia traces directory not found", source=base, field="profiles",
                          valid="a directory holding <model>/placements-<gpu>.csv")
     wanted_apps = set(applications) if applications is not None else None
     wanted_types = set(gpu_types) if gpu_types is not None else None
@@ -171,15 +171,15 @@ def _raise_no_profiles(base: Path, apps: set[str] | None, types: set[str] | None
     present = sorted({found.group("gpu") for d in base.iterdir() if d.is_dir() for f in d.iterdir()
                       if (found := _PLACEMENTS.match(f.name) or _SCALABILITY.match(f.name))})
     if not present:
-        raise InputError("no placements-<gpu>.csv files found", source=base, field="--profiles",
+        raise InputError("no placements-<gpu>.csv files found", source=base, field="profiles",
                          valid="a directory holding <model>/placements-<gpu>.csv")
     if types:
         raise InputError(f"no throughput profiles for the cluster's GPU type(s) {', '.join(sorted(types))}; "
-                         f"this directory profiles {', '.join(present)}", source=base, field="--profiles",
+                         f"this directory profiles {', '.join(present)}", source=base, field="profiles",
                          valid=f"a cluster of {', '.join(present)} GPUs, or Sia's traces directory (its artifact's "
                                f"traces/, found via ${ENV_VAR}/sia/traces) for Sia's GPU types")
     raise InputError(f"no profiles for the application(s) {', '.join(sorted(apps or ()))}", source=base,
-                     field="--profiles", valid=", ".join(sorted(d.name for d in base.iterdir() if d.is_dir())))
+                     field="profiles", valid=", ".join(sorted(d.name for d in base.iterdir() if d.is_dir())))
 
 
 def read_gns_curves(root: str | Path, applications: Iterable[str] | None = None) -> dict[str, GnsCurve]:
@@ -218,7 +218,7 @@ def load_profiles(path: str | Path) -> tuple["pd.DataFrame", dict[str, GnsCurve]
     p = Path(path)
     if p.is_dir():
         if not is_sia_traces_dir(p):
-            raise InputError("directory holds no <model>/placements-<gpu>.csv", source=p, field="--profiles",
+            raise InputError("directory holds no <model>/placements-<gpu>.csv", source=p, field="profiles",
                              valid="a generic profile CSV or a Sia traces directory")
         return read_sia_profiles(p), read_gns_curves(p)
     return read_generic_profiles(p), {}

@@ -97,12 +97,12 @@ def read_sia_workload(path: str | Path) -> Workload:
     p = Path(path)
     source = str(p)
     if not p.is_file():
-        raise InputError("workload file not found", source=p, field="--workload", valid="a workload CSV path")
+        raise InputError("workload file not found", source=p, field="workload", valid="a workload CSV path")
     import io
 
     from common.safe_load import read_text
 
-    with io.StringIO(read_text(p, field="--workload", what="workload file"), newline="") as fh:
+    with io.StringIO(read_text(p, field="workload", what="workload file"), newline="") as fh:
         reader = csv.DictReader(fh)
         header = [h.strip() for h in (reader.fieldnames or [])]
         missing = [c for c in SIA_COLUMNS if c not in header]
@@ -195,7 +195,7 @@ def read_gavel_trace(path: str | Path, throughputs: str | Path | None = None,
     p = Path(path)
     source = str(p)
     if not p.is_file():
-        raise InputError("Gavel trace not found", source=p, field="--workload", valid="a .trace file")
+        raise InputError("Gavel trace not found", source=p, field="workload", valid="a .trace file")
     tput_path = Path(throughputs) if throughputs else _find_gavel_throughputs(p)
     if tput_path is None or not tput_path.is_file():
         raise InputError("Gavel's simulation_throughputs.json not found next to the trace", source=p,
@@ -206,7 +206,7 @@ def read_gavel_trace(path: str | Path, throughputs: str | Path | None = None,
 
     from common.safe_load import read_text
 
-    with io.StringIO(read_text(p, field="--workload", what="Gavel trace")) as fh:
+    with io.StringIO(read_text(p, field="workload", what="Gavel trace")) as fh:
         for i, line in enumerate(fh):
             row = i + 1
             if not line.strip():
@@ -285,7 +285,7 @@ def read_philly(path: str | Path, *, start_hour: float | None = None, hours: flo
     p = Path(path)
     source = str(p)
     if not p.is_file():
-        raise InputError("Philly job CSV not found", source=p, field="--workload", valid="a CSV file path")
+        raise InputError("Philly job CSV not found", source=p, field="workload", valid="a CSV file path")
     try:
         frame = pd.read_csv(p, encoding="utf-8-sig")
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
@@ -384,7 +384,7 @@ def read_workload(path: str | Path, **options: object) -> Workload:
     """Read any supported workload file, chosen by extension and header (see the module docstring)."""
     p = Path(path)
     if not p.is_file():
-        raise InputError("workload file not found", source=p, field="--workload",
+        raise InputError("workload file not found", source=p, field="workload",
                          valid="a Sia/Pollux workload CSV, a Gavel .trace or the Philly job CSV")
     if p.suffix == ".trace":
         return read_gavel_trace(p, **options)  # type: ignore[arg-type]

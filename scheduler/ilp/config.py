@@ -57,33 +57,33 @@ class IlpConfig:
              "it; none: no bound).", metavar="X|none")
     time_limit_s: float = option(10.0, "Time limit of pricing and solving, seconds.", flag="--time-limit")
     top_k: int = option(3, "Partners per job: seeded from the compatibility graph, added per pricing pass.",
-                        experimental=True, aliases=("--top-k",))
+                        experimental=True)
     pair_candidates: Literal["top-k", "all"] = option(
         "top-k", "top-k (ours) or all (every compatible pair, as Gavel's packed LP: for comparisons).",
-        experimental=True, aliases=("--pair-candidates",))
+        experimental=True)
     pricing_passes: int = option(2, "Column-generation passes on the LP relaxation (0: the seeds only).",
-                                 experimental=True, aliases=("--pricing-passes",))
+                                 experimental=True)
     mip_gap: float = option(5e-3, "Relative MIP gap at which the solver stops (rounds of <= 5,000 variables use "
-                                  "at most 0.01 %).", flag="--gap", experimental=True, aliases=("--gap",))
+                                  "at most 0.01 %).", flag="--gap", experimental=True)
     solver: Literal["highs", "pulp-highs", "cbc"] = option(
         "highs", "highs (highspy), pulp-highs (HiGHS through PuLP) or cbc (through PuLP); the others are the "
-                 "fall-backs.", experimental=True, aliases=("--solver",))
+                 "fall-backs.", experimental=True)
     threads: int | None = option(1, "Solver threads.", experimental=True)
     max_gpus_per_job: int | None = option(None, "Cap on an adaptive job's GPUs (None: the job's max_gpus or the "
-                                                "cluster).", experimental=True, aliases=("--max-gpus-per-job",))
+                                                "cluster).", experimental=True)
     context_memory_gb: float = option(0.5, "CUDA context per process added to a group's memory, GB.",
-                                      experimental=True, aliases=("--context-memory-gb",))
+                                      experimental=True)
     charge_resumes: bool = option(False, "A queued job that ran before pays Sia's restart factor (from its first "
                                          "start, at least resume_floor) to resume; off: only running jobs' moves "
-                                         "pay.", experimental=True, aliases=("--charge-resumes",))
+                                         "pay.", experimental=True)
     resume_floor: float = option(0.5, "Lowest restart factor a resume pays (charge_resumes): a job that waits "
-                                      "can always take idle GPUs.", experimental=True, aliases=("--resume-floor",))
+                                      "can always take idle GPUs.", experimental=True)
     keep_bonus: float = option(0.0, "A running job's current configuration counts (1 + this) times its goodput: "
                                     "a change must gain this much (sia 0; colocate 0.1; serve 0.02).",
-                               experimental=True, aliases=("--keep-bonus",))
+                               experimental=True)
     warm_start: bool = option(True, "Start each round's LP from the previous round's basis and groups (runs of "
                                     "many rounds: simulate, serve; a single round has none).",
-                                            experimental=True, aliases=("--warm-start",))
+                                            experimental=True)
 
     def __post_init__(self) -> None:
         # Finite, bounded numbers (NaN, inf and typos such as 1e12 refused); ranges are generous.

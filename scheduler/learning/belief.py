@@ -92,7 +92,7 @@ def parse_belief(text: str) -> BeliefSpec:
             sigma = -1.0
         if sigma >= 0 and math.isfinite(sigma):
             return BeliefSpec(kind, sigma=sigma)
-    raise InputError(f"{text!r}", source="simulate", field="--belief", valid=" | ".join(BELIEFS) + " (SIGMA >= 0)")
+    raise InputError(f"{text!r}", source="simulate", field="belief", valid=" | ".join(BELIEFS) + " (SIGMA >= 0)")
 
 
 def noisy_table(truth: ColocationTable, sigma: float, seed: int, level: float = 0.8) -> ColocationTable:
@@ -120,7 +120,7 @@ def noisy_table(truth: ColocationTable, sigma: float, seed: int, level: float = 
 def read_belief_table(spec: BeliefSpec) -> ColocationTable:
     """The colocation CSV of ``table:FILE``; a missing or bad file → InputError naming it."""
     if not Path(str(spec.path)).is_file():
-        raise InputError("belief table not found", source=str(spec.path), field="--belief",
+        raise InputError("belief table not found", source=str(spec.path), field="belief",
                          valid="table:FILE with FILE a colocation CSV")
     from scheduler.formats.colocation_table import load_colocation_table
 
@@ -139,7 +139,7 @@ def prior_table(spec: BeliefSpec, truth: ColocationTable, seed: int = 0) -> Colo
         return read_belief_table(spec)
     if spec.kind == "noisy":
         return noisy_table(truth, spec.sigma, seed)
-    raise InputError(f"{spec.kind!r} has no prior table", source="simulate", field="--belief", valid=", ".join(BELIEFS))
+    raise InputError(f"{spec.kind!r} has no prior table", source="simulate", field="belief", valid=", ".join(BELIEFS))
 
 
 class SimBelief:

@@ -157,5 +157,5 @@ def load_cluster(path: str | Path) -> Cluster:
 
     p = Path(path)
     if not p.is_file():
-        raise InputError("cluster file not found", source=p, field="--cluster", valid="a YAML file path")
+        raise InputError("cluster file not found", source=p, field="cluster", valid="a YAML file path")
     return cluster_from_dict(load_yaml(p, field="gpu_types", what="cluster file"), source=str(p))

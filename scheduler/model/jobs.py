@@ -275,12 +275,12 @@ def load_jobs(path: str | Path) -> list[Job]:
 
     p = Path(path)
     if not p.is_file():
-        raise InputError("jobs file not found", source=p, field="--jobs", valid="a CSV file path")
+        raise InputError("jobs file not found", source=p, field="jobs", valid="a CSV file path")
     import io
 
     from common.safe_load import read_text
 
-    with io.StringIO(read_text(p, field="--jobs", what="jobs file"), newline="") as fh:
+    with io.StringIO(read_text(p, field="jobs", what="jobs file"), newline="") as fh:
         reader = csv.DictReader(fh)
         try:
             header = reader.fieldnames or []

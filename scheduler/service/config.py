@@ -13,8 +13,9 @@ from typing import Any
 from common.bounds import check_number
 from common.errors import InputError
 from common.names import is_safe_name
-from common.options import nested, option
+from common.options import nested, option, shared_option
 from common.owners import USERS_MODES
+from scheduler.executor.base import DEVICES, Runtime, sharing_names
 from scheduler.ilp.config import IlpConfig
 from scheduler.service.probes.manager import ProbeConfig
 from scheduler.service.stability import StabilityConfig
@@ -25,7 +26,6 @@ from scheduler.service.stability import StabilityConfig
 # simulator keeps each policy's own (scheduler.policies: Sia's, with colocate's hysteresis).
 LIVE_CHANGES = {"lambda_unallocated": 2.0, "keep_bonus": 0.02, "charge_resumes": True}
 LIVE_ILP = IlpConfig(**LIVE_CHANGES)  # type: ignore[arg-type]
-DEVICES = ("auto", "cpu", "cuda")
 
 
 def live_ilp(policy: str) -> IlpConfig:
@@ -42,12 +42,6 @@ def _policy_names() -> tuple[str, ...]:
     from scheduler.policies import POLICY_NAMES
 
     return POLICY_NAMES
-
-
-def _sharing_names() -> tuple[str, ...]:
-    from profiler.gpu.sharing import sharing_mode_names
-
-    return tuple(sharing_mode_names())
 
 
 @dataclass(frozen=True)
@@ -80,14 +74,13 @@ class ServeConfig:
 
     policy: str = option("colocate", "Scheduling policy (the README's policy table).", choices=_policy_names)
     round_s: float = option(60.0, "Round length, seconds.")
-    device: str = option("auto", "What built-in jobs train on.", choices=DEVICES)
-    sharing: str = option("timeslice", "How packed groups share their GPUs (a registered sharing mode).",
-                          choices=_sharing_names)
+    device: str = shared_option("device", "auto", of=Runtime)
+    sharing: str = shared_option("sharing", "timeslice", of=Runtime)
     users: str = option("own", "Whose jobs run, as whom: own (the server's own user's jobs only), multi (each job as "
                                "its owner: the server runs as root; local and slurm backends) or single (every job as "
                                "the server's user, whoever submitted it; not as root).", choices=USERS_MODES)
-    threads: int = option(1, "CPU threads per built-in job process.")
-    stop_grace_s: float = option(30.0, "Seconds a job has to checkpoint after SIGTERM.", flag="--grace")
+    threads: int = shared_option("threads", 1, of=Runtime)
+    stop_grace_s: float = shared_option("grace_s", 30.0, of=Runtime)
     start_timeout_s: float = option(120.0, "A group the backend cannot start in this long goes back to the queue, "
                                            "seconds.", experimental=True)
     log_every: int = option(50, "Built-in jobs log every this many steps.", experimental=True)
@@ -105,8 +98,8 @@ class ServeConfig:
                      valid="seconds in (0, 86400]")
         if self.device not in DEVICES:
             raise InputError(f"{self.device!r}", field="device", valid=", ".join(DEVICES))
-        if self.sharing not in _sharing_names():
-            raise InputError(f"{self.sharing!r}", field="sharing", valid=", ".join(_sharing_names()))
+        if self.sharing not in sharing_names():
+            raise InputError(f"{self.sharing!r}", field="sharing", valid=", ".join(sharing_names()))
         if self.users not in USERS_MODES:
             raise InputError(f"{self.users!r}", field="users", valid=", ".join(USERS_MODES))
         check_number(self.threads, field="threads", low=1, high=256, integer=True)

@@ -95,7 +95,7 @@ class ServeMetrics:
         try:
             self._http = start_http_server(port, addr="127.0.0.1", registry=self.registry)
         except OSError as err:
-            raise InputError(f"cannot listen on 127.0.0.1:{port} ({err.strerror or err})", field="--metrics-port",
+            raise InputError(f"cannot listen on 127.0.0.1:{port} ({err.strerror or err})", field="metrics_port",
                              valid="a free TCP port in 1..65535") from None
         return self._http
 

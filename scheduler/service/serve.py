@@ -15,7 +15,7 @@ from typing import Any
 
 from common.bounds import check_number
 from common.errors import InputError
-from common.options import option
+from common.options import option, shared_option
 from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.formats.profiles import load_goodput_model
 from scheduler.model.colocation import ColocationTable
@@ -39,17 +39,15 @@ def _backend_names() -> tuple[str, ...]:
 class ServeRequest:
     """What ``colocate serve`` runs: where, on what, and the server's knobs (:class:`ServeConfig`)."""
 
-    cluster: Path = option(help="Cluster YAML: gpu_types: {NAME: {nodes, gpus_per_node, memory_gb}}.")
+    cluster: Path = shared_option("cluster")
     state: Path = option(help="State directory (created if missing): database, job logs, checkpoints.")
     backend: str = option("ray", "Where groups run: ray (a Ray cluster; --address), slurm (a Slurm cluster: one "
                                  "batch job per group, the cluster file's slurm section) or local (this node).",
                           choices=_backend_names)
     address: str | None = option(None, "Ray cluster address.", show_default="RAY_ADDRESS, else start one")
-    colocation: Path | None = option(None, "Colocation table CSV (prior pair ratios).",
-                                     show_default="the bundled pairs measured on the cluster's GPU types under "
-                                                  "--sharing, if any")
-    profiles: Path | None = option(None, "Throughput profiles (CSV or Sia traces dir).",
-                                   show_default="a prior that measurements calibrate")
+    colocation: Path | None = shared_option("colocation", None, show_default="the bundled pairs measured on the "
+                                                                      "cluster's GPU types under --sharing, if any")
+    profiles: Path | None = shared_option("profiles", None, show_default="a prior that measurements calibrate")
     max_rounds: int | None = option(None, "Stop after this many rounds.", show_default="until stopped")
     metrics_port: int | None = option(None, "Expose Prometheus metrics on 127.0.0.1:PORT.")
     api_port: int | None = option(None, "Serve the API over HTTP(S) on --api-host:PORT, with bearer tokens (colocate "
@@ -59,6 +57,9 @@ class ServeRequest:
     tls_cert: Path | None = option(None, "PEM certificate for HTTPS on --api-port.")
     tls_key: Path | None = option(None, "PEM private key of --tls-cert.")
     config: ServeConfig = field(default_factory=ServeConfig)
+    # a results directory's measured pairs (gpu_type, type_a, type_b, ratio_a, ratio_b), read by the command line
+    # when --colocation names one: the analysis that reads results directories sits above this package
+    colocation_rows: tuple[tuple[str, str, str, float, float], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in _backend_names():
@@ -74,12 +75,17 @@ class ServeRequest:
                              valid="--api-port PORT (HTTPS there), or no TLS options")
 
 
-def serve_colocation(colocation: Any, gpu_types: Sequence[str], sharing: str) -> tuple[ColocationTable | None, str]:
-    """The pair ratios the server starts from, and where they come from: the user's table (``--colocation``);
+def serve_colocation(colocation: Any, gpu_types: Sequence[str], sharing: str,
+                     rows: Sequence[tuple[str, str, str, float, float]] | None = None,
+                     ) -> tuple[ColocationTable | None, str]:
+    """The pair ratios the server starts from, and where they come from: the user's table (``--colocation``: a
+    CSV, or a results directory whose measured pairs the command line read into ``rows``);
     else the pairs this project measured on the cluster's GPU types under ``sharing``
     (:func:`scheduler.formats.bundled.measured_table`); else none (the δ predictor's prior, learned online)."""
     from scheduler.formats.bundled import measured_table
 
+    if rows is not None:
+        return ColocationTable.from_rows(rows), f"{colocation} (its measured pairs)"
     if colocation is not None:
         return load_colocation_table(colocation), str(colocation)
     table = measured_table(tuple(gpu_types), sharing)
@@ -100,7 +106,7 @@ def check_sharing_device(sharing: str, device: str, backend: str) -> None:
     reason = sharing_mode(sharing).unavailable_reason("cpu") if on_cpu else None
     if reason is not None:
         usable = [m for m in sharing_mode_names() if sharing_mode(m).unavailable_reason("cpu") is None]
-        raise InputError(f"{sharing!r} with jobs on the CPU: {reason}", field="--sharing",
+        raise InputError(f"{sharing!r} with jobs on the CPU: {reason}", field="sharing",
                          valid=f"{', '.join(usable)} on the CPU; {sharing} with --device cuda (or auto on a GPU node)")
 
 
@@ -127,7 +133,7 @@ def check_jobs_device(device: str, backend: str) -> None:
         return
     from profiler.gpu.preflight import check_cuda_usable
 
-    check_cuda_usable(device, source=None, field="--device",
+    check_cuda_usable(device, source=None, field="device",
                       valid="cpu, auto (cuda where available), or cuda on a machine with a GPU and a CUDA build of torch")
 
 
@@ -138,14 +144,14 @@ def _state_target(path: Path) -> None:
 
     valid = "a state directory you can write to (created if missing)"
     if path.is_symlink() and not path.exists():  # exists() follows the link: False for a dangling one or a loop
-        raise InputError("is a symbolic link to nothing (dangling, or a loop)", source=path, field="--state",
+        raise InputError("is a symbolic link to nothing (dangling, or a loop)", source=path, field="state",
                          valid=valid)
     if path.exists() and not path.is_dir():
-        raise InputError("not a directory", source=path, field="--state", valid=valid)
+        raise InputError("not a directory", source=path, field="state", valid=valid)
     existing = next((p for p in [path, *path.absolute().parents] if p.exists()), None)
     if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise InputError(f"cannot write to {existing if existing is not None else path}", source=path,
-                         field="--state", valid=valid)
+                         field="state", valid=valid)
     if path.is_dir():
         StateStore(path, readonly=True, create=False).close()  # a damaged or foreign state.db: refused here
 
@@ -166,7 +172,7 @@ def serve_forever(request: ServeRequest, *, should_stop: Callable[[], bool] = la
     _state_target(request.state)
     cluster = load_cluster(request.cluster)
     base = load_goodput_model(request.profiles) if request.profiles is not None else None
-    table, origin = serve_colocation(request.colocation, cluster.type_names, config.sharing)
+    table, origin = serve_colocation(request.colocation, cluster.type_names, config.sharing, request.colocation_rows)
     tls = tls_context(request.tls_cert, request.tls_key)  # bad files, TLS-less network: refused here
     tcp = listen_tcp(request.api_host, request.api_port, tls) if request.api_port is not None else None
     metrics = None
@@ -181,7 +187,7 @@ def serve_forever(request: ServeRequest, *, should_stop: Callable[[], bool] = la
             request.state.mkdir(parents=True, exist_ok=True)
             private(request.state, request.config.users)
         except OSError as err:  # raced into existence as something else since the check
-            raise InputError(f"cannot create it ({err.strerror or err})", source=request.state, field="--state",
+            raise InputError(f"cannot create it ({err.strerror or err})", source=request.state, field="state",
                              valid="a state directory you can write to (created if missing)") from None
         lock = server_lock.take(request.state)  # another server here: refused, nothing written
         state = StateStore(request.state, lock_wait_s=60.0)  # the server outwaits a reader's lock

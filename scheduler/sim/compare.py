@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import InputError
-from common.options import option, set_options
+from common.options import option, set_options, shared_option
 from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.ilp.config import IlpConfig
 from scheduler.sim.config import SimConfig
@@ -34,17 +34,15 @@ ProgressHook = Callable[[str, int, int], AbstractContextManager[Callable[[dict[s
 class CompareRequest:
     """What to compare and where to write it: the options of ``colocate compare`` (checked by the plan)."""
 
-    cluster: Path = option(help="Cluster YAML.")
+    cluster: Path = shared_option("cluster")
     workloads: str = option(help="Glob of workload files (comma-separate several globs).")
-    out: Path = option(help="Report directory, e.g. results/sim/NAME.", short="-o")
+    out: Path = shared_option("out")  # the report directory, e.g. results/sim/NAME
     policies: str = option("colocate,sia,gavel-sia", "Comma-separated policy names.")
     loads: str = option("1", "Load points: multiples of each workload's arrival rate (arrival times divided by it), "
                              "e.g. 0.5,1,1.5,2,3.")
-    colocation: Path | None = option(None, "Colocation table CSV, or a results directory (e.g. from import-pairs) "
-                                           "whose measured pairs become one.",
-                                     show_default="the bundled tables: transferred from Gavel's measurements, and "
-                                                  "the pairs measured on the H100 under MPS")
-    profiles: Path | None = option(None, "Throughput profiles (default: <shared data>/sia/traces).")
+    colocation: Path | None = shared_option("colocation", None, show_default="the bundled tables: transferred from "
+                                            "Gavel's measurements, and the pairs measured on the H100 under MPS")
+    profiles: Path | None = shared_option("profiles", None, show_default="<shared data>/sia/traces")
     workers: int | None = option(None, "Worker processes.", show_default="CPU cores, at most the runs")
     title: str | None = option(None, "Report title.")
     notes: Path | None = option(None, "Markdown file appended to the report as its Analysis section.")
@@ -89,7 +87,7 @@ def expand_workloads(pattern: str) -> list[Path]:
         files.extend(Path(h) for h in hits if Path(h).is_file())
     unique = sorted(dict.fromkeys(files), key=lambda p: (p.parent.name, _natural(p.stem)))
     if not unique:
-        raise InputError(f"no file matches {pattern!r}", source="--workloads", field="workloads",
+        raise InputError(f"no file matches {pattern!r}", field="workloads",
                          valid="a glob such as ../shared/data/sia/workloads/philly/workload-*.csv (comma-separate several)")
     return unique
 
@@ -122,7 +120,7 @@ def parse_loads(text: str) -> list[float]:
         except ValueError:
             value = float("nan")
         if not value > 0 or value == float("inf"):
-            raise InputError(f"load {part!r}", source="--loads", field="loads",
+            raise InputError(f"load {part!r}", field="loads",
                              valid="comma-separated multiples of the arrival rate > 0, e.g. 0.5,1,1.5,2,3")
         loads.append(value)
     return sorted(set(loads))
@@ -164,16 +162,16 @@ def _checked_inputs(req: CompareRequest) -> tuple[Any, list[str]]:
     from scheduler.policies import policy_spec
 
     if req.workers is not None:
-        check_number(req.workers, field="--workers", low=1, high=256, integer=True)
+        check_number(req.workers, field="workers", low=1, high=256, integer=True)
     if req.notes is not None and not req.notes.is_file():
-        raise InputError("notes file not found", source=req.notes, field="--notes", valid="a Markdown file")
+        raise InputError("notes file not found", source=req.notes, field="notes", valid="a Markdown file")
     cluster = load_cluster(req.cluster)
     try:
         names = [policy_spec(p).name for p in req.policies.split(",") if p.strip()]
     except InputError as err:
-        raise InputError(err.detail, field="--policies", valid=err.valid) from None
+        raise InputError(err.detail, field="policies", valid=err.valid) from None
     if not names:
-        raise InputError("no policy given", source="--policies", field="policies", valid="e.g. colocate,sia,gavel-sia")
+        raise InputError("no policy given", field="policies", valid="e.g. colocate,sia,gavel-sia")
     return cluster, names
 
 
@@ -323,7 +321,7 @@ def write_comparison_report(plan: ComparePlan) -> Path:
     packing = any(policy_spec(p).packing for p in plan.names)
     # the simulator's default table is the union of the bundled tables (scheduler.formats.transfer.default_table)
     tables = [_table_file(req)] if req.colocation is not None else default_table_files()
-    notes = read_text(req.notes, field="--notes", what="notes file") if req.notes is not None else ""
+    notes = read_text(req.notes, field="notes", what="notes file") if req.notes is not None else ""
     failed = failed_runs(plan)
     if failed:
         notes = ("**Failed runs** (stopped on a broken invariant; left out of every table and plot):\n\n"

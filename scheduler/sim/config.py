@@ -25,31 +25,31 @@ BELIEF_HELP = ("What packing policies believe about pairs: truth (the table itse
 class SimConfig:
     """Simulation knobs (defaults: Sia's simulator). Per-application maps fall back to the defaults."""
 
-    round_s: float = option(60.0, "Round length, seconds.", aliases=("--round",))
+    round_s: float = option(60.0, "Round length, seconds.")
     seed: int = option(0, "Seed of randomised policies (gandiva) and of noisy beliefs.")
     belief: BeliefSpec = option(BeliefSpec("truth"), BELIEF_HELP)  # text (the flag, a caller) is parsed once, here
     throughput: Literal["fitted", "bootstrap", "oracle"] = option(
         "fitted", "What adaptive policies believe of throughputs. fitted: a step-time model fitted to the "
                   "configurations each job ran (Sia); bootstrap: profiles of the GPU types a job ran on, projected "
-                  "to the others; oracle: every profile known.", experimental=True, aliases=("--throughput",))
+                  "to the others; oracle: every profile known.", experimental=True)
     step_times: Literal["interpolated", "fitted"] = option(
         "interpolated", "True step times: interpolated from the profile rows (Sia's simulator) or fitted "
-                        "(Pollux-form fit, measured points as measured).", experimental=True, aliases=("--step-times",))
+                        "(Pollux-form fit, measured points as measured).", experimental=True)
     batch: Literal["app-max", "workload"] = option(
         "app-max", "app-max: adaptive jobs grow to the application's largest batch (Sia); workload: they run the "
-                   "batch the policy chose.", experimental=True, aliases=("--batch",))
+                   "batch the policy chose.", experimental=True)
     restart_on: Literal["placement", "shape", "gpus"] = option(
         "placement", "placement: a job restarts on a new GPU type or GPUs on each node (Sia); shape: on a new type, "
                      "GPU count or node count; gpus: on any change of GPU indices.",
-                             experimental=True, aliases=("--restart-on",))
+                             experimental=True)
     efficiency: Literal["sia", "gns"] = option(
         "sia", "Statistical efficiency: sia (validation curves at the job's batch) or gns (the initial batch's "
-               "gradient-noise curve).", experimental=True, aliases=("--efficiency",))
+               "gradient-noise curve).", experimental=True)
     memory: bool = option(True, "Enforce every group's memory at its members' local batches.",
-            experimental=True, aliases=("--memory",))
+            experimental=True)
     colocation_strength: float = option(1.0, "Scale every pair's benefit (sum of ratios - 1): < 1 weaker, > 1 "
                                              "stronger (a sensitivity study).",
-                                                     experimental=True, aliases=("--colocation-strength",))
+                                                     experimental=True)
     restart_cost_s: Mapping[str, float] = field(default_factory=lambda: dict(SIA_RESTART_COST_S))
     default_restart_cost_s: float = 30.0
     restart_penalty_s: Mapping[str, float] = field(default_factory=lambda: dict(SIA_RESTART_PENALTY_S))

@@ -467,7 +467,7 @@ def simulation_goodput_model(profiles: str | Path | None = None, applications: S
                          valid=", ".join(EFFICIENCY_MODES))
     path = Path(profiles) if profiles is not None else default_profiles_dir(gpu_types)
     if not path.exists():
-        raise InputError("throughput profiles not found", source=path, field="--profiles",
+        raise InputError("throughput profiles not found", source=path, field="profiles",
                          valid="Sia's traces directory (<shared>/sia/traces) or a profile CSV")
     apps = tuple(sorted(applications)) if applications is not None else None
     types = tuple(sorted(gpu_types)) if gpu_types is not None else None

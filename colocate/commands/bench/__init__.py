@@ -1,6 +1,6 @@
 """``colocate bench <what>``: benchmarks that print the figures recorded in results/BENCHMARKS.md.
 
-``bench`` is a Typer sub-app. Each benchmark lives in its own module that exposes
+``bench`` is a group of subcommands. Each benchmark lives in its own module that exposes
 ``register_bench(bench_app)`` and adds one subcommand; to add one, append the module's dotted path to
 :data:`BENCHMARK_MODULES` (a one-line edit, like ``COMMAND_MODULES`` in ``colocate/cli.py``). Benchmark
 modules import their heavy dependencies inside the command body so ``colocate --help`` stays fast.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-import typer
+from colocate import cli_kit
 
 # Dotted paths of modules exposing register_bench(bench_app); order = order in `colocate bench --help`.
 BENCHMARK_MODULES: tuple[str, ...] = (
@@ -22,12 +22,9 @@ BENCHMARK_MODULES: tuple[str, ...] = (
     "colocate.commands.bench.variants",
 )
 
-bench_app = typer.Typer(
+bench_app = cli_kit.App(
     name="bench",
     help="Benchmarks (speed and quality figures for results/BENCHMARKS.md).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
 )
 
 _registered = False
@@ -42,6 +39,6 @@ def _register_benchmarks() -> None:
     _registered = True
 
 
-def register(app: typer.Typer) -> None:
+def register(app: cli_kit.App) -> None:
     _register_benchmarks()
-    app.add_typer(bench_app, name="bench")
+    app.add_command(bench_app, "bench")

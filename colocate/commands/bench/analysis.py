@@ -13,14 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-import typer
-
+from colocate import cli_kit
 from scheduler.formats.bundled_files import GAVEL_FILE as DEFAULT_GAVEL
 
 T = TypeVar("T")
 
 
-def register_bench(bench_app: typer.Typer) -> None:
+def register_bench(bench_app: cli_kit.App) -> None:
     bench_app.command("matrices")(bench_matrices)
     bench_app.command("predictor")(bench_predictor)
 
@@ -40,9 +39,9 @@ def _best_of(repeats: int, action: Callable[[], T]) -> tuple[float, T]:
 
 
 def bench_matrices(
-    gavel: Path = typer.Option(DEFAULT_GAVEL, "--gavel", help="Gavel throughput JSON to build from."),
-    copies: int = typer.Option(1, "--copies", min=1, help="Repeat every run this many times (more runs)."),
-    repeats: int = typer.Option(3, "--repeats", min=1, help="Timed repetitions; the best is reported."),
+    gavel: Path = cli_kit.Option(DEFAULT_GAVEL, "--gavel", help="Gavel throughput JSON to build from."),
+    copies: int = cli_kit.Option(1, "--copies", min=1, help="Repeat every run this many times (more runs)."),
+    repeats: int = cli_kit.Option(3, "--repeats", min=1, help="Timed repetitions; the best is reported."),
 ) -> None:
     """Time loading a results directory and building every matrix (CSV + GraphML; PNGs timed apart)."""
     import tempfile
@@ -77,11 +76,11 @@ DEFAULT_RESULTS = (Path("results/cpu-pairs"), Path("results/h100/first-call"), P
 
 
 def bench_predictor(
-    gavel: Path = typer.Option(DEFAULT_GAVEL, "--gavel", help="Gavel throughput JSON to evaluate on."),
-    results_dir: list[Path] = typer.Option(
+    gavel: Path = cli_kit.Option(DEFAULT_GAVEL, "--gavel", help="Gavel throughput JSON to evaluate on."),
+    results_dir: list[Path] = cli_kit.Option(
         None, "--results", help="Results directories to evaluate on as well (repeatable).",
         show_default="results/cpu-pairs and results/h100/{first-call,thesis-grid} where present"),
-    job_types: int = typer.Option(0, "--job-types", min=0, help="Instead: a synthetic dataset of this many job "
+    job_types: int = cli_kit.Option(0, "--job-types", min=0, help="Instead: a synthetic dataset of this many job "
                                                                 "types (all pairs), leave one pair out only."),
 ) -> None:
     """Time the evaluation of every dataset under every protocol (the predictor and five baselines, every fold)

@@ -9,25 +9,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
+from colocate import cli_kit
 
 
-def register_bench(bench_app: typer.Typer) -> None:
+def register_bench(bench_app: cli_kit.App) -> None:
     bench_app.command("profiler")(bench_profiler)
 
 
 def bench_profiler(
-    spec_path: Path = typer.Option(None, "--spec", help="Campaign to time.", show_default="the demo campaign"),
-    device: str = typer.Option(None, "--device", help="cpu or cuda[:N].", show_default="cuda if available"),
-    model: str = typer.Option("resnet18", "--model", help="Job type model for the sampler-overhead runs."),
-    batch_size: int = typer.Option(None, "--batch", help="Batch size.", show_default="the spec's first"),
-    pairs: int = typer.Option(3, "--pairs", help="On/off pairs of solo runs for the sampler overhead."),
-    estimate: Path = typer.Option(None, "--estimate", help="Only estimate this campaign's wall time on one GPU "
+    spec_path: Path = cli_kit.Option(None, "--spec", help="Campaign to time.", show_default="the demo campaign"),
+    device: str = cli_kit.Option(None, "--device", help="cpu or cuda[:N].", show_default="cuda if available"),
+    model: str = cli_kit.Option("resnet18", "--model", help="Job type model for the sampler-overhead runs."),
+    batch_size: int = cli_kit.Option(None, "--batch", help="Batch size.", show_default="the spec's first"),
+    pairs: int = cli_kit.Option(3, "--pairs", help="On/off pairs of solo runs for the sampler overhead."),
+    estimate: Path = cli_kit.Option(None, "--estimate", help="Only estimate this campaign's wall time on one GPU "
                                   "from its protocol (runs nothing)."),
-    gpu: str = typer.Option("h100", "--gpu", help="GPU type the estimate assumes."),
-    results: Path = typer.Option(None, "--results", help="With --estimate: a results directory whose measured "
+    gpu: str = cli_kit.Option("h100", "--gpu", help="GPU type the estimate assumes."),
+    results: Path = cli_kit.Option(None, "--results", help="With --estimate: a results directory whose measured "
                                  "solo times replace the FLOP-rate model."),
-    assume: list[str] = typer.Option([], "--set", help="With --estimate: NAME=VALUE for an estimate assumption "
+    assume: list[str] = cli_kit.Option([], "--set", help="With --estimate: NAME=VALUE for an estimate assumption "
                                      "(e.g. process_start_s=6, achieved_tflops=tf32:30); repeatable."),
 ) -> None:
     """Print the NVML sampler's overhead and the campaign efficiency for results/BENCHMARKS.md."""

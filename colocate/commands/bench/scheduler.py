@@ -47,33 +47,37 @@ def _warm_cell(s: dict[str, Any]) -> str:
 
 def register_bench(bench_app: Any) -> None:
     """Add ``colocate bench scheduler`` to the bench sub-app."""
-    import typer
+    from colocate import cli_kit
+    from colocate.cli_config import ConfigSpec, config_command, input_option
 
+    # the round ILP's settings come from IlpConfig (its defaults, help and checks): --time-limit, and --set
+    # ilp.top_k=K, ilp.max_group_size=3, ... for the others
     @bench_app.command("scheduler")
+    @config_command(ConfigSpec("ilp", IlpConfig, flags=("time_limit_s",), panel="Round ILP"))
     def scheduler_bench(
-        cases: str = typer.Option(",".join(f"{g}:{j}" for g, j in DEFAULT_CASES), "--cases",
+        cases: str = cli_kit.Option(",".join(f"{g}:{j}" for g, j in DEFAULT_CASES), "--cases",
                                   help="GPUS:JOBS pairs, comma-separated (GPUS a multiple of 64)."),
-        repeats: int = typer.Option(3, "--repeats", help="Random rounds per case (medians are reported)."),
-        profiles: Path = typer.Option(None, "--profiles", help="Sia traces directory (default ../shared/data/sia/traces)."),
-        colocation: Path = typer.Option(None, "--colocation", help="Colocation table (default: transferred table)."),
-        top_k: int = typer.Option(3, "--top-k"),
-        max_group_size: int = typer.Option(2, "--max-group-size", help="2 (pairs) or 3 (pairs and triples)."),
-        reference: bool = typer.Option(True, "--reference/--no-reference",
+        repeats: int = cli_kit.Option(3, "--repeats", help="Random rounds per case (medians are reported)."),
+        profiles: Path = input_option("profiles", show_default="<shared data>/sia/traces"),
+        colocation: Path = input_option("colocation", show_default="the table transferred from Gavel's measurements"),
+        reference: bool = cli_kit.Option(True, "--reference/--no-reference",
                                        help="Compute the exact reference (all-pairs LP bound) for the gap."),
-        plot: Path = typer.Option(None, "--plot", help="Write a log-log plot of round CPU time vs GPUs here."),
-        time_limit: float = typer.Option(10.0, "--time-limit", help="Solver limit for sia and top-k rounds."),
-        all_pairs_time_limit: float = typer.Option(60.0, "--all-pairs-time-limit"),
-        all_pairs_max_pairs: int = typer.Option(150_000, "--all-pairs-max-pairs",
+        plot: Path = cli_kit.Option(None, "--plot", help="Write a log-log plot of round CPU time vs GPUs here."),
+        all_pairs_time_limit: float = cli_kit.Option(60.0, "--all-pairs-time-limit"),
+        all_pairs_max_pairs: int = cli_kit.Option(150_000, "--all-pairs-max-pairs",
                                                 help="Skip all-pairs above this many candidate pairs."),
-        exact_time_limit: float = typer.Option(120.0, "--exact-time-limit",
+        exact_time_limit: float = cli_kit.Option(120.0, "--exact-time-limit",
                                                help="Limit for the gap-0 all-pairs solve (else LP bound)."),
-        out: Path = typer.Option(None, "--out", help="Write per-round rows as CSV here."),
-        seed: int = typer.Option(0, "--seed"),
-        rounds: int = typer.Option(3, "--rounds", help="Rounds per repeat: the first cold, the rest steady-state "
+        out: Path = input_option("out"),
+        seed: int = cli_kit.Option(0, "--seed"),
+        rounds: int = cli_kit.Option(3, "--rounds", help="Rounds per repeat: the first cold, the rest steady-state "
                                                         "(jobs keep their allocation) with the warm start."),
-        turnover: float = typer.Option(0.02, "--turnover", help="Share of jobs replaced between rounds."),
+        turnover: float = cli_kit.Option(0.02, "--turnover", help="Share of jobs replaced between rounds."),
+        *,
+        ilp: IlpConfig,
     ) -> None:
-        """Round solve time at 64..2,048 GPUs, with/without packing, vs all-pairs; gap vs the exact optimum."""
+        """Round solve time at 64..2,048 GPUs, with/without packing, vs all-pairs; gap vs the exact optimum
+        (--out: a CSV of per-round rows)."""
         import pandas as pd
         from rich.console import Console
         from rich.progress import Progress
@@ -99,16 +103,12 @@ def register_bench(bench_app: Any) -> None:
         coloc, coloc_name = bench_colocation(colocation, sia_cluster(64).type_names)
         check_number(rounds, field="--rounds", low=1, high=1000, integer=True)
         check_number(turnover, field="--turnover", low=0, high=1, valid="a share in [0, 1]")
-        try:
-            cfg = IlpConfig(top_k=top_k, time_limit_s=time_limit, max_group_size=max_group_size)
-        except InputError as err:
-            raise InputError(err.detail, field="--" + (err.field or "").replace("_", "-"), valid=err.valid) from None
         console = Console(stderr=True)
         rows: list[dict[str, Any]] = []
         with Progress(console=console) as progress:
             task = progress.add_task("rounds", total=len(parsed) * repeats)
             for g, j in parsed:
-                rows += run_case(g, j, model, coloc, repeats=repeats, cfg=cfg, all_pairs_time_limit=all_pairs_time_limit,
+                rows += run_case(g, j, model, coloc, repeats=repeats, cfg=ilp, all_pairs_time_limit=all_pairs_time_limit,
                                  all_pairs_max_pairs=all_pairs_max_pairs, exact_time_limit=exact_time_limit,
                                  seed=seed, on_step=lambda: progress.advance(task), reference=reference,
                                  rounds=rounds, turnover=turnover)

@@ -10,14 +10,15 @@ from scheduler.bench.serve import run_serve_benchmark
 
 def register_bench(bench_app: Any) -> None:
     """Add ``colocate bench serve`` to the bench sub-app."""
-    import typer
+    from colocate import cli_kit
+    from colocate.cli_config import input_option
 
     @bench_app.command("serve")
     def serve_bench(
-        jobs: int = typer.Option(1000, "--jobs", help="Jobs submitted before the first round."),
-        rounds: int = typer.Option(5, "--rounds", help="Rounds to run (the first starts groups)."),
-        gpus: int = typer.Option(64, "--gpus", help="Cluster size: Sia's 64-GPU cluster scaled (a multiple of 64)."),
-        profiles: Path = typer.Option(None, "--profiles", help="Sia traces directory (default ../shared/data/sia/traces)."),
+        jobs: int = cli_kit.Option(1000, "--jobs", help="Jobs submitted before the first round."),
+        rounds: int = cli_kit.Option(5, "--rounds", help="Rounds to run (the first starts groups)."),
+        gpus: int = cli_kit.Option(64, "--gpus", help="Cluster size: Sia's 64-GPU cluster scaled (a multiple of 64)."),
+        profiles: Path = input_option("profiles", show_default="<shared data>/sia/traces"),
     ) -> None:
         """Round latency of colocate serve with many queued jobs: policy time vs bookkeeping."""
         from rich.console import Console

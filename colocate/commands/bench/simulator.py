@@ -10,17 +10,18 @@ from scheduler.bench.simulator import DEFAULT_WORKLOADS, SIA_CLUSTER, run_benchm
 
 def register_bench(bench_app: Any) -> None:
     """Add ``colocate bench simulator`` to the bench sub-app."""
-    import typer
+    from colocate import cli_kit
+    from colocate.cli_config import input_option
 
     @bench_app.command("simulator")
     def simulator_bench(
-        workloads: str = typer.Option(None, "--workloads",
+        workloads: str = cli_kit.Option(None, "--workloads",
                                       help="Comma-separated workload files (default: Sia's philly and saturn "
                                            "workload-1, 160 jobs each)."),
-        policies: str = typer.Option("colocate", "--policies", help="Comma-separated policies."),
-        cluster: Path = typer.Option(SIA_CLUSTER, "--cluster"),
-        profiles: Path = typer.Option(None, "--profiles", help="Sia traces directory (default <shared>/sia/traces)."),
-        target_s: float = typer.Option(None, "--target",
+        policies: str = cli_kit.Option("colocate", "--policies", help="Comma-separated policies."),
+        cluster: Path = input_option("cluster", SIA_CLUSTER),
+        profiles: Path = input_option("profiles", show_default="<shared data>/sia/traces"),
+        target_s: float = cli_kit.Option(None, "--target",
                                        help="Wall-time target per run, seconds (default: 10 s up to 200 jobs, "
                                             "120 s above)."),
     ) -> None:

@@ -45,22 +45,21 @@ def parse_variant(text: str) -> Any:
 
 def register_bench(bench_app: Any) -> None:
     """Add ``colocate bench variants`` to the bench sub-app."""
-    import typer
+    from colocate import cli_kit
+    from colocate.cli_config import input_option
 
     @bench_app.command("variants")
     def variants_bench(
-        variant: list[str] = typer.Option([], "--variant", help=VARIANT_HELP),
-        workloads: str = typer.Option(None, "--workloads", help="Comma-separated workload files.",
+        variant: list[str] = cli_kit.Option([], "--variant", help=VARIANT_HELP),
+        workloads: str = cli_kit.Option(None, "--workloads", help="Comma-separated workload files.",
                                       show_default="Sia's philly and saturn workload-1"),
-        policies: str = typer.Option("sia", "--policies", help="Comma-separated policies."),
-        cluster: Path = typer.Option(SIA_CLUSTER, "--cluster", help="Cluster YAML.",
-                                     show_default="scheduler/examples/sia-64gpu.yaml"),
-        profiles: Path = typer.Option(None, "--profiles", help="Throughput profiles.",
-                                      show_default="<shared data>/sia/traces"),
-        replicates: int = typer.Option(1, "--replicates", help="Runs per workload: the trace itself, then copies with "
+        policies: str = cli_kit.Option("sia", "--policies", help="Comma-separated policies."),
+        cluster: Path = input_option("cluster", SIA_CLUSTER, show_default="scheduler/examples/sia-64gpu.yaml"),
+        profiles: Path = input_option("profiles", show_default="<shared data>/sia/traces"),
+        replicates: int = cli_kit.Option(1, "--replicates", help="Runs per workload: the trace itself, then copies with "
                                                                "every arrival moved inside one round."),
-        repeats: int = typer.Option(1, "--repeats", help="Timed repetitions, the variants alternating."),
-        as_json: bool = typer.Option(False, "--json", help="One JSON line per run instead of a table."),
+        repeats: int = cli_kit.Option(1, "--repeats", help="Timed repetitions, the variants alternating."),
+        as_json: bool = input_option("as_json", False),
     ) -> None:
         """Run the simulator under model variants (ablations, fidelity, speed) and print each run's figures."""
         from rich.console import Console

@@ -128,7 +128,7 @@ class SlurmExecutor:
 
     # -- launch ----------------------------------------------------------------------------------------------
     def check(self, plan: LaunchPlan, settings: LaunchSettings) -> None:
-        raise InputError("the slurm backend runs colocate serve's groups", field="--backend",
+        raise InputError("the slurm backend runs colocate serve's groups", field="backend",
                          valid="colocate launch ... --emit slurm DIR, then DIR/submit_all.sh")
 
     def run(self, plan: LaunchPlan, settings: LaunchSettings,
@@ -338,7 +338,7 @@ def check_controller(timeout_s: float = PING_TIMEOUT_S) -> None:
     if done.returncode != 0 and " is UP" not in done.stdout:  # exit 0: a controller (primary or backup) is up
         said = _first_line(f"{done.stdout}\n{done.stderr}")
         raise InputError(f"Slurm's controller does not answer: {said}",
-                         field="--backend", valid="a machine whose Slurm commands reach slurmctld (scontrol ping "
+                         field="backend", valid="a machine whose Slurm commands reach slurmctld (scontrol ping "
                                                   "says UP; SLURM_CONF names its slurm.conf)")
 
 

@@ -98,7 +98,7 @@ def check_state(state_dir: str | Path | None, server: str | None = None) -> dict
     store = StateStore(state_dir or ".", create=False, readonly=True)
     try:
         if not store.path.exists():
-            raise InputError("no state database here", source=store.path, field="--state",
+            raise InputError("no state database here", source=store.path, field="state",
                              valid="the --state DIR of a colocate serve or submit")
         return check_store(store)
     finally:

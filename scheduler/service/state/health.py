@@ -80,7 +80,7 @@ class DatabaseWatch:
         if what is not None:
             raise StateChanged(f"the state database {what} while this server ran; stopping (running groups go on; "
                                "restart colocate serve on a sound state to re-adopt them)", source=self.path,
-                               field="--state",
+                               field="state",
                                valid="a state directory left to its server (docs/hardening.md: backups and recovery)")
 
 

@@ -30,7 +30,7 @@ def take(state_dir: Path) -> IO[str]:
     try:
         handle = open(state_dir / LOCK_FILE, "a+")
     except OSError as err:  # a read-only directory, or server.lock is not a file we may write
-        raise InputError(f"cannot open {LOCK_FILE} ({err.strerror or err})", source=state_dir, field="--state",
+        raise InputError(f"cannot open {LOCK_FILE} ({err.strerror or err})", source=state_dir, field="state",
                          valid="a state directory you can write to") from None
     deadline = time.monotonic() + TAKE_RETRY_S
     while True:
@@ -43,7 +43,7 @@ def take(state_dir: Path) -> IO[str]:
                 continue
             handle.close()
             raise InputError("another colocate serve runs on this state directory", source=state_dir,
-                             field="--state", valid="one server per state directory") from None
+                             field="state", valid="one server per state directory") from None
     handle.truncate(0)
     handle.write(f"{os.getpid()}\n")
     handle.flush()

@@ -57,16 +57,16 @@ def check_state_dir(path: str | Path, *, create: bool) -> Path:
     for parent in [state, *state.parents]:
         if parent.exists() and not parent.is_dir():
             where = "is a file" if parent == state else f"lies under the file {parent}"
-            raise InputError(where, source=state, field="--state", valid="a directory (created if missing)")
+            raise InputError(where, source=state, field="state", valid="a directory (created if missing)")
     if not state.is_dir():
         if not create:
-            raise InputError("state directory not found", source=state, field="--state",
+            raise InputError("state directory not found", source=state, field="state",
                              valid="the --state DIR of a colocate serve or submit")
         try:
             state.mkdir(parents=True)
         except OSError as err:
             raise InputError(f"cannot create the state directory ({err.strerror or err})", source=state,
-                             field="--state", valid="a directory you can write to") from None
+                             field="state", valid="a directory you can write to") from None
     return state
 
 
@@ -79,11 +79,11 @@ def database_errors(path: Path, lock_wait_s: float) -> Iterator[None]:
         text = str(err)
         if "locked" in text or "busy" in text:
             raise InputError(f"locked by another program for more than {lock_wait_s:g} s", source=path,
-                             field="--state", valid=f"retry once it is done, or raise {LOCK_WAIT_ENV}") from None
-        raise InputError(f"cannot use the state database ({text})", source=path, field="--state",
+                             field="state", valid=f"retry once it is done, or raise {LOCK_WAIT_ENV}") from None
+        raise InputError(f"cannot use the state database ({text})", source=path, field="state",
                          valid=RECOVERY) from None
     except sqlite3.DatabaseError as err:
-        raise InputError(f"damaged or not a state database ({err})", source=path, field="--state",
+        raise InputError(f"damaged or not a state database ({err})", source=path, field="state",
                          valid=RECOVERY) from None
 
 
@@ -112,19 +112,19 @@ def _check_ours(conn: sqlite3.Connection, path: Path, version: str, schema: str,
     if found is None:
         shown = ", ".join(sorted(tables)[:5])
         raise InputError(f"is another program's SQLite file (tables {shown}); it was left unchanged", source=path,
-                         field="--state", valid="the state directory of colocate serve, or a new directory")
+                         field="state", valid="the state directory of colocate serve, or a new directory")
     if str(found[0]) != version:
         raise InputError(f"has schema version {str(found[0])[:20]!r}; this colocate reads version {version}",
-                         source=path, field="--state", valid="a state directory written by this version")
+                         source=path, field="state", valid="a state directory written by this version")
     missing = [t for t in _OURS if t not in tables]
     if missing:
-        raise InputError(f"has no table {missing[0]!r}", source=path, field="--state", valid=RECOVERY)
+        raise InputError(f"has no table {missing[0]!r}", source=path, field="state", valid=RECOVERY)
     _add_owners(conn, path, readonly)
     _check_columns(conn, path, schema)
     check = conn.execute("PRAGMA quick_check").fetchone()
     if check is None or check[0] != "ok":
         raise InputError(f"fails SQLite's check ({str(check[0] if check else '')[:120]})", source=path,
-                         field="--state", valid=RECOVERY)
+                         field="state", valid=RECOVERY)
     return True
 
 
@@ -196,13 +196,13 @@ def _check_columns(conn: sqlite3.Connection, path: Path, schema: str) -> None:
         changed = [c[0] for c in expected if c[0] in have and have[c[0]] != c]
         problem = (f"lacks column {lacking[0]!r}" if lacking else f"has an unknown column {extra[0]!r}" if extra
                    else f"column {changed[0]!r} is declared differently" if changed else "has its columns in another order")
-        raise InputError(f"table {table!r} {problem}", source=path, field="--state", valid=RECOVERY)
+        raise InputError(f"table {table!r} {problem}", source=path, field="state", valid=RECOVERY)
 
 
 def open_database(path: Path, *, readonly: bool, lock_wait_s: float, schema: str, version: str) -> sqlite3.Connection:
     """A connection to the state database ``path`` (see the module docstring for what is refused)."""
     if path.exists() and not path.is_file():
-        raise InputError("is not a file", source=path, field="--state", valid=RECOVERY)
+        raise InputError("is not a file", source=path, field="state", valid=RECOVERY)
     if readonly and not path.exists():
         return _empty(schema, version)
     with database_errors(path, lock_wait_s):

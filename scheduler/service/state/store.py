@@ -242,7 +242,7 @@ class StateStore:
 
         with database_errors(self.path, self.lock_wait_s):
             if self.readonly:
-                raise InputError("opened read-only", source=self.path, field="--state",
+                raise InputError("opened read-only", source=self.path, field="state",
                                  valid="a command that writes (submit, cancel, serve)")
             self._conn.execute("BEGIN IMMEDIATE")
             try:
