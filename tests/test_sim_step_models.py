@@ -226,6 +226,6 @@ def test_simulate_refuses_an_unknown_step_time_model_in_one_line(tmp_path):
     workload.write_text("name,time,application,num_replicas,batch_size,work\ncifar10-0,0,cifar10,1,128,300000\n")
     proc = subprocess.run([sys.executable, "-m", "colocate.cli", "simulate", "--cluster", str(default_cluster()),
                            "--workload", str(workload), "--policy", "sia", "--profiles", str(bundled_profiles_dir()),
-                           "--step-times", "exact"], capture_output=True, text=True, timeout=120)
+                           "--set", "sim.step_times=exact"], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "step_times" in proc.stderr and "interpolated, fitted" in proc.stderr and "Traceback" not in proc.stderr

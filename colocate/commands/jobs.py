@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from colocate import cli_kit
+from colocate.cli_config import input_option
 
 STATE_HELP = "State directory of the scheduler (on its machine; through its server's socket when one runs)."
 SERVER_HELP = "URL of a colocate serve --api-port (another machine), with a token: COLOCATE_TOKEN or " \
@@ -98,7 +99,7 @@ def clip(text: str, width: int) -> str:
 def jobs(
     state: Path = cli_kit.Option(None, "--state", help=STATE_HELP, readable=False),
     server: str = cli_kit.Option(None, "--server", help=SERVER_HELP, show_default=False),
-    as_json: bool = cli_kit.Option(False, "--json", help="JSON: jobs and the learned tables."),
+    as_json: bool = input_option("as_json", False),
     watch: bool = cli_kit.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),
 ) -> None:
     """Show every job of a scheduler instance (its owner's only, for others, under serve --private-data)."""

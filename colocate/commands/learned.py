@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from colocate import cli_kit
+from colocate.cli_config import input_option
 from colocate.commands.jobs import SERVER_HELP, STATE_HELP
 
 
@@ -20,10 +21,11 @@ def register(app: cli_kit.App) -> None:
 def learned(
     state: Path = cli_kit.Option(None, "--state", help=STATE_HELP, readable=False),
     server: str = cli_kit.Option(None, "--server", help=SERVER_HELP, show_default=False),
-    out: Path = cli_kit.Option(None, "--out", "-o", help="Write the learned colocation table here (CSV)."),
+    out: Path = input_option("out"),
 ) -> None:
     """Show (or export) measured throughputs and pair ratios, with the number of samples behind each and their
-    source (run or probe), the automatic probes, and the gradient statistics jobs report (noise scale, efficiency)."""
+    source (run or probe), the automatic probes, and the gradient statistics jobs report (noise scale, efficiency).
+    --out writes the learned colocation table (a CSV)."""
     from rich.table import Table
 
     from colocate.commands._output import console

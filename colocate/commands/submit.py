@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from colocate import cli_kit
+from colocate.cli_config import input_option
 from colocate.commands.jobs import SERVER_HELP, STATE_HELP
 
 
@@ -18,11 +19,10 @@ def submit(
                                            "validated first, then queued in order."),
     state: Path = cli_kit.Option(None, "--state", help=STATE_HELP, readable=False),
     server: str = cli_kit.Option(None, "--server", help=SERVER_HELP, show_default=False),
-    cluster: Path = cli_kit.Option(None, "--cluster", help="Cluster YAML to check the job against.",
-                                 show_default="the cluster the last colocate serve on --state recorded"),
+    cluster: Path = input_option("cluster", show_default="the cluster the last colocate serve on --state recorded"),
 ) -> None:
-    """Queue jobs (owned by you); prints each one's name. A job the cluster can never run is refused with the reason, and a bad
-    file queues none of them."""
+    """Queue jobs (owned by you); prints each one's name. A job the cluster (--cluster: the one to check the job
+    against) can never run is refused with the reason, and a bad file queues none of them."""
     from scheduler.service.front.client import submit_jobs
 
     for name in submit_jobs(job_files, state, cluster, server):
