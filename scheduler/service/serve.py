@@ -218,9 +218,10 @@ def serve_forever(request: ServeRequest, *, should_stop: Callable[[], bool] = la
 def private(state_dir: Path, users: str = "own") -> None:
     """The state directory is the server's alone (0700): other users reach the server through its socket, never
     its files (a directory of another user's is left as it is: the server refuses to take it elsewhere). With
-    ``--users multi`` it and its ``jobs/`` are 0711: each job, run as its owner, must pass through them to its own
-    directory (0700, its owner's), but nobody else may list them; ``state.db`` stays the server's (0600), and the
-    server's umask becomes 077, so no file it or its supervisors write there can be read by a name guessed."""
+    ``--users multi`` it, its ``jobs/`` and ``runs/`` are 0711: each job, run as its owner, must pass through them to
+    its own directory (0700) and, under Slurm, its group's files (0600), all its owner's; nobody else may list
+    them; ``state.db`` stays the server's (0600), and the server's umask becomes 077, so no file it or its
+    supervisors write there can be read by a name guessed."""
     import os
 
     if users == "multi":  # what the server and its supervisors write under a traversable directory is theirs alone
@@ -229,9 +230,10 @@ def private(state_dir: Path, users: str = "own") -> None:
         return
     mode = 0o711 if users == "multi" else 0o700
     os.chmod(state_dir, mode)
-    if users == "multi":
-        (state_dir / "jobs").mkdir(exist_ok=True)
-        os.chmod(state_dir / "jobs", mode)
+    if users == "multi":  # jobs/: each job's directory; runs/: a Slurm group's document and output, its owner's
+        for sub in ("jobs", "runs"):
+            (state_dir / sub).mkdir(exist_ok=True)
+            os.chmod(state_dir / sub, mode)
     if (state_dir / "state.db").exists():
         os.chmod(state_dir / "state.db", 0o600)
 
