@@ -9,7 +9,7 @@ is an :class:`InputError` (400), a call the caller may not make a :class:`Refuse
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from common.errors import InputError
@@ -39,6 +39,7 @@ class Operations:
     # why a job of this uid could never run here (serve's --users rule, common.owners.may_run_as), None if it can
     run_refusal: Callable[[int], str | None] = lambda uid: None
     _snapshot: tuple[int, dict[str, Any]] | None = None  # (the store's changes, what `jobs` answered then)
+    _views: dict[int | None, dict[str, Any]] = field(default_factory=dict)  # that answer per viewer (None: all)
 
     def call(self, name: str, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
         method = getattr(self, f"op_{name.replace('-', '_')}", None)
@@ -119,14 +120,19 @@ class Operations:
     def op_jobs(self, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
         from scheduler.service.front.views import jobs_snapshot
 
-        # one snapshot per state: between rounds, many callers polling `jobs` cost one build, not one each
+        # one snapshot per state of the store, one view of it per viewer: between rounds, many callers polling
+        # `jobs` cost one build (and, in the web layer, one encoding: the same object is answered), not one each.
+        # The answer is shared: callers read it, never change it.
         if self._snapshot is None or self._snapshot[0] != self.state.changes:
-            self._snapshot = (self.state.changes, jobs_snapshot(self.state))
-        snapshot = dict(self._snapshot[1])
-        if self.config.private_data and not self._admin(caller):
-            snapshot["jobs"] = [v for v in snapshot["jobs"] if v["owner_uid"] == caller.uid]
-            snapshot["set_aside"] = []  # damaged rows name other users' jobs: an admin's business
-        return snapshot
+            self._snapshot, self._views = (self.state.changes, jobs_snapshot(self.state)), {}
+        viewer = caller.uid if self.config.private_data and not self._admin(caller) else None
+        if viewer not in self._views:
+            snapshot = dict(self._snapshot[1])
+            if viewer is not None:
+                snapshot["jobs"] = [v for v in snapshot["jobs"] if v["owner_uid"] == viewer]
+                snapshot["set_aside"] = []  # damaged rows name other users' jobs: an admin's business
+            self._views[viewer] = snapshot
+        return self._views[viewer]
 
     def op_learned(self, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
         from scheduler.service.front.views import learned_view

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import os
 import queue
 import socket
@@ -163,6 +164,7 @@ class ApiServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._halt: asyncio.Event | None = None  # made on the loop; set to stop it
+        self._last_answer: tuple[Any, str] | None = None  # (an answer, its JSON): see _encoded
         ops.on_refused = lambda what, caller, why: self._count("forbidden", f"refused {what} by {caller}: {why}")
 
     # -- lifetime ----------------------------------------------------------------------------------------
@@ -267,7 +269,16 @@ class ApiServer:
             return answer(400, "input", str(err))
         except web.HTTPRequestEntityTooLarge:
             return answer(413, "body", f"a body larger than {self.config.max_body_bytes} bytes")
-        return web.json_response({"ok": result})
+        return web.Response(text=self._encoded(result), content_type="application/json")
+
+    def _encoded(self, result: Any) -> str:
+        """``{"ok": result}`` as JSON; the same answer object as the last one (a `jobs` snapshot many callers poll
+        between two rounds) is encoded once."""
+        if self._last_answer is not None and self._last_answer[0] is result:
+            return self._last_answer[1]
+        text = json.dumps({"ok": result})
+        self._last_answer = (result, text)  # holds the object: its id cannot be reused while it is compared
+        return text
 
     async def _body(self, request: Any) -> dict[str, Any]:
         from common.safe_load import parse_json
