@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,69 @@ def test_a_token_is_stored_as_a_salted_hash_only_and_checked_expired_and_revoked
             entry["expires"] = entry["created"] - 1
     (tmp_path / "tokens.json").write_text(json.dumps(data))
     assert TokenStore(tmp_path).check(old) == (None, f"token {old_record.id} expired")
+
+
+def test_a_token_is_hashed_once_and_only_when_the_caller_lets_it(tmp_path: Path) -> None:
+    from scheduler.service.api.tokens import UNVERIFIED
+
+    tokens = TokenStore(tmp_path)
+    token, record = tokens.create("alice", None)
+    fresh = TokenStore(tmp_path)
+    assert fresh.check(token, may_hash=False) == (None, UNVERIFIED)  # first sight: needs the slow hash
+    assert fresh.check(token.split(".")[0] + ".wrong", may_hash=False) == (None, UNVERIFIED)
+    assert fresh.check("nonsense", may_hash=False) == (None, "unknown token")  # refused without a hash
+    assert fresh.check(token)[0] == record
+    assert fresh.check(token, may_hash=False)[0] == record  # verified once: no hash again
+
+
+def test_guessing_secrets_over_tcp_is_throttled_per_address_and_never_stalls_the_socket(tmp_path: Path) -> None:
+    """Each wrong secret costs a scrypt hash: from one address at most a burst of them is hashed (then 429, no
+    hash), on a worker thread, so a local user's call over the Unix socket is answered meanwhile."""
+    import urllib.error
+    import urllib.request
+
+    from scheduler.service.api.web import NEW_TOKENS_PER_S, ApiServer, listen_tcp
+    from scheduler.service.front.remote import ApiClient
+
+    sock = listen_tcp("127.0.0.1", 0, None)
+    port = sock.getsockname()[1]
+    ops = _ops(tmp_path / "state")
+    token, _ = ops.tokens.create(JobOwner.of_process().name, None)
+    api = ApiServer(ops, tmp_path / "state.sock", ops.config, tcp=sock)
+    api.start()
+    stop = threading.Event()
+    runner = threading.Thread(target=lambda: [api.inbox.serve_for(0.05) for _ in iter(stop.is_set, True)])
+    runner.start()
+    statuses: list[int] = []
+
+    def guess(secret: str) -> int:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/whoami", data=b"{}", method="POST",
+                                         headers={"Authorization": f"Bearer {token.split('.')[0]}.{secret}"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as err:
+            return err.code
+
+    try:
+        guessers = [threading.Thread(target=lambda i=i: statuses.append(guess(f"guess{i}"))) for i in range(12)]
+        for thread in guessers:
+            thread.start()
+        assert ApiClient("test", socket=tmp_path / "state.sock").call("whoami")["via"].startswith("socket")
+        for thread in guessers:
+            thread.join()
+        hashed = statuses.count(401)
+        assert statuses.count(429) >= 12 - 2 * NEW_TOKENS_PER_S - 2 and hashed + statuses.count(429) == 12
+        assert 1 <= hashed <= 2 * NEW_TOKENS_PER_S + 2  # the burst (and what refilled while it ran)
+        assert api.refused["rate"] == statuses.count(429)
+        time.sleep(1.5 / NEW_TOKENS_PER_S)  # the bucket refills: the right secret is hashed once, then cached
+        client = ApiClient("test", url=f"http://127.0.0.1:{port}", token=token)
+        assert all(client.call("whoami")["via"].startswith("token") for _ in range(10))
+    finally:
+        stop.set()
+        runner.join()
+        api.stop()
+        ops.state.close()
 
 
 def test_a_database_from_before_owners_gets_its_columns_on_a_writable_open(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from common.names import is_safe_name
 
 FILE = "tokens.json"
 MAX_TOKENS = 10_000
+UNVERIFIED = "a token not verified yet"  # check(may_hash=False): its secret needs the slow hash
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}  # ~20-50 ms a hash: a guess costs that much
 
 
@@ -113,8 +114,10 @@ class TokenStore:
     def records(self) -> list[TokenRecord]:
         return sorted(self._records.values(), key=lambda r: r.created)
 
-    def check(self, token: str) -> tuple[TokenRecord | None, str]:
-        """The live record ``token`` proves, or None and why not (never the secret: at most its ID)."""
+    def check(self, token: str, *, may_hash: bool = True) -> tuple[TokenRecord | None, str]:
+        """The live record ``token`` proves, or None and why not (never the secret: at most its ID). With
+        ``may_hash=False`` a token not yet verified is not hashed (scrypt costs tens of milliseconds): the answer is
+        then ``(None, UNVERIFIED)``, and the caller decides whether, and on which thread, to pay for the hash."""
         token_id, _, secret = token.partition(".")
         record = self._records.get(token_id) if len(token) <= 256 else None
         if record is None or not secret:
@@ -123,6 +126,8 @@ class TokenStore:
             return None, f"token {token_id} {'revoked' if record.revoked else 'expired'}"
         digest = hashlib.sha256(token.encode()).hexdigest()
         if self._verified.get(digest) != token_id:
+            if not may_hash:
+                return None, UNVERIFIED
             if not hmac.compare_digest(_hash(secret, bytes.fromhex(record.salt)), record.hash):
                 return None, f"wrong secret for token {token_id}"
             self._verified[digest] = token_id

@@ -7,6 +7,9 @@ Limits, each answered at once with one line and counted (``colocate_api_refused_
 * JSON that is not an object, nests deeper than :data:`common.safe_load.MAX_DEPTH` or is not JSON (400);
 * more than ``rate_per_s`` calls a second from one caller, a burst of twice that (429; a caller is a uid, or the
   peer address before a token names it);
+* more than :data:`NEW_TOKENS_PER_S` tokens a second that need their secret hashed (a token seen for the first
+  time, or a wrong secret) from one peer address (429): each costs a scrypt hash, which runs on a worker thread,
+  never on the event loop, so guessing secrets neither stalls other callers nor buys many guesses;
 * a call not answered within ``request_timeout_s`` (503; a call still waiting then is dropped, never run late);
 * no token, or a wrong, expired or revoked one over TCP (401).
 
@@ -36,10 +39,13 @@ from common.errors import InputError
 from common.untrusted import printable
 from scheduler.service.api.identity import Caller, from_peer, from_user, peer_credentials
 from scheduler.service.api.operations import Operations, Refused
+from scheduler.service.api.tokens import UNVERIFIED
 from scheduler.service.config import ApiConfig
 from scheduler.service.front.remote import MAX_SOCKET_PATH
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+NEW_TOKENS_PER_S = 2.0  # scrypt hashes a second one peer address may cause (a bearer's later calls hit the cache)
+SLOW_DOWN = "too many new or wrong tokens from this address"  # _caller's answer that is a 429, not a 401
 
 
 class Inbox:
@@ -161,6 +167,7 @@ class ApiServer:
         self.refused: Counter[str] = Counter()  # reason -> count (the metric's source)
         self.on_refused: Callable[[str], None] = lambda reason: None
         self._limit = RateLimit(config.rate_per_s)
+        self._hashes = RateLimit(NEW_TOKENS_PER_S)  # per peer address: see NEW_TOKENS_PER_S
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._halt: asyncio.Event | None = None  # made on the loop; set to stop it
@@ -220,15 +227,21 @@ class ApiServer:
         self.on_refused(reason)
         print(printable(f"api: {line}", 500), file=sys.stderr, flush=True)
 
-    def _caller(self, request: Any) -> tuple[Caller | None, str]:
-        """The caller: the kernel's peer credentials on the Unix socket, a live token's user over TCP."""
+    async def _caller(self, request: Any, peer: str) -> tuple[Caller | None, str]:
+        """The caller: the kernel's peer credentials on the Unix socket, a live token's user over TCP (a token's
+        first check, or a wrong secret, hashes on a worker thread, at most :data:`NEW_TOKENS_PER_S` a peer)."""
         sock = request.transport.get_extra_info("socket") if request.transport is not None else None
         if sock is not None and sock.family == socket.AF_UNIX:
             return from_peer(*peer_credentials(sock)), ""
         header = request.headers.get("Authorization", "")
         if not header.startswith("Bearer ") or len(header) > 512:
             return None, "no bearer token"
-        record, why = self.ops.tokens.check(header[7:].strip())
+        token = header[7:].strip()
+        record, why = self.ops.tokens.check(token, may_hash=False)
+        if why == UNVERIFIED:
+            if not self._hashes.allow(peer):
+                return None, SLOW_DOWN
+            record, why = await asyncio.to_thread(self.ops.tokens.check, token)
         if record is None:
             return None, why
         caller = from_user(record.user, f"token {record.id}")
@@ -243,8 +256,10 @@ class ApiServer:
             return web.json_response({"error": line} if status != 200 else line, status=status)
 
         peer = request.remote or "local"
-        caller, why = self._caller(request)
+        caller, why = await self._caller(request, peer)
         who = str(caller) if caller is not None else peer
+        if why == SLOW_DOWN:
+            return answer(429, "rate", f"{SLOW_DOWN} (at most {NEW_TOKENS_PER_S:g} a second); slow down")
         if not self._limit.allow(caller.uid if caller is not None else peer):
             return answer(429, "rate", f"more than {self.config.rate_per_s:g} calls a second; slow down")
         if caller is None:
