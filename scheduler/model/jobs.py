@@ -46,9 +46,15 @@ REQUIREMENT_RULES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class JobRequirements:
-    """What a job asks of its GPUs beside their count, the same in every job record (``serve``'s job file, a
-    workload row, the scheduler's job): GPU memory per GPU (None: measured or estimated), its own slowdown bound
-    in a group (None: the cluster-wide one), and whether it never shares its GPUs."""
+    """What a job asks of its GPUs beside their count, one value carried as ``requirements`` by every job record
+    (``serve``'s :class:`~scheduler.service.jobs.jobspec.JobSpec`, a workload's
+    :class:`~scheduler.formats.workload_jobs.WorkloadJob`, a round's :class:`Job`): GPU memory per GPU (None:
+    measured or estimated; a round's job: the footprint it is planned with), its own slowdown bound in a group
+    (None: the cluster-wide one), and whether it never shares its GPUs.
+
+    What a user wrote becomes one only through :meth:`checked` (or :meth:`from_fields`), the one validator; the
+    plain constructor takes values already checked or made by the code. Files keep the three as separate fields
+    (:meth:`as_fields`)."""
 
     memory_gb: float | None = None
     max_slowdown: float | None = None
