@@ -15,7 +15,7 @@ from scheduler.learning.online import LearnedGoodputModel, policy_table, round_j
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.colocation import BoundedTable, ColocationTable
 from scheduler.model.goodput import TableGoodputModel
-from scheduler.model.jobs import FINISHING_ROUNDS, Job, finishing
+from scheduler.model.jobs import FINISHING_ROUNDS, Job, JobRequirements, finishing
 from scheduler.model.policy import RoundContext
 from scheduler.service import contract
 from scheduler.service.jobs.jobspec import JobSpec
@@ -33,7 +33,8 @@ def _m(app: str, iter_time_s: float, count: int, partner: str = "", batch: int =
 
 def _row(name: str, app: str, partner: str | None, *, rate: float | None = None, step: int = 0, steps: int = 1000,
          max_slowdown: float | None = None, group: str = "g00001") -> JobRow:
-    spec = JobSpec(name=name, application=app, command="true", batch_size=16, steps=steps, max_slowdown=max_slowdown)
+    spec = JobSpec(name=name, application=app, command="true", batch_size=16, steps=steps,
+                   requirements=JobRequirements(max_slowdown=max_slowdown))
     return JobRow(name=name, spec=spec, state="running", submitted_at=0.0, started_at=1.0, finished_at=None,
                   cancel_requested=False, restarts=0, crashes=0, gpu_type="g", num_gpus=1, batch_size=16,
                   partner=partner, nodes=(0,), gpus=(0,), group_key=group, step=step, samples=step * 16,
@@ -91,7 +92,7 @@ def test_a_ratio_measured_once_past_a_bound_wins_over_the_beliefs_optimism() -> 
     prior = ColocationTable.from_rows([("g", "a", "b", 0.9, 0.9)])
     measurements = [_m("a", 0.1, 5), _m("b", 0.1, 5), _m("a", 0.1 / 0.721, 1, "b@16"), _m("b", 0.105, 1, "a@16")]
     model = LearnedGoodputModel(measurements, {})
-    jobs = [Job("a", "a", batch_size=16, max_slowdown=1.3), Job("b", "b", batch_size=16)]
+    jobs = [Job("a", "a", batch_size=16, requirements=JobRequirements(max_slowdown=1.3)), Job("b", "b", batch_size=16)]
     table = policy_table(prior, learned_ratios(measurements, model), round_job_types(["g"], [("a", 16), ("b", 16)]),
                          predicted=False)
     assert table is not None and table.lookup("g", jobs[0], jobs[1])[0] > 1 / 1.3  # what the belief plans with

@@ -22,7 +22,7 @@ from scheduler.model.cluster import Cluster, GpuType
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.configs import configurations
 from scheduler.model.goodput import TableGoodputModel
-from scheduler.model.jobs import Job
+from scheduler.model.jobs import Job, JobRequirements
 
 
 def test_highs_runs_no_feasibility_jump_before_the_lp_rounding_start() -> None:
@@ -41,7 +41,7 @@ def brute_force_costs(problem: RoundProblem, plan: list[tuple], cfg: IlpConfig, 
     terms, memory checked, exclusions left out; the best (lowest) cost of each pair over the configurations."""
     y, mu = prices
     weight = Objective.of(cfg).member_weight
-    mem = [j.memory_gb for j in problem.jobs]
+    mem = [j.requirements.memory_gb for j in problem.jobs]
     best: dict[tuple[int, int], float] = {}
     for a_key, b_key, ci, r, ia, ga, ib, gb in plan:
         c = problem.configs[ci]
@@ -74,7 +74,7 @@ def pricing_instance(seed: int, memory: bool = True):
     rows = [(t, a, b, rng.uniform(0.4, 0.95), rng.uniform(0.4, 0.95))
             for t in cluster.type_names for a, b in itertools.combinations_with_replacement(apps, 2)]
     jobs = [Job(f"j{n}", rng.choice(apps), adaptive=rng.random() < 0.5, age_s=rng.uniform(0, 900),
-                memory_gb=rng.choice([None, 4.0, 12.0]) if memory else None, restarts=rng.randint(0, 2),
+                requirements=JobRequirements(rng.choice([None, 4.0, 12.0]) if memory else None), restarts=rng.randint(0, 2),
                 current_gpu_type="a" if n % 3 == 0 else None, current_num_gpus=1 if n % 3 == 0 else 0)
             for n in range(rng.randint(2, 40))]
     return cluster, jobs, TableGoodputModel(table), ColocationTable.from_rows(rows), rng

@@ -17,7 +17,7 @@ from scheduler.ilp.policy import PackingPolicy
 from scheduler.model.cluster import Cluster, GpuType, cluster_from_dict
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.goodput import TableGoodputModel
-from scheduler.model.jobs import Job
+from scheduler.model.jobs import Job, JobRequirements
 from scheduler.model.owners import NEVER, SAME, TIMESLICE, OwnerRule, OwnersTable, owner_rule, under_rule
 from scheduler.model.policy import RoundContext, check_decision
 
@@ -34,7 +34,8 @@ jobs_st = st.lists(st.tuples(st.sampled_from(APPS), st.sampled_from(("alice", "b
 
 
 def _jobs(drawn: list[tuple[str, str, bool, int]]) -> list[Job]:
-    return [Job(f"j{i}", app, num_gpus=gpus, owner=owner, exclusive=exclusive and i % 3 == 0)
+    return [Job(f"j{i}", app, num_gpus=gpus, owner=owner,
+                requirements=JobRequirements(exclusive=exclusive and i % 3 == 0))
             for i, (app, owner, exclusive, gpus) in enumerate(drawn)]
 
 

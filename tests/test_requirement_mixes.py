@@ -22,7 +22,7 @@ from scheduler.formats.bundled import CLUSTER_FILE
 from scheduler.formats.colocation_table import load_colocation_table
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.colocation import ColocationTable, class_key  # noqa
-from scheduler.model.jobs import Job
+from scheduler.model.jobs import Job, JobRequirements
 from scheduler.model.memory import group_fits
 from tests.test_fuzz_inputs import run_cli
 
@@ -51,7 +51,7 @@ def test_one_bounded_job_among_unbounded_ones_of_its_type_is_scheduled(tmp_path:
 
 
 def test_job_classes_with_and_without_their_own_bound_sort() -> None:
-    classes = [class_key(Job("a", "resnet18", batch_size=128, max_slowdown=b, exclusive=e))
+    classes = [class_key(Job("a", "resnet18", batch_size=128, requirements=JobRequirements(max_slowdown=b, exclusive=e)))
                for b in (None, 3.0, 1.5, None) for e in (False, True)]
     assert sorted(classes)[0].has_own_bound is False  # jobs on the cluster-wide bound first
     assert len(set(classes)) == 6  # None and each bound, exclusive or not: distinct classes
@@ -178,6 +178,6 @@ def test_a_live_round_schedules_every_mix_of_requirements(tmp_path_factory: pyte
 def test_a_mix_with_every_requirement_keeps_its_classes_apart() -> None:
     """Jobs identical but for their requirements land in different classes (a class shares a table's answers)."""
     base = Job("a", "resnet18", batch_size=128)
-    variants = [base, replace(base, max_slowdown=2.0), replace(base, exclusive=True),
-                replace(base, max_slowdown=2.0, exclusive=True)]
+    variants = [replace(base, requirements=JobRequirements(max_slowdown=bound, exclusive=alone))
+                for bound in (None, 2.0) for alone in (False, True)]
     assert len({class_key(j) for j in variants}) == 4

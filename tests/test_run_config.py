@@ -148,3 +148,50 @@ def test_a_value_the_user_gives_wins_even_where_it_equals_the_plain_default() ->
     assert make_policy("colocate-triples", ilp=ilp).traits.max_slowdown == 2.5
     CliRunner().invoke(app, ["probe", "--policy", "colocate-triples"])
     assert seen["serve"].ilp.max_slowdown == 3.75  # left alone: the policy's own
+
+
+def test_compare_config_says_the_ilp_settings_given_over_each_policys_own(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from colocate.commands.compare import write_config
+    from scheduler.sim.compare import CompareRequest
+
+    ilp = {name: replace(policy_spec(name).ilp, top_k=5, p=1.0) for name in ("colocate", "sia")}
+    request = CompareRequest(cluster=Path(CLUSTER), workloads="w-*.csv", out=tmp_path, policies="colocate,sia,fifo",
+                             ilp=ilp)
+    record = json.loads(write_config(request).read_text())
+    assert record["config"]["ilp"] == {"p": 1.0, "top_k": 5}  # not packing: each policy keeps its own
+    assert record["config"]["request"]["workloads"] == "w-*.csv" and record["config"]["sim"]["round_s"] == 60
+    assert record["ilp_of_policy"]["colocate"]["packing"] is True and record["ilp_of_policy"]["sia"]["packing"] is False
+    assert record["ilp_of_policy"]["fifo"] is None
+
+
+@pytest.mark.slow
+def test_compare_records_its_config_and_the_record_loads_again(tmp_path: Path) -> None:
+    """``colocate compare`` writes the settings it ran with beside its report (each policy's whole ILP settings
+    too); ``--set @FILE`` of that record runs the same comparison."""
+    (tmp_path / "w.csv").write_text("name,time,application,num_replicas,batch_size,work\n"
+                                    "a,0,cifar10,1,128,30000\nb,30,cifar10,1,128,30000\n")
+    where = ["compare", "--cluster", CLUSTER, "--workloads", str(tmp_path / "w.csv"), "--policies", "colocate,fifo"]
+    code, out, err = _invoke(*where, "--out", str(tmp_path / "a"), "--workers", "1", "--set", "ilp.top_k=5",
+                             "--round-s", "120")
+    assert code == 0, err
+    assert f"config: {tmp_path / 'a' / 'config.json'}" in out
+    first = json.loads((tmp_path / "a" / "config.json").read_text())
+    config = first["config"]
+    assert config["ilp"] == {"top_k": 5}  # what was given over each policy's own
+    assert config["sim"]["round_s"] == 120 and config["request"]["policies"] == "colocate,fifo"
+    assert config["request"]["workers"] == 1
+    assert first["ilp_of_policy"]["fifo"] is None
+    own = first["ilp_of_policy"]["colocate"]
+    assert own["top_k"] == 5 and own["packing"] is True and own["max_slowdown"] == 2.5
+    code, _, err = _invoke(*where, "--out", str(tmp_path / "b"), "--set", f"@{tmp_path / 'a' / 'config.json'}")
+    assert code == 0, err
+    second = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert second["config"]["request"].pop("out") == str(tmp_path / "b")
+    first["config"]["request"].pop("out")
+    assert second == first
+    import pandas as pd
+
+    runs = [pd.read_csv(tmp_path / d / "summary.csv").drop(columns=["wall_s"]) for d in ("a", "b")]
+    pd.testing.assert_frame_equal(*runs)

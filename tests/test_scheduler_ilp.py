@@ -19,7 +19,7 @@ from scheduler.model.cluster import Cluster, GpuType
 from scheduler.model.colocation import ColocationTable
 from scheduler.model.configs import configurations
 from scheduler.model.goodput import TableGoodputModel
-from scheduler.model.jobs import Job
+from scheduler.model.jobs import Job, JobRequirements
 from scheduler.model.placement import place
 from scheduler.model.policy import RoundContext, check_decision
 
@@ -62,14 +62,16 @@ def random_instance(seed: int, num_jobs: int):
         adaptive = rng.random() < 0.5
         running = rng.random() < 0.4
         cur_type = rng.choice(cluster.type_names) if running else None
-        jobs.append(Job(
+        fields = dict(  # drawn in this order: the seeds' instances stay as they were
             name=f"j{n}", application=app, adaptive=adaptive,
             num_gpus=1 if adaptive else rng.choice([1, 1, 2]),
             memory_gb=rng.choice([None, 2.0, 5.0, 9.0]),
             age_s=rng.uniform(0, 600), restarts=rng.randint(0, 3),
             current_gpu_type=cur_type, current_num_gpus=rng.choice([1, 2]) if running else 0,
             max_slowdown=rng.choice([None, None, 1.6, 2.0, 3.0]), exclusive=rng.random() < 0.1,
-        ))
+        )
+        needs = JobRequirements(*(fields.pop(k) for k in ("memory_gb", "max_slowdown", "exclusive")))
+        jobs.append(Job(**fields, requirements=needs))  # type: ignore[arg-type]
     return cluster, jobs, table, ratios, ColocationTable.from_rows(rows)
 
 
@@ -78,14 +80,15 @@ HEADROOM = 0.1  # the stated memory headroom of a group member (scheduler.model.
 
 def oracle_memory_fits(members: list[Job], gpu_memory_gb: float) -> bool:
     """The memory rule written out: footprints (unknown ones as 0) plus 10 % each, plus a context per job."""
-    return sum((j.memory_gb or 0.0) * (1 + HEADROOM) + CONTEXT_GB for j in members) <= gpu_memory_gb + 1e-9
+    return sum((j.requirements.memory_gb or 0.0) * (1 + HEADROOM) + CONTEXT_GB for j in members) <= gpu_memory_gb + 1e-9
 
 
 def oracle_bounds_hold(members: list[Job], ratios: list[float], cfg: IlpConfig) -> bool:
     """No exclusive member; each member's ratio at least 1 / its bound (its own, else the config's)."""
     for job, r in zip(members, ratios):
-        bound = job.max_slowdown if job.max_slowdown is not None else cfg.max_slowdown
-        if job.exclusive or (bound is not None and r < 1 / bound - 1e-12):
+        own = job.requirements.max_slowdown
+        bound = own if own is not None else cfg.max_slowdown
+        if job.requirements.exclusive or (bound is not None and r < 1 / bound - 1e-12):
             return False
     return True
 
@@ -119,7 +122,7 @@ def brute_force(cluster: Cluster, jobs: list[Job], table, ratios, cfg: IlpConfig
         for c in configs:
             if not job.adaptive and c.num_gpus != job.num_gpus:
                 continue
-            if job.memory_gb is not None and job.memory_gb > mem[c.gpu_type]:
+            if job.requirements.memory_gb is not None and job.requirements.memory_gb > mem[c.gpu_type]:
                 continue
             g = table.get((job.application, c.gpu_type, c.num_gpus))
             if g:
@@ -388,7 +391,7 @@ def test_invariants_on_larger_random_instances(seed: int) -> None:
         adaptive = rng.random() < 0.5
         num_gpus = rng.choice([1, 1, 2, 4, 8])
         jobs.append(Job(f"j{n}", rng.choice(apps), adaptive=adaptive, num_gpus=num_gpus,
-                        memory_gb=rng.choice([None, 3.0, 10.0]), age_s=rng.uniform(0, 5000),
+                        requirements=JobRequirements(rng.choice([None, 3.0, 10.0])), age_s=rng.uniform(0, 5000),
                         current_gpu_type=rng.choice("ab") if running else None,
                         current_num_gpus=(rng.choice([1, 2, 4]) if adaptive else num_gpus) if running else 0,
                         pinned=running and rng.random() < 0.2))
@@ -649,7 +652,7 @@ def test_a_triple_is_chosen_when_three_light_jobs_share_one_gpu() -> None:
     """One GPU, three light jobs (pair ratios 0.8): the triple (ρ = 1/(1.25 + 1.25 − 1) = 2/3 each, Σ 2)
     beats any pair (Σ 1.6) plus an unallocated job; placement puts all three on the same GPU."""
     cluster = Cluster({"h": GpuType("h", nodes=1, gpus_per_node=1, memory_gb=80)})
-    jobs = [Job(f"j{n}", f"m{n}", memory_gb=10.0) for n in range(3)]
+    jobs = [Job(f"j{n}", f"m{n}", requirements=JobRequirements(10.0)) for n in range(3)]
     model = TableGoodputModel({(j.application, "h", 1): 100.0 for j in jobs})
     coloc = ColocationTable.from_rows([("h", a.application, b.application, 0.8, 0.8)
                                        for a, b in itertools.combinations(jobs, 2)])

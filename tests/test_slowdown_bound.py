@@ -12,7 +12,7 @@ from scheduler.ilp.policy import PackingPolicy
 from scheduler.model.cluster import cluster_from_dict
 from scheduler.model.colocation import BoundedTable, ColocationTable, MeasuredTable
 from scheduler.model.goodput import TableGoodputModel
-from scheduler.model.jobs import Job
+from scheduler.model.jobs import Job, JobRequirements
 from scheduler.model.policy import RoundContext, check_decision
 from scheduler.sim.config import SimConfig
 from scheduler.sim.simulator import simulate
@@ -43,15 +43,15 @@ def test_the_default_bound_keeps_a_member_from_running_below_one_in_two_and_a_ha
 
 
 def test_a_jobs_own_bound_overrides_the_cluster_wide_one_either_way() -> None:
-    tolerant = [Job("l", "light", max_slowdown=4.0), Job("h", "heavy")]
+    tolerant = [Job("l", "light", requirements=JobRequirements(max_slowdown=4.0)), Job("h", "heavy")]
     assert _partners(_policy(), tolerant) == {"l": "h", "h": "l"}  # its own 4.0 accepts 3.3
-    strict = [Job("l", "light", max_slowdown=1.25), Job("o", "other")]
+    strict = [Job("l", "light", requirements=JobRequirements(max_slowdown=1.25)), Job("o", "other")]
     assert _partners(_policy(max_slowdown=None), strict) in ({"l": None}, {"o": None})  # 0.6 < 1/1.25
     assert _partners(_policy(max_slowdown=None), [Job("l", "light"), Job("o", "other")]) == {"l": "o", "o": "l"}
 
 
 def test_an_exclusive_job_never_shares_its_gpus() -> None:
-    jobs = [Job("l", "light", exclusive=True), Job("o", "other")]
+    jobs = [Job("l", "light", requirements=JobRequirements(exclusive=True)), Job("o", "other")]
     assert _partners(_policy(max_slowdown=None), jobs) in ({"l": None}, {"o": None})
     bounded = BoundedTable(TABLE.ratios, inner=TABLE, default_bound=None)
     assert bounded.lookup("g", jobs[0], jobs[1]) is None and bounded.lookup("g", jobs[1], jobs[0]) is None
@@ -107,7 +107,7 @@ def test_the_simulator_reports_the_worst_slowdown_and_the_time_above_each_bound(
     bounded = simulate(ONE_GPU, _two_jobs(), _policy(), colocation=TABLE, profiles=GOODPUT, config=NO_COSTS)
     assert bounded.summary["worst_slowdown"] == 1.0 and bounded.summary["over_bound_fraction"] == 0.0
     assert bounded.summary["packed_fraction"] == 0.0 and bounded.meta["slowdown_bound"] == 2.5
-    own = simulate(ONE_GPU, _two_jobs(max_slowdown=4.0), _policy(), colocation=TABLE, profiles=GOODPUT, config=NO_COSTS)
+    own = simulate(ONE_GPU, _two_jobs(requirements=JobRequirements(max_slowdown=4.0)), _policy(), colocation=TABLE, profiles=GOODPUT, config=NO_COSTS)
     assert own.summary["packed_fraction"] > 0 and own.summary["over_bound_fraction"] == 0.0  # its own 4.0 holds
 
 

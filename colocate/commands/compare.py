@@ -7,16 +7,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from colocate import cli_kit
-from colocate.cli_config import ConfigSpec, Defaults, config_command
+from colocate.cli_config import ConfigSpec, Defaults, config_command, entries, printed_config
 from colocate.commands.simulate import policy_ilp
 from scheduler.ilp.config import IlpConfig
 from scheduler.sim.compare import CompareRequest
 from scheduler.sim.config import SimConfig
 
-__all__ = ["compare_command", "register"]
+__all__ = ["compare_command", "register", "write_config"]
 
 
 def register(app: cli_kit.App) -> None:
@@ -64,9 +65,31 @@ def _policies_ilp(built: IlpConfig, others: dict[str, Any]) -> Defaults:
     return policy_ilp([n for n in names if n in POLICIES])
 
 
-@config_command(ConfigSpec("request", CompareRequest, panel="Comparison"),
-                ConfigSpec("sim", SimConfig, panel="Simulator"),
-                ConfigSpec("ilp", IlpConfig, flags=(), panel="Round ILP (colocate, sia)", defaults=_policies_ilp))
+REQUEST_SPEC = ConfigSpec("request", CompareRequest, panel="Comparison")
+SIM_SPEC = ConfigSpec("sim", SimConfig, panel="Simulator")
+ILP_SPEC = ConfigSpec("ilp", IlpConfig, flags=(), panel="Round ILP (colocate, sia)", defaults=_policies_ilp)
+CONFIG_FILE = "config.json"
+
+
+def write_config(request: CompareRequest) -> Path:
+    """The settings the comparison ran with, beside its report: ``config`` (the request, the simulator's settings
+    and the ILP settings given over each policy's own: what ``--set @FILE`` runs again, as a ``simulate --json``
+    output's) and ``ilp_of_policy`` (each compared policy's whole round-ILP settings; None: it solves none)."""
+    from colocate.config_file import config_json
+    from common.files import atomic_write_json
+    from scheduler.policies import policy_spec
+    from scheduler.sim.compare import ilp_changes
+
+    changed = ilp_changes(request)
+    given = [e for e in entries(ILP_SPEC) if e.path[0] in changed]
+    config = {**printed_config((REQUEST_SPEC, SIM_SPEC), {"request": request, "sim": request.sim}),
+              **config_json({"ilp": (given, next(iter(request.ilp.values()), None))})}
+    names = [policy_spec(p).name for p in request.policies.split(",") if p.strip()]
+    per_policy = {name: printed_config([ILP_SPEC], {"ilp": request.ilp.get(name)})["ilp"] for name in names}
+    return atomic_write_json({"config": config, "ilp_of_policy": per_policy}, request.out / CONFIG_FILE)
+
+
+@config_command(REQUEST_SPEC, SIM_SPEC, ILP_SPEC)
 def compare_command(*, request: CompareRequest, sim: SimConfig, ilp: dict[str, IlpConfig]) -> None:
     """Run the policies on every workload (in parallel processes) and write report.md, summary.csv and plots
     (--out: the report directory, e.g. results/sim/NAME)."""
@@ -88,6 +111,8 @@ def compare_command(*, request: CompareRequest, sim: SimConfig, ilp: dict[str, I
                       f" · {row.gpu_hours:.0f} GPU-h · packed {row.packed_fraction:.1%}"
                       + (f" (triples {row.triple_fraction:.1%})" if row.triple_fraction > 0 else ""), highlight=False)
     console.print(f"report: {report}")
+    console.print(f"config: {write_config(request)} (--set @FILE loads its settings again)", highlight=False,
+                  soft_wrap=True)
     for line in failed:
         error_console.print(f"[red]failed:[/] {line}", highlight=False)
     if failed:

@@ -145,7 +145,7 @@ def lp_bound_all_pairs(problem: RoundProblem, colocation: ColocationTable, cfg: 
             class_ids[key] = len(reps)
             reps.append(job)
         cls[i] = class_ids[key]
-    mem = np.array([np.nan if j.memory_gb is None else j.memory_gb for j in jobs])
+    mem = np.array([np.nan if j.requirements.memory_gb is None else j.requirements.memory_gb for j in jobs])
     blocked = np.array(problem.pinned, dtype=bool)  # pinned jobs gain no new partner (as in build_problem)
     # first[a, b] / second[a, b]: ratios of the lower- and higher-indexed member of a pair of classes a, b
     # (as the ILP's columns assign them; a table may give two copies of one job type different ratios)

@@ -34,12 +34,9 @@ class WorkloadJob:
     batch_size: int | None = None
     work: float | None = None
     duration_s: float | None = None
-    max_slowdown: float | None = None  # its own slowdown bound in a group (None: the cluster-wide one)
-    exclusive: bool = False  # never shares its GPUs
-
-    @property
-    def requirements(self) -> JobRequirements:
-        return JobRequirements(max_slowdown=self.max_slowdown, exclusive=self.exclusive)
+    # its own slowdown bound in a group (None: the cluster-wide one), never sharing its GPUs; no memory (the
+    # simulator's memory model knows each application's)
+    requirements: JobRequirements = JobRequirements()
 
 
 @dataclass(frozen=True)
@@ -97,10 +94,11 @@ class Workload:
                 row["work"] = "" if j.work is None else j.work
             if any(x.duration_s is not None for x in self.jobs):
                 row["duration"] = "" if j.duration_s is None else j.duration_s
-            if any(x.max_slowdown is not None for x in self.jobs):
-                row["max_slowdown"] = "" if j.max_slowdown is None else j.max_slowdown
-            if any(x.exclusive for x in self.jobs):
-                row["exclusive"] = "true" if j.exclusive else "false"
+            needs = j.requirements
+            if any(x.requirements.max_slowdown is not None for x in self.jobs):
+                row["max_slowdown"] = "" if needs.max_slowdown is None else needs.max_slowdown
+            if any(x.requirements.exclusive for x in self.jobs):
+                row["exclusive"] = "true" if needs.exclusive else "false"
             rows.append(row)
         return rows
 

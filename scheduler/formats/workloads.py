@@ -161,8 +161,7 @@ def read_sia_workload(path: str | Path) -> Workload:
             exclusive = str(rec.get("exclusive") or "").lower()
             needs = JobRequirements.checked(None, bound, {"": False, "false": False, "0": False, "true": True,
                                                           "1": True}.get(exclusive, exclusive), source=source, row=row)
-            jobs.append(WorkloadJob(name, app, arrival, int(gpus), batch, work, duration, needs.max_slowdown,
-                                    needs.exclusive))
+            jobs.append(WorkloadJob(name, app, arrival, int(gpus), batch, work, duration, needs))
     if not jobs:
         raise InputError("no jobs", source=source, field="name", valid="at least one job row")
     return Workload(p.stem, _sorted(jobs), source)

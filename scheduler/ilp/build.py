@@ -119,7 +119,8 @@ def _build_problem(jobs: Sequence[Job], cluster: Cluster, goodput: GoodputModel,
     type_index = {name: n for n, name in enumerate(cluster.type_names)}
     groups: dict[tuple, list[int]] = {}  # jobs by the shapes they may use
     for i, job in enumerate(jobs):
-        kind = (job.adaptive, job.max_gpus, job.memory_gb) if job.adaptive else (False, job.num_gpus, job.memory_gb)
+        memory = job.requirements.memory_gb
+        kind = (job.adaptive, job.max_gpus, memory) if job.adaptive else (False, job.num_gpus, memory)
         if kind not in shape_cache:
             shape_cache[kind] = shapes_for(job, cluster, configs_t, index, cfg, sia_shapes)
         groups.setdefault(kind, []).append(i)

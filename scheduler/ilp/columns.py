@@ -100,7 +100,8 @@ def shapes_for(job: Job, cluster: Cluster, configs: tuple[Configuration, ...], i
     Kept across rounds (read-only) for the same cluster and configurations, so every round passes the
     same ``used`` tuple to the goodput model, whose caches then hit by identity.
     """
-    kind = (job.adaptive, job.max_gpus, job.memory_gb) if job.adaptive else (False, job.num_gpus, job.memory_gb)
+    memory = job.requirements.memory_gb
+    kind = (job.adaptive, job.max_gpus, memory) if job.adaptive else (False, job.num_gpus, memory)
     key = (kind, cluster, configs, cfg.max_gpus_per_job, sia_shapes)
     shapes = _SHAPES.get(key)
     if shapes is None:
@@ -117,8 +118,9 @@ def _make_shapes(job: Job, cluster: Cluster, configs: tuple[Configuration, ...],
                  cfg: IlpConfig, sia_shapes: frozenset[Configuration]) -> Shapes:
     entries: list[tuple[int, int, int, Configuration]] = []  # (type, size, reserved index, used shape)
     types = {name: n for n, name in enumerate(cluster.type_names)}
+    memory = job.requirements.memory_gb
     for t in cluster:
-        if job.memory_gb is not None and job.memory_gb > t.memory_gb:
+        if memory is not None and memory > t.memory_gb:
             continue
         if job.adaptive:
             cap = job.max_gpus if job.max_gpus is not None else cfg.max_gpus_per_job
@@ -320,7 +322,7 @@ def add_pair_columns(problem: RoundProblem, candidates: Sequence[tuple[int, int]
             r = beneficial_ratio(colocation, ratio_cache, c.gpu_type, a, b, min_benefit)
             if r is None:
                 continue
-            if not group_fits(mem_of[c.gpu_type], (a.memory_gb, b.memory_gb), cfg.context_memory_gb):
+            if not group_fits(mem_of[c.gpu_type], (a.requirements.memory_gb, b.requirements.memory_gb), cfg.context_memory_gb):
                 continue
             gi, ei = single_i[ci]
             gk, ek = single_k[ci]

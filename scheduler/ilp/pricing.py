@@ -209,7 +209,7 @@ def _top_partners(problem: RoundProblem, cfg: IlpConfig, left: list[int], right:
                   type_of: list[int], exclude: "set[tuple[int, ...]] | None") -> set[tuple[int, int]]:
     """Each job's ``top_k`` partners of most negative reduced cost among the pairs found (memory-feasible,
     not excluded), as sorted index pairs. The answer depends only on the pairs found, not their order."""
-    mem = [j.memory_gb for j in problem.jobs]
+    mem = [j.requirements.memory_gb for j in problem.jobs]
     cap_mem = [t.memory_gb for t in problem.cluster]
     best: dict[int, list[tuple[float, int]]] = {}
     for i, k, value, t in zip(left, right, cost, type_of):

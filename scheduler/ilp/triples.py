@@ -111,7 +111,7 @@ def add_triple_columns(problem: RoundProblem, triples: Sequence[tuple[int, int, 
             r = ratio_cache[key]
             if r is None or sum(r) < 1 + cfg.min_benefit:
                 continue
-            if not group_fits(mem_of[c.gpu_type], [j.memory_gb for j in members], cfg.context_memory_gb):
+            if not group_fits(mem_of[c.gpu_type], [j.requirements.memory_gb for j in members], cfg.context_memory_gb):
                 continue
             g = group_move_values(members, c, [options[i].single[ci][0] for i in triple], cfg.restart_cost_s)
             if min(g) <= 0:
@@ -143,7 +143,7 @@ def dual_ranked_triples(problem: RoundProblem, options: Sequence[JobColumns], co
     for i, job in enumerate(jobs):
         if options[i].single and not options[i].pinned:
             classes.setdefault(class_key(job), []).append(i)
-    mem = [j.memory_gb for j in jobs]
+    mem = [j.requirements.memory_gb for j in jobs]
     cap_mem = {t.name: t.memory_gb for t in problem.cluster}
     best: dict[int, list[tuple[float, tuple[int, int, int]]]] = {}
     for ci, c in enumerate(configs):

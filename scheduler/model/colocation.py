@@ -220,7 +220,7 @@ class BoundedTable(ColocationTable):
     def _kept(self, gpu_type: str, jobs: "Sequence[Job]", hit: tuple[float, ...]) -> tuple[float, ...] | None:
         """``hit`` when the group may be planned: no exclusive member, and every member within its bound at the
         lower of its planned and its measured ratio (or the group is held together now)."""
-        if any(j.exclusive for j in jobs):
+        if any(j.requirements.exclusive for j in jobs):
             return None
         if _held_together(jobs):
             return hit
@@ -250,6 +250,7 @@ class JobClass(NamedTuple):
 
 def class_key(job: "Job") -> JobClass:
     """The class of ``job`` (:class:`JobClass`)."""
-    bound = job.max_slowdown
+    needs = job.requirements
+    bound = needs.max_slowdown
     return JobClass(job.application, job.job_type, bound is not None, float(bound) if bound is not None else 0.0,
-                    bool(job.exclusive), job.owner)
+                    bool(needs.exclusive), job.owner)

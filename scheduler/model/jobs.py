@@ -46,9 +46,15 @@ REQUIREMENT_RULES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class JobRequirements:
-    """What a job asks of its GPUs beside their count, the same in every job record (``serve``'s job file, a
-    workload row, the scheduler's job): GPU memory per GPU (None: measured or estimated), its own slowdown bound
-    in a group (None: the cluster-wide one), and whether it never shares its GPUs."""
+    """What a job asks of its GPUs beside their count, one value carried as ``requirements`` by every job record
+    (``serve``'s :class:`~scheduler.service.jobs.jobspec.JobSpec`, a workload's
+    :class:`~scheduler.formats.workload_jobs.WorkloadJob`, a round's :class:`Job`): GPU memory per GPU (None:
+    measured or estimated; a round's job: the footprint it is planned with), its own slowdown bound in a group
+    (None: the cluster-wide one), and whether it never shares its GPUs.
+
+    What a user wrote becomes one only through :meth:`checked` (or :meth:`from_fields`), the one validator; the
+    plain constructor takes values already checked or made by the code. Files keep the three as separate fields
+    (:meth:`as_fields`)."""
 
     memory_gb: float | None = None
     max_slowdown: float | None = None
@@ -71,6 +77,18 @@ class JobRequirements:
             valid=REQUIREMENT_RULES["max_slowdown"]))
         return cls(memory, bound, exclusive)
 
+    @classmethod
+    def from_fields(cls, data: Mapping[str, Any], *, source: str | Path, row: int | None = None
+                    ) -> "JobRequirements":
+        """The requirements among a record's fields (``memory_gb``, ``max_slowdown``, ``exclusive``; absent:
+        the defaults), checked by :meth:`checked`."""
+        return cls.checked(data.get("memory_gb"), data.get("max_slowdown"), data.get("exclusive", False),
+                           source=source, row=row)
+
+    def as_fields(self) -> dict[str, Any]:
+        """The requirements as a record's fields, under the names job files and CSVs give them."""
+        return {"memory_gb": self.memory_gb, "max_slowdown": self.max_slowdown, "exclusive": self.exclusive}
+
 
 @dataclass(frozen=True)
 class Job:
@@ -85,7 +103,6 @@ class Job:
     min_batch_size: int | None = None
     max_batch_size: int | None = None
     adaptive: bool = False
-    memory_gb: float | None = None
     age_s: float = 0.0
     restarts: int = 0
     current_gpu_type: str | None = None
@@ -94,8 +111,8 @@ class Job:
     pinned: bool = False
     progress: float = 0.0
     restart_cost_s: float | None = None  # this job's restart penalty for the ILP (None: the policy's default)
-    max_slowdown: float | None = None  # its own slowdown bound in a group (None: the policy's cluster-wide one)
-    exclusive: bool = False  # never shares its GPUs
+    # memory per GPU as planned (declared, measured or estimated), its own slowdown bound, never sharing its GPUs
+    requirements: JobRequirements = JobRequirements()
     owner: str = ""  # whose job (the user name); "" everywhere: one owner (scheduler.model.owners)
 
     @property
@@ -104,16 +121,12 @@ class Job:
         return f"{self.application}@{self.batch_size}" if self.batch_size else self.application
 
     @property
-    def requirements(self) -> JobRequirements:
-        return JobRequirements(self.memory_gb, self.max_slowdown, self.exclusive)
-
-    @property
     def is_running(self) -> bool:
         return self.current_gpu_type is not None and self.current_num_gpus > 0
 
     def slowdown_bound(self, default: float | None) -> float | None:
         """The slowdown this job accepts in a group: its own, else the cluster-wide ``default`` (None: any)."""
-        return slowdown_bound(self.max_slowdown, default)
+        return slowdown_bound(self.requirements.max_slowdown, default)
 
     def with_state(self, **changes: Any) -> "Job":
         """A copy with some fields changed (the simulator uses this each round)."""
@@ -202,7 +215,8 @@ _LIMITS: dict[str, tuple[float, float]] = {
 }
 
 
-def _check_job(job: Job, *, source: str, row: int) -> None:
+def _check_job(job: Job, needs: Mapping[str, Any], *, source: str, row: int) -> Job:
+    """``job`` checked, with its requirements (``needs``: the row's requirement fields) checked in their turn."""
     def bad(field: str, message: str) -> InputError:
         return InputError(f"row {row}: {message}", source=source, field=field, valid=_COLUMNS[field][1])
 
@@ -217,13 +231,14 @@ def _check_job(job: Job, *, source: str, row: int) -> None:
         raise bad("max_gpus", f"max_gpus {job.max_gpus} < num_gpus {job.num_gpus}")
     if job.min_batch_size and job.max_batch_size and job.max_batch_size < job.min_batch_size:
         raise bad("max_batch_size", f"max_batch_size {job.max_batch_size} < min_batch_size {job.min_batch_size}")
-    JobRequirements.checked(job.memory_gb, job.max_slowdown, job.exclusive, source=source, row=row)
+    job = replace(job, requirements=JobRequirements.from_fields(needs, source=source, row=row))
     if job.current_num_gpus > 0 and not job.current_gpu_type:
         raise bad("current_gpu_type", "current_num_gpus > 0 needs current_gpu_type")
     check_name(job.name, source=source, field="name", what=f"job name (row {row})")
     check_name(job.application, source=source, field="application", what=f"application (row {row})")
     if job.owner:
         check_name(job.owner, source=source, field="owner", what=f"owner (row {row})")
+    return job
 
 
 def jobs_from_rows(rows: Sequence[dict[str, str]], *, source: str = "<jobs>") -> list[Job]:
@@ -254,8 +269,8 @@ def jobs_from_rows(rows: Sequence[dict[str, str]], *, source: str = "<jobs>") ->
             if not values.get(required):
                 raise InputError(f"row {row}: missing {required}", source=source, field=required,
                                  valid=_COLUMNS[required][1])
-        job = Job(**values)
-        _check_job(job, source=source, row=row)
+        needs = {key: values.pop(key) for key in JobRequirements().as_fields() if key in values}
+        job = _check_job(Job(**values), needs, source=source, row=row)
         if job.name in seen:
             raise InputError(f"row {row}: duplicate job name {job.name!r}", source=source, field="name",
                              valid="unique names")

@@ -90,7 +90,7 @@ def job_shapes(job: Job, cluster: Cluster, context: RoundContext) -> dict[str, t
     """
     shapes: list[Shape] = []
     for t in cluster:
-        if job.memory_gb is not None and job.memory_gb > t.memory_gb:
+        if job.requirements.memory_gb is not None and job.requirements.memory_gb > t.memory_gb:
             continue
         shape = rigid_shape(job.num_gpus, t)
         if shape is not None:

@@ -1,8 +1,8 @@
 """A shared GPU is a contract between its members (``colocate serve``): the memory each may use, the slowdown each
 accepted, and what the server does when one breaks it.
 
-* **Memory.** Every active job is planned with a footprint (:func:`planned_memory` → ``Job.memory_gb``, the one
-  memory rule of :mod:`scheduler.model.memory`); a group that starts gives each member its hard limit
+* **Memory.** Every active job is planned with a footprint (:func:`planned_memory` → ``Job.requirements.memory_gb``,
+  the one memory rule of :mod:`scheduler.model.memory`); a group that starts gives each member its hard limit
   (:func:`unit_limits`). A member that runs out of memory under its limit fails alone (:func:`record_oom`): an
   ``oom`` event with the limit in force, its estimate raised from what it reached (``meta.memory``), back to the
   queue without counting as a crash — so the pairing is not planned again unless the raised estimate fits —
@@ -39,8 +39,8 @@ and what an out-of-memory failure teaches.
 Then the job's own **learned floor**: a job that ran out of memory (``oom``) reached at least what it had when
 it failed; its estimate becomes ``max(reached, planned) × OOM_GROWTH`` at that local batch, and at other
 batches the planned footprint times the same factor over plan. Kept in the state (``meta.memory``), so the
-ILP (:func:`planned_gb` → ``Job.memory_gb``, the one memory rule of :mod:`scheduler.model.memory`) does not plan
-the pairing that failed again unless the raised estimate fits.
+ILP (:func:`planned_gb` → ``Job.requirements.memory_gb``, the one memory rule of :mod:`scheduler.model.memory`)
+does not plan the pairing that failed again unless the raised estimate fits.
 
 **Limits** (:func:`group_limits`): each member of a group gets ``(1 + h) · footprint + context`` of each of its
 GPUs, scaled down so the group never overcommits the GPU; a job alone gets none. The limit reaches the job as
@@ -141,8 +141,8 @@ def _estimate_mib(model: str, local_batch: float, image_size: int) -> float:
 
 def base_footprint_gb(spec: JobSpec, gpu_type: str, local_batch: float) -> float | None:
     """Its footprint before anything was learned: declared, measured or estimated; None for an undeclared command."""
-    if spec.memory_gb is not None:
-        return spec.memory_gb
+    if spec.requirements.memory_gb is not None:
+        return spec.requirements.memory_gb
     if spec.model is not None:
         return model_footprint_gb(spec.model, local_batch, spec.image_size, gpu_type)
     return None
@@ -162,8 +162,8 @@ def footprint_gb(spec: JobSpec, gpu_type: str, local_batch: float, learned: Mapp
 
 def planned_gb(spec: JobSpec, gpu_types: Sequence[str], batch_size: int, learned: Mapping[str, Any] | None
                ) -> float | None:
-    """What the round ILP plans the job with (``Job.memory_gb``, one number per job): its footprint at its global
-    batch on its fewest GPUs, on the allowed GPU type where it is largest."""
+    """What the round ILP plans the job with (``Job.requirements.memory_gb``, one number per job): its footprint at
+    its global batch on its fewest GPUs, on the allowed GPU type where it is largest."""
     local = max(batch_size // max(spec.min_gpus, 1), 1)
     sizes = [f for t in (spec.gpu_types or gpu_types) if (f := footprint_gb(spec, t, local, learned)) is not None]
     return max(sizes) if sizes else None
@@ -368,7 +368,7 @@ def broken_bounds(groups: Mapping[str, list[JobRow]], measurements: Sequence[Map
         if len(members) < 2:
             continue
         for row in members:
-            bound = slowdown_bound(row.spec.max_slowdown, default_bound)
+            bound = slowdown_bound(row.spec.requirements.max_slowdown, default_bound)
             if bound is None:
                 continue
             others = [o for o in members if o.name != row.name]

@@ -68,7 +68,8 @@ def policy_jobs(rows: Sequence[JobRow], now: float, held: Collection[str] = (),
 
     ``age_s`` is the time since the job's *first* start (Sia's T); ``held`` jobs are pinned to their current
     configuration (the minimum run of :mod:`scheduler.service.stability`); ``memory``: each job's planned GPU
-    memory (:func:`scheduler.service.contract.planned_gb`); its slowdown bound and ``exclusive`` come from its spec.
+    memory (:func:`scheduler.service.contract.planned_gb`) in place of its declared one; its slowdown bound and
+    ``exclusive`` come from its spec.
     """
     jobs = []
     for row in rows:
@@ -82,8 +83,8 @@ def policy_jobs(rows: Sequence[JobRow], now: float, held: Collection[str] = (),
             age_s=max(now - row.started_at, 0.0) if row.started_at else 0.0, restarts=row.restarts,
             current_gpu_type=row.gpu_type if running else None, current_num_gpus=row.num_gpus if running else 0,
             current_partner=row.others[0] if running and row.others else None,
-            pinned=running and row.name in held, memory_gb=(memory or {}).get(row.name),
-            max_slowdown=spec.max_slowdown, exclusive=spec.exclusive,
+            pinned=running and row.name in held,
+            requirements=replace(spec.requirements, memory_gb=(memory or {}).get(row.name)),
             owner=row_owner(row)[0] if owners else ""))
     return jobs
 

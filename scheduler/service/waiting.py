@@ -128,7 +128,7 @@ def _unallocated(row: JobRow, cluster: Cluster, used: dict[str, int], allocated:
     # Some GPUs may be free, only too few of one type for this job: saying "all busy" would contradict `jobs`.
     busy = (f"needs {need} GPUs of one type together; {most} free" if most > 0
             else f"all {sum(cluster.capacity(t) for t in types)} GPU(s) busy")
-    if row.spec.exclusive:
+    if row.spec.requirements.exclusive:
         return "exclusive", f"{busy}; it never shares its GPUs (exclusive: true)"
     if policy.name in PACKING_POLICIES and table is not None and row.name in jobs:
         from scheduler.ilp.policy import PackingPolicy  # the server's side only: jobs never gets here
@@ -143,7 +143,7 @@ def _unallocated(row: JobRow, cluster: Cluster, used: dict[str, int], allocated:
         bounded = BoundedTable(table.ratios, inner=table, default_bound=policy.traits.max_slowdown)
         paying = [(total, name) for total, name in known if total >= 1.0 + beta]
         if paying and not any(bounded.lookup(a.gpu_type, me, other) for a, other in partners):
-            if all(other.exclusive for _, other in partners):
+            if all(other.requirements.exclusive for _, other in partners):
                 return "exclusive", f"{busy}; the jobs it could share with never share their GPUs (exclusive: true)"
             return "slowdown-bound", (f"{busy}; sharing with {max(paying)[1]} would pay (Σ t/t′ "
                                       f"{max(paying)[0]:.2f}) but slow it or its partner past a slowdown bound")

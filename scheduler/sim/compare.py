@@ -275,8 +275,8 @@ def _setup(plan: ComparePlan) -> dict[str, str]:
     }
 
 
-def _ilp_args(req: CompareRequest) -> list[str]:
-    """``--set ilp.FIELD=VALUE`` for each ILP setting of the request that differs from its policy's own."""
+def ilp_changes(req: CompareRequest) -> dict[str, Any]:
+    """The round-ILP settings of the request that differ from its policies' own: the user's, applied to each."""
     from scheduler.policies import policy_spec
 
     changed: dict[str, Any] = {}
@@ -285,8 +285,13 @@ def _ilp_args(req: CompareRequest) -> list[str]:
         for f in fields(config):
             if getattr(config, f.name) != getattr(own, f.name):
                 changed[f.name] = getattr(config, f.name)
+    return changed
+
+
+def _ilp_args(req: CompareRequest) -> list[str]:
+    """``--set ilp.FIELD=VALUE`` for each ILP setting of the request that differs from its policy's own."""
     return [f"--set ilp.{k}={'none' if v is None else str(v).lower() if isinstance(v, bool) else v}"
-            for k, v in sorted(changed.items())]
+            for k, v in sorted(ilp_changes(req).items())]
 
 
 def _task_table(req: CompareRequest) -> Any:
@@ -367,5 +372,5 @@ def _ignore(row: dict[str, Any]) -> None:
     """The progress callback when nobody watches."""
 
 
-__all__ = ["CompareRequest", "ComparePlan", "compare_policies", "expand_workloads", "parse_loads", "plan_comparison",
-           "run_simulations", "run_task", "workload_label", "write_comparison_report", "code_version"]
+__all__ = ["CompareRequest", "ComparePlan", "compare_policies", "expand_workloads", "ilp_changes", "parse_loads",
+           "plan_comparison", "run_simulations", "run_task", "workload_label", "write_comparison_report", "code_version"]

@@ -133,7 +133,7 @@ class Simulator:
                                              workload.source) for j in workload.jobs}
         bound = cluster_bound(policy)
         for st in self.states.values():  # what each job's time in a group is measured against
-            st.bound = slowdown_bound(st.spec.max_slowdown, bound)
+            st.bound = slowdown_bound(st.spec.requirements.max_slowdown, bound)
         if len(self.states) != len(workload.jobs):
             raise InputError("duplicate job names", source=workload.source, field="name", valid="unique names")
 
@@ -176,7 +176,7 @@ class Simulator:
             pinned=a is not None and (st.delay > 0 or finishing(st.remaining_s(), self.config.round_s,
                                                                    1 + len(a.others))),
             progress=st.done / st.m0, restart_cost_s=self.config.restart_penalty(spec.application),
-            max_slowdown=spec.max_slowdown, exclusive=spec.exclusive,
+            requirements=spec.requirements,
         )
 
     # ------------------------------------------------------------------ what happens

@@ -48,7 +48,7 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
             "slowdown": round(slowdown[0], 3) if slowdown is not None else None,
             "slowdown_basis": slowdown[1] if slowdown is not None else None,  # its solo time: measured or estimated
             "memory_limit_gib": round(limit / 2**30, 3) if limit else None,
-            "max_slowdown": row.spec.max_slowdown, "exclusive": row.spec.exclusive,
+            "max_slowdown": row.spec.requirements.max_slowdown, "exclusive": row.spec.requirements.exclusive,
             "ooms": int(memory.get(row.name, {}).get("ooms", 0)),
             **gradient_noise.shown(gradients.get(row.name), row.batch_size, row.spec.batch_size)})
     return out

@@ -91,13 +91,9 @@ class JobSpec:
     gpu_types: tuple[str, ...] = ()
     image_size: int = 32
     max_retries: int = 2
-    memory_gb: float | None = None  # declared GPU memory per GPU (None: measured or estimated, see service.memory)
-    max_slowdown: float | None = None  # its own slowdown bound in a group (None: the cluster's)
-    exclusive: bool = False
-
-    @property
-    def requirements(self) -> JobRequirements:
-        return JobRequirements(self.memory_gb, self.max_slowdown, self.exclusive)
+    # declared memory per GPU (None: measured or estimated, see service.contract), its own slowdown bound (None:
+    # the cluster's), never sharing its GPUs
+    requirements: JobRequirements = JobRequirements()
 
     @property
     def app(self) -> str:
@@ -107,7 +103,9 @@ class JobSpec:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["gpu_types"] = list(self.gpu_types)
-        if not self.exclusive:
+        out.update(self.requirements.as_fields())  # a job file's keys: the stored spec keeps the file's form
+        del out["requirements"]
+        if not self.requirements.exclusive:
             del out["exclusive"]  # the stored spec of a job without it reads as before
         return {k: v for k, v in out.items() if v is not None}
 
@@ -222,16 +220,14 @@ def job_from_dict(data: Any, *, source: str = "<job>", default_name: str | None 
     if ints["max_gpus"] is not None and ints["max_gpus"] < min_gpus:
         raise InputError(f"{ints['max_gpus']} < min_gpus {min_gpus}", source=source, field="max_gpus",
                          valid=FIELDS["max_gpus"])
-    needs = JobRequirements.checked(data.get("memory_gb"), data.get("max_slowdown"), data.get("exclusive", False),
-                                    source=source)
+    needs = JobRequirements.from_fields(data, source=source)
     spec = JobSpec(
         name=name, batch_size=batch, model=data.get("model"), command=data.get("command"),
         application=data.get("application"), steps=ints["steps"], samples=ints["samples"],
         min_batch_size=ints["min_batch_size"], max_batch_size=ints["max_batch_size"], min_gpus=min_gpus,
         max_gpus=ints["max_gpus"], adaptive=adaptive, gpu_types=_gpu_types(data.get("gpu_types"), source, gpu_types),
         image_size=ints["image_size"] or 32,
-        max_retries=ints["max_retries"] if ints["max_retries"] is not None else 2, memory_gb=needs.memory_gb,
-        max_slowdown=needs.max_slowdown, exclusive=needs.exclusive)
+        max_retries=ints["max_retries"] if ints["max_retries"] is not None else 2, requirements=needs)
     if spec.command is not None:
         check_command(spec.command, representative_values(spec), source=source)
     return spec
