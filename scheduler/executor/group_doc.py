@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from common.bounds import MAX_GPUS, MAX_SECONDS, in_range
 from common.errors import InputError
@@ -52,7 +52,7 @@ class _Fields:
             self.fail(unknown[0], "is not a key of a group document", ", ".join(known))
         self.data: dict[str, Any] = data
 
-    def fail(self, key: str, problem: str, valid: str) -> None:
+    def fail(self, key: str, problem: str, valid: str) -> NoReturn:
         name = f"{self.where}.{key}" if self.where and key else self.where or key
         raise InputError(problem, source=self.source, field=name or None, valid=valid)
 
