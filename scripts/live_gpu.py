@@ -135,11 +135,16 @@ def run_policy(policy: str, args: argparse.Namespace, jobs: list[dict[str, Any]]
 
 def _stop_groups(state: Path) -> None:
     """The server leaves its groups running when it stops: stop what is left of this run (supervisors and jobs)."""
-    from scheduler.executor.supervise import read_json, signal_supervisor
+    from common.errors import InputError
+    from scheduler.executor.group_doc import GroupDoc
+    from scheduler.executor.supervise import signal_supervisor
 
     for doc_file in (state / "runs").glob("g*.json"):
-        doc = read_json(doc_file)
-        if doc is not None and doc_file.with_suffix(".pid").exists():
+        try:
+            doc = GroupDoc.read(doc_file)
+        except InputError:
+            continue  # not a group this run started
+        if doc_file.with_suffix(".pid").exists():
             signal_supervisor(doc, {}, signal.SIGKILL)
 
 
@@ -179,6 +184,7 @@ def _bundled(type_a: str, type_b: str) -> tuple[float, float] | None:
 
 def summarize(policy: str, state: Path, began: float, sharing: str) -> dict[str, Any]:
     """What one run did, from its state directory (events, jobs, learned ratios, group documents)."""
+    from scheduler.executor.group_doc import GroupDoc
     from scheduler.service.front.views import job_views, learned_view
     from scheduler.service.state.store import StateStore
 
@@ -192,12 +198,11 @@ def summarize(policy: str, state: Path, began: float, sharing: str) -> dict[str,
     intervals = _intervals(events)
     groups, limits = [], []
     for doc_file in sorted((state / "runs").glob("g*.json")):
-        doc = json.loads(doc_file.read_text())
-        members = [j["name"] for j in doc["jobs"]]
-        if len(members) > 1:
-            groups.append({"group": doc["key"], "members": members})
-            limits += [{"group": doc["key"], "job": j["name"], "limit_gib": round(j["memory_limit_bytes"] / 2**30, 3)}
-                       for j in doc["jobs"] if j.get("memory_limit_bytes")]
+        doc = GroupDoc.read(doc_file)
+        if len(doc.jobs) > 1:
+            groups.append({"group": doc.key, "members": doc.names})
+            limits += [{"group": doc.key, "job": j.name, "limit_gib": round(j.memory_limit_bytes / 2**30, 3)}
+                       for j in doc.jobs if j.memory_limit_bytes]
     pairs = [{"gpu_type": r["gpu_type"], "pair": f"{r['type_a']} + {r['type_b']}", "measured": [r["ratio_a"], r["ratio_b"]],
               "bundled": _bundled(r["type_a"], r["type_b"]), "samples": [r["n_a"], r["n_b"]]}
              for r in learned_view(store)["colocation"] if r["solo_source"] == "measured"]

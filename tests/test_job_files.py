@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from common.untrusted import UntrustedFile, printable, read_regular
+from scheduler.executor.group_doc import GroupMember
 from scheduler.executor.job_files import check_exit, check_progress, job_records, last_line
 from scheduler.executor.supervise import LOG_FILE, open_log, read_json, request_job_stop, superseded
 
@@ -180,7 +181,7 @@ def test_the_supervisor_replaces_a_log_that_is_not_a_regular_file(tmp_path: Path
 
 
 def test_a_generation_file_that_is_not_a_small_file_fences_the_copy(tmp_path: Path) -> None:
-    job = {"dir": str(tmp_path)}
+    job = GroupMember("j", str(tmp_path), ("true",))
     _write(tmp_path, "generation", "g00001")
     assert not superseded(job, "g00001") and superseded(job, "g00002")
     os.unlink(tmp_path / "generation")

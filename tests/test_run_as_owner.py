@@ -21,6 +21,7 @@ import pytest
 
 from common.errors import InputError
 from common.owners import REFUSE, RUN_OWNER, RUN_SELF, Owner, may_run_as, reachable_by, serve_refusal
+from scheduler.executor.group_doc import GroupDoc
 from tests.unix_users import shared_dir, unix_users
 
 
@@ -84,12 +85,12 @@ def test_a_refused_owner_fails_the_groups_start() -> None:
         run_as(os.getuid() + 4242, "own")
 
 
-def _doc(base: Path, jobs: dict[str, tuple[Owner, str]], env: dict[str, str]) -> dict:
+def _doc(base: Path, jobs: dict[str, tuple[Owner, str]], env: dict[str, str]) -> GroupDoc:
     (base / "runs").mkdir()
-    return {"key": "g00001", "sharing": "timeslice", "gpu": False, "grace_s": 2, "pid_file": str(base / "runs/g.pid"),
+    return GroupDoc.from_dict({"key": "g00001", "sharing": "timeslice", "gpu": False, "grace_s": 2, "pid_file": str(base / "runs/g.pid"),
             "jobs": [{"name": name, "dir": str(base / "jobs" / name), "argv": ["/bin/sh", "-c", script],
                       "env": {**env, "COLOCATE_JOB_DIR": str(base / "jobs" / name)}, "memory_limit_bytes": None,
-                      "owner": owner.to_dict()} for name, (owner, script) in jobs.items()]}
+                      "owner": owner.to_dict()} for name, (owner, script) in jobs.items()]})
 
 
 def _wait_for(path: Path, timeout_s: float = 60.0) -> None:

@@ -103,8 +103,8 @@ def test_each_member_of_a_group_gets_a_limit_that_sums_within_the_gpu_and_a_job_
         state.submit(_job(tmp_path, "b", 400))  # a command that declared nothing: an equal share of what is left
         _drive(server, lambda: state.job("a").partner == "b", 30)
         (group,) = state.groups().values()
-        limits = {j["name"]: j["memory_limit_bytes"] for j in group.doc["jobs"]}
-        envs = {j["name"]: j["env"] for j in group.doc["jobs"]}
+        limits = {j.name: j.memory_limit_bytes for j in group.doc.jobs}
+        envs = {j.name: j.env for j in group.doc.jobs}
         assert limits["a"] == int((1.0 * 1.1 + 0.5) * GIB)  # its footprint + 10 % + one context
         assert limits["b"] == int((4.0 - 1.6) * GIB) and sum(limits.values()) <= 4 * GIB
         assert envs["a"]["COLOCATE_MEMORY_LIMIT_BYTES"] == str(limits["a"])
@@ -117,8 +117,8 @@ def test_each_member_of_a_group_gets_a_limit_that_sums_within_the_gpu_and_a_job_
         state.submit(_job(tmp_path, "c", 20))
         _drive(server, lambda: state.job("c").state == "running", 30)
         (alone,) = state.groups().values()
-        assert alone.doc["jobs"][0]["memory_limit_bytes"] is None  # solo jobs are not limited
-        assert "COLOCATE_MEMORY_LIMIT_BYTES" not in alone.doc["jobs"][0]["env"]
+        assert alone.doc.jobs[0].memory_limit_bytes is None  # solo jobs are not limited
+        assert "COLOCATE_MEMORY_LIMIT_BYTES" not in alone.doc.jobs[0].env
     finally:
         kill_groups(state.dir)
 
@@ -290,6 +290,7 @@ def test_an_exclusive_job_never_shares_its_gpu(tmp_path: Path) -> None:
 def test_under_mps_the_supervisor_sets_each_members_client_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A real supervisor process with a stand-in MPS control daemon (tests/fake_mps): the member with a limit gets
     CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for each of its GPUs beside the group's private daemon; a job without one not."""
+    from scheduler.executor.group_doc import GroupDoc
     from scheduler.executor.supervise import spawn_supervisor, supervisor_alive
 
     monkeypatch.setenv("PATH", f"{Path(__file__).parent / 'fake_mps'}{os.pathsep}{os.environ['PATH']}")
@@ -306,7 +307,7 @@ def test_under_mps_the_supervisor_sets_each_members_client_limit(tmp_path: Path,
     (runs / "g00001.json").write_text(json.dumps(doc))
     handle = spawn_supervisor(runs / "g00001.json")
     deadline = time.monotonic() + 60
-    while supervisor_alive(doc, handle) and time.monotonic() < deadline:
+    while supervisor_alive(GroupDoc.from_dict(doc), handle) and time.monotonic() < deadline:
         time.sleep(0.2)
     limited = json.loads((tmp_path / "limited.env").read_text())
     free = json.loads((tmp_path / "free.env").read_text())

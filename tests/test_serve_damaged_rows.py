@@ -26,7 +26,9 @@ from tests.serve_helpers import kill_groups, wait_until
 GOOD = {"name": "good", "command": "echo done", "application": "mine", "steps": 1, "batch_size": 4}
 VICTIM = {"name": "victim", "command": "sleep 60", "application": "mine", "steps": 1, "batch_size": 4,
           "gpu_types": ["v100"]}  # waits (the cluster has t4s): a row to damage that never runs
-HANDLE = json.dumps({"doc": {"key": "g00009", "jobs": [{"name": "victim", "dir": "/s/jobs/victim"}],
+HANDLE = json.dumps({"doc": {"key": "g00009", "sharing": "timeslice", "gpu": False, "grace_s": 5.0,
+                             "jobs": [{"name": "victim", "dir": "/s/jobs/victim", "env": {}, "argv": ["sleep", "60"],
+                                       "memory_limit_bytes": None}],
                              "pid_file": "/s/runs/g00009.pid"}, "handle": {"pid": 12345}})
 NOW = time.time()
 
@@ -45,6 +47,11 @@ CASES: dict[str, tuple[str, tuple, str, str, bool]] = {
     "groups-placement-overflow": ("INSERT INTO groups VALUES ('g00009', 'local', ?, '[\"victim\"]', ?)",
                                   (HANDLE.replace('"pid_file"', '"placement": {"gpu_type": "t4", "nodes": [1e999], '
                                                   '"gpus": [0]}, "pid_file"'), NOW), "groups", "g00009", True),
+    "groups-doc-limit-huge": ("INSERT INTO groups VALUES ('g00009', 'local', ?, '[\"victim\"]', ?)",
+                              (HANDLE.replace('"memory_limit_bytes": null', '"memory_limit_bytes": 1e999'), NOW),
+                              "groups", "g00009", True),
+    "groups-doc-without-argv": ("INSERT INTO groups VALUES ('g00009', 'local', ?, '[\"victim\"]', ?)",
+                                (HANDLE.replace('"argv": ["sleep", "60"], ', ''), NOW), "groups", "g00009", True),
     "groups-created-at-text": ("INSERT INTO groups VALUES ('g00009', 'local', ?, '[\"victim\"]', 'noon')", (HANDLE,),
                                "groups", "g00009", True),
     "meta-rounds-not-a-number": ("INSERT OR REPLACE INTO meta VALUES ('rounds', 'many')", (), "meta", "rounds", True),
@@ -178,7 +185,7 @@ def test_a_running_job_whose_row_is_set_aside_is_stopped_and_its_gpu_stays_busy_
         wait_until(step, 60, "the queued job to complete", interval_s=0.2)
         assert max(together) == 1, together  # never the damaged job's group and the new one at once
         assert held.key not in state.groups() and not any(
-            "sleep 60" in " ".join(j["argv"]) for g in state.groups().values() for j in g.doc["jobs"])
+            "sleep 60" in " ".join(j.argv) for g in state.groups().values() for j in g.doc.jobs)
         assert state.job("long") is None and any(r[0] == "jobs" and r[1] == "long" for r in state.set_aside)
     finally:
         kill_groups(state.dir)

@@ -32,10 +32,11 @@ ALLOCATE = ("import json, sys, torch\n"
 
 
 def _wait(doc: dict, handle: dict, timeout_s: float = 180.0) -> None:
+    from scheduler.executor.group_doc import GroupDoc
     from scheduler.executor.supervise import supervisor_alive
 
     deadline = time.monotonic() + timeout_s
-    while supervisor_alive(doc, handle) and time.monotonic() < deadline:
+    while supervisor_alive(GroupDoc.from_dict(doc), handle) and time.monotonic() < deadline:
         time.sleep(0.5)
 
 

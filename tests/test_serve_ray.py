@@ -109,11 +109,11 @@ def test_jobs_submitted_at_different_times_all_complete_on_their_gpu_type(served
     handles = [line for line in (state / "runs").glob("*.json")]
     assert len(handles) == 3
     for group_file in handles:  # the Ray actor of each group ran on a node of its GPU type
-        import json
+        from scheduler.executor.group_doc import GroupDoc
 
-        doc = json.loads(group_file.read_text())
-        gpu_type = doc["jobs"][0]["env"]["COLOCATE_GPU_TYPE"]
-        assert doc["cuda_visible_devices"] is None  # --device cpu: logical GPUs only
+        doc = GroupDoc.read(group_file)
+        gpu_type = doc.jobs[0].env["COLOCATE_GPU_TYPE"]
+        assert doc.cuda_visible_devices is None  # --device cpu: logical GPUs only
         assert TYPES[gpu_type] in node_types.values()
     log = (state / "jobs" / "c" / "train.log").read_text()
     assert "quiet_torchrun" in log and "--nproc-per-node=2" in log  # torchrun: data-parallel over its 2 GPUs

@@ -295,7 +295,7 @@ def test_a_group_the_backend_cannot_start_is_tried_again_after_a_backoff_and_lea
         calls = 0
 
         def start(self, group, doc):  # type: ignore[no-untyped-def]
-            Path(doc["pid_file"]).with_suffix(".sbatch").write_text("#!/bin/bash\n")  # written before it failed
+            doc.group_file.with_suffix(".sbatch").write_text("#!/bin/bash\n")  # written before it failed
             self.calls += 1
             raise RuntimeError("sbatch: error: Batch job submission failed: Unable to contact slurm controller")
 

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from common.errors import InputError
+from scheduler.executor.group_doc import GroupDoc, GroupMember
 from scheduler.executor.slurm.live import group_script
 from scheduler.executor.slurm.settings import load_slurm_settings, sbatch_options, slurm_settings
 
@@ -72,8 +73,8 @@ def test_the_section_is_read_from_the_cluster_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("sharing", ["none", "timeslice", "mps"])
 def test_the_batch_script_sets_up_the_sharing_mode_around_the_supervisor(tmp_path: Path, sharing: str) -> None:
-    doc = {"key": "g00007", "sharing": sharing, "pid_file": str(tmp_path / "runs" / "g00007.pid"),
-           "jobs": [{"name": "a"}, {"name": "b"}]}
+    doc = GroupDoc("g00007", sharing, str(tmp_path / "runs" / "g00007.pid"),
+                   tuple(GroupMember(n, str(tmp_path / "jobs" / n), ("true",)) for n in "ab"))
     script = group_script(doc, "/opt/py env/bin/python")
     path = tmp_path / "g.sbatch"
     path.write_text(script)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from scheduler.executor.group_doc import GroupDoc
 from scheduler.executor.plan import GpuGroup, JobLaunch
 from scheduler.executor.slurm.live import SlurmExecutor, owner_submission
 from scheduler.executor.slurm.settings import slurm_settings
@@ -32,12 +33,12 @@ sleep 300
 """
 
 
-def _doc(state: Path, owners: dict[str, Any]) -> dict[str, Any]:
-    return {"key": "g00001", "sharing": "timeslice", "gpu": False, "grace_s": 2,
+def _doc(state: Path, owners: dict[str, Any]) -> GroupDoc:
+    return GroupDoc.from_dict({"key": "g00001", "sharing": "timeslice", "gpu": False, "grace_s": 2,
             "pid_file": str(state / "runs" / "g00001.pid"),
             "jobs": [{"name": name, "dir": str(state / "jobs" / name), "argv": ["/bin/sh", "-c", "sleep 1"],
                       "env": {}, "memory_limit_bytes": None, **({"owner": o.to_dict()} if o else {})}
-                     for name, o in owners.items()]}
+                     for name, o in owners.items()]})
 
 
 def _group(names: list[str]) -> GpuGroup:
@@ -52,8 +53,8 @@ def test_a_group_of_two_owners_is_refused() -> None:
     with pytest.raises(RuntimeError, match="a Slurm job runs as one user"):
         owner_submission(_doc(Path("/nonexistent"), {"x": one, "y": two}))
     owner, doc = owner_submission(_doc(Path("/s"), {"x": one}))
-    assert owner == one and doc["pid_record"] is False
-    assert "owner" not in doc["jobs"][0] and doc["jobs"][0]["env"]["USER"] == "a"
+    assert owner == one and doc.pid_record is False
+    assert doc.jobs[0].owner is None and doc.jobs[0].env["USER"] == "a"
     assert owner_submission(_doc(Path("/s"), {"x": None})) == (None, _doc(Path("/s"), {"x": None}))
 
 

@@ -14,5 +14,6 @@ GPU group as the unit — one job alone on its GPUs, or a packed pair sharing th
 * :mod:`scheduler.executor.base` is the executor protocol (run a plan to its end for ``launch``; start,
   poll, stop and release detached groups for ``serve``), :mod:`scheduler.executor.registry` the executors
   by name (``local``: :mod:`.local`, ``ray``: :mod:`.ray.backend`), and
-  :mod:`scheduler.executor.supervise` the per-group supervisor process that lets groups outlive the server.
+  :mod:`scheduler.executor.supervise` the per-group supervisor process that lets groups outlive the server, and
+  :mod:`scheduler.executor.group_doc` the document it runs (``GroupDoc``: the one reader and writer of its JSON).
 """

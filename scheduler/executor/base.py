@@ -25,6 +25,7 @@ from common.options import option
 from scheduler.executor.command import RunSettings
 
 if TYPE_CHECKING:  # pragma: no cover
+    from scheduler.executor.group_doc import GroupDoc
     from scheduler.executor.plan import GpuGroup, LaunchPlan
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -131,18 +132,18 @@ class Executor(Protocol):
         """Run every group to its end (or until interrupted); the final status of every job."""
         ...
 
-    def start(self, group: "GpuGroup", doc: dict[str, Any]) -> dict[str, Any]:
+    def start(self, group: "GpuGroup", doc: "GroupDoc") -> dict[str, Any]:
         """Start ``group`` detached from its group document; returns the handle to store."""
         ...
 
-    def poll(self, handle: dict[str, Any], doc: dict[str, Any]) -> GroupPoll | None:
+    def poll(self, handle: dict[str, Any], doc: "GroupDoc") -> GroupPoll | None:
         """The group's state now; None when it is lost (its node or runner died)."""
         ...
 
-    def stop(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
+    def stop(self, handle: dict[str, Any], doc: "GroupDoc") -> None:
         """Ask the group's jobs to stop (SIGTERM: they checkpoint and exit); returns at once."""
         ...
 
-    def release(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
+    def release(self, handle: dict[str, Any], doc: "GroupDoc") -> None:
         """Free the group's resources after it ended, killing whatever is left of it."""
         ...

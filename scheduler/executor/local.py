@@ -14,7 +14,6 @@ same JSON to ``$COLOCATE_PROGRESS_FILE``), read as untrusted input (:mod:`.job_f
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -23,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -43,6 +42,7 @@ from scheduler.executor.base import (
     LaunchSettings,
 )
 from scheduler.executor.command import job_argv
+from scheduler.executor.group_doc import GroupDoc
 from scheduler.executor.job_files import last_line, read_progress
 from scheduler.executor.plan import GpuGroup, JobLaunch, LaunchPlan, job_environment
 from scheduler.executor.supervise import (
@@ -225,20 +225,16 @@ class LocalExecutor:
             on_progress: Callable[[list[JobStatus]], None] | None = None) -> LaunchReport:
         return run_groups(plan.groups, settings, on_progress=on_progress)
 
-    def start(self, group: GpuGroup, doc: dict[str, Any]) -> dict[str, Any]:
-        if doc.get("gpu"):
-            doc = {**doc, "cuda_visible_devices": ",".join(physical_gpus(group))}
-        group_file = Path(doc["pid_file"]).with_suffix(".json")
-        group_file.unlink(missing_ok=True)  # made anew, 0600: its jobs' commands and environments are theirs
-        with open(os.open(group_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
-            out.write(json.dumps(doc))
-        return spawn_supervisor(group_file)
+    def start(self, group: GpuGroup, doc: GroupDoc) -> dict[str, Any]:
+        if doc.gpu:
+            doc = replace(doc, cuda_visible_devices=",".join(physical_gpus(group)))
+        return spawn_supervisor(doc.write())  # made anew, 0600: its jobs' commands and environments are theirs
 
-    def poll(self, handle: dict[str, Any], doc: dict[str, Any]) -> GroupPoll | None:
+    def poll(self, handle: dict[str, Any], doc: GroupDoc) -> GroupPoll | None:
         return GroupPoll(supervisor_alive(doc, handle), group_files(doc))
 
-    def stop(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
+    def stop(self, handle: dict[str, Any], doc: GroupDoc) -> None:
         signal_supervisor(doc, handle, signal.SIGTERM)
 
-    def release(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
+    def release(self, handle: dict[str, Any], doc: GroupDoc) -> None:
         signal_supervisor(doc, handle, signal.SIGKILL)  # its jobs die with it (their reapers, their cgroups)

@@ -19,21 +19,20 @@ start). :func:`spawn_supervisor` writes it to the job's ``generation`` file befo
 starts; a supervisor that finds another generation there — a stale copy whose server or actor lost track
 of it — kills its copy of the job at once and writes no ``exit.json``; and ``exit.json`` carries its
 generation, so a late one of an old copy is never read as the new copy's end (:func:`group_files`).
-``"pid_record": false`` (a Slurm job run as its owner, who cannot write the server's ``runs/``) writes no pid file.
+``pid_record`` false (a Slurm job run as its owner, who cannot write the server's ``runs/``) writes no pid file.
 Started from a Ray actor (``die_with_parent``), the supervisor also gets ``PR_SET_PDEATHSIG``: it dies with
 its actor, and its jobs with it.
 
-``GROUP.json``: ``{"key", "sharing", "cuda_visible_devices" (null on CPU), "grace_s", "pid_file",
-"jobs": [{"name", "argv", "env", "dir", "memory_limit_bytes"}]}`` and, optional, ``"placement"`` (the GPU type,
-nodes and GPUs ``colocate serve`` gave the group: its server's record, not read here) and ``"sharing_ready": true``
-when the sharing mode is set up already (the Slurm backend's batch script runs the mode's ``slurm_setup``); a job's ``dir``
-holds ``train.log`` (appended across restarts), ``progress.json``, ``checkpoint.pt``, ``exit.json`` and, when it ran
-out of GPU memory, ``oom.json``. A member with a ``memory_limit_bytes`` (``colocate serve``: every member of a group)
+``GROUP.json``: a :class:`~scheduler.executor.group_doc.GroupDoc` (its fields and their JSON keys are documented
+there; a damaged one is refused in one line, exit 2). ``sharing_ready`` says the sharing mode is set up already
+(the Slurm backend's batch script runs the mode's ``slurm_setup``); a job's ``dir`` holds ``train.log`` (appended
+across restarts), ``progress.json``, ``checkpoint.pt``, ``exit.json`` and, when it ran out of GPU memory,
+``oom.json``. A member with a ``memory_limit_bytes`` (``colocate serve``: every member of a group)
 gets the sharing mode's own limit in its environment beside the group's daemon (MPS:
 ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, :attr:`profiler.gpu.sharing.SharingMode.client_memory_env`); its
 ``COLOCATE_MEMORY_LIMIT_BYTES`` is in ``env``.
 
-A job with an ``"owner"`` (:meth:`common.owners.Owner.to_dict`; ``colocate serve --users multi`` as root) runs as
+A job with an ``owner`` (:meth:`common.owners.Owner.to_dict`; ``colocate serve --users multi`` as root) runs as
 that user: its reaper makes the job's process the owner's (uid, gid, groups, umask 077) after it joined its cgroup;
 ``HOME``/``USER``/``LOGNAME`` are the owner's and it starts in its own directory. The directory (0700), its log
 (0600) and the records written for it belong to the owner, so no other user reads or writes them; the supervisor,
@@ -56,9 +55,11 @@ from pathlib import Path
 from typing import Any
 
 from common.contain import kill_cgroup, make_cgroup, remove_cgroup
+from common.errors import InputError
 from common.files import atomic_write_text
 from common.owners import Owner, give_fd, give_to, reachable_by
 from common.untrusted import UntrustedFile, read_regular
+from scheduler.executor.group_doc import GroupDoc, GroupMember
 from scheduler.executor.job_files import MAX_RECORD_BYTES, job_records, last_line
 
 POLL_S = 0.2
@@ -114,7 +115,7 @@ def spawn_supervisor(group_file: Path, *, env: dict[str, str] | None = None,
     """
     from scheduler.executor.command import PDEATHSIG_EXEC
 
-    prepare_jobs(json.loads(group_file.read_text()))
+    prepare_jobs(GroupDoc.read(group_file))
     argv = [sys.executable, "-m", "scheduler.executor.supervise", str(group_file)]
     if die_with_parent:  # the same pid after exec, with a parent-death signal
         argv = [sys.executable, "-c", PDEATHSIG_EXEC, str(os.getpid()), *argv]
@@ -126,22 +127,16 @@ def spawn_supervisor(group_file: Path, *, env: dict[str, str] | None = None,
     return {"pid": popen.pid, "start_time": process_start_time(popen.pid)}
 
 
-def prepare_jobs(doc: dict[str, Any]) -> None:
+def prepare_jobs(doc: GroupDoc) -> None:
     """Before a new supervisor of ``doc`` starts (here or in a Slurm job): its generation fences earlier copies,
     and the jobs' exit, progress and out-of-memory records of an earlier run are removed."""
-    for job in doc["jobs"]:
-        Path(job["dir"]).mkdir(parents=True, exist_ok=True)
-        owner = job_owner(job)
-        if owner is not None:
-            _hand_over(Path(job["dir"]), owner)
-        _write_atomic(Path(job["dir"]) / GENERATION_FILE, str(doc.get("key", "")), owner)
+    for job in doc.jobs:
+        job.path.mkdir(parents=True, exist_ok=True)
+        if job.owner is not None:
+            _hand_over(job.path, job.owner)
+        _write_atomic(job.path / GENERATION_FILE, doc.key, job.owner)
         for name in (EXIT_FILE, PROGRESS_FILE, OOM_FILE):
-            _remove(Path(job["dir"]) / name)
-
-
-def job_owner(job: dict[str, Any]) -> Owner | None:
-    """The user ``job`` runs as (None: the supervisor's own)."""
-    return Owner.from_dict(job["owner"]) if job.get("owner") else None
+            _remove(job.path / name)
 
 
 def _hand_over(job_dir: Path, owner: Owner) -> None:
@@ -193,36 +188,36 @@ def open_log(path: Path) -> int:
     raise OSError(f"cannot create a regular log file at {path}")
 
 
-def _start_job(job: dict[str, Any], base_env: dict[str, str], cgroup: Path | None) -> subprocess.Popen[bytes]:
-    job_dir = Path(job["dir"])
+def _start_job(job: GroupMember, base_env: dict[str, str], cgroup: Path | None) -> subprocess.Popen[bytes]:
+    job_dir = job.path
     job_dir.mkdir(parents=True, exist_ok=True)
     _remove(job_dir / EXIT_FILE)
     _remove(job_dir / STOP_FILE)
     _remove(job_dir / OOM_FILE)
-    owner = job_owner(job)
+    owner = job.owner
     fd = open_log(job_dir / LOG_FILE)
     if owner is not None:  # its log is the owner's alone (the descriptor's file: nothing swapped in is touched)
         give_fd(fd, owner, 0o600)
     log = os.fdopen(fd, "ab")
     with log:
-        log.write(f"# colocate serve: {job['name']} started {time.strftime('%Y-%m-%d %H:%M:%S')}; "
-                  f"argv: {job['argv']}\n".encode())
+        log.write(f"# colocate serve: {job.name} started {time.strftime('%Y-%m-%d %H:%M:%S')}; "
+                  f"argv: {list(job.argv)}\n".encode())
         log.flush()
         contained = ["--cgroup", str(cgroup)] if cgroup is not None else []
-        env = {**base_env, **job["env"]}
+        env = {**base_env, **job.env}
         if owner is not None:  # the job's own process becomes its owner
             contained += ["--user", owner.arg()]
             env.update(owner.environment())
         return subprocess.Popen([sys.executable, "-m", "common.contain", str(os.getpid()), *contained, "--",
-                                 *job["argv"]],
+                                 *job.argv],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True, cwd=job_dir if owner is not None else None)
 
 
-def _write_pid_file(doc: dict[str, Any], jobs: dict[str, list[Any]], cgroups: dict[str, str] | None = None) -> None:
-    if doc.get("pid_record") is False:  # a Slurm job run as its owner: its handle is the job id (runs/ is root's)
+def _write_pid_file(doc: GroupDoc, jobs: dict[str, list[Any]], cgroups: dict[str, str] | None = None) -> None:
+    if not doc.pid_record:  # a Slurm job run as its owner: its handle is the job id (runs/ is root's)
         return
-    pid_file = Path(doc["pid_file"])
+    pid_file = Path(doc.pid_file)
     temp = pid_file.with_name(f".{pid_file.name}.tmp")
     temp.write_text(json.dumps({"pid": os.getpid(), "start_time": process_start_time(os.getpid()), "jobs": jobs,
                                 "cgroups": cgroups or {}}))
@@ -249,37 +244,37 @@ def _write_atomic(path: Path, text: str, owner: Owner | None = None) -> None:
         os.close(fd)
 
 
-def superseded(job: dict[str, Any], key: str | None) -> bool:
+def superseded(job: GroupMember, key: str | None) -> bool:
     """Whether a newer start of ``job`` owns its directory (its generation file names another group). A
     generation file that is not a small regular file was not written by a server: the copy stops too."""
     if key is None:
         return False
     try:
-        data = read_regular(job["dir"], GENERATION_FILE, max_bytes=256)
+        data = read_regular(job.path, GENERATION_FILE, max_bytes=256)
     except UntrustedFile:
         return True
     return data is not None and data.decode(errors="replace").strip() != key
 
 
-def _write_exit(job: dict[str, Any], code: int, stop_requested: bool, key: str | None = None) -> None:
+def _write_exit(job: GroupMember, code: int, stop_requested: bool, key: str | None = None) -> None:
     if superseded(job, key):
         return  # a stale copy: its end is not the job's end
-    job_dir = Path(job["dir"])
+    job_dir = job.path
     payload = {"returncode": code, "stop_requested": stop_requested, "ended_at": time.time(),
                "last_line": last_line(job_dir / LOG_FILE), "generation": key}
     try:
-        _write_atomic(job_dir / EXIT_FILE, json.dumps(payload), job_owner(job))
+        _write_atomic(job_dir / EXIT_FILE, json.dumps(payload), job.owner)
     except OSError:  # the job's directory is gone or unwritable: the server sees its group end without a record
         pass
 
 
-def supervise(doc: dict[str, Any]) -> int:
+def supervise(doc: GroupDoc) -> int:
     """Run the group of ``doc`` to its end (or until a stop request); returns the first status of a job that
     failed without being asked to stop (128 + N for signal N), else 0 — a Slurm job fails with its member."""
     from profiler.gpu.sharing import sharing_mode
 
     stop: dict[str, float | None] = {"at": None}
-    key = doc.get("key")
+    key = doc.key
 
     def request_stop(signum: int, frame: Any) -> None:
         if stop["at"] is None:
@@ -289,25 +284,25 @@ def supervise(doc: dict[str, Any]) -> int:
     signal.signal(signal.SIGINT, request_stop)
     _write_pid_file(doc, {})  # how a restarted server finds this group even if it died before recording it
     env = dict(os.environ)
-    if doc.get("cuda_visible_devices") is not None:
-        env["CUDA_VISIBLE_DEVICES"] = doc["cuda_visible_devices"]
+    if doc.cuda_visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = doc.cuda_visible_devices
     failed = 0
     with ExitStack() as daemons:
         # the group's sharing mode sets itself up for its jobs (MPS: a private daemon; solo "none": nothing),
         # unless whoever started this supervisor did it already (a Slurm batch script: the mode's slurm_setup)
-        mode = sharing_mode(doc["sharing"])
-        if not doc.get("sharing_ready"):
+        mode = sharing_mode(doc.sharing)
+        if not doc.sharing_ready:
             env.update(mode.enter(daemons, env.get("CUDA_VISIBLE_DEVICES"), None))
-        running: dict[str, tuple[dict[str, Any], subprocess.Popen[bytes]]] = {}
+        running: dict[str, tuple[GroupMember, subprocess.Popen[bytes]]] = {}
         cgroups: dict[str, Path | None] = {}
         daemons.callback(_remove_cgroups, cgroups)  # what is left of the jobs, before the daemon quits
-        for job in doc["jobs"]:
+        for job in doc.jobs:
             if stop["at"] is not None:  # stopped before it started: nothing ran, nothing to lose
                 _write_exit(job, -signal.SIGTERM, True, key)
             else:  # a client of the group's mode (MPS: no CUDA_VISIBLE_DEVICES of its own, its client memory limit)
-                cgroups[job["name"]] = make_cgroup(f"{key or os.getpid()}-{job['name']}")
-                job_env = mode.client_environment(env, job.get("memory_limit_bytes"))
-                running[job["name"]] = (job, _start_job(job, job_env, cgroups[job["name"]]))
+                cgroups[job.name] = make_cgroup(f"{key}-{job.name}")
+                job_env = mode.client_environment(env, job.memory_limit_bytes)
+                running[job.name] = (job, _start_job(job, job_env, cgroups[job.name]))
         # the jobs' process groups and cgroups too: a user command's children may not die with the supervisor
         _write_pid_file(doc, {name: [p.pid, process_start_time(p.pid)] for name, (_, p) in running.items()},
                         {name: str(c) for name, c in cgroups.items() if c is not None})
@@ -316,7 +311,7 @@ def supervise(doc: dict[str, Any]) -> int:
         while running:
             for name, (job, popen) in list(running.items()):
                 code = popen.poll()
-                if name not in alone and os.path.lexists(Path(job["dir"]) / STOP_FILE):
+                if name not in alone and os.path.lexists(job.path / STOP_FILE):
                     alone[name] = time.monotonic()
                 asked = stop["at"] if stop["at"] is not None else alone.get(name)
                 if code is None and superseded(job, key):  # fenced: a newer copy runs this job
@@ -329,7 +324,7 @@ def supervise(doc: dict[str, Any]) -> int:
                         failed = code if code > 0 else 128 - code
                     del running[name]
                 elif asked is not None:
-                    if time.monotonic() - asked > float(doc.get("grace_s", 30.0)):
+                    if time.monotonic() - asked > doc.grace_s:
                         _kill_job(popen, cgroups.get(name))  # its end is recorded at the next look
                     elif name not in signalled:
                         _signal(popen.pid, signal.SIGTERM)
@@ -382,37 +377,42 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m scheduler.executor.supervise GROUP.json", file=sys.stderr)
         return 2
-    return supervise(json.loads(Path(args[0]).read_text()))
+    try:
+        doc = GroupDoc.read(args[0])
+    except InputError as err:  # a damaged document: one line, nothing started
+        print(f"supervise: {err}", file=sys.stderr)
+        return 2
+    return supervise(doc)
 
 
 
-def group_files(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def group_files(doc: GroupDoc) -> dict[str, dict[str, Any]]:
     """What each job of a group has written: ``{name: {"progress", "exit", "oom", "problem"}}`` — each record read
     bounded and checked (:mod:`.job_files`), None when absent; ``problem`` names a bad file, else None."""
     out = {}
-    for job in doc["jobs"]:
-        files = job_records(job["dir"], PROGRESS_FILE, EXIT_FILE, OOM_FILE)
+    for job in doc.jobs:
+        files = job_records(job.dir, PROGRESS_FILE, EXIT_FILE, OOM_FILE)
         ended = files["exit"]
-        if ended is not None and ended.get("generation", doc.get("key")) != doc.get("key"):
+        if ended is not None and ended.get("generation", doc.key) != doc.key:
             files["exit"] = None  # an older copy's end (fenced): not this group's
-        out[job["name"]] = files
+        out[job.name] = files
     return out
 
 
-def supervisor_alive(doc: dict[str, Any], handle: dict[str, Any]) -> bool:
+def supervisor_alive(doc: GroupDoc, handle: dict[str, Any]) -> bool:
     """Whether the group's supervisor still runs (pid from the handle, else from its pid file)."""
     pid, start = handle.get("pid"), handle.get("start_time")
     if pid is None:
-        recorded = read_json(Path(doc["pid_file"]))
+        recorded = read_json(Path(doc.pid_file))
         if recorded is None:
             return False
         pid, start = recorded["pid"], recorded["start_time"]
     return process_alive(int(pid), start)
 
 
-def signal_supervisor(doc: dict[str, Any], handle: dict[str, Any], signum: int) -> None:
+def signal_supervisor(doc: GroupDoc, handle: dict[str, Any], signum: int) -> None:
     """Send ``signum`` to the supervisor (SIGTERM: stop the group; SIGKILL also reaches its jobs' groups)."""
-    recorded = read_json(Path(doc["pid_file"])) or {}
+    recorded = read_json(Path(doc.pid_file)) or {}
     pid, start = handle.get("pid", recorded.get("pid")), handle.get("start_time", recorded.get("start_time"))
     if signum == signal.SIGKILL:  # a kill reaches the jobs' cgroups, reapers and process groups as well
         for path in (recorded.get("cgroups") or {}).values():

@@ -71,11 +71,6 @@ OOM_MARKERS = ("out of memory", "cudaerrormemoryallocation", "alloc_failed", "ca
 
 
 # -- memory --------------------------------------------------------------------------------------------------
-def limit_of(value: Any) -> int | None:
-    """A member's memory limit in bytes as its group document (a stored row: untrusted) gives it; None if not one."""
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 10**15 else None
-
-
 META_KEY = "memory"  # meta: job -> what its out-of-memory failures taught (see learned_floor)
 OOM_GROWTH = 1.25  # each out-of-memory failure raises the job's estimate at least this much
 MEASURED_IMAGE_SIZE = 224  # the bundled solos' input size
@@ -416,6 +411,6 @@ def measured_slowdown(row: JobRow, solo: SoloTimes, estimates: Mapping[str, tupl
 
 
 __all__ = ["BASES", "BrokenBound", "MIN_SPLIT_SAMPLES", "SOLO_KEY", "SoloEstimate", "Yardstick", "broken_bounds",
-           "is_oom", "limit_of", "load_solo_estimates", "oom_totals", "measured_slowdown", "measured_table",
+           "is_oom", "load_solo_estimates", "oom_totals", "measured_slowdown", "measured_table",
            "member_ratio", "memory_records", "oom_text", "planned_memory", "record_oom", "solo_estimates",
            "unit_limits"]

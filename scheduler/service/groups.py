@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from common.owners import REFUSE, RUN_SELF, Owner, may_run_as
 from scheduler.executor.command import RunSettings, job_argv
+from scheduler.executor.group_doc import GroupDoc, GroupMember, Placement
 from scheduler.executor.plan import GpuGroup, build_plan, job_environment
 from scheduler.executor.supervise import CHECKPOINT_FILE, OOM_FILE, PROGRESS_FILE
 from scheduler.service.rounds import row_owner
@@ -114,13 +115,13 @@ def run_as(owner_uid: int | None, users: str) -> Owner | None:
 
 def group_document(key: str, group: GpuGroup, rows: dict[str, "JobRow"], config: "ServeConfig",
                    state_dir: Path, limits: Mapping[str, int | None] | None = None,
-                   sharing_why: str = "") -> dict[str, Any]:
+                   sharing_why: str = "") -> GroupDoc:
     """What :func:`scheduler.executor.supervise.supervise` runs (see its docstring for the format); ``limits``:
     each member's memory limit in bytes per GPU (None alone). Each member runs as the user the rule of
     ``config.users`` says for its owner (:func:`run_as`, :func:`scheduler.service.rounds.row_owner`);
     ``sharing_why``: why the group does not share as ``config.sharing`` says (:func:`group_sharing`), kept in the
     document as ``sharing_why`` for ``colocate jobs``."""
-    jobs = []
+    jobs: list[GroupMember] = []
     for job in group.jobs:
         try:
             owner = run_as(row_owner(rows[job.name])[1], config.users)
@@ -142,14 +143,12 @@ def group_document(key: str, group: GpuGroup, rows: dict[str, "JobRow"], config:
         limit = (limits or {}).get(job.name)
         if limit is not None:
             env["COLOCATE_MEMORY_LIMIT_BYTES"] = str(limit)
-        jobs.append({"name": job.name, "dir": str(directory), "env": env, "memory_limit_bytes": limit,
-                     "argv": job_argv(job, settings, python=config.python, progress_file=str(progress)),
-                     **({"owner": owner.to_dict()} if owner is not None else {})})
+        argv = job_argv(job, settings, python=config.python, progress_file=str(progress))
+        jobs.append(GroupMember(job.name, str(directory), tuple(argv), env, limit, owner))
     # the GPUs it holds, kept with the group: busy while it runs, even where its members' rows cannot be read
-    placement = {"gpu_type": group.gpu_type, "nodes": list(group.nodes), "gpus": list(group.gpus)}
-    return {"key": key, "sharing": group.sharing, "gpu": config.device != "cpu", "grace_s": config.stop_grace_s,
-            "pid_file": str(state_dir / "runs" / f"{key}.pid"), "placement": placement, "jobs": jobs,
-            **({"sharing_why": sharing_why} if sharing_why else {})}
+    placement = Placement(group.gpu_type, tuple(group.nodes), tuple(group.gpus))
+    return GroupDoc(key, group.sharing, str(state_dir / "runs" / f"{key}.pid"), tuple(jobs), gpu=config.device != "cpu",
+                    grace_s=float(config.stop_grace_s), placement=placement, sharing_why=sharing_why)
 
 
 def last_group_number(state: Any) -> int:

@@ -340,7 +340,7 @@ class Server:
         ended: list[str] = []
         ended_by = poll.ended_by if poll is not None and not stopping else None
         members = [n for n in group.jobs if n in rows]
-        limits = {j["name"]: contract.limit_of(j.get("memory_limit_bytes")) for j in group.doc["jobs"]}
+        limits = {j.name: j.memory_limit_bytes for j in group.doc.jobs}
         if not members:  # every member's row is set aside: nothing can settle it, so it stops (GPUs busy till then)
             return poll is None or not poll.alive
         if poll is not None and poll.unstarted:  # not started by the backend: nothing ran, nothing to settle
@@ -465,7 +465,7 @@ class Server:
                 doc = group_document(key, group, rows, self.config, self.state.dir, limits,
                                      group_sharing(unit, rows, self.config, self.owners)[1])
             with self.state.transaction() as db:
-                db.put_group(key, self.executor.name, {"doc": doc, "handle": {}}, [s.job for s in unit])
+                db.put_group(key, self.executor.name, {"doc": doc.to_dict(), "handle": {}}, [s.job for s in unit])
                 for slot in unit:
                     before = rows[slot.job]
                     db.update_job(slot.job, state=RUNNING, group_key=key, gpu_type=slot.gpu_type,
@@ -487,5 +487,5 @@ class Server:
             return 0
         self.retries.started([s.job for s in unit])
         with self.state.transaction() as db:
-            db.put_group(key, self.executor.name, {"doc": doc, "handle": handle}, [s.job for s in unit])
+            db.put_group(key, self.executor.name, {"doc": doc.to_dict(), "handle": handle}, [s.job for s in unit])
         return 1

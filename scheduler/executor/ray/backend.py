@@ -28,19 +28,18 @@ returns its GPUs to Ray.
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from common.errors import InputError
 from common.signals import python_signal_handlers_kept, sigterm_as_interrupt
 from profiler.campaign.ray_backend import ROUTING_FRACTION, require_ray, routing_resource
 from scheduler.executor.base import GroupPoll, JobStatus, LaunchReport, LaunchSettings
+from scheduler.executor.group_doc import GroupDoc
 from scheduler.executor.local import run_groups
 from scheduler.executor.plan import GpuGroup, LaunchPlan
 from scheduler.executor.ray.progress_board import ProgressBoard
@@ -168,27 +167,23 @@ class GroupHost:
 
     def __init__(self) -> None:
         self.handle: dict[str, Any] = {}
-        self.doc: dict[str, Any] = {}
-
-    def start(self, doc: dict[str, Any]) -> dict[str, Any]:
+    def start(self, doc: GroupDoc) -> dict[str, Any]:
         import ray
 
         from scheduler.executor.supervise import spawn_supervisor
 
         gpu_ids = ray.get_gpu_ids()
-        self.doc = {**doc, "cuda_visible_devices": ",".join(str(g) for g in gpu_ids) if doc.get("gpu") else None}
-        group_file = Path(doc["pid_file"]).with_suffix(".json")
-        group_file.parent.mkdir(parents=True, exist_ok=True)
-        group_file.write_text(json.dumps(self.doc))
-        self.handle = spawn_supervisor(group_file, die_with_parent=True)  # dies with this actor
+        doc = replace(doc, cuda_visible_devices=",".join(str(g) for g in gpu_ids) if doc.gpu else None)
+        doc.group_file.parent.mkdir(parents=True, exist_ok=True)
+        self.handle = spawn_supervisor(doc.write(), die_with_parent=True)  # dies with this actor
         return {**self.handle, "node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": list(map(str, gpu_ids))}
 
-    def poll(self, doc: dict[str, Any]) -> dict[str, Any]:
+    def poll(self, doc: GroupDoc) -> dict[str, Any]:
         from scheduler.executor.supervise import group_files, supervisor_alive
 
         return {"alive": supervisor_alive(doc, self.handle), "jobs": group_files(doc)}
 
-    def signal(self, doc: dict[str, Any], signum: int) -> None:
+    def signal(self, doc: GroupDoc, signum: int) -> None:
         from scheduler.executor.supervise import signal_supervisor
 
         signal_supervisor(doc, self.handle, signum)
@@ -229,9 +224,9 @@ class RayExecutor:
     def actor_name(self, key: str) -> str:
         return f"colocate-{self.instance}-{key}"
 
-    def start(self, group: GpuGroup, doc: dict[str, Any]) -> dict[str, Any]:
+    def start(self, group: GpuGroup, doc: GroupDoc) -> dict[str, Any]:
         ray = self._connect()
-        name = self.actor_name(doc["key"])
+        name = self.actor_name(doc.key)
         actor = ray.remote(GroupHost).options(
             name=name, namespace=NAMESPACE, lifetime="detached", max_restarts=0, num_cpus=self.num_cpus,
             num_gpus=group.gpus_per_node, resources={routing_resource(group.gpu_type): ROUTING_FRACTION},
@@ -242,7 +237,7 @@ class RayExecutor:
             info = ray.get(actor.start.remote(doc), timeout=self.start_timeout_s)
         except GetTimeoutError:  # its GPUs are not free (yet): give the slot back, the server requeues the jobs
             ray.kill(actor)
-            raise RuntimeError(f"Ray could not place group {doc['key']} ({group.gpus_per_node} GPU(s) of type "
+            raise RuntimeError(f"Ray could not place group {doc.key} ({group.gpus_per_node} GPU(s) of type "
                                f"{group.gpu_type}) within {self.start_timeout_s:.0f} s") from None
         return {"actor": name, **info}
 
@@ -253,7 +248,7 @@ class RayExecutor:
         except ValueError:
             return None
 
-    def poll(self, handle: dict[str, Any], doc: dict[str, Any]) -> GroupPoll | None:
+    def poll(self, handle: dict[str, Any], doc: GroupDoc) -> GroupPoll | None:
         from ray.exceptions import GetTimeoutError, RayError
 
         actor = self._actor(handle)
@@ -267,12 +262,12 @@ class RayExecutor:
             return None
         return GroupPoll(bool(answer["alive"]), answer["jobs"])
 
-    def stop(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
+    def stop(self, handle: dict[str, Any], doc: GroupDoc) -> None:
         actor = self._actor(handle)
         if actor is not None:
             actor.signal.remote(doc, int(signal.SIGTERM))
 
-    def release(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
+    def release(self, handle: dict[str, Any], doc: GroupDoc) -> None:
         from ray.exceptions import RayError
 
         actor = self._actor(handle)

@@ -38,14 +38,13 @@ file (Slurm opens it as the owner) and its jobs' directories (0700); the job sta
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +52,11 @@ from common.errors import InputError
 from common.owners import Owner, give_to
 from profiler.gpu.sharing import sharing_mode
 from scheduler.executor.base import GroupPoll, JobStatus, LaunchReport, LaunchSettings
+from scheduler.executor.group_doc import GroupDoc
 from scheduler.executor.job_files import last_line
 from scheduler.executor.plan import GpuGroup, LaunchPlan
 from scheduler.executor.slurm.settings import SlurmSettings, sbatch_options
-from scheduler.executor.supervise import STOP_FILE, group_files, job_owner, prepare_jobs
+from scheduler.executor.supervise import STOP_FILE, group_files, prepare_jobs
 
 ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
          "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED")
@@ -81,13 +81,12 @@ class SlurmJob:
         return self.state in ENDED
 
 
-def group_script(doc: dict[str, Any], python: str) -> str:
+def group_script(doc: GroupDoc, python: str) -> str:
     """The batch script of one group: the sharing mode's set-up, the supervisor, the mode's tear-down."""
-    mode = sharing_mode(doc["sharing"])
-    group_file = Path(doc["pid_file"]).with_suffix(".json")
+    mode = sharing_mode(doc.sharing)
     return "\n".join([
         "#!/bin/bash",
-        f"# colocate serve --backend slurm: GPU group {doc['key']} ({', '.join(j['name'] for j in doc['jobs'])})",
+        f"# colocate serve --backend slurm: GPU group {doc.key} ({', '.join(doc.names)})",
         "set -uo pipefail",
         'SUPERVISOR=""', 'STOP=""', 'MPS_ROOT=""', 'MPS_STARTED=""',
         "cleanup() {",
@@ -101,7 +100,7 @@ def group_script(doc: dict[str, Any], python: str) -> str:
         """trap 'STOP=1; [[ -n "$SUPERVISOR" ]] && kill -TERM "$SUPERVISOR" 2>/dev/null' TERM INT""",
         *mode.slurm_setup,
         '[[ -n "$STOP" ]] && exit 0',
-        f"{shlex.quote(python)} -m scheduler.executor.supervise {shlex.quote(str(group_file))} &",
+        f"{shlex.quote(python)} -m scheduler.executor.supervise {shlex.quote(str(doc.group_file))} &",
         "SUPERVISOR=$!",
         # wait at least once: a supervisor that ended already (it could not start) still gives its status
         'wait "$SUPERVISOR"; status=$?',
@@ -140,14 +139,13 @@ class SlurmExecutor:
     def job_name(self, key: str) -> str:
         return f"colocate-{self.instance}-{key}"
 
-    def start(self, group: GpuGroup, doc: dict[str, Any]) -> dict[str, Any]:
+    def start(self, group: GpuGroup, doc: GroupDoc) -> dict[str, Any]:
         group.require_single_node("colocate serve", "on Slurm")
-        runs = Path(doc["pid_file"]).parent
-        group_file = Path(doc["pid_file"]).with_suffix(".json")
+        group_file = doc.group_file
         script = group_file.with_suffix(".sbatch")
-        output = runs / f"{doc['key']}.slurm.out"
+        output = group_file.with_suffix(".slurm.out")
         owner, as_owner = owner_submission(doc)
-        group_file.write_text(json.dumps({**as_owner, "cuda_visible_devices": None, "sharing_ready": True}))
+        replace(as_owner, cuda_visible_devices=None, sharing_ready=True).write(group_file)
         script.write_text(group_script(doc, self.python))
         _stop_mark(doc).unlink(missing_ok=True)
         prepare_jobs(doc)
@@ -156,19 +154,19 @@ class SlurmExecutor:
             output.touch()
             for path in (group_file, output):
                 give_to(path, owner, 0o600)
-            submit_as = [f"--uid={owner.uid}", f"--gid={owner.gid}", f"--chdir={doc['jobs'][0]['dir']}"]
-        name = self.job_name(doc["key"])
+            submit_as = [f"--uid={owner.uid}", f"--gid={owner.gid}", f"--chdir={doc.jobs[0].dir}"]
+        name = self.job_name(doc.key)
         options = sbatch_options(group.gpu_type, group.gpus_per_node, len(group.jobs), self.settings, job_name=name,
                                  output=output)
         done = self._runner(["sbatch", "--parsable", *submit_as, *options, str(script)])
         if done.returncode != 0:
-            raise RuntimeError(f"sbatch refused group {doc['key']}: {_first_line(done.stderr)}")
+            raise RuntimeError(f"sbatch refused group {doc.key}: {_first_line(done.stderr)}")
         self._queue = (0.0, {})  # the next query asks squeue again: the new job is in it
         # submitted, not started: later polls say whether it runs (the round does not wait for Slurm)
         return {"job_id": done.stdout.strip().split(";")[0], "name": name, "submitted_at": time.time()}
 
-    def poll(self, handle: dict[str, Any], doc: dict[str, Any]) -> GroupPoll | None:
-        job_id = handle.get("job_id") or self._find(doc["key"])
+    def poll(self, handle: dict[str, Any], doc: GroupDoc) -> GroupPoll | None:
+        job_id = handle.get("job_id") or self._find(doc.key)
         if job_id is None:
             return None  # never submitted (the server died before sbatch), or unknown to Slurm
         job = self.query(job_id)
@@ -186,12 +184,12 @@ class SlurmExecutor:
         ended_by = None
         if job.ended and job.state != "COMPLETED" and not asked:
             ended_by = f"Slurm job {job.job_id} {self._detail(job)}"
-            output = last_line(Path(doc["pid_file"]).with_suffix(".slurm.out"))
+            output = last_line(doc.group_file.with_suffix(".slurm.out"))
             if job.state == "FAILED" and output:  # the batch script itself failed: what it said last
                 ended_by += f": {output}"
         return GroupPoll(not job.ended, files, ended_by)
 
-    def _unstarted(self, job: SlurmJob, handle: dict[str, Any], doc: dict[str, Any]) -> GroupPoll:
+    def _unstarted(self, job: SlurmJob, handle: dict[str, Any], doc: GroupDoc) -> GroupPoll:
         """A job Slurm has not started: alive while it waits in the queue; cancelled once it waited longer than
         ``start_timeout_s`` (or ended after the server stopped it there): then not alive, its jobs requeued."""
         if job.ended:
@@ -204,18 +202,18 @@ class SlurmExecutor:
         self._runner(["scancel", job.job_id])
         return GroupPoll(False, unstarted=f"{why}: not started within {self.settings.start_timeout_s:.0f} s, cancelled")
 
-    def stop(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
-        job_id = handle.get("job_id") or self._find(doc["key"])
+    def stop(self, handle: dict[str, Any], doc: GroupDoc) -> None:
+        job_id = handle.get("job_id") or self._find(doc.key)
         job = self.query(job_id, fresh=True) if job_id is not None else None
         pending = job is not None and job.state == "PENDING"  # no batch shell to signal: cancelled in the queue
         _stop_mark(doc).write_text("pending" if pending else "")
         if job_id is not None:
             self._runner(["scancel", job_id] if pending else ["scancel", "--batch", "--signal=TERM", job_id])
 
-    def release(self, handle: dict[str, Any], doc: dict[str, Any]) -> None:
+    def release(self, handle: dict[str, Any], doc: GroupDoc) -> None:
         """``scancel`` what is left — unless every job has its exit record: then the supervisor is done and the
         batch script is tearing down (the MPS daemon quits after its clients), and ends by itself."""
-        job_id = handle.get("job_id") or self._find(doc["key"])
+        job_id = handle.get("job_id") or self._find(doc.key)
         if job_id is None or all(files.get("exit") for files in group_files(doc).values()):
             return
         job = self.query(job_id, fresh=True)
@@ -283,18 +281,17 @@ class SlurmExecutor:
         return ids[-1] if done.returncode == 0 and ids else None
 
 
-def owner_submission(doc: dict[str, Any]) -> tuple[Owner | None, dict[str, Any]]:
+def owner_submission(doc: GroupDoc) -> tuple[Owner | None, GroupDoc]:
     """The one owner a group's batch job runs as (None: the server's user) and the group document its supervisor
     reads: already that user, it switches no one (no ``owner`` per job) and gives each job its owner's HOME/USER."""
-    owners = {json.dumps(job.get("owner"), sort_keys=True) for job in doc["jobs"]}
+    owners = {job.owner for job in doc.jobs}
     if len(owners) > 1:
-        raise RuntimeError(f"group {doc['key']} has jobs of {len(owners)} owners: a Slurm job runs as one user")
-    owner = job_owner(doc["jobs"][0]) if doc["jobs"] else None
+        raise RuntimeError(f"group {doc.key} has jobs of {len(owners)} owners: a Slurm job runs as one user")
+    owner = doc.jobs[0].owner
     if owner is None:
         return None, doc
-    jobs = [{**{k: v for k, v in job.items() if k != "owner"}, "env": {**job["env"], **owner.environment()}}
-            for job in doc["jobs"]]
-    return owner, {**doc, "jobs": jobs, "pid_record": False}
+    jobs = tuple(replace(job, owner=None, env={**job.env, **owner.environment()}) for job in doc.jobs)
+    return owner, replace(doc, jobs=jobs, pid_record=False)
 
 
 def _fields(text: str) -> dict[str, str]:
@@ -308,11 +305,11 @@ def _whose() -> list[str]:
     return [] if os.getuid() == 0 else ["--me"]
 
 
-def _stop_mark(doc: dict[str, Any]) -> Path:
-    return Path(doc["pid_file"]).with_suffix(STOP_MARK)
+def _stop_mark(doc: GroupDoc) -> Path:
+    return Path(doc.pid_file).with_suffix(STOP_MARK)
 
 
-def _stopped_pending(doc: dict[str, Any]) -> bool:
+def _stopped_pending(doc: GroupDoc) -> bool:
     """Whether the server stopped this group while Slurm still had it pending, and none of its jobs ever ran."""
     try:
         mark = _stop_mark(doc).read_text()
@@ -321,10 +318,9 @@ def _stopped_pending(doc: dict[str, Any]) -> bool:
     return mark == "pending" and not any(f.get("progress") or f.get("exit") for f in group_files(doc).values())
 
 
-def _stopped_alone(doc: dict[str, Any], name: str) -> bool:
+def _stopped_alone(doc: GroupDoc, name: str) -> bool:
     """Whether the server stopped this one job of the group (a cancelled member: its stop file)."""
-    job = next(j for j in doc["jobs"] if j["name"] == name)
-    return (Path(job["dir"]) / STOP_FILE).exists()
+    return (doc.member(name).path / STOP_FILE).exists()
 
 
 def _first_line(text: str) -> str:

@@ -76,25 +76,15 @@ def sharing_notes(state: StateStore) -> dict[str, str]:
     ``sharing_why``: e.g. MPS across owners on a node whose MPS serves one user at a time), by job name."""
     out: dict[str, str] = {}
     for group in state.groups().values():
-        why = group.doc.get("sharing_why")
-        if isinstance(why, str) and why:
-            for job in group.doc.get("jobs", []):
-                if isinstance(job, dict):
-                    out[str(job.get("name"))] = why[:300]
+        if group.doc.sharing_why:
+            out.update(dict.fromkeys(group.doc.names, group.doc.sharing_why[:300]))
     return out
 
 
 def running_limits(state: StateStore) -> dict[str, int]:
     """The memory limit (bytes per GPU) each member of a running group was started with (its group document)."""
-    from scheduler.service.contract import limit_of
-
-    out: dict[str, int] = {}
-    for group in state.groups().values():
-        for job in group.doc.get("jobs", []):
-            limit = limit_of(job.get("memory_limit_bytes")) if isinstance(job, dict) else None
-            if limit is not None:
-                out[str(job.get("name"))] = limit
-    return out
+    return {job.name: job.memory_limit_bytes for group in state.groups().values() for job in group.doc.jobs
+            if job.memory_limit_bytes is not None}
 
 
 def learned_view(state: StateStore) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from common.bounds import MAX_SECONDS, check_number, in_range
 from common.errors import InputError
 from common.options import option
 from scheduler.executor.base import Executor
+from scheduler.executor.group_doc import GroupDoc, GroupMember
 from scheduler.executor.plan import GpuGroup, JobLaunch
 from scheduler.learning.measured import job_type
 from scheduler.model.cluster import Cluster
@@ -226,15 +227,14 @@ class ProbeManager:
         name = f"probe-{key}"
         group = GpuGroup(0, gpu[0], (gpu[1],), (gpu[2],), (JobLaunch(name, gpu[0], 1, target.batch, None,
                                                                      command=" ".join(argv)),), "none")
-        doc = {"key": key, "sharing": "none", "gpu": self.device != "cpu", "grace_s": 5.0,
-               "pid_file": str(directory / "supervisor.pid"),
-               "jobs": [{"name": name, "dir": str(directory), "env": {}, "argv": argv}]}
+        doc = GroupDoc(key, "none", str(directory / "supervisor.pid"), (GroupMember(name, str(directory), tuple(argv)),),
+                       gpu=self.device != "cpu", grace_s=5.0)
         gpu_type, me, partner_type = target.key
         record: dict[str, Any] = {"key": key, "gpu_type": gpu_type, "node": gpu[1], "gpu": gpu[2], "type": me,
                                   "partner_type": partner_type, "app": target.app, "batch": target.batch,
                                   "members": [[target.app, target.model, target.batch]]
                                   + ([list(target.partner)] if target.partner else []),
-                                  "started_at": time.time(), "state": RUNNING, "error": "", "doc": doc}
+                                  "started_at": time.time(), "state": RUNNING, "error": "", "doc": doc.to_dict()}
         try:
             record["handle"] = self.executor.start(group, doc)
         except Exception as err:  # the backend could not start it: recorded, not retried
@@ -248,12 +248,12 @@ class ProbeManager:
         """Collect ended (or overdue) probes: their measurements into the state; returns how many ended."""
         ended = 0
         for record in self.running():
-            poll = self.executor.poll(record["handle"], record["doc"])
+            poll = self.executor.poll(record["handle"], _doc(record))
             files = (poll.jobs.get(f"probe-{record['key']}") if poll is not None else None) or {}
             overdue = time.time() - record["started_at"] > self.config.timeout_s + 30.0
             if files.get("exit") is None and poll is not None and poll.alive and not overdue:
                 continue
-            self.executor.release(record["handle"], record["doc"])
+            self.executor.release(record["handle"], _doc(record))
             self._finish(record, files.get("exit"), "timed out" if overdue else "its group is gone")
             ended += 1
         return ended
@@ -261,7 +261,7 @@ class ProbeManager:
     def _finish(self, record: dict[str, Any], exit: Mapping[str, Any] | None, lost: str) -> None:
         record["finished_at"] = time.time()
         record["gpu_s"] = round(record["finished_at"] - record["started_at"], 3)  # one GPU for its wall time
-        result = _read_result(Path(record["doc"]["jobs"][0]["dir"]))
+        result = _read_result(_doc(record).jobs[0].path)
         if result is None:
             reason = f"exit status {exit.get('returncode')}: {exit.get('last_line', '')}" if exit else lost
             record.update(state=FAILED, error=f"no result ({reason})"[:300])
@@ -281,7 +281,7 @@ class ProbeManager:
     def shutdown(self) -> None:
         """Probes end with the server: kill the running ones (recorded as interrupted: tried again later)."""
         for record in self.running():
-            self.executor.release(record["handle"], record["doc"])
+            self.executor.release(record["handle"], _doc(record))
         self._forget_running("stopped with the server")
 
     def _drop_leftovers(self) -> None:
@@ -292,7 +292,7 @@ class ProbeManager:
             self.poll()
         for record in usable:
             if record["state"] == RUNNING:
-                self.executor.release(record["handle"], record["doc"])
+                self.executor.release(record["handle"], _doc(record))
         self._forget_running("left behind by an earlier server")
 
     def _forget_running(self, why: str) -> None:
@@ -312,6 +312,11 @@ class ProbeManager:
         db.set_meta(META_KEY, json.dumps(self.records))
         for kind, detail in events:
             db.event(None, kind, detail)
+
+
+def _doc(record: Mapping[str, Any]) -> GroupDoc:
+    """A running probe's group document (checked when its record was read: :func:`.probe_records.valid_record`)."""
+    return GroupDoc.from_dict(record["doc"])
 
 
 def _read_result(directory: Path) -> dict[str, Any] | None:

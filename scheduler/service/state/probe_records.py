@@ -1,12 +1,15 @@
 """The probe records in the state database, read without the probe machinery (``colocate jobs --json`` and
-``colocate learned`` read them; neither may import the executor or numpy)."""
+``colocate learned`` read them; neither may import the executors or numpy: the group document's module,
+:mod:`scheduler.executor.group_doc`, is the standard library's and :mod:`common`'s only)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from common.errors import InputError
 from common.safe_load import stored_json
+from scheduler.executor.group_doc import GroupDoc
 
 META_KEY = "probes"  # the state's meta key holding the probe records (a JSON list)
 
@@ -27,14 +30,19 @@ def valid_record(record: Any) -> bool:
         return False
     if record["state"] != "running":
         return True
-    doc, handle = record.get("doc"), record.get("handle")
-    jobs = doc.get("jobs") if isinstance(doc, dict) else None
-    return (isinstance(doc, dict) and isinstance(handle, dict) and isinstance(jobs, list) and len(jobs) == 1
-            and isinstance(jobs[0], dict) and isinstance(jobs[0].get("dir"), str) and isinstance(doc.get("pid_file"), str)
+    return (_one_job_doc(record.get("doc")) and isinstance(record.get("handle"), dict)
             and all(isinstance(record.get(k), int) and not isinstance(record.get(k), bool) for k in ("node", "gpu"))
             and isinstance(record.get("members"), list) and all(
                 isinstance(m, list) and len(m) == 3 and isinstance(m[0], str) and isinstance(m[1], str)
                 and isinstance(m[2], int) for m in record["members"]))
+
+
+def _one_job_doc(doc: Any) -> bool:
+    """Whether ``doc`` is a well-formed group document of one job (:class:`GroupDoc`): what a probe runs."""
+    try:
+        return len(GroupDoc.from_dict(doc).jobs) == 1
+    except InputError:
+        return False
 
 
 def load_records(text: str | None) -> list[dict[str, Any]]:

@@ -16,8 +16,8 @@ table              what a usable row is
                    names; ``gpu_type``/``group_key`` safe names (the spec is checked by the job-file validator:
                    a job whose spec fails is *failed* with the reason, see :mod:`.admission`)
 ``groups``         a safe key; ``jobs`` a JSON list of 1–3 jobs that exist; ``handle`` a JSON object whose
-                   group document names this key and those jobs, its paths a state directory's
-                   ``jobs/NAME`` and ``runs/KEY.pid``
+                   group document (well-formed: :class:`~scheduler.executor.group_doc.GroupDoc`) names this
+                   key and those jobs, its paths a state directory's ``jobs/NAME`` and ``runs/KEY.pid``
 ``measurements``   application and GPU type safe names; GPU count and batch in the job files' bounds;
                    ``partner_type`` empty or one or two job types ``APP@BATCH`` joined by ``+``; a finite
                    iteration time in [10⁻⁶, 10⁸] s; a count in [1, 2⁶²]
@@ -49,8 +49,10 @@ from common.bounds import (
     MAX_SECONDS,
     in_range,
 )
+from common.errors import InputError
 from common.names import is_safe_name, shown
 from common.untrusted import printable
+from scheduler.executor.group_doc import GroupDoc
 from scheduler.service.state.health import FAILURES, IN_A_ROW, LAST_FAILURE, valid_failure
 from scheduler.service.state.probe_records import valid_record
 
@@ -147,7 +149,7 @@ class GroupRecord:
 
     key: str
     executor: str
-    doc: dict[str, Any]
+    doc: GroupDoc
     handle: dict[str, Any]
     jobs: tuple[str, ...]
     created_at: float
@@ -156,10 +158,10 @@ class GroupRecord:
     def gpus(self) -> set[tuple[str, int, int]]:
         """The (GPU type, node, GPU) the group holds, from its document (checked by :func:`check_group`); none
         for a document written before groups recorded their placement."""
-        placement = self.doc.get("placement")
-        if not isinstance(placement, dict):
+        placement = self.doc.placement
+        if placement is None:
             return set()
-        return {(placement["gpu_type"], n, g) for n in placement["nodes"] for g in placement["gpus"]}
+        return {(placement.gpu_type, n, g) for n in placement.nodes for g in placement.gpus}
 
 
 def check_group(values: Mapping[str, Any], job_names: set[str]) -> GroupRecord:
@@ -178,39 +180,27 @@ def check_group(values: Mapping[str, Any], job_names: set[str]) -> GroupRecord:
     doc, started = handle.get("doc"), handle.get("handle")
     if not isinstance(doc, dict) or not isinstance(started, dict):
         raise BadRow("column 'handle': not {\"doc\": {...}, \"handle\": {...}}")
-    _check_document(doc, str(key), jobs)
+    try:
+        checked = GroupDoc.from_dict(doc)
+    except InputError as err:
+        raise BadRow(f"column 'handle': its group document: {err}") from None
+    _check_document(checked, str(key), jobs)
     if "pid" in started and not in_range(started["pid"], 2, MAX_PID, integer=True):  # never signal init or nonsense
         raise BadRow(f"column 'handle': pid {shown(started['pid'])} is not a process id")
-    return GroupRecord(str(key), str(values["executor"]), doc, started, tuple(jobs), float(values["created_at"]))
+    return GroupRecord(str(key), str(values["executor"]), checked, started, tuple(jobs), float(values["created_at"]))
 
 
-def _check_placement(placement: Any) -> None:
-    """A group document's ``placement`` (absent in older documents): a GPU type and its node and GPU indices."""
-    if placement is None:
-        return
-    valid = (isinstance(placement, dict) and is_safe_name(placement.get("gpu_type"))
-             and all(isinstance(placement.get(k), list) and 1 <= len(placement[k]) <= MAX_GPUS
-                     and all(in_range(v, 0, MAX_GPUS - 1, integer=True) for v in placement[k]) for k in ("nodes", "gpus")))
-    if not valid:
-        raise BadRow(f"column 'handle': its group document's placement {shown(placement)} is not "
-                     f"{{\"gpu_type\": NAME, \"nodes\": [...], \"gpus\": [...]}} with indices in [0, {MAX_GPUS})")
-
-
-def _check_document(doc: Mapping[str, Any], key: str, jobs: list[str]) -> None:
-    """The group document names this group and its jobs, and its paths are a state directory's (the server
-    signals the pids its pid file names and reads the files of these directories; a state directory copied
-    for recovery keeps pointing at the original's, which is where its groups run)."""
-    members = doc.get("jobs")
-    if doc.get("key") != key or not isinstance(members, list) or not all(isinstance(m, dict) for m in members):
+def _check_document(doc: GroupDoc, key: str, jobs: list[str]) -> None:
+    """The group document (well-formed: :class:`GroupDoc`) names this group and its jobs, and its paths are a
+    state directory's (the server signals the pids its pid file names and reads the files of these directories;
+    a state directory copied for recovery keeps pointing at the original's, which is where its groups run)."""
+    if doc.key != key:
         raise BadRow("column 'handle': its group document does not describe this group")
-    if [m.get("name") for m in members] != jobs:
+    if doc.names != jobs:
         raise BadRow("column 'handle': its group document names other jobs than column 'jobs'")
-    _check_placement(doc.get("placement"))
-    dirs = [m.get("dir") for m in members]
-    pid_file = doc.get("pid_file")
-    if (not all(isinstance(d, str) and Path(d).is_absolute() and Path(d).name == m["name"] and Path(d).parent.name
-                == "jobs" for d, m in zip(dirs, members))
-            or not isinstance(pid_file, str) or not Path(pid_file).is_absolute() or Path(pid_file).name != f"{key}.pid"):
+    pid_file = Path(doc.pid_file)
+    if (not all(m.path.is_absolute() and m.path.name == m.name and m.path.parent.name == "jobs" for m in doc.jobs)
+            or not pid_file.is_absolute() or pid_file.name != f"{key}.pid"):
         raise BadRow("column 'handle': its group document's paths are not a state directory's jobs/NAME and "
                      "runs/KEY.pid")
 
