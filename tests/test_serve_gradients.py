@@ -109,6 +109,26 @@ def test_a_damaged_gradients_row_is_set_aside_and_starts_over(tmp_path: Path) ->
     assert state.gradients()["a"]["grad_var"] == 7.0 and state.gradients()["a"]["reports"] == 1
 
 
+@pytest.mark.parametrize("scaling", ["linear", None])
+def test_a_job_files_lr_scaling_reaches_the_jobs_environment(tmp_path: Path, scaling: str | None) -> None:
+    """The group document serve runs gives the job COLOCATE_LR_SCALING from its job file (none when the file names
+    none: the job library's default), and the job library reads it back as named."""
+    from scheduler.jobkit import read_env
+    from scheduler.service.config import ServeConfig
+    from scheduler.service.groups import build_group, group_document
+    from scheduler.service.rounds import Slot
+
+    state = StateStore(tmp_path / "state")
+    state.submit(job_from_dict({**JOB, **({"lr_scaling": scaling} if scaling else {})}))
+    row = state.job("a")
+    assert row is not None and row.spec.lr_scaling == scaling  # stored and read back with the spec
+    group = build_group((Slot("a", "t4", 1, 64, (), (0,), (0,)),), {"a": row}, ServeConfig(device="cpu"))
+    doc = group_document("g00001", group, {"a": row}, ServeConfig(device="cpu"), state.dir)
+    env = doc["jobs"][0]["env"]
+    assert env.get("COLOCATE_LR_SCALING") == scaling
+    assert read_env(env).lr_scaling == scaling and read_env(env).batch_size == 64
+
+
 def test_the_noise_job_follows_the_contract_and_reports_its_noise_scale(tmp_path: Path) -> None:
     """scripts/noise_job.py (the benchmark's job): its progress passes check_progress with the contract's fields."""
     import os
