@@ -41,6 +41,20 @@ def test_the_environment_is_read_and_a_bad_variable_is_named() -> None:
         JobConfig(lr_scaling="cubic")
 
 
+def test_the_job_files_lr_scaling_reaches_the_run_and_an_explicit_one_wins() -> None:
+    """serve hands a job file's ``lr_scaling`` to the job as COLOCATE_LR_SCALING: read back as named, a bad name
+    refused naming the variable; the script's own JobConfig value wins over it, the library default comes last."""
+    from scheduler.service.jobs.jobspec import job_from_dict
+
+    spec = job_from_dict({"name": "a", "model": "tiny_cnn", "steps": 3, "batch_size": 8, "lr_scaling": "sqrt"})
+    env = read_env({"COLOCATE_LR_SCALING": spec.lr_scaling or ""})
+    assert env.lr_scaling == "sqrt" and read_env({}).lr_scaling is None
+    assert JobConfig().scaling(env) == "sqrt" and JobConfig(lr_scaling="none").scaling(env) == "none"
+    assert JobConfig().scaling(read_env({})) == "adascale"
+    with pytest.raises(InputError, match="environment: field 'COLOCATE_LR_SCALING': 'cubic'.*adascale, linear"):
+        read_env({"COLOCATE_LR_SCALING": "cubic"})
+
+
 def test_the_estimates_recover_a_known_gradient_norm_and_noise() -> None:
     """Per-example gradients g_i = G + noise with |G|² = 4 and tr Σ = 64: the two-batch estimators, averaged,
     find both (unbiased: the mean over 400 steps is within a few standard errors)."""
@@ -114,6 +128,23 @@ def test_a_run_reports_checkpoints_and_resumes_at_another_batch_size(tmp_path: P
     assert state["base_batch"] == 16 and state["noise"]["updates"] == 30
 
 
+@pytest.mark.parametrize(("from_file", "in_script", "factor"), [
+    ("linear", None, 4.0), ("sqrt", None, 2.0), ("none", None, 1.0), ("linear", "sqrt", 2.0), (None, "linear", 4.0)])
+def test_the_learning_rate_after_a_resize_follows_the_job_files_scaling_unless_the_script_sets_one(
+        tmp_path: Path, from_file: str | None, in_script: str | None, factor: float) -> None:
+    """Stopped at batch 16 after 20 steps, resumed at 64 (s = 4): the LR is StepLR's 0.005 times the scaling's
+    factor — the job file's (COLOCATE_LR_SCALING), unless the script's JobConfig names one."""
+    progress = tmp_path / "progress.json"
+    env = JobEnv(job="t", progress_file=progress, checkpoint=tmp_path / "ckpt.pt", target_samples=960,
+                 lr_scaling=from_file)
+    config = JobConfig(lr_scaling=in_script, stats_every=1, stats_budget=1.0, log_every=0)
+    assert _train(env, 16, config, stop_after=20) == "stopped"
+    assert json.loads(progress.read_text())["lr"] == pytest.approx(0.01)  # at the base batch: no scaling
+    assert _train(env, 64, config) == "finished"
+    last = json.loads(progress.read_text())
+    assert last["lr"] == pytest.approx(0.005 * factor) and last["lr_scaling"] == (in_script or from_file)
+
+
 def test_batch_indices_stream_on_by_samples_whatever_the_batch(tmp_path: Path) -> None:
     model, seen = _mlp(), []
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
@@ -168,6 +199,22 @@ def test_the_trainer_stops_on_sigterm_with_a_checkpoint_and_exit_0(tmp_path: Pat
     assert proc.returncode == 0, out
     record = json.loads((tmp_path / "p.json").read_text())
     assert record["state"] == "stopped" and record["step"] >= 3 and (tmp_path / "c.pt").is_file()
+
+
+@pytest.mark.slow
+def test_the_built_in_trainer_scales_its_lr_as_the_job_file_says_unless_its_flag_does(tmp_path: Path) -> None:
+    """The trainer at batch 8, then resumed at 32 (s = 4) under COLOCATE_LR_SCALING=sqrt: --lr 0.01 × 2; the same
+    resume with --lr-scaling none keeps 0.01."""
+    lrs = []
+    for batch, steps, flag in (("8", "3", ()), ("32", "5", ()), ("32", "7", ("--lr-scaling", "none"))):
+        proc = _trainer(tmp_path, "--steps", steps, *flag, env={"COLOCATE_LR_SCALING": "sqrt",
+                                                                 "COLOCATE_BATCH_SIZE": batch})
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out
+        record = json.loads((tmp_path / "p.json").read_text())
+        assert record["step"] == int(steps)
+        lrs.append((record["lr"], record["lr_scaling"]))
+    assert lrs == [(pytest.approx(0.01), "sqrt"), (pytest.approx(0.02), "sqrt"), (pytest.approx(0.01), "none")]
 
 
 @pytest.mark.slow

@@ -186,6 +186,10 @@ CASES = {  # case -> (make the arguments under tmp_path, what the one line says)
     "import-gavel-no-pairs-for-matrices": (lambda t: ["import-gavel", str(_text(t / "g.json", '{"v100": {"(\'ResNet-18 '
                                                                               '(batch size 16)\', 1)": {"null": 2.0}}}')),
                                                       "--out", str(t / "out")], "no pairs to draw matrices of"),
+    "submit-unknown-lr-scaling": (lambda t: ["submit", "--state", str(t / "s"), str(_text(
+        t / "j.yaml", "name: j\ncommand: 'true'\nsteps: 1\nbatch_size: 4\nlr_scaling: cubic\n"))],
+        "j.yaml: field 'lr_scaling': 'cubic' is not a learning-rate scaling (valid: one of adascale, linear, sqrt, "
+        "none)"),
     "submit-sexagesimal-steps": (lambda t: ["submit", "--state", str(t / "s"), str(_text(
         t / "j.yaml", "name: j\ncommand: 'true'\nsteps: 1:30\nbatch_size: 4\n"))], "field 'steps': '1:30' is not"),
 }

@@ -109,6 +109,68 @@ def test_a_damaged_gradients_row_is_set_aside_and_starts_over(tmp_path: Path) ->
     assert state.gradients()["a"]["grad_var"] == 7.0 and state.gradients()["a"]["reports"] == 1
 
 
+@pytest.mark.parametrize("scaling", ["linear", None])
+def test_a_job_files_lr_scaling_reaches_the_jobs_environment(tmp_path: Path, scaling: str | None) -> None:
+    """The group document serve runs gives the job COLOCATE_LR_SCALING from its job file (none when the file names
+    none: the job library's default), and the job library reads it back as named."""
+    from scheduler.jobkit import read_env
+    from scheduler.service.config import ServeConfig
+    from scheduler.service.groups import build_group, group_document
+    from scheduler.service.rounds import Slot
+
+    state = StateStore(tmp_path / "state")
+    state.submit(job_from_dict({**JOB, **({"lr_scaling": scaling} if scaling else {})}))
+    row = state.job("a")
+    assert row is not None and row.spec.lr_scaling == scaling  # stored and read back with the spec
+    group = build_group((Slot("a", "t4", 1, 64, (), (0,), (0,)),), {"a": row}, ServeConfig(device="cpu"))
+    doc = group_document("g00001", group, {"a": row}, ServeConfig(device="cpu"), state.dir)
+    env = doc["jobs"][0]["env"]
+    assert env.get("COLOCATE_LR_SCALING") == scaling
+    assert read_env(env).lr_scaling == scaling and read_env(env).batch_size == 64
+
+
+def test_a_round_starts_a_job_without_statistics_at_its_job_files_batch(tmp_path: Path) -> None:
+    """Pollux's M0: a round starts an adaptive job that has not reported gradient statistics at its job file's
+    batch (32), though throughput alone (the prior: larger is faster) would pick 1024; the same job with statistics
+    (from an earlier run; all noise here, so every batch is as efficient) starts at its goodput batch, 1024."""
+    from scheduler.executor.base import GroupPoll
+    from scheduler.executor.local import LocalExecutor
+    from scheduler.model.cluster import cluster_from_dict
+    from scheduler.service.config import ServeConfig
+    from scheduler.service.server import Server
+
+    class Recording(LocalExecutor):  # starts nothing: the round's decision is what is tested
+        batches: dict[str, str] = {}
+
+        def start(self, group, doc):  # type: ignore[no-untyped-def]
+            self.batches.update({j["name"]: j["env"]["COLOCATE_BATCH_SIZE"] for j in doc["jobs"]})
+            return {}
+
+        def poll(self, handle, doc):  # type: ignore[no-untyped-def]
+            return GroupPoll(alive=True)
+
+        def stop(self, handle, doc):  # type: ignore[no-untyped-def]
+            pass
+
+        def release(self, handle, doc):  # type: ignore[no-untyped-def]
+            pass
+
+    state = StateStore(tmp_path / "state")
+    for name in ("fresh", "known"):
+        state.submit(job_from_dict({**JOB, "name": name, "application": name, "max_gpus": 1, "max_batch_size": 1024}))
+    row = state.job("known")
+    assert row is not None
+    with state.transaction() as db:
+        settle.fold_progress(db, row, {"step": 10, "samples": 320, "restored_step": 0, "elapsed_s": 1.0,
+                                       "grad_sqr": 0.0, "grad_var": 5.0}, {"known": row})
+    cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 2, "memory_gb": 16}}})
+    executor = Recording()
+    server = Server(state, cluster, executor, ServeConfig(round_s=0.5, device="cpu"))
+    server.round()
+    assert executor.batches == {"fresh": "32", "known": "1024"}
+    assert {r.name: r.batch_size for r in state.jobs()} == {"fresh": 32, "known": 1024}
+
+
 def test_the_noise_job_follows_the_contract_and_reports_its_noise_scale(tmp_path: Path) -> None:
     """scripts/noise_job.py (the benchmark's job): its progress passes check_progress with the contract's fields."""
     import os
@@ -129,8 +191,9 @@ def test_the_noise_job_follows_the_contract_and_reports_its_noise_scale(tmp_path
 
 @pytest.mark.slow
 def test_serve_gives_a_small_noise_scale_a_small_batch_and_a_large_one_a_large_batch(tmp_path: Path) -> None:
-    """Live, local backend: two adaptive jobs alike but for their reported noise scale (8 and 8192) start at the
-    throughput-best batch; once they report, serve moves the low-noise one to a small batch (goodput), not the other."""
+    """Live, local backend: two adaptive jobs alike but for their reported noise scale (8 and 8192) start at their
+    job file's batch (32: no statistics yet); once they report, serve moves the high-noise one to a large batch
+    (throughput wins: its efficiency at 512 is 0.95) and keeps the low-noise one small (goodput)."""
     from dataclasses import replace
 
     from scheduler.executor.registry import make_executor
@@ -155,13 +218,15 @@ def test_serve_gives_a_small_noise_scale_a_small_batch_and_a_large_one_a_large_b
         server.round()
         rows = {r.name: r for r in state.jobs()}
         return (set(state.gradients()) == {"n8", "n8192"} and rows["n8"].state == "running"
-                and (rows["n8"].batch_size or 0) <= 64)
+                and (rows["n8"].batch_size or 0) <= 64 and rows["n8192"].state == "running"
+                and (rows["n8192"].batch_size or 0) >= 512)
 
     try:
-        wait_until(settled, 240, "the low-noise job to run at a small batch")
-        rows = {r.name: r for r in state.jobs()}
-        assert rows["n8192"].batch_size == 1024  # its efficiency at 1024 is 0.89: throughput wins
-        assert any(e["kind"] == "resized" for e in state.events("n8"))  # it started larger, then was resized
+        wait_until(settled, 240, "the high-noise job to run at a large batch, the low-noise one at a small one")
+        for name in ("n8", "n8192"):
+            first = next(e for e in state.events(name) if e["kind"] == "started")
+            assert ", batch 32, " in first["detail"], first  # M0 until the first report
+        assert any(e["kind"] == "resized" for e in state.events("n8192"))  # then resized
         view = {j["name"]: j for j in json.loads(CliRunner().invoke(app, ["jobs", "--state", str(state.dir),
                                                                            "--json"]).output)["jobs"]}
         assert view["n8"]["noise_scale"] == 8.0 and view["n8192"]["noise_scale"] == 8192.0

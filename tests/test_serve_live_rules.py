@@ -23,7 +23,8 @@ from tests.serve_helpers import drive_rounds, kill_groups
 
 # Resume from the checkpoint, start up for $STARTUP s (an interpreter and model build), count to the target
 # (faster on more GPUs; $SHARED_SLOWDOWN times slower next to a partner), and on SIGTERM take $STOP_S s to
-# checkpoint, then exit 0.
+# checkpoint, then exit 0. With $GRADIENTS it reports gradient statistics of pure noise (every batch as efficient:
+# throughput picks its batch; without statistics it keeps its job file's batch).
 CONTRACT = textwrap.dedent("""
     import json, os, signal, time
     checkpoint, progress = os.environ["COLOCATE_CHECKPOINT"], os.environ["COLOCATE_PROGRESS_FILE"]
@@ -34,7 +35,8 @@ CONTRACT = textwrap.dedent("""
     def report(state):
         with open(progress + ".tmp", "w") as fh:
             json.dump({"step": step, "samples": step * 4, "state": state, "elapsed_s": time.time() - t0,
-                       "restored_step": restored}, fh)
+                       "restored_step": restored,
+                       **({"grad_sqr": 0.0, "grad_var": 1.0} if os.environ.get("GRADIENTS") else {})}, fh)
         os.replace(progress + ".tmp", progress)
     time.sleep(float(os.environ.get("STARTUP", "0")))
     while step < target and not stop:
@@ -60,10 +62,10 @@ def _server(tmp_path: Path, gpus: int, round_s: float, colocation: ColocationTab
 
 
 def _job(tmp_path: Path, name: str, steps: int, startup: float = 0.0, stop_s: float = 0.0, slowdown: float = 1.0,
-         **fields: object) -> object:
+         gradients: bool = False, **fields: object) -> object:
     script = tmp_path / "train.py"
     script.write_text(CONTRACT)
-    env = f"STARTUP={startup} STOP_S={stop_s} SHARED_SLOWDOWN={slowdown}"
+    env = f"STARTUP={startup} STOP_S={stop_s} SHARED_SLOWDOWN={slowdown}" + (" GRADIENTS=1" if gradients else "")
     return job_from_dict({"name": name, "command": f"{env} exec python {script}",
                           "application": "mine", "steps": steps, "batch_size": 16, **fields})
 

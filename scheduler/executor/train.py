@@ -7,9 +7,10 @@ keeps the contract: the checkpoint restored at any batch size or GPU count and w
 end and every ``--checkpoint-every-s`` seconds; progress written atomically (``--progress-file`` or
 ``$COLOCATE_PROGRESS_FILE``, rank 0); data-parallel with DDP under ``torchrun`` (``WORLD_SIZE`` > 1), every rank
 stopping at the same step; the gradient noise measured and the learning rate (``--lr`` at the first run's
-batch) scaled to the batch (``--lr-scaling``); the memory limit held and an allocation past it recorded
-(``COLOCATE_OOM_FILE``) with exit status 3. A stop signal ends the current step, writes the checkpoint and the
-final progress and exits 0 with state "stopped": being stopped by the scheduler is not a failure.
+batch) scaled to the batch (``--lr-scaling``, else the job file's ``lr_scaling``); the memory limit held and an
+allocation past it recorded (``COLOCATE_OOM_FILE``) with exit status 3. A stop signal ends the current step,
+writes the checkpoint and the final progress and exits 0 with state "stopped": being stopped by the scheduler is
+not a failure.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (CPU device)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=0.01, help="SGD's learning rate at the first run's batch")
-    parser.add_argument("--lr-scaling", choices=LR_SCALINGS, default=JobConfig.lr_scaling,
-                        help="the learning rate at another batch size (AdaScale's gain by default)")
+    parser.add_argument("--lr-scaling", choices=LR_SCALINGS, default=None,
+                        help="the learning rate at another batch size (default: the job file's lr_scaling, "
+                             "$COLOCATE_LR_SCALING, else AdaScale's gain)")
     parser.add_argument("--progress-file", type=Path, default=None, help="default: $COLOCATE_PROGRESS_FILE")
     parser.add_argument("--checkpoint", type=Path, default=None,
                         help="checkpoint file to restore from and save to (default: $COLOCATE_CHECKPOINT)")

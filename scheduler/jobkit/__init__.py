@@ -14,8 +14,9 @@ planning (no pandas, SciPy, HiGHS or PuLP).
 * :mod:`.lightning` and :mod:`.huggingface` — callbacks for PyTorch Lightning and the Hugging Face Trainer.
 """
 
+from common.lr_scaling import LR_SCALINGS  # the names, declared with the job file's validator
 from scheduler.jobkit.environment import JobEnv, read_env
-from scheduler.jobkit.gradients import LR_SCALINGS, GradientNoise, lr_factor
+from scheduler.jobkit.gradients import GradientNoise, lr_factor
 from scheduler.jobkit.memory import OOM_EXIT
 from scheduler.jobkit.run import JobConfig, Run, attach
 

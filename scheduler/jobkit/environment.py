@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.errors import InputError
+from common.lr_scaling import LR_SCALING_ENV, check_lr_scaling
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class JobEnv:
     target_samples: int = 0
     memory_limit_bytes: int | None = None
     oom_file: Path | None = None
+    lr_scaling: str | None = None  # the job file's learning-rate scaling (COLOCATE_LR_SCALING); None: not named
     world_size: int = 1
     rank: int = 0
     local_rank: int = 0
@@ -57,6 +59,11 @@ def _path(environ: Mapping[str, str], name: str) -> Path | None:
     return Path(text) if text else None
 
 
+def _lr_scaling(environ: Mapping[str, str]) -> str | None:
+    text = environ.get(LR_SCALING_ENV, "").strip()
+    return check_lr_scaling(text, source="environment", field=LR_SCALING_ENV) if text else None
+
+
 def read_env(environ: Mapping[str, str] | None = None) -> JobEnv:
     """The :class:`JobEnv` of ``environ`` (default: this process's environment)."""
     env = os.environ if environ is None else environ
@@ -76,6 +83,6 @@ def read_env(environ: Mapping[str, str] | None = None) -> JobEnv:
         target_steps=_int(env, "COLOCATE_TARGET_STEPS", 0, 0) or 0,
         target_samples=_int(env, "COLOCATE_TARGET_SAMPLES", 0, 0) or 0,
         memory_limit_bytes=_int(env, "COLOCATE_MEMORY_LIMIT_BYTES", None, 1),
-        oom_file=_path(env, "COLOCATE_OOM_FILE"),
+        oom_file=_path(env, "COLOCATE_OOM_FILE"), lr_scaling=_lr_scaling(env),
         world_size=world, rank=rank, local_rank=_int(env, "LOCAL_RANK", 0, 0) or 0,
     )

@@ -19,7 +19,8 @@ with s = B / base_batch: ``adascale`` (default) multiplies it by AdaScale's gain
 
 which lies in [1, s]: close to s while the noise dominates (large batches help), close to 1 once the
 gradient is clean (they do not); ``linear`` by s, ``sqrt`` by √s, ``none`` leaves it. AdaScale's gain is 1
-until the statistics have a value.
+until the statistics have a value. The names are :data:`common.lr_scaling.LR_SCALINGS` (a job file's
+``lr_scaling`` is checked against them too).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-LR_SCALINGS = ("adascale", "linear", "sqrt", "none")
+from common.lr_scaling import LR_SCALINGS  # declared once, with the job file's validator (torch-free)
 
 
 @dataclass

@@ -4,14 +4,15 @@ The record is one JSON object, rewritten atomically (a temporary file, then a re
 
     {"job": "a", "step": 120, "steps": 500, "samples": 1920, "target_samples": null, "batch_size": 16,
      "local_batch": 16, "accum_steps": 1, "samples_per_s": 812.4, "iter_time_s": 0.019, "restored_step": 100,
-     "loss": 2.1, "elapsed_s": 9.8, "state": "running" | "finished" | "stopped", "lr": 0.02,
+     "loss": 2.1, "elapsed_s": 9.8, "state": "running" | "finished" | "stopped", "lr": 0.02, "lr_scaling": "adascale",
      "grad_sqr": 0.41, "grad_var": 96.0, ...}
 
 ``step`` and ``samples`` count from the job's first start (restored ones included); ``samples_per_s`` and
 ``iter_time_s`` are measured in this process only (``iter_time_s`` over the last progress interval, warm-up
 excluded). ``grad_sqr`` (|G|², ≥ 0) and ``grad_var`` (tr Σ of the per-example gradient, ≥ 0; the gradient noise
 scale is their ratio) appear once the job has measured them (:mod:`.gradients`); ``lr`` is the learning rate of
-the optimizer's first parameter group at the last step, scaled. Whatever the job adds with
+the optimizer's first parameter group at the last step, scaled by ``lr_scaling`` (the scaling in use:
+:meth:`scheduler.jobkit.JobConfig.scaling`). Whatever the job adds with
 :meth:`scheduler.jobkit.Run.report` (a validation loss, say) is written beside them.
 """
 
@@ -60,10 +61,11 @@ def _number(value: float | None) -> float | None:
 
 
 def record(job: str, counters: Counters, state: str, *, batch: tuple[int, int, int], targets: tuple[int, int],
-           lr: float | None, grad: tuple[float | None, float | None], device: str,
+           lr: tuple[float | None, str], grad: tuple[float | None, float | None], device: str,
            extra: dict[str, Any]) -> dict[str, Any]:
     """The progress record (see the module docstring); ``batch`` = (global, local, accumulation steps),
-    ``targets`` = (steps, samples), ``grad`` = (grad_sqr, grad_var)."""
+    ``targets`` = (steps, samples), ``lr`` = (the learning rate in use, the scaling that set it),
+    ``grad`` = (grad_sqr, grad_var)."""
     elapsed = time.perf_counter() - counters.start
     own_steps = counters.step - counters.restored_step
     out: dict[str, Any] = {
@@ -72,9 +74,9 @@ def record(job: str, counters: Counters, state: str, *, batch: tuple[int, int, i
         "accum_steps": batch[2], "samples_per_s": own_steps * batch[0] / elapsed if elapsed > 0 else 0.0,
         "iter_time_s": counters.iter_time_s, "restored_step": counters.restored_step,
         "loss": _number(counters.loss), "elapsed_s": round(elapsed, 3), "state": state, "device": device,
-        "pid": os.getpid()}
-    if lr is not None and lr > 0 and math.isfinite(lr):
-        out["lr"] = lr
+        "pid": os.getpid(), "lr_scaling": lr[1]}
+    if lr[0] is not None and lr[0] > 0 and math.isfinite(lr[0]):
+        out["lr"] = lr[0]
     if grad[0] is not None and grad[1] is not None:  # only once both have a value
         out["grad_sqr"], out["grad_var"] = grad
     return out

@@ -27,9 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from common.lr_scaling import DEFAULT_LR_SCALING, check_lr_scaling
 from scheduler.jobkit import checkpoint, progress
 from scheduler.jobkit.environment import JobEnv, read_env
-from scheduler.jobkit.gradients import LR_SCALINGS, GradientNoise, lr_factor
+from scheduler.jobkit.gradients import GradientNoise, lr_factor
 from scheduler.jobkit.memory import OOM_EXIT, MemoryCap, is_out_of_memory, write_oom_record
 
 
@@ -37,7 +38,9 @@ from scheduler.jobkit.memory import OOM_EXIT, MemoryCap, is_out_of_memory, write
 class JobConfig:
     """How the library trains a job (the environment says where and with what batch: :class:`JobEnv`)."""
 
-    lr_scaling: str = "adascale"  # adascale | linear | sqrt | none: the learning rate at another batch size
+    # adascale | linear | sqrt | none: the learning rate at another batch size. None: the job file's
+    # (COLOCATE_LR_SCALING), else adascale; a value set here wins over the job file
+    lr_scaling: str | None = None
     base_batch: int | None = None  # the batch the learning rate is tuned for; default: the first run's batch
     max_micro_batch: int | None = None  # larger local batches are accumulated in micro-batches of at most this
     stats_every: int = 10  # measure the gradient statistics at most every this many steps (0: never)
@@ -47,12 +50,15 @@ class JobConfig:
     progress_every_s: float = 0.5
     log_every: int = 50  # a log line every this many steps (0: none)
 
+    def scaling(self, env: JobEnv) -> str:
+        """The scaling a run trains with: this config's, else the job file's (``env``), else the default."""
+        return self.lr_scaling or env.lr_scaling or DEFAULT_LR_SCALING
+
     def __post_init__(self) -> None:
         from common.errors import InputError
 
-        if self.lr_scaling not in LR_SCALINGS:
-            raise InputError(f"{self.lr_scaling!r} is not a learning-rate scaling", source="JobConfig",
-                             field="lr_scaling", valid=", ".join(LR_SCALINGS))
+        if self.lr_scaling is not None:
+            check_lr_scaling(self.lr_scaling, source="JobConfig", field="lr_scaling")
         for name in ("base_batch", "max_micro_batch"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -96,6 +102,7 @@ class Run:
         self.extra: dict[str, Any] = {}  # the job's own state, saved in the checkpoint
         self.metrics: dict[str, Any] = {}  # the job's own progress fields (report)
         self.base_batch = self.config.base_batch or self.batch_size
+        self.lr_scaling = self.config.scaling(self.env)
         self.lr: float | None = None
         self._stop = {"requested": False, "agreed": False}
         self._handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -259,7 +266,7 @@ class Run:
         small = self._agree()
         if small is not None:
             self.noise.update(small[0], small[1], float(_sqnorm(self._params())), self.local_batch * self.world_size)
-        factor = lr_factor(self.config.lr_scaling, self.batch_size, self.base_batch, self.noise)
+        factor = lr_factor(self.lr_scaling, self.batch_size, self.base_batch, self.noise)
         groups = self.optimizer.param_groups
         unscaled = [g["lr"] for g in groups]
         if factor != 1.0:
@@ -325,7 +332,7 @@ class Run:
         self.counters.loss = self._loss_value()
         progress.write(self.env.progress_file, progress.record(
             self.env.job, self.counters, state, batch=(self.batch_size, self.local_batch, self.accum_steps),
-            targets=(self.target_steps, self.target_samples), lr=self.lr,
+            targets=(self.target_steps, self.target_samples), lr=(self.lr, self.lr_scaling),
             grad=(self.noise.grad_sqr, self.noise.grad_var), device=self.device_name, extra=self.metrics))
 
     def save(self) -> None:

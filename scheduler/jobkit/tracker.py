@@ -31,6 +31,7 @@ class Tracker:
         self.counters = progress.Counters()
         self.noise = GradientNoise(smoothing=self.config.stats_smoothing)
         self.base_batch = self.config.base_batch or self.batch_size
+        self.lr_scaling = self.config.scaling(self.env)
         self.lr: float | None = None
         self.loss = float("nan")
         self.stop_requested = False
@@ -89,7 +90,7 @@ class Tracker:
         if self._small is not None and big_sqr is not None:
             self.noise.update(self._small[0], self._small[1], big_sqr, big_batch)
         self._small = None
-        factor = lr_factor(self.config.lr_scaling, self.batch_size, self.base_batch, self.noise)
+        factor = lr_factor(self.lr_scaling, self.batch_size, self.base_batch, self.noise)
         self._unscaled = [g["lr"] for g in optimizer.param_groups]
         for g, lr in zip(optimizer.param_groups, self._unscaled):
             g["lr"] = lr * factor
@@ -116,7 +117,7 @@ class Tracker:
         self.counters.loss = self.loss
         progress.write(self.env.progress_file, progress.record(
             self.env.job, self.counters, state, batch=(self.batch_size, self.local_batch, self.accum_steps),
-            targets=(self.env.target_steps, self.env.target_samples), lr=self.lr,
+            targets=(self.env.target_steps, self.env.target_samples), lr=(self.lr, self.lr_scaling),
             grad=(self.noise.grad_sqr, self.noise.grad_var), device="", extra={}))
 
     def finish(self) -> str:

@@ -11,7 +11,10 @@ per application, GPU type, GPU count, batch and partner type; :mod:`scheduler.se
   minimum GPU count): an estimate of None keeps the policy off that configuration. A job that reports its
   gradient statistics (:mod:`scheduler.learning.gradient_noise`) is given the statistical efficiency they
   measure, E(M) = (B_noise + M0) / (B_noise + M), in place of its profile's curve or, unprofiled, of 1: its
-  batch is chosen for goodput, not throughput.
+  batch is chosen for goodput, not throughput. Until its first report an adaptive job is offered its job file's
+  batch M0 only (its GPU count still adapts), as Pollux starts a job at M0 until it has statistics: a batch
+  chosen before then would rest on throughput alone (or a curve of another run), and the job's learning rate —
+  tuned for M0, scaled by AdaScale only once the job has measured its noise — would not follow it.
 * :func:`learned_ratios` turns, for every packed pair measured, each member's co-located iteration time and
   its solo time *measured at the same configuration* into the pair's ratios ``t / t'`` with the sample
   counts behind them (a pair whose solo is not measured yet stays ``pending``); :func:`policy_table`
@@ -180,9 +183,12 @@ class LearnedGoodputModel(GoodputModelBase):
         return float(np.asarray(efficiency).reshape(-1)[0]) if efficiency is not None else 1.0
 
     def _candidates(self, spec: JobLimits | None, job: Job) -> list[int]:
-        """The batches :meth:`estimate` chooses among: for a profiled job with measured gradient statistics the
-        profile's grid (what its arrays would choose among: :meth:`estimate_arrays` comes here for it), else
+        """The batches :meth:`estimate` chooses among: before the job's first gradient report its job file's batch
+        M0 alone (module docstring); for a profiled job with measured gradient statistics the profile's grid
+        (what its arrays would choose among: :meth:`estimate_arrays` comes here for it), else
         :func:`batch_candidates`."""
+        if job.name not in self.gradients and job.batch_size:
+            return [job.batch_size]
         known = self.base.applications if self.base is not None else None
         if self.base is not None and known is not None and job.application in known and job.name in self.gradients:
             grid = self.base.grid_efficiency(job)
@@ -193,11 +199,13 @@ class LearnedGoodputModel(GoodputModelBase):
     def estimate_arrays(self, job: Job, configs: Sequence[Configuration]) -> EstimateArrays:
         """All configurations at once: the base model's arrays, calibrated, measured points and job limits on top.
 
-        Jobs the base model does not know, and jobs with measured gradient statistics (the profile's batch choice
-        rests on its own efficiency curve), take the per-configuration path (:meth:`estimate`).
+        Jobs the base model does not know, and adaptive jobs (with measured gradient statistics the profile's batch
+        choice rests on its own efficiency curve; without, they keep their job file's batch), take the
+        per-configuration path (:meth:`estimate`).
         """
         known = self.base.applications if self.base is not None else None
-        if self.base is None or known is None or job.application not in known or job.name in self.gradients:
+        if (self.base is None or known is None or job.application not in known or job.adaptive
+                or job.name in self.gradients):
             return super().estimate_arrays(job, configs)
         configs = configs if isinstance(configs, tuple) else tuple(configs)
         arrays = estimate_arrays(self.base, job, configs)

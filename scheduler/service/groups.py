@@ -13,6 +13,7 @@ own directory in the state directory and the environment of the checkpoint-resto
 ``COLOCATE_JOB_DIR``            the job's directory (log, progress, checkpoint)
 ``COLOCATE_MEMORY_LIMIT_BYTES`` a member of a group: its hard GPU-memory limit per GPU (:mod:`.memory`); unset alone
 ``COLOCATE_OOM_FILE``           where a job that runs out of memory writes what it reached (``oom.json``)
+``COLOCATE_LR_SCALING``         the job file's ``lr_scaling``, where it names one (the job library applies it)
 ==============================  ===============================================================
 
 A group the backend could not start leaves nothing in ``runs/`` (:func:`remove_group_files`), and its jobs are
@@ -28,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from common.lr_scaling import LR_SCALING_ENV
 from common.owners import REFUSE, RUN_SELF, Owner, may_run_as
 from scheduler.executor.command import RunSettings, job_argv
 from scheduler.executor.group_doc import GroupDoc, GroupMember, Placement
@@ -140,6 +142,8 @@ def group_document(key: str, group: GpuGroup, rows: dict[str, "JobRow"], config:
         else:
             env["COLOCATE_TARGET_SAMPLES"] = str(spec.samples)
         env["COLOCATE_OOM_FILE"] = str(directory / OOM_FILE)
+        if spec.lr_scaling is not None:
+            env[LR_SCALING_ENV] = spec.lr_scaling
         limit = (limits or {}).get(job.name)
         if limit is not None:
             env["COLOCATE_MEMORY_LIMIT_BYTES"] = str(limit)

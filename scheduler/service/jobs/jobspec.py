@@ -20,6 +20,8 @@ A job file is YAML::
     memory_gb: 6               # GPU memory per GPU it needs (default: measured or estimated; a command: unknown)
     max_slowdown: 1.25         # in a group, never slower than 1/1.25 of its solo speed (default: the cluster's)
     exclusive: false           # true: never shares its GPUs
+    lr_scaling: sqrt           # adascale | linear | sqrt | none: the job library's learning rate at another batch
+                               # (default: the library's, adascale; a value the script sets wins)
 
 :func:`job_from_dict` is the one validator of a job: ``colocate submit`` runs it on the file, and the server
 runs it again on every row it reads from the state database (a row written behind ``submit``'s back, or by
@@ -44,6 +46,7 @@ from typing import Any
 
 from common.bounds import MAX_BATCH, MAX_GPUS, MAX_SAMPLES, MAX_STEPS, check_number
 from common.errors import InputError
+from common.lr_scaling import LR_SCALING_RULE, check_lr_scaling
 from common.names import NAME_RULE, check_name, shown
 from common.placeholders import check_template
 from scheduler.model.jobs import REQUIREMENT_RULES, JobRequirements
@@ -66,6 +69,7 @@ FIELDS: dict[str, str] = {
     "gpu_types": "a list of GPU type names of the cluster",
     **{key: f"an integer in [{low}, {high}]" for key, (low, high) in BOUNDS.items()},
     **REQUIREMENT_RULES,
+    "lr_scaling": LR_SCALING_RULE,
 }
 FIELDS["min_batch_size"] += ", <= batch_size"
 FIELDS["max_batch_size"] += ", >= batch_size"
@@ -94,6 +98,7 @@ class JobSpec:
     # declared memory per GPU (None: measured or estimated, see service.contract), its own slowdown bound (None:
     # the cluster's), never sharing its GPUs
     requirements: JobRequirements = JobRequirements()
+    lr_scaling: str | None = None  # passed to the job as COLOCATE_LR_SCALING (None: the job library's default)
 
     @property
     def app(self) -> str:
@@ -220,6 +225,9 @@ def job_from_dict(data: Any, *, source: str = "<job>", default_name: str | None 
     if ints["max_gpus"] is not None and ints["max_gpus"] < min_gpus:
         raise InputError(f"{ints['max_gpus']} < min_gpus {min_gpus}", source=source, field="max_gpus",
                          valid=FIELDS["max_gpus"])
+    scaling = data.get("lr_scaling")
+    if scaling is not None:
+        check_lr_scaling(scaling, source=source, field="lr_scaling")
     needs = JobRequirements.from_fields(data, source=source)
     spec = JobSpec(
         name=name, batch_size=batch, model=data.get("model"), command=data.get("command"),
@@ -227,7 +235,8 @@ def job_from_dict(data: Any, *, source: str = "<job>", default_name: str | None 
         min_batch_size=ints["min_batch_size"], max_batch_size=ints["max_batch_size"], min_gpus=min_gpus,
         max_gpus=ints["max_gpus"], adaptive=adaptive, gpu_types=_gpu_types(data.get("gpu_types"), source, gpu_types),
         image_size=ints["image_size"] or 32,
-        max_retries=ints["max_retries"] if ints["max_retries"] is not None else 2, requirements=needs)
+        max_retries=ints["max_retries"] if ints["max_retries"] is not None else 2, requirements=needs,
+        lr_scaling=scaling)
     if spec.command is not None:
         check_command(spec.command, representative_values(spec), source=source)
     return spec
