@@ -124,7 +124,7 @@ def test_a_job_files_lr_scaling_reaches_the_jobs_environment(tmp_path: Path, sca
     assert row is not None and row.spec.lr_scaling == scaling  # stored and read back with the spec
     group = build_group((Slot("a", "t4", 1, 64, (), (0,), (0,)),), {"a": row}, ServeConfig(device="cpu"))
     doc = group_document("g00001", group, {"a": row}, ServeConfig(device="cpu"), state.dir)
-    env = doc["jobs"][0]["env"]
+    env = dict(doc.jobs[0].env)
     assert env.get("COLOCATE_LR_SCALING") == scaling
     assert read_env(env).lr_scaling == scaling and read_env(env).batch_size == 64
 
@@ -143,7 +143,7 @@ def test_a_round_starts_a_job_without_statistics_at_its_job_files_batch(tmp_path
         batches: dict[str, str] = {}
 
         def start(self, group, doc):  # type: ignore[no-untyped-def]
-            self.batches.update({j["name"]: j["env"]["COLOCATE_BATCH_SIZE"] for j in doc["jobs"]})
+            self.batches.update({j.name: j.env["COLOCATE_BATCH_SIZE"] for j in doc.jobs})
             return {}
 
         def poll(self, handle, doc):  # type: ignore[no-untyped-def]
