@@ -53,7 +53,8 @@ def run_serve_benchmark(num_jobs: int = 1000, rounds: int = 5, gpus: int = 64, s
         for spec in _specs(num_jobs, seed, cluster, model):
             state.submit(spec)
         executor = make_executor("local")
-        server = Server(state, cluster, executor, ServeConfig(round_s=0.0, device="cpu", stop_grace_s=5.0),
+        # rounds are run back to back by this loop, not by the server: round_s only has to be valid
+        server = Server(state, cluster, executor, ServeConfig(round_s=1.0, device="cpu", stop_grace_s=5.0),
                         profiles=model, colocation=table)
         stats = []
         try:
