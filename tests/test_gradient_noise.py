@@ -152,3 +152,33 @@ def test_a_profiled_jobs_curve_gives_way_to_its_measurements() -> None:
     measured = LearnedGoodputModel([], {"j": _spec()}, base=Profile(), gradients={"j": gn.GradientStats(1.0, 4.0)})
     arrays = measured.estimate_arrays(job, configs)
     assert arrays.batch_size[0] == 32 and arrays.efficiency[0] == 1.0
+
+
+def test_a_held_profiled_job_gets_the_per_configuration_figures_from_the_fast_path() -> None:
+    """Before its first report a profiled adaptive job is held at M0; the base model's arrays (as for a rigid job)
+    give exactly what the per-configuration path gives, GPU counts above the batch excluded, for every bundled
+    application, batch and configuration."""
+    from scheduler.formats.bundled import PROFILES_DIR
+    from scheduler.formats.profiles import load_goodput_model
+    from scheduler.model.cluster import cluster_from_dict
+    from scheduler.model.configs import configurations
+    from scheduler.model.goodput import GoodputModelBase
+
+    base = load_goodput_model(PROFILES_DIR)
+    cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 2, "gpus_per_node": 4, "memory_gb": 16},
+                                               "v100": {"nodes": 2, "gpus_per_node": 8, "memory_gb": 32}}})
+    configs = tuple(configurations(cluster))
+    model = LearnedGoodputModel([], {}, base=base)
+    checked = 0
+    for app in sorted(base.applications or ()):
+        curve = base.curves.get(app)
+        for m0 in (4, curve.init_batch_size if curve else 32):
+            job = Job(name=f"{app}-{m0}", application=app, batch_size=m0, min_batch_size=m0,
+                      max_batch_size=(curve.max_batch_size if curve else m0) * 4, adaptive=True)
+            fast, slow = model.estimate_arrays(job, configs), GoodputModelBase.estimate_arrays(model, job, configs)
+            assert np.array_equal(np.isnan(fast.goodput), np.isnan(slow.goodput)), job
+            assert np.allclose(np.nan_to_num(fast.goodput), np.nan_to_num(slow.goodput), rtol=1e-9), job
+            assert set(np.unique(fast.batch_size[~np.isnan(fast.goodput)])) <= {m0}
+            assert np.isnan(fast.goodput[np.array([c.num_gpus > m0 for c in configs])]).all()
+            checked += int((~np.isnan(fast.goodput)).sum())
+    assert checked > 50
