@@ -67,7 +67,7 @@ def queue(args: argparse.Namespace) -> list[dict[str, object]]:
              "max_batch_size": 512, "adaptive": True, "max_gpus": 1} for name, extra in REAL.items()]
 
 
-def run(code: Path, label: str, args: argparse.Namespace, root: Path) -> dict[str, object]:
+def run(code: Path, label: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """One queue on ``code``'s serve. The jobs are submitted by that tree's own ``colocate submit`` and the outcome
     read from its state database in SQL (columns both trees share), so another commit's schema is no concern."""
     cluster = root / "cluster.yaml"
@@ -166,9 +166,9 @@ def main() -> None:
     print("| job (measured noise scale B) | " + " | ".join(f"{r['label']}: batches, time to target s" for r in results) + " |")
     print("|---|" + "---|" * len(results))
     for name in [str(spec["name"]) for spec in queue(args)]:
-        cells = [f"{' → '.join(map(str, r['batches'].get(name, [])))}, {r['jcts'].get(name, float('nan')):.1f}"  # type: ignore[union-attr]
+        cells = [f"{' → '.join(map(str, r['batches'].get(name, [])))}, {r['jcts'].get(name, float('nan')):.1f}"
                  for r in results]
-        measured = results[0]["noise"].get(name)  # type: ignore[union-attr]
+        measured = results[0]["noise"].get(name)
         print(f"| {name} (measured B {'—' if measured is None else f'{measured:.0f}'}) | " + " | ".join(cells) + " |")
 
 
