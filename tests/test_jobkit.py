@@ -145,6 +145,26 @@ def test_the_learning_rate_after_a_resize_follows_the_job_files_scaling_unless_t
     assert last["lr"] == pytest.approx(0.005 * factor) and last["lr_scaling"] == (in_script or from_file)
 
 
+def test_a_job_that_reaches_its_own_target_finishes_before_its_sample_target(tmp_path: Path) -> None:
+    """Run.finish (a target validation loss, say): the loop ends, the run closes "finished" at the step it was
+    called, far short of the environment's sample target."""
+    progress = tmp_path / "progress.json"
+    x, y = _data()
+    model = _mlp()
+    run = attach(model, torch.optim.SGD(model.parameters(), lr=0.02), batch_size=16, config=JobConfig(log_every=0),
+                 env=JobEnv(job="t", progress_file=progress, checkpoint=tmp_path / "c.pt", target_samples=10**6))
+    loss_fn = torch.nn.CrossEntropyLoss()
+    while run.running():
+        idx = run.batch_indices(len(x))
+        run.backward(lambda xb, yb: loss_fn(run.model(xb), yb), x[idx], y[idx])
+        run.step()
+        if run.step_count == 5:
+            run.finish()
+    assert run.close() == "finished" and run.step_count == 5
+    record = json.loads(progress.read_text())
+    assert (record["state"], record["samples"]) == ("finished", 80)
+
+
 def test_batch_indices_stream_on_by_samples_whatever_the_batch(tmp_path: Path) -> None:
     model, seen = _mlp(), []
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)

@@ -105,6 +105,7 @@ class Run:
         self.lr_scaling = self.config.scaling(self.env)
         self.lr: float | None = None
         self._stop = {"requested": False, "agreed": False}
+        self._finished = False  # the job's own target (a validation loss, say) is reached: finish()
         self._handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
         self._restore(model)
         self._owns_group = False
@@ -141,9 +142,15 @@ class Run:
         return math.ceil(self.local_batch / self.accum_steps)
 
     def done(self) -> bool:
-        """Whether the target (steps or samples since the first start) is reached."""
-        return bool((self.target_steps and self.counters.step >= self.target_steps)
+        """Whether the target (steps or samples since the first start, or the job's own: :meth:`finish`) is
+        reached."""
+        return bool(self._finished or (self.target_steps and self.counters.step >= self.target_steps)
                     or (self.target_samples and self.counters.samples >= self.target_samples))
+
+    def finish(self) -> None:
+        """The job reached a target of its own (a validation loss, say): done from now on, so the loop ends and
+        the run closes ``"finished"`` — serve counts the job completed however far it is from its sample target."""
+        self._finished = True
 
     def stopped(self) -> bool:
         """Whether a stop (SIGTERM, SIGINT) was agreed by every replica, at the last step."""
