@@ -179,6 +179,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     deadline = time.monotonic() + LEFTOVER_GRACE_S
     left = leftover_processes(token)
+    if not left:  # a process caught in execve shows no environment (its new one is not set up yet): look again
+        time.sleep(0.5)
+        left = leftover_processes(token)
     while left and time.monotonic() < deadline:
         time.sleep(0.5)
         left = leftover_processes(token)
