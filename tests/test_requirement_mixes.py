@@ -131,12 +131,17 @@ def test_simulate_runs_every_mix_of_bounds_to_completion(tmp_path_factory: pytes
     assert summary["worst_slowdown"] <= max([b or 2.5 for b in bounds]) + 1e-6
 
 
+SCALINGS = st.lists(st.sampled_from([None, None, "adascale", "linear", "sqrt", "none"]), min_size=6, max_size=6)
+
+
 @SLOW_MIXES
-@given(reqs=st.lists(REQUIREMENTS, min_size=4, max_size=6))
+@given(reqs=st.lists(REQUIREMENTS, min_size=4, max_size=6), scalings=SCALINGS)
 def test_a_live_round_schedules_every_mix_of_requirements(tmp_path_factory: pytest.TempPathFactory,
-                                                          reqs: list) -> None:
+                                                          reqs: list, scalings: list) -> None:
     """``serve``'s own round (real SQLite, real processes) with a prior that makes any two jobs pay, and more
-    jobs than GPUs: the round succeeds, and an exclusive job never shares."""
+    jobs than GPUs: the round succeeds, an exclusive job never shares, an adaptive job that has reported no
+    gradient statistics runs at its job file's batch (M0), and a job gets ``COLOCATE_LR_SCALING`` exactly when its
+    job file names one."""
     from scheduler.executor.registry import make_executor
     from scheduler.service.config import ServeConfig
     from scheduler.service.jobs.jobspec import job_from_dict
@@ -159,6 +164,8 @@ def test_a_live_round_schedules_every_mix_of_requirements(tmp_path_factory: pyte
             spec.update({k: req[k] for k in ("max_slowdown", "memory_gb") if req[k] is not None})
             if req["exclusive"]:
                 spec["exclusive"] = True
+            if scalings[n] is not None:
+                spec["lr_scaling"] = scalings[n]
             state.submit(job_from_dict(spec))
         for _ in range(2):
             server.round()
@@ -171,6 +178,11 @@ def test_a_live_round_schedules_every_mix_of_requirements(tmp_path_factory: pyte
                 assert not row.others, row
             for other in row.others if row.state == "running" else ():
                 assert not reqs[int(other[1:])]["exclusive"]
+            if row.state == "running":
+                assert row.batch_size == 16, row  # M0: no job here has reported statistics
+        for group in state.groups().values():
+            for member in group.doc.jobs:
+                assert member.env.get("COLOCATE_LR_SCALING") == scalings[int(member.name[1:])], member
     finally:
         kill_groups(state.dir)
 
