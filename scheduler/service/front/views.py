@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from scheduler.learning import gradient_noise
 from scheduler.learning.measured import SoloTimes, learned_ratios
+from scheduler.service.state.rows import GroupRecord
 from scheduler.service.state.store import StateStore
 
 
@@ -22,10 +24,11 @@ def job_views(state: StateStore) -> list[dict[str, Any]]:
     reasons = loads(state.meta(META_KEY))
     solo = SoloTimes(state.measurements())
     estimates = load_solo_estimates(state)
-    limits = running_limits(state)
+    groups = state.groups()  # read and checked once for both of its views
+    limits = running_limits(state, groups)
     memory = memory_records(state)
     gradients = job_gradients(state)
-    sharing = sharing_notes(state)
+    sharing = sharing_notes(state, groups)
     out = []
     for row in state.jobs():
         slowdown = measured_slowdown(row, solo, estimates)
@@ -71,20 +74,22 @@ def jobs_snapshot(state: StateStore) -> dict[str, Any]:
             "round_failures": failures_view(state), "set_aside": set_aside_view(state)}
 
 
-def sharing_notes(state: StateStore) -> dict[str, str]:
+def sharing_notes(state: StateStore, groups: Mapping[str, GroupRecord] | None = None) -> dict[str, str]:
     """Why each running job's group does not share its GPUs as serve's ``--sharing`` says (its group document's
-    ``sharing_why``: e.g. MPS across owners on a node whose MPS serves one user at a time), by job name."""
+    ``sharing_why``: e.g. MPS across owners on a node whose MPS serves one user at a time), by job name; ``groups``:
+    the state's groups when the caller has read them already."""
     out: dict[str, str] = {}
-    for group in state.groups().values():
+    for group in (state.groups() if groups is None else groups).values():
         if group.doc.sharing_why:
             out.update(dict.fromkeys(group.doc.names, group.doc.sharing_why[:300]))
     return out
 
 
-def running_limits(state: StateStore) -> dict[str, int]:
-    """The memory limit (bytes per GPU) each member of a running group was started with (its group document)."""
-    return {job.name: job.memory_limit_bytes for group in state.groups().values() for job in group.doc.jobs
-            if job.memory_limit_bytes is not None}
+def running_limits(state: StateStore, groups: Mapping[str, GroupRecord] | None = None) -> dict[str, int]:
+    """The memory limit (bytes per GPU) each member of a running group was started with (its group document);
+    ``groups``: the state's groups when the caller has read them already."""
+    return {job.name: job.memory_limit_bytes for group in (state.groups() if groups is None else groups).values()
+            for job in group.doc.jobs if job.memory_limit_bytes is not None}
 
 
 def learned_view(state: StateStore) -> dict[str, Any]:
