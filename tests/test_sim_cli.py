@@ -79,6 +79,9 @@ def test_compare_writes_report_table_and_plots(tmp_path):
     assert "colocation-default.csv" in provenance and "GPU types t4, v100" in provenance
     assert "aws" not in provenance and "Not used" in provenance
     assert "| `colocate` | 2 | 8/8 |" in report
+    # the report's command reruns what ran: the profiles it was given included
+    command = next(line for line in report.splitlines() if line.startswith("- **command**"))
+    assert f"--profiles {PROFILES}" in command and "--policies colocate,sia,fifo" in command
     # a second run reuses the finished simulations; --targets adds the project's target checks
     again = run_cli("compare", "--cluster", str(CLUSTER), "--workloads", str(tmp_path / "set" / "workload-*.csv"),
                     "--policies", "colocate,sia,fifo", "--out", str(out), "--workers", "1",

@@ -268,7 +268,8 @@ def _setup(plan: ComparePlan) -> dict[str, str]:
                    f"--policies {','.join(names)} --loads {','.join(f'{x:g}' for x in load_points)} --out {req.out}"
                    + "".join(f" {arg}" for arg in set_options(req.sim, "sim"))
                    + "".join(f" {arg}" for arg in _ilp_args(req))
-                   + (f" --colocation {colocation}" if colocation else "") + "`",
+                   + (f" --colocation {colocation}" if colocation else "")
+                   + (f" --profiles {req.profiles}" if req.profiles else "") + "`",
         "machine": f"{machine_description()}; {plan.n_workers} worker processes",
         "code": f"report written at {code_version()}; each run records the code it ran in "
                 f"`runs/<workload>/<policy>/summary.json` (meta.code)",
