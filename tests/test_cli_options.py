@@ -254,7 +254,8 @@ def test_docs_commands_lists_every_command_and_every_subcommand_but_the_benchmar
 # Options each command showed before its options were built from shared declarations (main at issue 47):
 # a ceiling, so that no command grows. Issue 48 (many users) then added, on purpose: --server on every command that
 # talks to a server (submit, jobs, cancel, learned, logs, state check, token), and serve's API and users
-# (--api-port, --api-host, --tls-cert, --tls-key, --users, --admin, --private-data).
+# (--api-port, --api-host, --tls-cert, --tls-key, --users, --admin, --private-data). Issue 46 (packing that pays, judged
+# on replicates) added compare's --replicates.
 OPTION_CEILINGS = {
     "bench matrices": 3,
     "bench predictor": 3,
@@ -265,7 +266,7 @@ OPTION_CEILINGS = {
     "bench variants": 8,
     "cancel": 2,
     "colocation-table": 4,
-    "compare": 17,
+    "compare": 18,
     "compare-gpus": 6,
     "demo": 4,
     "env": 3,

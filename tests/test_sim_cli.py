@@ -111,6 +111,49 @@ def test_compare_across_load_points_writes_the_load_table_and_plot(tmp_path):
     assert "logical CPUs" in report and "UTC" in report  # machine and date read from the machine
 
 
+@pytest.mark.slow
+def test_compare_replicates_jitter_the_arrivals_and_the_tables_show_their_mean(tmp_path):
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "w.csv").write_text(TINY)
+    out = tmp_path / "report"
+    proc = run_cli("compare", "--cluster", str(CLUSTER), "--workloads", str(tmp_path / "set" / "w.csv"), "--policies",
+                   "sia,fifo", "--replicates", "3", "--out", str(out), "--workers", "2", "--profiles", str(PROFILES),
+                   timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    runs = pd.read_csv(out / "summary.csv")
+    assert sorted(zip(runs["policy"], runs["replicate"])) == [(p, k) for p in ("fifo", "sia") for k in range(3)]
+    arrivals = {}
+    for k in range(3):  # replicate 0 where a single run lives, replicate k under r<k>/
+        run = out / "runs" / "set-w" / (f"r{k}" if k else "") / "sia"
+        assert json.loads((run / "summary.json").read_text())["meta"]["replicate"] == k
+        arrivals[k] = pd.read_parquet(run / "jobs.parquet").set_index("job")["arrival_s"].sort_index()
+    for k in (1, 2):  # the same jobs, each arriving later by less than one round
+        shift = arrivals[k] - arrivals[0]
+        assert list(arrivals[k].index) == list(arrivals[0].index)
+        assert (shift >= 0).all() and (shift < 60).all() and (shift > 0).any()
+    assert not (arrivals[1] == arrivals[2]).all()  # each replicate draws its own shifts
+    report = (out / "report.md").read_text()
+    command = next(line for line in report.splitlines() if line.startswith("- **command**"))
+    assert "--replicates 3" in command and "**replicates**: 3 per workload" in report
+    # the tables read one value per workload: the mean over its replicates; "runs" counts every run
+    header = next(line for line in report.splitlines() if line.startswith("| workload |"))
+    order = [cell.strip(" `") for cell in header.strip("|").split("|")[1:]]
+    means = runs.groupby("policy")["avg_jct_s"].mean() / 3600
+    assert "| set-w | " + " | ".join(f"{means[p]:.2f}" for p in order) + " |" in report
+    assert "| `sia` | 3 | 4/4 |" in report
+
+
+def test_replicates_out_of_range_is_refused_before_anything_is_written(tmp_path):
+    (tmp_path / "w.csv").write_text(TINY)
+    for bad in ("0", "101", "1.5"):
+        proc = run_cli("compare", "--cluster", str(CLUSTER), "--workloads", str(tmp_path / "w.csv"),
+                       "--replicates", bad, "--out", str(tmp_path / "o"), "--profiles", str(PROFILES))
+        assert proc.returncode == 2, (bad, proc.stdout, proc.stderr)
+        assert "replicates" in proc.stderr and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert not (tmp_path / "o").exists()
+
+
 def test_bad_load_point_is_a_one_line_error(tmp_path):
     (tmp_path / "w.csv").write_text(TINY)
     proc = run_cli("compare", "--cluster", str(CLUSTER), "--workloads", str(tmp_path / "w.csv"), "--loads", "1,zero",

@@ -5,7 +5,8 @@ with its per-job and per-round tables). Output in ``out_dir``:
 
 * ``report.md`` — setup, the table, per-workload figures, the targets of the simulator issue with pass/miss
   and by how much, diagnostics (load, migrations caused by packing), the co-location data provenance.
-* ``summary.csv`` — one row per (workload, policy) with the ``colocate simulate --json`` fields.
+* ``summary.csv`` — one row per (workload, policy) with the ``colocate simulate --json`` fields (with
+  replicates, one row per run and a ``replicate`` column; the tables and targets read their means per workload).
 * ``jct_cdf.png`` — JCT CDF per policy, all workloads pooled (log time axis).
 * ``utilization.png`` — busy-GPU share of the cluster over simulated time per policy (mean over workloads).
 * ``packed_fraction.png`` — share of busy GPU-time that hosted a packed pair, per policy and workload.
@@ -40,6 +41,7 @@ class SimulationRecord:
     migrations: int = 0         # restarts on the same (type, count) but other GPUs
     pair_migrations: int = 0    # ... of which the job is packed afterwards
     load: float = 1.0           # arrival rate as a multiple of the workload's own
+    replicate: int = 0          # 0: the trace; k: its arrivals jittered with seed k (``colocate compare --replicates``)
 
 
 def migrations_of(allocations: Any) -> tuple[int, int]:
@@ -70,9 +72,24 @@ def _order(policies: Iterable[str]) -> list[str]:
 def summary_frame(runs: Sequence[SimulationRecord]) -> Any:
     import pandas as pd
 
-    rows = [{"workload": r.workload, "load": r.load, **dict(r.summary), "migrations": r.migrations,
-             "pair_migrations": r.pair_migrations} for r in runs]
+    replicated = any(r.replicate for r in runs)  # the column only where there are replicates: one run, as before
+    rows = [{"workload": r.workload, "load": r.load, **({"replicate": r.replicate} if replicated else {}),
+             **dict(r.summary), "migrations": r.migrations, "pair_migrations": r.pair_migrations} for r in runs]
     return pd.DataFrame(rows)
+
+
+def replicate_means(frame: Any) -> Any:
+    """One row per (workload, load, policy): each number the mean over the point's replicates (the frame itself
+    when it has none), so that every table and target below reads one value per workload."""
+    if "replicate" not in frame:
+        return frame
+    numeric = [c for c in frame.select_dtypes("number").columns if c not in ("load", "replicate")]
+    keys = ["workload", "load", "policy"]
+    means = frame.groupby(keys, sort=False)[numeric].mean()
+    means["replicates"] = frame.groupby(keys, sort=False).size()
+    means = means.reset_index()
+    others = [c for c in frame.columns if c not in numeric and c not in keys and c != "replicate"]
+    return means.merge(frame.groupby(keys, sort=False)[others].first().reset_index(), on=keys) if others else means
 
 
 def _fmt(mean: float, std: float, scale: float = 1.0, digits: int = 2) -> str:
@@ -84,7 +101,8 @@ def _fmt(mean: float, std: float, scale: float = 1.0, digits: int = 2) -> str:
 
 
 def aggregate_table(frame: Any) -> list[str]:
-    """Markdown lines: one row per policy, mean ± std over workloads."""
+    """Markdown lines: one row per policy, mean ± std over workloads (each workload's figure the mean over its
+    replicates; ``runs`` counts every run, ``completed`` the jobs of one run per workload)."""
     cols = [
         ("avg JCT (h)", "avg_jct_s", 3600.0, 2), ("p50 JCT (h)", "p50_jct_s", 3600.0, 2),
         ("p99 JCT (h)", "p99_jct_s", 3600.0, 1), ("makespan (h)", "makespan_s", 3600.0, 1),
@@ -102,8 +120,9 @@ def aggregate_table(frame: Any) -> list[str]:
         sub = frame[frame["policy"] == policy]
         cells = [_fmt(float(sub[c].mean()), float(sub[c].std(ddof=1)) if len(sub) > 1 else 0.0, s, d)
                  for _, c, s, d in cols]
-        done = f"{int(sub['completed'].sum())}/{int(sub['jobs'].sum())}"
-        lines.append(f"| `{policy}` | {len(sub)} | {done} | " + " | ".join(cells) + " |")
+        runs = int(sub["replicates"].sum()) if "replicates" in sub else len(sub)
+        done = f"{round(sub['completed'].sum())}/{round(sub['jobs'].sum())}"
+        lines.append(f"| `{policy}` | {runs} | {done} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -291,8 +310,9 @@ def write_report(runs: Sequence[SimulationRecord], out_dir: str | Path, *, title
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    frame = summary_frame(runs)
-    frame.to_csv(out / "summary.csv", index=False)
+    runs_frame = summary_frame(runs)
+    runs_frame.to_csv(out / "summary.csv", index=False)
+    frame = replicate_means(runs_frame)
     plot_jct_cdf(runs, out / "jct_cdf.png")
     plot_utilization(runs, out / "utilization.png")
     plot_packed_fraction(frame, out / "packed_fraction.png")
@@ -329,7 +349,8 @@ def write_report(runs: Sequence[SimulationRecord], out_dir: str | Path, *, title
         lines += ["## Analysis", "", notes.strip(), ""]
     lines += ["## Files", "",
               "- `summary.csv`: one row per (workload, policy) with the `colocate simulate --json` fields plus "
-              "`migrations`/`pair_migrations`.",
+              "`migrations`/`pair_migrations` (with replicates: one row per run, and a `replicate` column; replicate "
+              "k > 0 lives in `runs/<workload>/r<k>/<policy>/`).",
               "- `runs/<workload>/<policy>/`: `jobs.parquet` (per job: arrival, start, completion, JCT, restarts, "
               "GPU-hours, packed seconds), `rounds.parquet` (per round: active/running/waiting jobs, busy GPUs, "
               "utilization, packed and triple GPU-seconds, restarts, solver status and time), `allocations.parquet` "

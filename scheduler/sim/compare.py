@@ -1,6 +1,10 @@
 """Policy comparison: every policy on every workload at every load point, in parallel processes, then a
 markdown report (with JCT across load when several load points are given). ``colocate compare`` is its CLI.
 
+``replicates`` runs each (workload, load) again with every arrival moved by a seeded draw inside one round
+(:meth:`~scheduler.formats.workload_jobs.Workload.jittered`, seed = the replicate; 0 is the trace): one run's JCT
+moves by a few per cent with such a shift, so differences of that size are judged on the mean.
+
 Runs whose logs already exist in the output directory are kept (resume) unless ``force`` is set.
 """
 
@@ -43,6 +47,9 @@ class CompareRequest:
     colocation: Path | None = shared_option("colocation", None, show_default="the bundled tables: transferred from "
                                             "Gavel's measurements, and the pairs measured on the H100 under MPS")
     profiles: Path | None = shared_option("profiles", None, show_default="<shared data>/sia/traces")
+    replicates: int = option(1, "Runs per workload and load: replicate 0 is the trace, replicate k moves every "
+                                "arrival later by a seeded draw (seed k) inside one 60-s round; tables show the mean "
+                                "over replicates, summary.csv every run.")
     workers: int | None = option(None, "Worker processes.", show_default="CPU cores, at most the runs")
     title: str | None = option(None, "Report title.")
     notes: Path | None = option(None, "Markdown file appended to the report as its Analysis section.")
@@ -141,18 +148,23 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
 
     out = Path(task["out"])
     work = read_workload(task["workload"]).at_load(task["load"])
+    if task["replicate"]:
+        work = work.jittered(task["replicate"])
     try:
         result = simulate(task["cluster"], work, task["policy"], colocation=task["colocation"],
                           profiles=task["profiles"], config=task["sim"], ilp=task["ilp"])
     except SimulationError as err:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / FAILED_LOG, f"{err}\n")
-        return {"workload": task["label"], "load": task["load"], "policy": task["policy"], "error": str(err)}
+        return {"workload": task["label"], "load": task["load"], "replicate": task["replicate"],
+                "policy": task["policy"], "error": str(err)}
     (out / FAILED_LOG).unlink(missing_ok=True)
     result.meta["load"] = task["load"]
+    result.meta["replicate"] = task["replicate"]
     result.meta["code"] = code_version()
     result.write(out)
-    return {"workload": task["label"], "load": task["load"], "policy": task["policy"], **result.to_json()}
+    return {"workload": task["label"], "load": task["load"], "replicate": task["replicate"], "policy": task["policy"],
+            **result.to_json()}
 
 
 def _checked_inputs(req: CompareRequest) -> tuple[Any, list[str]]:
@@ -163,6 +175,7 @@ def _checked_inputs(req: CompareRequest) -> tuple[Any, list[str]]:
 
     if req.workers is not None:
         check_number(req.workers, field="workers", low=1, high=256, integer=True)
+    check_number(req.replicates, field="replicates", low=1, high=100, integer=True)
     if req.notes is not None and not req.notes.is_file():
         raise InputError("notes file not found", source=req.notes, field="notes", valid="a Markdown file")
     cluster = load_cluster(req.cluster)
@@ -194,12 +207,13 @@ def plan_comparison(req: CompareRequest) -> ComparePlan:
     for f in files:
         for load in load_points:
             label = workload_label(f) + ("" if load_points == [1.0] else f"@{load:g}x")
-            for p in names:
-                tasks.append({"cluster": str(req.cluster), "workload": str(f), "policy": p, "label": label,
-                              "load": load, "colocation": _task_table(req),
-                              "sim": req.sim, "profiles": str(req.profiles) if req.profiles else None,
-                              "ilp": req.ilp.get(p),
-                              "out": str(req.out / "runs" / label / p)})
+            for k in range(req.replicates):
+                runs = req.out / "runs" / label / (f"r{k}" if k else "")
+                for p in names:
+                    tasks.append({"cluster": str(req.cluster), "workload": str(f), "policy": p, "label": label,
+                                  "load": load, "replicate": k, "colocation": _task_table(req),
+                                  "sim": req.sim, "profiles": str(req.profiles) if req.profiles else None,
+                                  "ilp": req.ilp.get(p), "out": str(runs / p)})
     todo = [t for t in tasks if req.force or not all((Path(t["out"]) / f).is_file() for f in RUN_LOGS)]
     n_workers = req.workers if req.workers is not None else min(os.cpu_count() or 1, max(len(todo), 1))
     return ComparePlan(req, cluster, files, names, load_points, tasks, todo, n_workers)
@@ -235,7 +249,7 @@ def _records(plan: ComparePlan) -> list[Any]:
         moves, pair_moves = migrations_of(allocations)
         records.append(SimulationRecord(t["label"], t["policy"], {k: v for k, v in summary.items() if k != "meta"},
                                  pd.read_parquet(run_dir / "jobs.parquet"), pd.read_parquet(run_dir / "rounds.parquet"),
-                                 moves, pair_moves, t["load"]))
+                                 moves, pair_moves, t["load"], t["replicate"]))
     return records
 
 
@@ -245,7 +259,8 @@ def failed_runs(plan: ComparePlan) -> list[str]:
     for t in plan.tasks:
         log = Path(t["out"]) / FAILED_LOG
         if log.is_file() and not (Path(t["out"]) / "summary.json").is_file():
-            found.append(f"{t['label']}/{t['policy']}: {log.read_text().strip()}")
+            where = t["label"] + (f" r{t['replicate']}" if t["replicate"] else "")
+            found.append(f"{where}/{t['policy']}: {log.read_text().strip()}")
     return found
 
 
@@ -262,10 +277,14 @@ def _setup(plan: ComparePlan) -> dict[str, str]:
         "policies": ", ".join(f"`{p}`" for p in names),
         "loads": ", ".join(f"{x:g}×" for x in load_points) + " the workloads' arrival rate (same jobs, arrival "
                  "times divided by the load)",
+        **({"replicates": f"{req.replicates} per workload and load (replicate 0: the trace; replicate k: every "
+                          "arrival moved later by a seeded draw inside one round); the tables show the mean over "
+                          "them, `summary.csv` every run"} if req.replicates > 1 else {}),
         "round": f"{req.sim.round_s:g} s; seed {req.sim.seed}" + (f"; co-location benefit scaled by {strength:g}"
                                                                    if strength != 1 else ""),
         "command": f"`colocate compare --cluster {req.cluster} --workloads '{req.workloads}' "
                    f"--policies {','.join(names)} --loads {','.join(f'{x:g}' for x in load_points)} --out {req.out}"
+                   + (f" --replicates {req.replicates}" if req.replicates > 1 else "")
                    + "".join(f" {arg}" for arg in set_options(req.sim, "sim"))
                    + "".join(f" {arg}" for arg in _ilp_args(req))
                    + (f" --colocation {colocation}" if colocation else "")
@@ -348,7 +367,9 @@ def compare_policies(req: CompareRequest, progress: ProgressHook | None = None) 
 
     plan = plan_comparison(req)
     description = (f"{_count(len(plan.names), 'policy', 'policies')} × {_count(len(plan.files), 'workload')} × "
-                   f"{_count(len(plan.load_points), 'load')} ({_count(plan.n_workers, 'worker')})")
+                   f"{_count(len(plan.load_points), 'load')}"
+                   + (f" × {req.replicates} replicates" if req.replicates > 1 else "")
+                   + f" ({_count(plan.n_workers, 'worker')})")
     tracker = progress(description, len(plan.tasks), len(plan.tasks) - len(plan.todo)) if progress else None
     with tracker if tracker is not None else nullcontext(_ignore) as done:
         run_simulations(plan, done)
