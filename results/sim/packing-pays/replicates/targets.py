@@ -1,18 +1,41 @@
 """Issue 46's targets on the mean over replicates (NOTES.md, section 8).
 
-python results/sim/packing-pays/replicates/targets.py SUMMARY_CSV [SUMMARY_CSV ...]
-    -> targets.csv (one row per point) beside this script, and the table and the verdicts on stdout
+python results/sim/packing-pays/replicates/targets.py SUMMARY_CSV [SUMMARY_CSV ...] [ROWS.jsonl ...] [--out CSV]
+    -> the table and the verdicts on stdout; targets.csv beside this script (or CSV)
 
 Each SUMMARY_CSV is written by ``scripts/belief_sweep.py`` (one row per run: workload, load, replicate, policy,
-belief, avg_jct_s, restarts, packed_fraction). Every ratio is taken on the mean JCT over a point's replicates;
-``*_lo``/``*_hi`` give the range of the same ratio over the replicates taken one at a time.
+belief, avg_jct_s, restarts, packed_fraction). ROWS.jsonl (``colocate bench variants --policies colocate --json``
+with variants named truth, none, predicted, on the workloads written at each load as ``<trace>-<load>x/
+workload-<i>.csv``) replace the CSVs' `colocate` runs: only `sia` is read from the CSVs then. Every ratio is taken
+on the mean JCT over a point's replicates; ``*_lo``/``*_hi`` give the range of the same ratio over the replicates
+taken one at a time.
 """
+import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-runs = pd.concat([pd.read_csv(f) for f in sys.argv[1:]])
+args = sys.argv[1:]
+out_csv = Path(args[args.index("--out") + 1]) if "--out" in args else Path(__file__).parent / "targets.csv"
+if "--out" in args:
+    del args[args.index("--out"):args.index("--out") + 2]
+
+
+def variant_rows(path: str) -> pd.DataFrame:
+    rows = pd.DataFrame([json.loads(line) for line in open(path)])
+    folder = rows["workload"].str.split("/").str[0]
+    rows["load"] = folder.str.split("-").str[1].str.rstrip("x").astype(float)
+    rows["workload"] = (folder.str.split("-").str[0] + "-" + rows["workload"].str.split("/").str[1] + "@"
+                        + folder.str.split("-").str[1])
+    return rows.assign(avg_jct_s=rows["avg_jct_h"] * 3600, belief=rows["variant"], packed_fraction=float("nan"))
+
+
+grid = pd.concat([pd.read_csv(f) for f in args if f.endswith(".csv")])
+variants = [variant_rows(f) for f in args if f.endswith(".jsonl")]
+if variants:
+    grid = pd.concat([grid[grid["policy"] == "sia"], *variants])
+runs = grid
 runs["variant"] = runs["belief"].where(runs["policy"] != "sia", "sia")
 point = ["workload", "load"]
 per_rep = runs.pivot_table(index=[*point, "replicate"], columns="variant", values="avg_jct_s")
@@ -38,10 +61,10 @@ for v in ("truth", "none", "predicted"):
 out["predicted share"] = share(mean)
 rep_share = share(per_rep).groupby(level=point)
 out["predicted share_lo"], out["predicted share_hi"] = rep_share.min(), rep_share.max()
-out["packed truth"] = packed["truth"]
+out["packed truth"] = packed["truth"] if "truth" in packed else float("nan")
 out["sia s"], out["truth s"] = mean["sia"], mean["truth"]
 out = out.round(3)
-out.to_csv(Path(__file__).parent / "targets.csv")
+out.to_csv(out_csv)
 pd.set_option("display.width", 250)
 print(out[["replicates", "truth/sia", "truth/sia_lo", "truth/sia_hi", "truth/none", "truth/none_lo", "truth/none_hi",
            "none/sia", "predicted/sia", "predicted share", "restarts truth/sia", "restarts none/sia",
