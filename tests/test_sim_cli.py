@@ -120,6 +120,7 @@ def test_compare_replicates_jitter_the_arrivals_and_the_tables_show_their_mean(t
                    "sia,fifo", "--replicates", "3", "--out", str(out), "--workers", "2", "--profiles", str(PROFILES),
                    timeout=600)
     assert proc.returncode == 0, proc.stderr
+    assert "× 3 replicates" in proc.stderr and "set-w r2/sia:" in proc.stderr  # progress names each run
     runs = pd.read_csv(out / "summary.csv")
     assert sorted(zip(runs["policy"], runs["replicate"])) == [(p, k) for p in ("fifo", "sia") for k in range(3)]
     arrivals = {}

@@ -28,6 +28,12 @@ def _last(row: dict[str, Any]) -> str:
     return "FAILED (see the report)" if "error" in row else f"avg JCT {row['avg_jct_s'] / 3600:.2f} h"
 
 
+def _run_name(row: dict[str, Any]) -> str:
+    """``workload[ rK]/policy``: which run finished (replicate 0, the trace, unmarked)."""
+    k = row.get("replicate", 0)
+    return f"{row['workload']}{f' r{k}' if k else ''}/{row['policy']}"
+
+
 @contextmanager
 def _progress_bar(description: str, total: int, completed: int) -> Iterator[Callable[[dict[str, Any]], None]]:
     """A Rich progress bar on stderr; yields the function that advances it by one finished run."""
@@ -41,7 +47,7 @@ def _progress_bar(description: str, total: int, completed: int) -> Iterator[Call
 
         def line(row: dict[str, Any]) -> None:
             count[0] += 1
-            error_console.print(f"{count[0]}/{total} {row['workload']}/{row['policy']}: {_last(row)}",
+            error_console.print(f"{count[0]}/{total} {_run_name(row)}: {_last(row)}",
                                 soft_wrap=True, highlight=False)
 
         yield line
@@ -52,7 +58,7 @@ def _progress_bar(description: str, total: int, completed: int) -> Iterator[Call
         bar = progress.add_task(description, total=total, completed=completed, last="")
 
         def done(row: dict[str, Any]) -> None:
-            progress.update(bar, advance=1, last=f"{row['workload']}/{row['policy']}: {_last(row)}")
+            progress.update(bar, advance=1, last=f"{_run_name(row)}: {_last(row)}")
 
         yield done
 
