@@ -14,7 +14,7 @@ from colocate import cli_kit
 from colocate.cli_config import ConfigSpec, Defaults, config_command, entries, printed_config
 from colocate.commands.simulate import policy_ilp
 from scheduler.ilp.config import IlpConfig
-from scheduler.sim.compare import CompareRequest
+from scheduler.sim.compare import CompareRequest, run_name
 from scheduler.sim.config import SimConfig
 
 __all__ = ["compare_command", "register", "write_config"]
@@ -29,9 +29,8 @@ def _last(row: dict[str, Any]) -> str:
 
 
 def _run_name(row: dict[str, Any]) -> str:
-    """``workload[ rK]/policy``: which run finished (replicate 0, the trace, unmarked)."""
-    k = row.get("replicate", 0)
-    return f"{row['workload']}{f' r{k}' if k else ''}/{row['policy']}"
+    """``workload[ rK]/policy``: which run finished."""
+    return f"{run_name(row['workload'], row.get('replicate', 0))}/{row['policy']}"
 
 
 @contextmanager

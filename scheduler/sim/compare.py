@@ -147,9 +147,7 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
     from scheduler.sim.simulator import simulate
 
     out = Path(task["out"])
-    work = read_workload(task["workload"]).at_load(task["load"])
-    if task["replicate"]:
-        work = work.jittered(task["replicate"])
+    work = read_workload(task["workload"]).at_load(task["load"]).jittered(task["replicate"])  # 0: the trace itself
     try:
         result = simulate(task["cluster"], work, task["policy"], colocation=task["colocation"],
                           profiles=task["profiles"], config=task["sim"], ilp=task["ilp"])
@@ -253,14 +251,18 @@ def _records(plan: ComparePlan) -> list[Any]:
     return records
 
 
+def run_name(label: str, replicate: int) -> str:
+    """How progress lines and the report name a run's workload: ``label``, or ``label rK`` for replicate K > 0."""
+    return f"{label} r{replicate}" if replicate else label
+
+
 def failed_runs(plan: ComparePlan) -> list[str]:
     """``label/policy: reason`` of every run of the plan that stopped on a broken invariant."""
     found = []
     for t in plan.tasks:
         log = Path(t["out"]) / FAILED_LOG
         if log.is_file() and not (Path(t["out"]) / "summary.json").is_file():
-            where = t["label"] + (f" r{t['replicate']}" if t["replicate"] else "")
-            found.append(f"{where}/{t['policy']}: {log.read_text().strip()}")
+            found.append(f"{run_name(t['label'], t['replicate'])}/{t['policy']}: {log.read_text().strip()}")
     return found
 
 
@@ -395,4 +397,5 @@ def _ignore(row: dict[str, Any]) -> None:
 
 
 __all__ = ["CompareRequest", "ComparePlan", "compare_policies", "expand_workloads", "ilp_changes", "parse_loads",
-           "plan_comparison", "run_simulations", "run_task", "workload_label", "write_comparison_report", "code_version"]
+           "plan_comparison", "run_name", "run_simulations", "run_task", "workload_label", "write_comparison_report",
+           "code_version"]
