@@ -91,17 +91,32 @@ class ServeProcess:
 
 def kill_groups(state: Path, wait_s: float = 15.0) -> None:
     """Kill every group supervisor a test left behind (their jobs die with them). A group started in the test's
-    last round may not have written its pid file yet: wait for it, or its supervisor and jobs outlive the test."""
+    last round may not have written its pid file yet: wait for it, or its supervisor and jobs outlive the test.
+    Only groups the state still lists are waited for: one that ended (dropped from the state) never writes one."""
     from scheduler.executor.supervise import process_alive, read_json
 
     deadline = time.monotonic() + wait_s
-    groups = list((state / "runs").glob("g*.json"))
+    live = _live_groups(state)
+    groups = [g for g in (state / "runs").glob("g*.json") if live is None or g.stem in live]
     while any(not g.with_suffix(".pid").exists() for g in groups) and time.monotonic() < deadline:
         time.sleep(0.05)
     for pid_file in (state / "runs").glob("*.pid"):
         recorded = read_json(pid_file)
         if recorded and process_alive(recorded["pid"], recorded["start_time"]):
             os.kill(recorded["pid"], signal.SIGKILL)
+
+
+def _live_groups(state: Path) -> set[str] | None:
+    """The groups the state lists; None when it cannot be read (a test that damaged it): then every group."""
+    import sqlite3
+
+    from common.errors import InputError
+    from scheduler.service.state.store import StateStore
+
+    try:
+        return set(StateStore(state, readonly=True).groups())
+    except (InputError, OSError, sqlite3.Error):
+        return None
 
 
 def events(state: Path, job: str | None = None) -> list[dict[str, Any]]:

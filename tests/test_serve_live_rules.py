@@ -164,6 +164,36 @@ def test_a_pair_that_hurts_is_split_within_two_rounds_of_its_measurement(tmp_pat
         kill_groups(state.dir)
 
 
+def test_a_change_whose_stop_the_next_round_collects_is_carried_out(tmp_path: Path) -> None:
+    """A round decides to pack b next to a: a is stopped and the pair waits for its GPU. When the stop is first
+    seen by the next round's collect (no look between rounds, as on a loaded machine), the pair starts before that
+    round re-plans; re-planned, a would pay its restart a second time as a resumed job and b would start alone."""
+    from dataclasses import replace
+
+    state = StateStore(tmp_path / "state")
+    cluster = cluster_from_dict({"gpu_types": {"t4": {"nodes": 1, "gpus_per_node": 1, "memory_gb": 16}}})
+    config = ServeConfig(round_s=0.2, device="cpu", stop_grace_s=20.0)
+    config = replace(config, ilp=replace(config.ilp, restart_cost_s=3.0))  # the pair pays once a has run ~4 s
+    server = Server(state, cluster, make_executor("local"), config)
+    server.acquire()
+    try:
+        state.submit(_job(tmp_path, "a", 100000))
+        _drive(server, lambda: state.job("a").step > 0, 60)
+        state.submit(_job(tmp_path, "b", 100000))  # a runs alone; packing b next to it restarts a
+        deadline = time.monotonic() + 120
+        while not any(e["kind"] == "stopped" for e in state.events("a")):
+            assert time.monotonic() < deadline, [(e["job"], e["kind"], e["detail"]) for e in state.events()]
+            server.round()  # rounds only: nothing is collected between them
+            time.sleep(0.2)
+        server.round()
+        starts = [e for e in state.events() if e["kind"] in ("started", "restarted", "repacked")]
+        assert [e["job"] for e in starts[:1]] == ["a"], starts  # a ran alone first; b waited
+        a, b = state.job("a"), state.job("b")
+        assert a.state == b.state == "running" and a.partner == "b" and b.partner == "a", (starts, a, b)
+    finally:
+        kill_groups(state.dir)
+
+
 class Recorder:
     """Wraps the server's policy: each round's solver fallback (None when the ILP solved it) and whether a
     running pair was held (pinned)."""

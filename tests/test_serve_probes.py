@@ -119,7 +119,7 @@ def _cleanup(state: StateStore, server: Server | None = None) -> None:
         server.probes.shutdown()
     for group in state.groups().values():
         executor.release(group.handle, group.doc)
-    kill_groups(state.dir)
+    kill_groups(state.dir, wait_s=0)  # released by their handles: none of them writes a pid file any more
 
 
 def _probes(state: StateStore) -> list[dict[str, Any]]:

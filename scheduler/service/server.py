@@ -146,6 +146,12 @@ class Server:
         began, began_cpu = time.perf_counter(), time.process_time()
         self.collect()
         self._reap_overdue()
+        # the last round's decision first: units that waited for GPUs this collect freed start before the round
+        # re-plans, as between rounds. Re-planned instead, a job stopped for a change would pay its restart a
+        # second time (it counts as resumed) and the change it was stopped for could be reversed.
+        early = 0
+        if self._pending:
+            early, self._pending = self.start_units(self._pending)
         self._cancel_queued()
         everyone = self.state.jobs()
         leaving = self._stop_cancelled_members(everyone)
@@ -175,6 +181,7 @@ class Server:
         self._record_splits([b for k in plan.stop if k not in self._stopping for b in breaks.get(k, ())])
         self.request_stops(tuple(k for k in plan.stop if k not in self._stopping))
         started, self._pending = self.start_units(plan.start)
+        started += early
         if self.probes is not None:  # GPUs this round left idle may measure a never-measured job type
             self.probes.poll()
             taken = self._group_gpus().union(*(rounds.unit_gpus(u) for u in self._pending))
