@@ -85,12 +85,12 @@ def test_a_group_of_three_is_held_to_its_measured_ratios() -> None:
 
 
 def test_a_ratio_measured_once_past_a_bound_wins_over_the_beliefs_optimism() -> None:
-    """The pair was measured once at 0.721 of its solo speed (slowdown 1.39); the prior (per application) says 0.9,
+    """The pair was measured once at 0.73 of its solo speed (slowdown 1.37); the prior (per application) says 0.9,
     so the belief, shrunk and explored upward, still plans it above 1/1.3 (0.77). A job bounded at 1.3 is not paired
     on that belief: the measurement counts from its first sample (two were needed, and the pair was split 2 s
     after it formed)."""
     prior = ColocationTable.from_rows([("g", "a", "b", 0.9, 0.9)])
-    measurements = [_m("a", 0.1, 5), _m("b", 0.1, 5), _m("a", 0.1 / 0.721, 1, "b@16"), _m("b", 0.105, 1, "a@16")]
+    measurements = [_m("a", 0.1, 5), _m("b", 0.1, 5), _m("a", 0.1 / 0.73, 1, "b@16"), _m("b", 0.105, 1, "a@16")]
     model = LearnedGoodputModel(measurements, {})
     jobs = [Job("a", "a", batch_size=16, requirements=JobRequirements(max_slowdown=1.3)), Job("b", "b", batch_size=16)]
     table = policy_table(prior, learned_ratios(measurements, model), round_job_types(["g"], [("a", 16), ("b", 16)]),

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.errors import InputError
+from scheduler.ilp.config import IlpConfig
 from scheduler.learning.explore import ExploreConfig, contended, hurts, planning_ratios, z_of
 from scheduler.learning.pairs import PairBelief, PairConfig, PriorAnswer, table_prior
 from scheduler.model.colocation import ColocationTable
@@ -55,7 +56,7 @@ def test_learned_ratios_are_always_bounded(ra: float, rb: float, n: int) -> None
 def test_unknown_pairs_are_planned_optimistically_and_the_optimism_shrinks() -> None:
     belief = PairBelief(None)  # nothing known: time-slicing, with the spread of ratios around it
     fresh = belief.planned("t4", "a", "b")
-    assert sum(fresh) > 1.1  # worth trying when jobs wait
+    assert sum(fresh) > 1 + IlpConfig().min_benefit  # worth trying when jobs wait
     belief.observe("t4", "a", "b", 0.5, 0.5, count=50)
     settled = belief.planned("t4", "a", "b")
     assert sum(settled) < sum(fresh) and sum(settled) == pytest.approx(1.0, abs=0.05)
@@ -69,7 +70,7 @@ def test_the_optimism_is_the_upper_end_of_the_priors_own_interval() -> None:
         return PairBelief(lambda gpu, a, b: answer)
 
     sure, unsure = prior(1.05), prior(2.5)
-    z = ExploreConfig().z / z_of(0.8)  # the rule's interval (30 %) within the prior's (80 %)
+    z = ExploreConfig().z / z_of(0.8)  # the rule's interval (20 %) within the prior's (80 %)
     assert sure.planned("t4", "a", "b") == pytest.approx((0.45 * 1.05 ** z, 0.5 * 1.05 ** z))
     assert sum(sure.planned("t4", "a", "b")) < 1.0 < sum(unsure.planned("t4", "a", "b"))  # tried only if unsure
     assert sure.planned("t4", "a", "b", explore=False) == pytest.approx((0.45, 0.5))  # calm: the prediction
@@ -93,7 +94,8 @@ def test_a_pair_that_hurts_is_split_after_one_or_two_rounds_of_samples() -> None
     belief.observe("t4", "a", "b", 0.3, 0.35)  # one round: δ < 1 far beyond its interval
     assert belief.planned("t4", "a", "b") == (0.0, 0.0)
     assert hurts(0.3, 0.35, 1) and not hurts(0.495, 0.495, 1)  # 0.99 is within the interval of 1: not yet
-    assert not hurts(0.492, 0.492, 1) and hurts(0.492, 0.492, 2)  # two rounds decide a pair at 0.984
+    assert hurts(0.492, 0.492, 1)  # one round decides a pair at 0.984 ...
+    assert not hurts(0.495, 0.495, 1) and hurts(0.495, 0.495, 2)  # ... two rounds one at 0.99
     table = belief.planning_table({"t4": ["a", "b"]})
     assert table.ratios[("t4", "a", "b")] == (0.0, 0.0) and table.ratios[("t4", "a", "a")][0] > 0
 
@@ -148,7 +150,7 @@ def test_exploration_is_load_aware_and_the_earlier_rule_explores_in_every_round(
     assert contended(calm, 4, ExploreConfig(contention=0.5)) and not contended([1], 4, ExploreConfig(contention=0.5))
     belief = PairBelief(None)  # nothing known: 0.5 each
     assert belief.planned("t4", "a", "b", explore=False) == (0.5, 0.5)  # calm: not worth trying (Σ 1)
-    assert sum(belief.planned("t4", "a", "b", explore=True)) > 1.1
+    assert sum(belief.planned("t4", "a", "b", explore=True)) > 1 + IlpConfig().min_benefit
     measured = PairBelief(None)
     measured.observe("t4", "a", "b", 0.3, 0.35)
     assert measured.planned("t4", "a", "b", explore=False) == (0.0, 0.0)  # a pair that hurts splits in any round
@@ -170,7 +172,7 @@ def test_serve_plans_with_the_same_load_aware_rule() -> None:
                            explore=ExploreConfig(contention=0.0))
     assert calm is not None and busy is not None and unsaid is not None and earlier is not None
     assert calm.ratios[("t4", "a", "b")] == (0.5, 0.5)
-    assert sum(busy.ratios[("t4", "a", "b")]) > 1.1
+    assert sum(busy.ratios[("t4", "a", "b")]) > 1 + IlpConfig().min_benefit
     assert unsaid.ratios == busy.ratios == earlier.ratios
 
 

@@ -44,9 +44,11 @@ def z_of(level: float) -> float:
 class ExploreConfig:
     """Knobs of the exploration rule (the one source of their defaults)."""
 
-    # the upper end of the belief's 30 % interval (z = 0.39): on the simulated Philly 2 the 80 % interval's top
-    # tried every poorly predicted pair in turn, each at two restarts (results/sim/belief-interval/NOTES.md)
-    level: float = option(0.3, "Pairs are planned at the upper end of their belief's interval of this coverage "
+    # the upper end of the belief's 20 % interval (z = 0.25): on the simulated Philly 2 the 80 % interval's top
+    # tried every poorly predicted pair in turn, each at two restarts (results/sim/belief-interval/NOTES.md); 30 %
+    # still cost the learner without a table 3 % on Philly 2 at 1x, 20 % none at 12 of 12 points of issue 46's
+    # grid (results/sim/packing-pays/NOTES.md, 8.9); at 10 % an unknown pair is never tried
+    level: float = option(0.2, "Pairs are planned at the upper end of their belief's interval of this coverage "
                                "(the δ predictor's calibrated interval, rescaled, before a pair runs).",
                           flag="--explore-level", experimental=True)
     # per-sample noise of a log ratio: a round's mean co-located over a measured solo time. Repeats of one pair
