@@ -186,12 +186,17 @@ def test_an_adaptive_job_is_resized_and_keeps_its_progress(served, tmp_path: Pat
 def test_kill_9_of_the_server_loses_nothing_and_jobs_complete_once(served, tmp_path: Path) -> None:
     from scheduler.executor.supervise import process_alive, read_json
 
+    STEPS = 8000  # noqa: N806
+
     state, start = served
     server = start({"t4": 2, "v100": 2})
-    submit(state, tmp_path, name="a", model="tiny_cnn", steps=3000, batch_size=8, gpu_types=["t4"])
-    submit(state, tmp_path, name="b", model="tiny_cnn", steps=3000, batch_size=8, gpu_types=["v100"])
+    # long enough that neither ends before the other starts: on a loaded CI machine one group's Ray actor started
+    # 12 s after the other's, and a job of 3,000 steps had finished (its supervisor gone) before the kill
+    submit(state, tmp_path, name="a", model="tiny_cnn", steps=STEPS, batch_size=8, gpu_types=["t4"])
+    submit(state, tmp_path, name="b", model="tiny_cnn", steps=STEPS, batch_size=8, gpu_types=["v100"])
     wait_until(lambda: all(j["step"] > 0 for j in by_name(state).values()), LONG,
                f"both jobs training; log {server.output()}")
+    assert all(j["state"] == "running" for j in by_name(state).values()), by_name(state)  # the premise
     server.kill9()
     supervisors = [read_json(p) for p in (state / "runs").glob("*.pid")]
     assert len(supervisors) == 2 and all(process_alive(s["pid"], s["start_time"]) for s in supervisors)
@@ -206,8 +211,8 @@ def test_kill_9_of_the_server_loses_nothing_and_jobs_complete_once(served, tmp_p
     wait_until(lambda: all(j["state"] == "completed" for j in by_name(state).values()), LONG, "both to complete")
     jobs = by_name(state)
     for name in ("a", "b"):
-        assert (jobs[name]["step"], jobs[name]["restarts"], jobs[name]["crashes"]) == (3000, 0, 0)
+        assert (jobs[name]["step"], jobs[name]["restarts"], jobs[name]["crashes"]) == (STEPS, 0, 0)
         _completed_once(state, name)
         log = (state / "jobs" / name / "train.log").read_text()
-        assert log.count("finished after 3000 steps") == 1 and "restored step" not in log  # adopted, never rerun
+        assert log.count(f"finished after {STEPS} steps") == 1 and "restored step" not in log  # adopted, never rerun
     assert any("2 group(s) to re-adopt" in e["detail"] for e in events(state) if e["kind"] == "server-started")
