@@ -135,8 +135,7 @@ class Server:
             return
         self.collect()
         self._reap_overdue()
-        if self._pending:
-            self._pending = self.start_units(self._pending)[1]
+        self._start_pending()
 
     # -- one round ---------------------------------------------------------------------------------------
     def round(self) -> RoundStats:
@@ -149,9 +148,7 @@ class Server:
         # the last round's decision first: units that waited for GPUs this collect freed start before the round
         # re-plans, as between rounds. Re-planned instead, a job stopped for a change would pay its restart a
         # second time (it counts as resumed) and the change it was stopped for could be reversed.
-        early = 0
-        if self._pending:
-            early, self._pending = self.start_units(self._pending)
+        early = self._start_pending()
         self._cancel_queued()
         everyone = self.state.jobs()
         leaving = self._stop_cancelled_members(everyone)
@@ -271,6 +268,11 @@ class Server:
                 request_job_stop(self._job_dir(r.name))
                 leaving.add(r.name)
         return leaving
+
+    def _start_pending(self) -> int:
+        """Start the units a past round decided whose GPUs are free now; how many started."""
+        started, self._pending = self.start_units(self._pending) if self._pending else (0, ())
+        return started
 
     def _job_dir(self, name: str) -> Any:
         from scheduler.service.groups import job_dir
