@@ -121,6 +121,10 @@ def test_a_job_about_to_finish_keeps_its_group_in_serve() -> None:
     assert remaining_s(near) is not None and remaining_s(near) < 1.0
     assert finishing_groups([near, other, far], round_s=60.0) == {"near", "other"}
     assert finishing_groups([_row("new", "a", None, rate=None, step=29_999, steps=30_000)], 60.0) == set()
+    # at its target, never measured (a short job): nothing left, so it ends where it is (a stop for a change
+    # killed such a job's epilogue in the chaos test: it was completed, its last line never written)
+    done = _row("done", "a", None, rate=None, step=30_000, steps=30_000)
+    assert remaining_s(done) == 0.0 and finishing_groups([done], 60.0) == {"done"}
     trio = [_row("near", "a", "b,c", rate=256.0, step=29_997, steps=30_000), _row("b", "b", "near,c", rate=160.0),
             _row("c", "c", "b,near", rate=160.0)]
     assert finishing_groups(trio, 60.0) == set()  # a held member would split a group of three: not held

@@ -21,6 +21,7 @@ the first failure's reason instead of each waiting for another daemon start.
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing as mp
 import shutil
 import time
@@ -264,7 +265,7 @@ def stop_workers(workers: Iterable[Worker]) -> None:
     workers = list(workers)
     for worker in workers:
         with contextlib.suppress(Exception):
-            worker.conn.send(("stop",))
+            worker.conn.send(("stop", -math.inf))  # at once: no iteration is being timed
             worker.conn.send(("exit",))
     deadline = time.monotonic() + STOP_GRACE_S
     for worker in workers:

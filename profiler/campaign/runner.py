@@ -1,18 +1,19 @@
 """Execute one run: get one process per job, warm them up one at a time, barrier, time the overlap window.
 
-Warm-up is serial: the coordinator hands the turn to one group member at a time, and releases the start
-barrier only when all are warm — lazy cuBLAS/cuDNN initialisation and workspace allocation while a partner
-also warms up would run under its memory pressure and time (cuDNN algorithms themselves are fixed by
-heuristics, see :mod:`profiler.measure.training`). The coordinator (this module, in the campaign process)
-decides when to stop: once every job has at least ``min_window_iters`` iterations ending inside the common
-window and the window is ``min_window_seconds`` long. Under MPS, every worker pid is checked to be a client
-of our daemon once the window has started; a worker that is not (it could not reach the daemon and ran as
-plain CUDA), or an MPS client that dies before it said hello, makes the run *skipped* with the reason and
-marks the mode broken for the session (:meth:`profiler.campaign.pool.WorkerPool.mark_broken`): later runs of the mode
-are skipped at once, and a resumed campaign on another machine tries them again. On any other failure — an
-OOM, a crashed worker, a timeout — the partners are stopped and the whole group is recorded (infeasible for
-OOM, failed otherwise). Processes never outlive the campaign: they are joined, then terminated, then killed,
-and die with it (PDEATHSIG).
+Warm-up is serial: the coordinator hands the turn to one group member at a time, and releases the start barrier only
+when all are warm — lazy cuBLAS/cuDNN initialisation and workspace allocation while a partner also warms up would run
+under its memory pressure and time (cuDNN algorithms themselves are fixed by heuristics, see
+:mod:`profiler.measure.training`). The coordinator (this module, in the campaign process) decides when to stop: once
+every job has at least ``min_window_iters`` iterations ending inside the common window and the window is
+``min_window_seconds`` long. The stop carries the coordinator's clock, and each job runs until an iteration has ended
+after it, so the window (which ends at the earliest last end) holds every iteration the decision counted even when a
+job lost the CPU between an iteration and reading the stop. Under MPS, every worker pid is checked to be a client of
+our daemon once the window has started; a worker that is not (it could not reach the daemon and ran as plain CUDA), or
+an MPS client that dies before it said hello, makes the run *skipped* with the reason and marks the mode broken for
+the session (:meth:`profiler.campaign.pool.WorkerPool.mark_broken`): later runs of the mode are skipped at once, and a
+resumed campaign on another machine tries them again. On any other failure — an OOM, a crashed worker, a timeout — the
+partners are stopped and the whole group is recorded (infeasible for OOM, failed otherwise). Processes never outlive
+the campaign: they are joined, then terminated, then killed, and die with it (PDEATHSIG).
 
 Every member says hello (built, on the device) before the first one warms up: a cold partner building its
 model and copying it to the GPU would otherwise disturb member 0's warm-up. Device memory per process (NVML)
@@ -321,7 +322,7 @@ def _coordinate(
     process_memory: list[float | None] = [None] * len(workers)
     if target.nvml_index is not None:
         process_memory = [process_memory_mib(target.nvml_index, worker.pid) for worker in workers]
-    session.broadcast(("stop",))
+    session.broadcast(("stop", time.perf_counter()))  # each job runs until an iteration ends after this
     results = [{**result, "warmup_span": info["warmup_span"]} for result, info in zip(session.collect("result"), ready)]
     timings = [JobTiming(float(r["start"]), list(r["ends"])) for r in results]
     return timings, results, process_memory

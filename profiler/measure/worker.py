@@ -10,7 +10,8 @@ worker → coordinator  ``("hello", info)`` once built (pid, the CUDA_MPS_* envi
                       ``("result", payload)`` after stop; ``("error", kind, message)`` on failure
 coordinator → worker  ``("warmup", n)`` = warm up now (the coordinator hands out the turn: one group
                       member at a time); ``("go",)`` = start barrier; ``("window", t)`` = common window
-                      start; ``("stop",)``; ``("exit",)``
+                      start; ``("stop", t)`` = stop once an iteration has ended at or after ``t``
+                      (the coordinator's clock when it sent the stop); ``("exit",)``
 ====================  =========================================================================
 
 Timestamps are ``time.perf_counter()`` values (CLOCK_MONOTONIC on Linux: comparable across processes).
@@ -37,6 +38,7 @@ import sys
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -185,6 +187,21 @@ class _Job:
         self.conn.send(("ready", {"warmup_s": end - start, "warmup_span": (start, end), "device_name": device_name,
                                   "pid": os.getpid()}))
 
+    def _ended_after(self, ends: list[float], pending: deque[Any], resolve: Callable[[bool], None],
+                     stop_at: float) -> bool:
+        """Whether this job's last iteration ended at or after ``stop_at``, so that it may stop.
+
+        The window ends at the earliest last iteration end over the group, and the coordinator stops when every
+        job has enough iterations ending inside it. A job that ended an iteration, then lost the CPU before it
+        read the stop, would end the window before its partners' counted iterations (one job 3 iterations of the
+        4 asked, seen on a loaded 2-core machine): it runs one more iteration instead. On CUDA the queue is
+        drained first (the timed iterations are all enqueued; draining only delays the extra one, if any).
+        """
+        if self.on_cuda:
+            self.torch.cuda.synchronize(self.device)
+            resolve(True)
+        return bool(ends) and ends[-1] >= stop_at
+
     def idle(self) -> None:
         if self.on_cuda:
             self.torch.cuda.empty_cache()
@@ -220,9 +237,9 @@ class _Job:
 
         window_start: float | None = None
         last_report = start
-        stopping = False
+        stop_at: float | None = None  # the coordinator's clock when it sent the stop
         self.ranges.push("window")
-        while not stopping:
+        while True:
             if self.on_cuda and len(pending) >= MAX_IN_FLIGHT:
                 pending[0].synchronize()  # bound the CPU's run-ahead: wait for the oldest queued iteration
             self.ranges.push("iteration")
@@ -240,7 +257,9 @@ class _Job:
                 if message[0] == "window":
                     window_start = message[1]
                 elif message[0] == "stop":
-                    stopping = True
+                    stop_at = float(message[1])
+            if stop_at is not None and self._ended_after(ends, pending, resolve, stop_at):
+                break
             now = time.perf_counter()
             if window_start is not None and now - last_report >= PROGRESS_INTERVAL_S:
                 # ends grow in time order (host clock, or CUDA events resolved in stream order): no full scan
@@ -248,9 +267,6 @@ class _Job:
                 last_report = now
             if os.getppid() != self.parent:  # the coordinator is gone (belt and braces beside PDEATHSIG)
                 raise SystemExit(0)
-        if self.on_cuda:
-            torch.cuda.synchronize(self.device)
-            resolve(block=True)
         self.ranges.pop()
         conn.send(("result", {"ends": ends, "start": start, "reserved_at_start_mib": reserved_at_start,
                               **self.memory()}))

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from common.bounds import check_number
-from common.options import option
 
 
 def z_of(level: float) -> float:
@@ -48,9 +47,8 @@ class ExploreConfig:
     # tried every poorly predicted pair in turn, each at two restarts (results/sim/belief-interval/NOTES.md); 30 %
     # still cost the learner without a table 3 % on Philly 2 at 1x, 20 % none at 12 of 12 points of issue 46's
     # grid (results/sim/packing-pays/NOTES.md, 8.9); at 10 % an unknown pair is never tried
-    level: float = option(0.2, "Pairs are planned at the upper end of their belief's interval of this coverage "
-                               "(the δ predictor's calibrated interval, rescaled, before a pair runs).",
-                          flag="--explore-level", experimental=True)
+    # (not a flag: no command takes an ExploreConfig; tests and experiments construct one)
+    level: float = 0.2  # coverage of the interval whose upper end a pair is planned at
     # per-sample noise of a log ratio: a round's mean co-located over a measured solo time. Repeats of one pair
     # on an H100 differ by 1-2 % (results/h100/REPORT.md); 5 % leaves room for a round's shorter window
     sigma: float = 0.05

@@ -82,7 +82,12 @@ def pinned_jobs(running: Sequence[tuple[str, str, float, bool]], now: float, con
 
 
 def remaining_s(row: JobRow) -> float | None:
-    """Seconds a running job's remaining steps (or samples) take at its last measured rate; None before one."""
+    """Seconds a running job's remaining steps (or samples) take at its last measured rate; None before one.
+
+    A job that reported its whole target has none left, rate or not (a short job may end before it was ever
+    measured): it is finishing its epilogue (a last checkpoint, its results) and a change must not stop it."""
+    if row.target and row.done >= row.target:
+        return 0.0
     if not row.samples_per_s or not row.target:
         return None
     per_s = row.samples_per_s / max(row.batch_size or row.spec.batch_size, 1) if row.spec.steps else row.samples_per_s
