@@ -18,7 +18,14 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+# One BLAS/OpenMP thread per test process (set before numpy or torch is imported, inherited by everything a test
+# starts): `pytest -n logical` already runs one worker per CPU, and libraries that size their thread pools to every
+# CPU, in every worker and job process, spin against each other (the fast lane: 8 % less CPU time, docs/development.md).
+# A test about threads sets its own; the jobs the project starts choose theirs (--threads).
+for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
+
+import pytest  # noqa: E402
 
 SESSION_ENV = "COLOCATE_TEST_SESSION"
 LEFTOVER_GRACE_S = float(os.environ.get("COLOCATE_LEFTOVER_GRACE_S", "15"))  # a process stopped at the end may take a moment
