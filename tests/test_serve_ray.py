@@ -3,13 +3,15 @@ training processes, 2 s rounds, and `colocate submit/jobs/cancel/learned` from t
 
 One behaviour of the issue per test: staggered arrivals all complete (on nodes of their GPU type); a pair
 is formed and its measured ratios appear in the learned table; an adaptive job is resized with its progress
-kept; ``kill -9`` of the server, restart, every job completes exactly once. Waits poll the state database
+kept; ``kill -9`` of the server, restart, every job completes exactly once (there, user commands that follow
+the checkpoint contract: the server's death is the point, not training). Waits poll the state database
 with generous bounds (the machine is small and shared), never fixed sleeps.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -185,18 +187,25 @@ def test_an_adaptive_job_is_resized_and_keeps_its_progress(served, tmp_path: Pat
 
 
 def test_kill_9_of_the_server_loses_nothing_and_jobs_complete_once(served, tmp_path: Path) -> None:
+    """The jobs are user commands that follow the checkpoint contract (a step is a 20 ms sleep): what is tested is
+    the server's death and re-adoption, and jobs that do not compete for the CPU keep the loaded machine's other
+    tests fast (real training on Ray: the tests above)."""
     from scheduler.executor.supervise import process_alive, read_json
+    from tests.test_serve_local import CONTRACT
 
-    STEPS = 8000  # noqa: N806
+    STEPS = 1200  # noqa: N806
 
     state, start = served
     server = start({"t4": 2, "v100": 2})
-    # long enough that neither ends before the other starts: on a loaded CI machine one group's Ray actor started
-    # 12 s after the other's, and a job of 3,000 steps had finished (its supervisor gone) before the kill
-    submit(state, tmp_path, name="a", model="tiny_cnn", steps=STEPS, batch_size=8, gpu_types=["t4"])
-    submit(state, tmp_path, name="b", model="tiny_cnn", steps=STEPS, batch_size=8, gpu_types=["v100"])
+    script = tmp_path / "train.py"
+    script.write_text(CONTRACT)
+    # long enough (about 25 s) that neither ends before the other starts: on a loaded CI machine one group's Ray
+    # actor started 12 s after the other's
+    for name, gpu in (("a", "t4"), ("b", "v100")):
+        submit(state, tmp_path, name=name, command=f"{sys.executable} {script}", application="mine", steps=STEPS,
+               batch_size=4, gpu_types=[gpu])
     wait_until(lambda: all(j["step"] > 0 for j in by_name(state).values()), LONG,
-               f"both jobs training; log {server.output()}")
+               f"both jobs running; log {server.output()}")
     assert all(j["state"] == "running" for j in by_name(state).values()), by_name(state)  # the premise
     server.kill9()
     supervisors = [read_json(p) for p in (state / "runs").glob("*.pid")]
@@ -207,7 +216,7 @@ def test_kill_9_of_the_server_loses_nothing_and_jobs_complete_once(served, tmp_p
         return int((read_json(state / "jobs" / name / PROGRESS_FILE) or {}).get("step", 0))
 
     before = step("a")
-    wait_until(lambda: step("a") > before, LONG, "a to keep training without the server")
+    wait_until(lambda: step("a") > before, LONG, "a to keep running without the server")
     start({"t4": 2, "v100": 2})
     wait_until(lambda: all(j["state"] == "completed" for j in by_name(state).values()), LONG, "both to complete")
     jobs = by_name(state)
@@ -215,5 +224,5 @@ def test_kill_9_of_the_server_loses_nothing_and_jobs_complete_once(served, tmp_p
         assert (jobs[name]["step"], jobs[name]["restarts"], jobs[name]["crashes"]) == (STEPS, 0, 0)
         _completed_once(state, name)
         log = (state / "jobs" / name / "train.log").read_text()
-        assert log.count(f"finished after {STEPS} steps") == 1 and "restored step" not in log  # adopted, never rerun
+        assert log.count("resumed at step") == 1 and "resumed at step 0 " in log  # adopted, never started again
     assert any("2 group(s) to re-adopt" in e["detail"] for e in events(state) if e["kind"] == "server-started")
