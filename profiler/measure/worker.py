@@ -187,8 +187,7 @@ class _Job:
         self.conn.send(("ready", {"warmup_s": end - start, "warmup_span": (start, end), "device_name": device_name,
                                   "pid": os.getpid()}))
 
-    def _ended_after(self, ends: list[float], pending: deque[Any], resolve: Callable[[bool], None],
-                     stop_at: float) -> bool:
+    def _ended_after(self, ends: list[float], resolve: Callable[[bool], None], stop_at: float) -> bool:
         """Whether this job's last iteration ended at or after ``stop_at``, so that it may stop.
 
         The window ends at the earliest last iteration end over the group, and the coordinator stops when every
@@ -258,7 +257,7 @@ class _Job:
                     window_start = message[1]
                 elif message[0] == "stop":
                     stop_at = float(message[1])
-            if stop_at is not None and self._ended_after(ends, pending, resolve, stop_at):
+            if stop_at is not None and self._ended_after(ends, resolve, stop_at):
                 break
             now = time.perf_counter()
             if window_start is not None and now - last_report >= PROGRESS_INTERVAL_S:
